@@ -1,0 +1,43 @@
+"""kiln_np: Kiln tensor payloads <-> numpy arrays, bit for bit.
+
+The public surface is re-exported here; see ``kiln_np._codec`` for the wire
+format.
+"""
+
+from __future__ import annotations
+
+from ._codec import Payload, from_numpy, to_numpy
+from ._errors import KilnError
+from ._nibbles import pack_nibbles, unpack_nibbles
+from ._table import (
+    DTYPES,
+    Code,
+    DType,
+    Layout,
+    byte_length,
+    code_for_dtype,
+    code_kind,
+    dtype_for_code,
+    dtype_info,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DTYPES",
+    "Code",
+    "DType",
+    "KilnError",
+    "Layout",
+    "Payload",
+    "__version__",
+    "byte_length",
+    "code_for_dtype",
+    "code_kind",
+    "dtype_for_code",
+    "dtype_info",
+    "from_numpy",
+    "pack_nibbles",
+    "to_numpy",
+    "unpack_nibbles",
+]

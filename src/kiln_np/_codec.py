@@ -1,0 +1,368 @@
+"""Kiln payload <-> numpy array conversion.
+
+The wire format (Kiln dtype page, version 2)
+============================================
+
+A payload is the bytes of ``count = prod(shape)`` elements of one dtype code,
+in C order, with no header.  ``shape == ()`` is a scalar: one element.
+
+Codes
+-----
+- A code is a 16-bit unsigned integer.  1-19 are the closed set below.
+- 0 MUST be rejected (an uninitialized descriptor fails); 20-4095 are reserved
+  and MUST be rejected; above 32767 MUST be rejected.  All are TYPE errors.
+- 4096-32767 are opaque: they MUST travel with a layout (a name and a block
+  size); each element of ``shape`` is one uninterpreted block of
+  ``block_size`` bytes.  A layout given with a closed code is TYPE: a foreign
+  layout may not pretend to be code 2.
+
+==== ====== ============================================== =================
+code name   element                                        bytes
+==== ====== ============================================== =================
+1    f64    IEEE binary64                                  8 * count
+2    f32    IEEE binary32                                  4 * count
+3    f16    IEEE binary16                                  2 * count
+4    bf16   1 sign, 8 exponent, 7 significand bits         2 * count
+5    f8e4m3 OFP8 E4M3                                      count
+6    f8e5m2 OFP8 E5M2                                      count
+7    bool   byte 0 or 1; any other byte is TYPE            count
+8    i8     two's complement                               count
+9    u8     unsigned                                       count
+10   i16    two's complement                               2 * count
+11   u16    unsigned                                       2 * count
+12   i32    two's complement                               4 * count
+13   u32    unsigned                                       4 * count
+14   i64    two's complement                               8 * count
+15   u64    unsigned                                       8 * count
+16   i4     packed two's-complement nibbles                ceil(count / 2)
+17   u4     packed unsigned nibbles                        ceil(count / 2)
+18   e2m1   OCP MX FP4 E2M1, packed nibbles                ceil(count / 2)
+19   e8m0   OCP MX E8M0 scale byte                         count
+==== ====== ============================================== =================
+
+Bytes
+-----
+- Multi-byte elements are little-endian.  bf16 1.0 is ``80 3f``; f16 1.0 is
+  ``00 3c``.
+- A payload MUST be exactly ``byte_length(code, shape)`` bytes: one byte short
+  or one byte long is LENGTH.
+- bool: every byte MUST be 0x00 or 0x01; any other byte is TYPE (case
+  ``kiln-v2-bool-byte``).
+- Packed 4-bit codes: element ``2k`` is the low nibble of byte ``k`` and
+  element ``2k+1`` the high nibble; when ``count`` is odd the last high nibble
+  MUST be 0, else TYPE (case ``kiln-v2-high-nibble``).  1, 2, 3 as u4 is
+  ``21 03`` (case ``kiln-v2-u4``).
+- Float bits are stored, not values: a reader MAY return them without
+  widening.  f8e4m3 bytes ``38 3c`` are case ``kiln-v2-f8-pair``.
+
+What this module does with them
+-------------------------------
+:func:`to_numpy` checks code, layout, shape, buffer type, length, content, in
+that order, and returns a zero-copy little-endian view for whole-byte codes;
+4-bit codes unpack to one element per byte (ml_dtypes ``int4``/``uint4``/
+``float4_e2m1fn``, high nibble 0).  :func:`from_numpy` is the inverse and
+never casts: a NaN's payload, a signalling NaN, -0.0 and subnormals are
+written bit for bit.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _nibbles
+from ._errors import KilnError
+from ._table import (
+    Code,
+    DType,
+    Layout,
+    _check_shape,
+    _count,
+    _payload_bytes,
+    _resolve,
+    _row_for_dtype,
+    code_label,
+)
+
+__all__ = ["Payload", "from_numpy", "to_numpy"]
+
+_U8 = np.dtype(np.uint8)
+# ml_dtypes types exist only in native byte order, so on a big-endian host a
+# 2-byte one (bf16) cannot be a view of little-endian bytes: it is swapped.
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
+
+
+class Payload(NamedTuple):
+    """A Kiln payload: ``to_numpy(*payload)`` rebuilds the array byte for byte.
+
+    Attributes
+    ----------
+    code : int
+        The dtype code (a :class:`Code` for closed codes).
+    data : memoryview
+        The payload bytes, read-only, 1-D, format ``"B"``.  It may share
+        memory with the array it came from: copy with ``bytes(data)`` if that
+        array will change.
+    shape : tuple of int
+        Element shape; for opaque codes, the shape of the blocks.
+    layout : Layout or None
+        The opaque layout, for codes 4096-32767.
+    """
+
+    code: int
+    data: memoryview
+    shape: tuple[int, ...]
+    layout: Layout | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Payload size in bytes."""
+        return self.data.nbytes
+
+    def __repr__(self) -> str:
+        head = bytes(self.data[:8]).hex(" ")
+        more = " ..." if self.data.nbytes > 8 else ""
+        layout = "" if self.layout is None else f", layout={self.layout!r}"
+        return (
+            f"Payload({code_label(int(self.code))}, shape={self.shape}, "
+            f"{self.data.nbytes} bytes [{head}{more}]{layout})"
+        )
+
+
+def _length_error(
+    kind: DType | Layout, code: int, shape: tuple[int, ...], expected: int, found: int
+) -> KilnError:
+    if isinstance(kind, Layout):
+        rule = f"{_count(shape)} blocks x {kind.block_size} bytes ({kind.name})"
+    elif kind.packed:
+        rule = f"ceil({_count(shape)} / 2)"
+    else:
+        rule = f"{_count(shape)} x {kind.bits // 8}"
+    return KilnError(
+        "LENGTH",
+        f"{code_label(code)} shape {shape}: expected {rule} = {expected} bytes, found {found} "
+        f"({'short' if found < expected else 'long'} by {abs(found - expected)})",
+        code=code,
+        shape=shape,
+        expected=expected,
+        found=found,
+    )
+
+
+def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> None:
+    # One reduction when clean; the index search only runs on failure.
+    if src.size and int(src.max()) > 1:
+        index = int(np.flatnonzero(src > 1)[0])
+        found = int(src[index])
+        raise KilnError(
+            "TYPE",
+            f"{code_label(code)} shape {shape}: expected byte 0x00 or 0x01, found 0x{found:02x} "
+            f"at element {index} (case kiln-v2-bool-byte)",
+            code=code,
+            shape=shape,
+            expected=1,
+            found=found,
+            index=index,
+        )
+
+
+def _host_order(src: np.ndarray, row: DType) -> np.ndarray:
+    """View little-endian bytes as ``row.dtype``; swapped copy where it must be."""
+    if _BIG_ENDIAN_HOST and row.dtype.isnative and row.dtype.itemsize > 1:
+        return src.view(f"<u{row.dtype.itemsize}").astype(f"=u{row.dtype.itemsize}").view(row.dtype)
+    return src.view(row.dtype)
+
+
+def to_numpy(
+    code: int,
+    buf: Any,
+    shape: Sequence[int],
+    layout: Layout | None = None,
+    *,
+    copy: bool = False,
+) -> np.ndarray:
+    """Decode a Kiln payload into a numpy array, bits untouched.
+
+    Parameters
+    ----------
+    code : int
+        The dtype code: 1-19, or 4096-32767 with ``layout``.
+    buf : bytes-like
+        Exactly ``byte_length(code, shape, layout)`` bytes, C-contiguous:
+        ``bytes``, ``bytearray``, ``memoryview``, ``mmap``, a uint8 array.
+    shape : sequence of int
+        Element shape; ``()`` is a scalar.
+    layout : Layout, optional
+        Required for opaque codes, refused for closed ones.
+    copy : bool
+        Return a fresh writable array instead of a view of ``buf``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Whole-byte codes: a zero-copy view of ``buf`` (read-only when ``buf``
+        is) with an explicitly little-endian dtype such as ``'<f4'``, or the
+        ml_dtypes type.  4-bit codes: a new ml_dtypes ``int4``/``uint4``/
+        ``float4_e2m1fn`` array, one element per byte.  Opaque codes: uint8
+        blocks of shape ``shape + (block_size,)``.
+
+    Raises
+    ------
+    KilnError
+        TYPE (code, layout, bool byte, padding nibble), SHAPE, LENGTH; checked
+        in the order code, layout, shape, buffer type, length, content.
+    TypeError
+        When ``buf`` does not support the buffer protocol.
+
+    Examples
+    --------
+    >>> to_numpy(17, b"\\x21\\x03", (3,)).astype(int)
+    array([1, 2, 3])
+    >>> to_numpy(4, b"\\x80\\x3f", ()).item()
+    1.0
+    """
+    kind = _resolve(code, layout)
+    c = int(code)
+    dims = _check_shape(shape)
+    src = _nibbles._byte_view(buf, "buf")
+    count = _count(dims)
+    expected = _payload_bytes(kind, count)
+    if src.size != expected:
+        raise _length_error(kind, c, dims, expected, src.size)
+    if isinstance(kind, Layout):
+        blocks = src.reshape(dims + (kind.block_size,))
+        return blocks.copy() if copy else blocks
+    if kind.packed:
+        _nibbles.check_padding(src, count, f"{code_label(c)} shape {dims}: ")
+        out = np.empty(count, _U8)
+        _nibbles.unpack_into(src, out, count)
+        return out.view(kind.dtype).reshape(dims)
+    if kind.code == Code.BOOL:
+        _check_bool_bytes(src, c, dims)
+    arr = _host_order(src, kind).reshape(dims)
+    return arr.copy() if copy else arr
+
+
+def _as_array(array: object) -> np.ndarray:
+    if isinstance(array, np.ma.MaskedArray):
+        raise KilnError(
+            "TYPE",
+            "expected a plain ndarray, found a masked array: its masked-out values would be "
+            "written; use array.filled(value) or array.data explicitly",
+        )
+    try:
+        return np.asarray(array)
+    except (ValueError, TypeError) as exc:
+        raise KilnError("TYPE", f"cannot make an array of {type(array).__name__}: {exc}") from exc
+
+
+def _check_blocks(arr: np.ndarray, code: int, layout: Layout) -> tuple[int, ...]:
+    if arr.dtype != _U8 or arr.ndim < 1 or arr.shape[-1] != layout.block_size:
+        raise KilnError(
+            "SHAPE",
+            f"{code_label(code)} with layout {layout.name!r}: expected uint8 blocks of shape "
+            f"(..., {layout.block_size}), found {arr.dtype} of shape {arr.shape}",
+            code=code,
+            shape=tuple(arr.shape),
+        )
+    return tuple(int(d) for d in arr.shape[:-1])
+
+
+def _wire_bytes(arr: np.ndarray, wire: np.dtype[Any]) -> np.ndarray:
+    """C-order little-endian bytes of ``arr`` as a flat uint8 array (a view when
+    ``arr`` already is that)."""
+    if _BIG_ENDIAN_HOST and wire.isnative and wire.itemsize > 1:
+        arr = arr.view(f"=u{wire.itemsize}").astype(f"<u{wire.itemsize}")
+    elif arr.dtype != wire:
+        arr = arr.astype(wire)  # byte order only: the same type, swapped, bit for bit
+    return np.ascontiguousarray(arr).reshape(-1).view(_U8)
+
+
+def _readonly(arr: np.ndarray) -> memoryview:
+    view = arr.view()
+    view.flags.writeable = False
+    return memoryview(view).cast("B")
+
+
+def from_numpy(
+    array: npt.ArrayLike, *, code: int | None = None, layout: Layout | None = None
+) -> Payload:
+    """Encode an array as a Kiln payload, bits untouched.
+
+    Parameters
+    ----------
+    array : array_like
+        Any ndarray (any order, strides, byte order; 0-d and empty included)
+        or what ``np.asarray`` makes one of.  Masked arrays are refused.
+    code : int, optional
+        Inferred from the dtype when omitted.  When given, the dtype must be
+        the code's (byte order aside): kiln_np never casts.
+    layout : Layout, optional
+        For opaque codes: ``array`` is uint8 of shape ``shape + (block_size,)``.
+
+    Returns
+    -------
+    Payload
+        ``(code, data, shape, layout)``; ``data`` is C-order little-endian.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a dtype with no Kiln code or not the given code's, a bool
+        byte other than 0/1, a 4-bit storage byte above 0x0f, a masked array;
+        SHAPE for opaque blocks of the wrong shape.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> p = from_numpy(np.array([1, 2, 3], dtype=ml_dtypes.uint4))
+    >>> p.code, bytes(p.data).hex(" "), p.shape
+    (<Code.U4: 17>, '21 03', (3,))
+    """
+    if code is None and layout is not None:
+        raise KilnError(
+            "TYPE", f"a layout ({layout!r}) needs an opaque code in 4096-32767, got code=None"
+        )
+    kind = _resolve(code, layout) if code is not None else None
+    arr = _as_array(array)
+    if isinstance(kind, Layout):
+        c = int(code)  # type: ignore[arg-type]
+        dims = _check_blocks(arr, c, kind)
+        return Payload(c, _readonly(np.ascontiguousarray(arr).reshape(-1)), dims, kind)
+    row = _row_for_dtype(arr.dtype)
+    if kind is not None and row is not kind:
+        raise KilnError(
+            "TYPE",
+            f"{code_label(int(kind.code))} expects {kind.dtype} elements, found {arr.dtype}; "
+            "kiln_np never casts: convert the array first",
+            code=int(kind.code),
+            expected=str(kind.dtype),
+            found=str(arr.dtype),
+        )
+    dims = tuple(int(d) for d in arr.shape)
+    c = int(row.code)
+    if row.packed:
+        src = np.ascontiguousarray(arr).reshape(-1).view(_U8)
+        dst = np.empty(row.byte_length(src.size), _U8)
+        bad = _nibbles.pack_into(src, dst)
+        if bad >= 0:
+            found = int(src[bad])
+            raise KilnError(
+                "TYPE",
+                f"{code_label(c)} shape {dims}: expected storage bytes 0x00-0x0f, found "
+                f"0x{found:02x} at element {bad} (bits above the nibble; kiln_np never masks them)",
+                code=c,
+                shape=dims,
+                expected=15,
+                found=found,
+                index=bad,
+            )
+        return Payload(row.code, _readonly(dst), dims)
+    data = _wire_bytes(arr, row.dtype)
+    if row.code == Code.BOOL:
+        _check_bool_bytes(data, c, dims)
+    return Payload(row.code, _readonly(data), dims)

@@ -1,0 +1,90 @@
+"""The one exception type kiln_np raises for bad input.
+
+``KilnError`` subclasses :class:`ValueError` (the cbor2 pattern: one root that
+is also the matching built-in) and carries what went wrong as attributes, so a
+caller can branch on ``kind`` and report ``expected``/``found`` without parsing
+the message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["KilnError", "ErrorKind"]
+
+ErrorKind = Literal["TYPE", "LENGTH", "SHAPE"]
+_KINDS: frozenset[str] = frozenset({"TYPE", "LENGTH", "SHAPE"})
+
+
+class KilnError(ValueError):
+    """A payload, code, layout, shape or array that Kiln does not allow.
+
+    Parameters
+    ----------
+    kind : {"TYPE", "LENGTH", "SHAPE"}
+        ``TYPE``: a rejected or reserved code, a missing or misplaced layout, a
+        bad bool byte, a nonzero padding nibble, an unsupported dtype.
+        ``LENGTH``: a byte count other than exactly ``byte_length``.
+        ``SHAPE``: a malformed shape.
+    message : str
+        What was expected and what was found.
+    code, shape, expected, found, index
+        Whatever of these the failing check knew; ``None`` otherwise.
+        ``expected``/``found`` are byte counts for LENGTH errors and wire
+        values (ints, shown in hex in the message) for content errors;
+        ``index`` is the flat C-order element index of the first bad element.
+
+    Examples
+    --------
+    >>> import kiln_np
+    >>> try:
+    ...     kiln_np.to_numpy(2, b"\\x00" * 7, (2,))
+    ... except kiln_np.KilnError as e:
+    ...     print(e.kind, e.expected, e.found)
+    LENGTH 8 7
+    """
+
+    kind: ErrorKind
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        code: int | None = None,
+        shape: tuple[int, ...] | None = None,
+        expected: object = None,
+        found: object = None,
+        index: int | None = None,
+    ) -> None:
+        if kind not in _KINDS:
+            raise AssertionError(f"KilnError kind must be one of {sorted(_KINDS)}, got {kind!r}")
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.code = code
+        self.shape = shape
+        self.expected = expected
+        self.found = found
+        self.index = index
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the attributes across pickling (multiprocessing, dask workers).
+        message = str(self).split(": ", 1)[1]
+        return (
+            _rebuild,
+            (self.kind, message, self.code, self.shape, self.expected, self.found, self.index),
+        )
+
+
+def _rebuild(
+    kind: ErrorKind,
+    message: str,
+    code: int | None,
+    shape: tuple[int, ...] | None,
+    expected: object,
+    found: object,
+    index: int | None,
+) -> KilnError:
+    return KilnError(
+        kind, message, code=code, shape=shape, expected=expected, found=found, index=index
+    )
