@@ -4,8 +4,6 @@ The public surface is re-exported here; see ``kiln_np._codec`` for the wire
 format.
 """
 
-from __future__ import annotations
-
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
 from ._nibbles import pack_nibbles, unpack_nibbles

@@ -68,7 +68,6 @@ written bit for bit.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -78,8 +77,10 @@ from . import _nibbles
 from ._errors import KilnError
 from ._table import (
     Code,
+    CodeLike,
     DType,
     Layout,
+    ShapeLike,
     _check_shape,
     _count,
     _payload_bytes,
@@ -91,9 +92,14 @@ from ._table import (
 __all__ = ["Payload", "from_numpy", "to_numpy"]
 
 _U8 = np.dtype(np.uint8)
-# ml_dtypes types exist only in native byte order, so on a big-endian host a
-# 2-byte one (bf16) cannot be a view of little-endian bytes: it is swapped.
+# ml_dtypes types exist only in native byte order (their ``.str`` names no
+# type), so on a big-endian host a multi-byte one (bf16) cannot be a view of
+# little-endian bytes: it is swapped.  numpy's own types carry ``'<'`` instead.
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
+
+
+def _native_only(dtype: np.dtype[Any]) -> bool:
+    return dtype.itemsize > 1 and np.dtype(dtype.str) != dtype
 
 
 class Payload(NamedTuple):
@@ -172,15 +178,15 @@ def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> Non
 
 def _host_order(src: np.ndarray, row: DType) -> np.ndarray:
     """View little-endian bytes as ``row.dtype``; swapped copy where it must be."""
-    if _BIG_ENDIAN_HOST and row.dtype.isnative and row.dtype.itemsize > 1:
-        return src.view(f"<u{row.dtype.itemsize}").astype(f"=u{row.dtype.itemsize}").view(row.dtype)
+    if _BIG_ENDIAN_HOST and _native_only(row.dtype):
+        return src.view(f"u{row.dtype.itemsize}").byteswap().view(row.dtype)
     return src.view(row.dtype)
 
 
 def to_numpy(
-    code: int,
+    code: CodeLike,
     buf: Any,
-    shape: Sequence[int],
+    shape: ShapeLike,
     layout: Layout | None = None,
     *,
     copy: bool = False,
@@ -234,7 +240,7 @@ def to_numpy(
     if src.size != expected:
         raise _length_error(kind, c, dims, expected, src.size)
     if isinstance(kind, Layout):
-        blocks = src.reshape(dims + (kind.block_size,))
+        blocks = src.reshape((*dims, kind.block_size))
         return blocks.copy() if copy else blocks
     if kind.packed:
         _nibbles.check_padding(src, count, f"{code_label(c)} shape {dims}: ")
@@ -275,8 +281,8 @@ def _check_blocks(arr: np.ndarray, code: int, layout: Layout) -> tuple[int, ...]
 def _wire_bytes(arr: np.ndarray, wire: np.dtype[Any]) -> np.ndarray:
     """C-order little-endian bytes of ``arr`` as a flat uint8 array (a view when
     ``arr`` already is that)."""
-    if _BIG_ENDIAN_HOST and wire.isnative and wire.itemsize > 1:
-        arr = arr.view(f"=u{wire.itemsize}").astype(f"<u{wire.itemsize}")
+    if _BIG_ENDIAN_HOST and _native_only(wire):
+        arr = arr.view(f"u{wire.itemsize}").byteswap()
     elif arr.dtype != wire:
         arr = arr.astype(wire)  # byte order only: the same type, swapped, bit for bit
     return np.ascontiguousarray(arr).reshape(-1).view(_U8)
@@ -285,11 +291,11 @@ def _wire_bytes(arr: np.ndarray, wire: np.dtype[Any]) -> np.ndarray:
 def _readonly(arr: np.ndarray) -> memoryview:
     view = arr.view()
     view.flags.writeable = False
-    return memoryview(view).cast("B")
+    return view.data.cast("B")
 
 
 def from_numpy(
-    array: npt.ArrayLike, *, code: int | None = None, layout: Layout | None = None
+    array: npt.ArrayLike, *, code: CodeLike | None = None, layout: Layout | None = None
 ) -> Payload:
     """Encode an array as a Kiln payload, bits untouched.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["KilnError", "ErrorKind"]
+__all__ = ["ErrorKind", "KilnError"]
 
 ErrorKind = Literal["TYPE", "LENGTH", "SHAPE"]
 _KINDS: frozenset[str] = frozenset({"TYPE", "LENGTH", "SHAPE"})

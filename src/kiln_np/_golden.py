@@ -95,6 +95,11 @@ def load_cases(directory: str | Path | None = None) -> list[Case]:
     ------
     ValueError
         For a file that is not a ``kiln-golden/1`` case file.
+
+    Examples
+    --------
+    >>> [c.name for c in load_cases() if c.name.startswith("kiln-v2")]
+    ['kiln-v2-u4', 'kiln-v2-f8-pair', 'kiln-v2-bool-byte', 'kiln-v2-high-nibble']
     """
     cases: list[Case] = []
     for name, text in _files(None if directory is None else Path(directory)):
@@ -125,7 +130,7 @@ def _array_from_elements(case: Case) -> np.ndarray:
     assert case.elements is not None
     if case.layout is not None:
         blocks = b"".join(bytes.fromhex(e) for e in case.elements)
-        return np.frombuffer(blocks, np.uint8).reshape(case.shape + (case.layout.block_size,))
+        return np.frombuffer(blocks, np.uint8).reshape((*case.shape, case.layout.block_size))
     row = dtype_info(case.code)
     width = max(row.bits, 8) // 8
     ints = [int(e, 16) for e in case.elements]
@@ -134,7 +139,13 @@ def _array_from_elements(case: Case) -> np.ndarray:
 
 def run_case(case: Case) -> CaseResult:
     """Decode the payload; for a valid case also encode the elements and
-    compare the bytes.  Never raises for a wrong answer: the result says."""
+    compare the bytes.  Never raises for a wrong answer: the result says.
+
+    Examples
+    --------
+    >>> run_case(load_cases()[0]).ok
+    True
+    """
     try:
         arr = to_numpy(case.code, case.payload, case.shape, case.layout)
     except KilnError as exc:
@@ -145,9 +156,11 @@ def run_case(case: Case) -> CaseResult:
         return CaseResult(case, False, f"expected {case.error}, decoded {arr.shape} instead")
     assert case.elements is not None
     got = _element_bits(arr, case.layout)
-    want = [_normalize(e, len(g)) for e, g in zip(case.elements, got)]
+    want = [_normalize(e, len(g)) for e, g in zip(case.elements, got, strict=False)]
     if len(case.elements) != len(got) or got != want:
-        return CaseResult(case, False, f"decode: expected elements {list(case.elements)}, got {got}")
+        return CaseResult(
+            case, False, f"decode: expected elements {list(case.elements)}, got {got}"
+        )
     encoded = from_numpy(_array_from_elements(case), code=case.code, layout=case.layout)
     if bytes(encoded.data) != case.payload:
         return CaseResult(
@@ -176,5 +189,8 @@ def format_table(results: Sequence[CaseResult]) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
+        for row in rows
+    ]
     return "\n".join(lines)

@@ -21,16 +21,16 @@ import numpy.typing as npt
 from ._errors import KilnError
 
 __all__ = [
+    "DTYPES",
+    "MAX_RANK",
+    "OPAQUE_MAX",
+    "OPAQUE_MIN",
     "Code",
     "DType",
-    "DTYPES",
     "Layout",
-    "MAX_RANK",
-    "OPAQUE_MIN",
-    "OPAQUE_MAX",
     "byte_length",
-    "code_kind",
     "code_for_dtype",
+    "code_kind",
     "dtype_for_code",
     "dtype_info",
 ]
@@ -113,7 +113,13 @@ DTYPES: tuple[DType, ...] = (
     _row(Code.F64, "f64", "<f8", 64, "IEEE binary64"),
     _row(Code.F32, "f32", "<f4", 32, "IEEE binary32"),
     _row(Code.F16, "f16", "<f2", 16, "IEEE binary16"),
-    _row(Code.BF16, "bf16", ml_dtypes.bfloat16, 16, "1 sign, 8 exponent, 7 significand bits, bias 127"),
+    _row(
+        Code.BF16,
+        "bf16",
+        ml_dtypes.bfloat16,
+        16,
+        "1 sign, 8 exponent, 7 significand bits, bias 127",
+    ),
     _row(Code.F8E4M3, "f8e4m3", ml_dtypes.float8_e4m3fn, 8, "OFP8 E4M3"),
     _row(Code.F8E5M2, "f8e5m2", ml_dtypes.float8_e5m2, 8, "OFP8 E5M2"),
     _row(Code.BOOL, "bool", np.bool_, 8, "byte 0 or 1; any other byte is TYPE"),
@@ -201,6 +207,11 @@ def code_label(code: int) -> str:
     return f"code {code}"
 
 
+CodeLike = int | np.integer[Any]
+"""A dtype code: a Python or numpy integer (never ``bool``)."""
+ShapeLike = Sequence[int | np.integer[Any]] | npt.NDArray[np.integer[Any]]
+"""A shape: a sequence of non-negative Python or numpy integers."""
+
 CodeKind = Literal["closed", "opaque", "reserved", "rejected"]
 
 
@@ -210,7 +221,7 @@ def _as_code(code: object) -> int:
     return int(code)
 
 
-def code_kind(code: int) -> CodeKind:
+def code_kind(code: CodeLike) -> CodeKind:
     """Classify a code: ``closed`` (1-19), ``opaque`` (4096-32767), ``reserved``
     (20-4095, rejected) or ``rejected`` (0, above 32767, negative).
 
@@ -294,24 +305,16 @@ def _check_shape(shape: object) -> tuple[int, ...]:
     elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray)):
         items = shape
     else:
-        raise KilnError(
-            "SHAPE", f"a shape must be a sequence of integers, got {_describe(shape)}"
-        )
+        raise KilnError("SHAPE", f"a shape must be a sequence of integers, got {_describe(shape)}")
     if len(items) > MAX_RANK:
-        raise KilnError(
-            "SHAPE", f"a shape has at most {MAX_RANK} dimensions, got {len(items)}"
-        )
+        raise KilnError("SHAPE", f"a shape has at most {MAX_RANK} dimensions, got {len(items)}")
     dims: list[int] = []
     for axis, dim in enumerate(items):
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
-            raise KilnError(
-                "SHAPE", f"shape[{axis}] must be an integer, got {_describe(dim)}"
-            )
+            raise KilnError("SHAPE", f"shape[{axis}] must be an integer, got {_describe(dim)}")
         d = operator.index(dim)
         if d < 0 or d > _MAX_DIM:
-            raise KilnError(
-                "SHAPE", f"shape[{axis}] must be in 0..2**63-1, got {d}"
-            )
+            raise KilnError("SHAPE", f"shape[{axis}] must be in 0..2**63-1, got {d}")
         dims.append(d)
     return tuple(dims)
 
@@ -329,7 +332,7 @@ def _payload_bytes(kind: DType | Layout, count: int) -> int:
     return kind.byte_length(count)
 
 
-def byte_length(code: int, shape: Sequence[int], layout: Layout | None = None) -> int:
+def byte_length(code: CodeLike, shape: ShapeLike, layout: Layout | None = None) -> int:
     """Exact payload size in bytes for ``code`` and ``shape``.
 
     Whole-byte codes: element count times width; packed 4-bit codes:
@@ -352,7 +355,7 @@ def byte_length(code: int, shape: Sequence[int], layout: Layout | None = None) -
     return _payload_bytes(kind, _count(_check_shape(shape)))
 
 
-def dtype_info(code: int) -> DType:
+def dtype_info(code: CodeLike) -> DType:
     """The table row of a closed code.
 
     Raises
@@ -378,7 +381,7 @@ def dtype_info(code: int) -> DType:
     return row
 
 
-def dtype_for_code(code: int) -> np.dtype[Any]:
+def dtype_for_code(code: CodeLike) -> np.dtype[Any]:
     """The numpy dtype a closed code decodes to.
 
     Examples
