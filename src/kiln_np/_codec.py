@@ -92,14 +92,14 @@ from ._table import (
 __all__ = ["Payload", "from_numpy", "to_numpy"]
 
 _U8 = np.dtype(np.uint8)
-# ml_dtypes types exist only in native byte order (their ``.str`` names no
-# type), so on a big-endian host a multi-byte one (bf16) cannot be a view of
-# little-endian bytes: it is swapped.  numpy's own types carry ``'<'`` instead.
+# ml_dtypes types (numpy "user-defined" types, ``isbuiltin == 2``) exist only in
+# native byte order, so on a big-endian host a multi-byte one (bf16) cannot be a
+# view of little-endian bytes: it is swapped.  numpy's own types carry ``'<'``.
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 
 def _native_only(dtype: np.dtype[Any]) -> bool:
-    return dtype.itemsize > 1 and np.dtype(dtype.str) != dtype
+    return dtype.itemsize > 1 and dtype.isbuiltin == 2
 
 
 class Payload(NamedTuple):
