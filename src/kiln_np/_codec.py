@@ -81,6 +81,7 @@ from ._table import (
     DType,
     Layout,
     ShapeLike,
+    _check_representable,
     _check_shape,
     _count,
     _payload_bytes,
@@ -233,12 +234,14 @@ def to_numpy(
     """
     kind = _resolve(code, layout)
     c = int(code)
-    dims = _check_shape(shape)
+    dims = _check_shape(shape, f"{code_label(c)}: ")
     src = _nibbles._byte_view(buf, "buf")
     count = _count(dims)
     expected = _payload_bytes(kind, count)
     if src.size != expected:
         raise _length_error(kind, c, dims, expected, src.size)
+    itemsize = kind.block_size if isinstance(kind, Layout) else kind.dtype.itemsize
+    _check_representable(dims, itemsize, f"{code_label(c)}: ")
     if isinstance(kind, Layout):
         blocks = src.reshape((*dims, kind.block_size))
         return blocks.copy() if copy else blocks

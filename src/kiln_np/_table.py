@@ -293,30 +293,66 @@ def _resolve(code: object, layout: object) -> DType | Layout:
     )
 
 
-def _check_shape(shape: object) -> tuple[int, ...]:
-    """Return ``shape`` as a tuple of Python ints, or raise SHAPE."""
+def _check_shape(shape: object, context: str = "") -> tuple[int, ...]:
+    """Return ``shape`` as a tuple of Python ints, or raise SHAPE.
+
+    ``context`` (the code being decoded) prefixes every message.
+    """
     if isinstance(shape, np.ndarray):
         if shape.ndim != 1 or shape.dtype.kind not in "iu":
             raise KilnError(
                 "SHAPE",
-                f"a shape array must be 1-D of integers, got {shape.ndim}-D {shape.dtype}",
+                f"{context}a shape array must be 1-D of integers, got {shape.ndim}-D {shape.dtype}",
             )
-        items: Sequence[object] = shape.tolist()
+        items: tuple[object, ...] = tuple(shape.tolist())
     elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray)):
-        items = shape
+        try:
+            # A Sequence subclass is user code: whatever it raises becomes SHAPE.
+            rank = len(shape)
+            items = tuple(shape) if rank <= MAX_RANK else ()
+        except Exception as exc:
+            raise KilnError(
+                "SHAPE",
+                f"{context}a shape must be a sequence of integers; reading it raised {exc!r}",
+            ) from exc
+        if rank > MAX_RANK:
+            raise KilnError(
+                "SHAPE", f"{context}a shape has at most {MAX_RANK} dimensions, found {rank}"
+            )
     else:
-        raise KilnError("SHAPE", f"a shape must be a sequence of integers, got {_describe(shape)}")
+        raise KilnError(
+            "SHAPE", f"{context}a shape must be a sequence of integers, got {_describe(shape)}"
+        )
     if len(items) > MAX_RANK:
-        raise KilnError("SHAPE", f"a shape has at most {MAX_RANK} dimensions, got {len(items)}")
+        raise KilnError(
+            "SHAPE", f"{context}a shape has at most {MAX_RANK} dimensions, found {len(items)}"
+        )
     dims: list[int] = []
     for axis, dim in enumerate(items):
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
-            raise KilnError("SHAPE", f"shape[{axis}] must be an integer, got {_describe(dim)}")
+            raise KilnError(
+                "SHAPE", f"{context}shape[{axis}] must be an integer, got {_describe(dim)}"
+            )
         d = operator.index(dim)
         if d < 0 or d > _MAX_DIM:
-            raise KilnError("SHAPE", f"shape[{axis}] must be in 0..2**63-1, got {d}")
+            raise KilnError("SHAPE", f"{context}shape[{axis}] must be in 0..2**63-1, found {d}")
         dims.append(d)
     return tuple(dims)
+
+
+def _check_representable(dims: tuple[int, ...], itemsize: int, context: str = "") -> None:
+    """numpy refuses an array whose nonzero dimensions times the item size pass
+    2**63-1, even when a zero dimension makes it empty: that is SHAPE too."""
+    total = itemsize
+    for d in dims:
+        total *= d or 1
+    if total > _MAX_DIM:
+        raise KilnError(
+            "SHAPE",
+            f"{context}shape {dims}: numpy cannot represent it (nonzero dimensions x "
+            f"{itemsize}-byte items = {total} > 2**63-1)",
+            shape=dims,
+        )
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -352,7 +388,7 @@ def byte_length(code: CodeLike, shape: ShapeLike, layout: Layout | None = None) 
     147573952589676412928
     """
     kind = _resolve(code, layout)
-    return _payload_bytes(kind, _count(_check_shape(shape)))
+    return _payload_bytes(kind, _count(_check_shape(shape, f"{code_label(int(code))}: ")))
 
 
 def dtype_info(code: CodeLike) -> DType:
