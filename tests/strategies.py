@@ -59,6 +59,10 @@ layouts: st.SearchStrategy[Any] = st.one_of(
 )
 
 
+def _view(payload: bytes) -> Any:
+    return memoryview(payload)
+
+
 def _strided(payload: bytes) -> Any:
     return memoryview(payload + payload)[::2]
 
@@ -87,7 +91,7 @@ def buffers(max_size: int = 40) -> st.SearchStrategy[Any]:
     return st.one_of(
         raw,
         raw.map(bytearray),
-        raw.map(lambda b: memoryview(b)),
+        raw.map(_view),
         raw.map(lambda b: memoryview(b"\x00" + b)[1:]),
         raw.map(_strided),
         raw.map(lambda b: np.frombuffer(b, np.uint8)),
