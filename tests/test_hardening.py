@@ -1,0 +1,159 @@
+"""Untrusted input: allocation before length, nothing mutated, aliasing, threads."""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kiln_np
+from kiln_np import DTYPES, Code, KilnError
+
+
+def reference_pack(values: np.ndarray) -> bytes:
+    """An independent, obviously-correct packer (strided numpy)."""
+    v = np.concatenate([values, np.zeros(values.size % 2, np.uint8)])
+    packed: bytes = (v[0::2] | (v[1::2] << 4)).astype(np.uint8).tobytes()
+    return packed
+
+
+# -- allocation safety ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [Code.F64, Code.BOOL, Code.U4, Code.E2M1])
+@pytest.mark.parametrize("shape", [(2**40,), (2**32, 2**32), (2**20,) * 3, (2**63 - 1,)])
+def test_declared_size_allocates_nothing(code: int, shape: tuple[int, ...]) -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(KilnError) as info:
+            kiln_np.to_numpy(code, b"\x00", shape)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.kind == "LENGTH"
+    assert info.value.found == 1
+    assert peak < 64 * 1024
+
+
+def test_huge_count_to_unpack_allocates_nothing() -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(KilnError) as info:
+            kiln_np.unpack_nibbles(b"\x00", 2**40)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.kind == "LENGTH"
+    assert peak < 64 * 1024
+
+
+# -- nothing lost, nothing mutated ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("row", DTYPES, ids=[r.name for r in DTYPES])
+def test_decoding_never_writes_the_input(row: kiln_np.DType) -> None:
+    n = 4099
+    size = kiln_np.byte_length(row.code, (n,))
+    rng = np.random.default_rng(int(row.code))
+    raw = rng.integers(0, 2 if row.code == Code.BOOL else 256, size, dtype=np.uint8)
+    if row.packed:
+        raw[-1] &= 0x0F
+    buf = bytearray(raw.tobytes())
+    digest = hashlib.sha256(buf).digest()
+    arr = kiln_np.to_numpy(row.code, buf, (n,), copy=True)
+    kiln_np.from_numpy(arr)
+    assert hashlib.sha256(buf).digest() == digest
+
+
+def test_failed_decode_of_bad_content_writes_nothing() -> None:
+    buf = bytearray(b"\x00\x01" * 5000 + b"\x07")
+    digest = hashlib.sha256(buf).digest()
+    with pytest.raises(KilnError):
+        kiln_np.to_numpy(Code.BOOL, buf, (len(buf),))
+    assert hashlib.sha256(buf).digest() == digest
+
+
+@pytest.mark.parametrize("bad_at", [0, 1, 4097, 131071, 2**21 + 5, 2**22 - 1])
+def test_pack_into_caller_buffer_is_untouched_on_error(bad_at: int) -> None:
+    n = 2**22  # large enough for the chunked, threaded path
+    values = np.tile(np.arange(16, dtype=np.uint8), n // 16)
+    values[bad_at] = 0x10
+    out = bytearray(b"\xa5" * (n // 2))
+    with pytest.raises(KilnError) as info:
+        kiln_np.pack_nibbles(values, out=out)
+    assert info.value.index == bad_at
+    assert out == bytearray(b"\xa5" * (n // 2))
+
+
+def test_unpack_into_caller_buffer_is_untouched_on_error() -> None:
+    out = np.full(5, 0xA5, np.uint8)
+    with pytest.raises(KilnError):
+        kiln_np.unpack_nibbles(b"\x21\x43\xf5", 5, out=out)
+    assert out.tolist() == [0xA5] * 5
+    with pytest.raises(KilnError):
+        kiln_np.unpack_nibbles(b"\x21\x43", 5, out=out)
+    assert out.tolist() == [0xA5] * 5
+
+
+@pytest.mark.parametrize("bad_at", [0, 2**20 + 3, 2**23 - 1])
+def test_encode_error_in_a_late_chunk_reports_the_first_bad_element(bad_at: int) -> None:
+    n = 2**23
+    values = np.zeros(n, np.uint8)
+    values[bad_at] = 0xF0
+    if bad_at < n - 1:
+        values[-1] = 0x20  # a later bad element must not win
+    with pytest.raises(KilnError) as info:
+        kiln_np.from_numpy(values.view(ml_dtypes.uint4))
+    assert (info.value.index, info.value.found) == (bad_at, 0xF0)
+
+
+# -- aliasing ---------------------------------------------------------------------------
+
+
+def test_view_aliases_bytearray_and_pins_its_size() -> None:
+    buf = bytearray(np.arange(4, dtype="<f4").tobytes())
+    arr = kiln_np.to_numpy(Code.F32, buf, (4,))
+    buf[0:4] = np.float32(7).tobytes()
+    assert arr[0] == 7  # the view sees the write: it aliases buf
+    with pytest.raises(BufferError):
+        buf.extend(b"\x00")  # numpy holds an export of buf while the view lives
+    del arr
+    buf.extend(b"\x00\x00\x00\x00")  # released with the view
+    copied = kiln_np.to_numpy(Code.F32, buf, (5,), copy=True)
+    buf.extend(b"\x00")  # copy=True holds no export
+    assert copied.flags.owndata
+
+
+def test_view_of_writable_mmap_aliases_the_map() -> None:
+    m = mmap.mmap(-1, 8)
+    arr = kiln_np.to_numpy(Code.U16, m, (4,))
+    arr[1] = 0x0102
+    assert m[2:4] == b"\x02\x01"
+    del arr
+    m.close()
+
+
+# -- concurrency ------------------------------------------------------------------------
+
+
+def test_many_threads_decode_and_encode_identically() -> None:
+    n = 3 * 2**20 + 1  # odd, and above the kernels' threading threshold
+    rng = np.random.default_rng(7)
+    inputs = [rng.integers(0, 16, n, dtype=np.uint8) for _ in range(4)]
+    packed = [reference_pack(v) for v in inputs]
+
+    def work(i: int) -> tuple[bool, bool]:
+        k = i % 4
+        arr = kiln_np.to_numpy(Code.U4, packed[k], (n,))
+        decoded_ok = arr.view(np.uint8).tobytes() == inputs[k].tobytes()
+        encoded_ok = bytes(kiln_np.from_numpy(arr).data) == packed[k]
+        return decoded_ok, encoded_ok
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(work, range(24)))
+    assert results == [(True, True)] * 24
