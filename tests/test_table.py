@@ -78,7 +78,7 @@ def test_dtypes_without_a_code(dtype: object) -> None:
 
 
 def test_not_a_dtype() -> None:
-    with pytest.raises(KilnError, match="not a numpy dtype") as info:
+    with pytest.raises(KilnError, match="expected a numpy dtype") as info:
         kiln_np.code_for_dtype("no-such-dtype")
     assert info.value.kind == "TYPE"
 
@@ -106,7 +106,7 @@ def test_rejected_codes_raise_type_with_hex(code: int) -> None:
 
 @pytest.mark.parametrize("code", [True, np.True_, 2.0, "2", None, b"\x02", [2]], ids=repr)
 def test_non_integer_codes(code: object) -> None:
-    with pytest.raises(KilnError, match="must be an integer") as info:
+    with pytest.raises(KilnError, match="expected an integer dtype code") as info:
         byte_length(code, (1,))  # type: ignore[arg-type]
     assert info.value.kind == "TYPE"
 
@@ -141,16 +141,16 @@ def test_byte_length_per_row(row: kiln_np.DType, count: int) -> None:
         (None, "sequence"),
         ("3", "sequence"),
         (b"\x03", "sequence"),
-        ((3.0,), "integer"),
+        ((3.0,), "to be an integer"),
         ((True,), "integer"),
         ((np.True_,), "integer"),
         ((None,), "integer"),
         (("3",), "integer"),
-        ((-1,), "0..2\\*\\*63-1"),
-        ((2**63,), "0..2\\*\\*63-1"),
+        ((-1,), r"0\.\.2\*\*63-1"),
+        ((2**63,), r"0\.\.2\*\*63-1"),
         ((1,) * 65, "at most 64"),
         (np.array([[1]]), "1-D"),
-        (np.array([1.0]), "1-D of integers"),
+        (np.array([1.0]), "1-D integers"),
     ],
     ids=repr,
 )

@@ -346,7 +346,7 @@ def from_numpy(
     if kind is not None and row is not kind:
         raise KilnError(
             "TYPE",
-            f"{code_label(int(kind.code))} expects {kind.dtype} elements, found {arr.dtype}; "
+            f"{code_label(int(kind.code))}: expected {kind.dtype} elements, found {arr.dtype}; "
             "kiln_np never casts: convert the array first",
             code=int(kind.code),
             expected=str(kind.dtype),

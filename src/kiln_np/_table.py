@@ -178,15 +178,15 @@ class Layout:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise KilnError(
-                "TYPE", f"a layout name must be a non-empty str, got {_describe(self.name)}"
+                "TYPE", f"expected a layout name as a non-empty str, found {_describe(self.name)}"
             )
         size = self.block_size
         if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
             raise KilnError(
-                "TYPE", f"a layout block_size must be an integer >= 1, got {_describe(size)}"
+                "TYPE", f"expected a layout block_size as an integer >= 1, found {_describe(size)}"
             )
         if size < 1:
-            raise KilnError("TYPE", f"a layout block_size must be an integer >= 1, got {int(size)}")
+            raise KilnError("TYPE", f"expected a layout block_size >= 1, found {int(size)}")
         object.__setattr__(self, "block_size", int(size))
 
 
@@ -217,7 +217,7 @@ CodeKind = Literal["closed", "opaque", "reserved", "rejected"]
 
 def _as_code(code: object) -> int:
     if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
-        raise KilnError("TYPE", f"a dtype code must be an integer, got {_describe(code)}")
+        raise KilnError("TYPE", f"expected an integer dtype code, found {_describe(code)}")
     return int(code)
 
 
@@ -302,36 +302,36 @@ def _check_shape(shape: object, context: str = "") -> tuple[int, ...]:
         if shape.ndim != 1 or shape.dtype.kind not in "iu":
             raise KilnError(
                 "SHAPE",
-                f"{context}a shape array must be 1-D of integers, got {shape.ndim}-D {shape.dtype}",
+                f"{context}expected a shape array of 1-D integers, "
+                f"found {shape.ndim}-D {shape.dtype}",
             )
-        items: tuple[object, ...] = tuple(shape.tolist())
+        rank = shape.size
     elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray)):
         try:
-            # A Sequence subclass is user code: whatever it raises becomes SHAPE.
-            rank = len(shape)
-            items = tuple(shape) if rank <= MAX_RANK else ()
+            rank = len(shape)  # a Sequence subclass is user code: what it raises is SHAPE
         except Exception as exc:
             raise KilnError(
-                "SHAPE",
-                f"{context}a shape must be a sequence of integers; reading it raised {exc!r}",
+                "SHAPE", f"{context}expected a sequence of integers; len(shape) raised {exc!r}"
             ) from exc
-        if rank > MAX_RANK:
-            raise KilnError(
-                "SHAPE", f"{context}a shape has at most {MAX_RANK} dimensions, found {rank}"
-            )
     else:
         raise KilnError(
-            "SHAPE", f"{context}a shape must be a sequence of integers, got {_describe(shape)}"
+            "SHAPE", f"{context}expected a shape sequence of integers, found {_describe(shape)}"
         )
-    if len(items) > MAX_RANK:
+    if rank > MAX_RANK:
         raise KilnError(
-            "SHAPE", f"{context}a shape has at most {MAX_RANK} dimensions, found {len(items)}"
+            "SHAPE", f"{context}expected a shape of at most {MAX_RANK} dimensions, found {rank}"
         )
+    try:
+        items = tuple(shape.tolist() if isinstance(shape, np.ndarray) else shape)
+    except Exception as exc:
+        raise KilnError(
+            "SHAPE", f"{context}expected a sequence of integers; reading it raised {exc!r}"
+        ) from exc
     dims: list[int] = []
     for axis, dim in enumerate(items):
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
             raise KilnError(
-                "SHAPE", f"{context}shape[{axis}] must be an integer, got {_describe(dim)}"
+                "SHAPE", f"{context}expected shape[{axis}] to be an integer, found {_describe(dim)}"
             )
         d = operator.index(dim)
         if d < 0 or d > _MAX_DIM:
@@ -408,8 +408,8 @@ def dtype_info(code: CodeLike) -> DType:
     if code_kind(c) == "opaque":
         raise KilnError(
             "TYPE",
-            f"{code_label(c)} has no element dtype: its blocks decode as uint8 "
-            "of shape shape + (block_size,)",
+            f"expected a closed code 1-19, found {code_label(c)}: opaque codes have no "
+            "element dtype (their blocks decode as uint8 of shape shape + (block_size,))",
             code=c,
         )
     row = _resolve(c, None)
@@ -449,7 +449,7 @@ def _row_for_dtype(dtype: npt.DTypeLike) -> DType:
     try:
         d = np.dtype(dtype)
     except TypeError as exc:
-        raise KilnError("TYPE", f"not a numpy dtype: {_describe(dtype)}") from exc
+        raise KilnError("TYPE", f"expected a numpy dtype, found {_describe(dtype)}") from exc
     row = _BY_DTYPE.get(_native(d)) if d.fields is None else None
     if row is None:
         raise KilnError(
