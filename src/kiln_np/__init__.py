@@ -6,6 +6,8 @@ format.
 
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
+from ._explore import Description, bit_histogram, bit_values, describe
+from ._files import LazyPayload, PayloadInfo, open_payload, write_payload
 from ._nibbles import pack_nibbles, unpack_nibbles
 from ._table import (
     DTYPES,
@@ -25,17 +27,25 @@ __all__ = [
     "DTYPES",
     "Code",
     "DType",
+    "Description",
     "KilnError",
     "Layout",
+    "LazyPayload",
     "Payload",
+    "PayloadInfo",
     "__version__",
+    "bit_histogram",
+    "bit_values",
     "byte_length",
     "code_for_dtype",
     "code_kind",
+    "describe",
     "dtype_for_code",
     "dtype_info",
     "from_numpy",
+    "open_payload",
     "pack_nibbles",
     "to_numpy",
     "unpack_nibbles",
+    "write_payload",
 ]

@@ -161,8 +161,9 @@ def _length_error(
 
 
 def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> None:
-    # One reduction when clean; the index search only runs on failure.
-    if src.size and int(src.max()) > 1:
+    # One max reduction when clean (split across the kernel threads when
+    # large); the index search only runs on failure.
+    if _nibbles.max_byte(src) > 1:
         index = int(np.flatnonzero(src > 1)[0])
         found = int(src[index])
         raise KilnError(
@@ -297,8 +298,37 @@ def _readonly(arr: np.ndarray) -> memoryview:
     return view.data.cast("B")
 
 
+def _encode_into(
+    arr: np.ndarray, row: DType, out: object, code: int, dims: tuple[int, ...]
+) -> np.ndarray:
+    """Write the wire bytes of a whole-byte ``arr`` into ``out``, checked first."""
+    dst = _nibbles.out_view(
+        out,
+        row.byte_length(arr.size),
+        f"byte_length({code_label(code)}, {dims}) = ",
+        code=code,
+        shape=dims,
+    )
+    if row.code == Code.BOOL:
+        flags = arr.view(_U8)
+        # A strided array is reduced in place; copied only to locate a bad byte.
+        if flags.flags.c_contiguous or int(flags.max(initial=0)) > 1:
+            _check_bool_bytes(np.ascontiguousarray(flags).reshape(-1), code, dims)
+    if _BIG_ENDIAN_HOST and _native_only(row.dtype):
+        k = row.dtype.itemsize
+        np.copyto(dst.view(f"<u{k}").reshape(arr.shape), arr.view(f"u{k}"))
+    else:
+        # One strided, byte-swapping (if need be) copy: no intermediate array.
+        np.copyto(dst.view(row.dtype).reshape(arr.shape), arr)
+    return dst
+
+
 def from_numpy(
-    array: npt.ArrayLike, *, code: CodeLike | None = None, layout: Layout | None = None
+    array: npt.ArrayLike,
+    *,
+    code: CodeLike | None = None,
+    layout: Layout | None = None,
+    out: object = None,
 ) -> Payload:
     """Encode an array as a Kiln payload, bits untouched.
 
@@ -312,18 +342,27 @@ def from_numpy(
         the code's (byte order aside): kiln_np never casts.
     layout : Layout, optional
         For opaque codes: ``array`` is uint8 of shape ``shape + (block_size,)``.
+    out : writable bytes-like, optional
+        Encode straight into this C-contiguous buffer (a ``bytearray``, a
+        writable ``mmap`` or a ``memoryview`` slice of one, a uint8 array) of
+        exactly ``byte_length`` bytes, with no intermediate copy.  Everything
+        is checked before the first byte is written, so ``out`` is untouched
+        when an error is raised.
 
     Returns
     -------
     Payload
         ``(code, data, shape, layout)``; ``data`` is C-order little-endian.
+        With ``out``, ``data`` is a read-only view of ``out``.
 
     Raises
     ------
     KilnError
         TYPE for a dtype with no Kiln code or not the given code's, a bool
         byte other than 0/1, a 4-bit storage byte above 0x0f, a masked array;
-        SHAPE for opaque blocks of the wrong shape.
+        SHAPE for opaque blocks of the wrong shape.  With ``out``: LENGTH
+        when it is not exactly ``byte_length`` bytes, TYPE when it is
+        read-only or not C-contiguous.
 
     Examples
     --------
@@ -331,6 +370,10 @@ def from_numpy(
     >>> p = from_numpy(np.array([1, 2, 3], dtype=ml_dtypes.uint4))
     >>> p.code, bytes(p.data).hex(" "), p.shape
     (<Code.U4: 17>, '21 03', (3,))
+    >>> buf = bytearray(4)
+    >>> _ = from_numpy(np.array([1.0], dtype="<f4"), out=buf)
+    >>> buf.hex(" ")
+    '00 00 80 3f'
     """
     if code is None and layout is not None:
         raise KilnError(
@@ -341,7 +384,13 @@ def from_numpy(
     if isinstance(kind, Layout):
         c = int(code)  # type: ignore[arg-type]
         dims = _check_blocks(arr, c, kind)
-        return Payload(c, _readonly(np.ascontiguousarray(arr).reshape(-1)), dims, kind)
+        if out is None:
+            return Payload(c, _readonly(np.ascontiguousarray(arr).reshape(-1)), dims, kind)
+        dst = _nibbles.out_view(
+            out, arr.size, f"{dims} blocks x {kind.block_size} = ", code=c, shape=dims
+        )
+        np.copyto(dst.reshape(arr.shape), arr)
+        return Payload(c, _readonly(dst), dims, kind)
     row = _row_for_dtype(arr.dtype)
     if kind is not None and row is not kind:
         raise KilnError(
@@ -356,8 +405,15 @@ def from_numpy(
     c = int(row.code)
     if row.packed:
         src = np.ascontiguousarray(arr).reshape(-1).view(_U8)
-        dst = np.empty(row.byte_length(src.size), _U8)
-        bad = _nibbles.pack_into(src, dst)
+        size = row.byte_length(src.size)
+        if out is None:
+            dst = np.empty(size, _U8)
+            bad = _nibbles.pack_into(src, dst)  # checks each chunk as it packs it
+        else:
+            dst = _nibbles.out_view(out, size, f"ceil({src.size} / 2) = ", code=c, shape=dims)
+            bad = _nibbles.first_above_15(src)  # all of it before the first write
+            if bad < 0:
+                _nibbles.pack_into(_nibbles.detach(src, dst), dst, checked=True)
         if bad >= 0:
             found = int(src[bad])
             raise KilnError(
@@ -371,6 +427,8 @@ def from_numpy(
                 index=bad,
             )
         return Payload(row.code, _readonly(dst), dims)
+    if out is not None:
+        return Payload(row.code, _readonly(_encode_into(arr, row, out, c, dims)), dims)
     data = _wire_bytes(arr, row.dtype)
     if row.code == Code.BOOL:
         _check_bool_bytes(data, c, dims)

@@ -3,23 +3,47 @@
 Wire rule: element ``2k`` is the low nibble of byte ``k``, element ``2k+1`` its
 high nibble; an odd count leaves the last high nibble 0.
 
-How they stay near memory speed: the kernels work on ``'<u2'`` lanes (one
-lane = two unpacked bytes = one packed byte) over chunks small enough that the
-intermediates stay in cache, reuse one scratch buffer per worker, and split
-large inputs across a small lazily-created thread pool (numpy releases the GIL
-inside ufunc loops).  The lane dtypes are explicitly little-endian, so the
-results are the same on big-endian hosts (numpy byte-swaps there, slower but
-correct).  Results never depend on the split: each worker owns a disjoint
-range of the output.
+How they stay near memory speed
+-------------------------------
+- **Lanes, not strided stores.**  One ``'<u2'`` lane is two unpacked bytes and
+  one packed byte.  Unpack widens a packed byte ``b`` into its lane with a
+  cast and computes ``b + 15 * (b & 0xF0)`` (low nibble in the low byte, high
+  nibble in the high byte); pack computes ``lane | lane >> 4`` and keeps the
+  low byte with an unsafe cast into the destination.  Every step is a
+  contiguous ufunc call.
+- **Cache-sized chunks.**  Work proceeds :data:`CHUNK_LANES` lanes at a time,
+  so the intermediates of one chunk stay in L2, with one scratch buffer per
+  worker.  Unpack writes its cast straight into the destination chunk and
+  finishes it there while it is still in cache.
+- **Fused checks.**  Pack tests each input chunk for bits above the nibble
+  (one ``bitwise_or`` reduction over ``'<u8'`` words) just before packing it,
+  while it is in cache; the padding-nibble check of unpack reads one byte.
+- **A small lazy thread pool.**  Inputs of :data:`THREAD_MIN_LANES` lanes or
+  more are split into one contiguous range per core; the calling thread works
+  on the first and pool threads on the rest (numpy releases the GIL inside
+  ufunc loops).  The pool is created on first use.  ``KILN_NP_NUM_THREADS``
+  (read once, when the pool is created) caps the number of threads; ``1``
+  turns threading off.
+- **Small inputs skip all of that**: below :data:`SMALL_LANES` lanes unpack
+  is one gather from a 256-row table of byte pairs and pack two strided calls
+  (byte arithmetic, so no byte order either); below
+  :data:`THREAD_MIN_LANES` lanes the kernels run on the calling thread only.
+
+Results never depend on the split: each range writes a disjoint part of the
+output with the same arithmetic, and pack reports the smallest bad index over
+all ranges.
+
+Byte order: every lane dtype is explicitly little-endian (``'<u2'``,
+``'<u8'``) and every step is arithmetic on lane *values*, so on a big-endian
+host numpy byte-swaps while loading and storing the lanes: slower, same bytes.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,53 +56,90 @@ U8 = np.dtype(np.uint8)
 _LANE = np.dtype("<u2")
 _WIDE = np.dtype("<u8")
 _HIGH_BITS = 0xF0F0_F0F0_F0F0_F0F0
+# Lane constants as numpy scalars: a Python int costs a conversion per ufunc call.
+_HIGH_NIBBLE = _LANE.type(0xF0)
+_FIFTEEN = _LANE.type(15)
+_FOUR = _LANE.type(4)
+_FOUR_U8 = np.uint8(4)
+# Row b is (b & 15, b >> 4): unpacking a few bytes is one gather; bytes, so no byte order.
+_PAIRS = np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1).astype(U8)
 
-CHUNK_LANES = 1 << 16
-"""Lanes per chunk: 128 KiB of unpacked bytes, so a chunk's temporaries stay in L2."""
+CHUNK_LANES = 1 << 18
+"""Lanes per chunk: 512 KiB of unpacked bytes.  Small enough that a chunk, its
+source and its scratch (1.25 MiB) stay in a 2 MiB L2; large enough that two
+threads rarely wait for the GIL between ufunc calls (64 Ki-lane chunks
+measured up to 1.5x slower threaded, see docs/performance.md)."""
 
-THREAD_MIN_LANES = 1 << 20
-"""Below this many lanes (2 MiB unpacked) one thread is faster than a pool."""
+THREAD_MIN_LANES = 1 << 19
+"""Inputs with fewer lanes (1 MiB unpacked) run on the calling thread only."""
+
+SMALL_LANES = 1 << 11
+"""Below this many lanes unpack is one table gather (``np.take``) and pack two
+strided ufunc calls after one ``max``: fewer calls than the lane kernels, whose
+fixed cost is several microseconds."""
+
+_MAX_THREADS = 8
+
+
+def _cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@cache
+def _threads() -> int:
+    """Threads a large call uses: the usable cores, capped by KILN_NP_NUM_THREADS."""
+    setting = os.environ.get("KILN_NP_NUM_THREADS", "").strip()
+    limit = int(setting) if setting.isdigit() and int(setting) > 0 else _MAX_THREADS
+    return max(1, min(_cpu_count(), limit))
 
 
 @cache
 def _pool() -> ThreadPoolExecutor:
-    workers = max(1, min(os.cpu_count() or 1, 8))
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kiln_np")
-
-
-def _workers() -> int:
-    return _pool()._max_workers
+    # The calling thread takes one range itself, so the pool needs one fewer.
+    return ThreadPoolExecutor(max_workers=max(1, _threads() - 1), thread_name_prefix="kiln_np")
 
 
 def _split(lanes: int) -> list[tuple[int, int]]:
-    """Disjoint lane ranges, one per worker, on chunk boundaries."""
-    if lanes < THREAD_MIN_LANES:
+    """Disjoint lane ranges covering ``[0, lanes)``, one per thread, on chunk
+    boundaries."""
+    parts = _threads() if lanes >= THREAD_MIN_LANES else 1
+    if parts == 1:
         return [(0, lanes)]
-    parts = _workers()
     step = -(-lanes // parts)
     step = -(-step // CHUNK_LANES) * CHUNK_LANES
     return [(lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
 
 
-def _run(task: Callable[[int, int], Any], lanes: int) -> list[Any]:
+def _run(task: Callable[[int, int], int], lanes: int) -> list[int]:
+    """``task(lo, hi)`` over the ranges of :func:`_split`, results in range order."""
     ranges = _split(lanes)
     if len(ranges) == 1:
         return [task(*ranges[0])]
-    return list(_pool().map(lambda r: task(*r), ranges))
+    futures: list[Future[int]] = [_pool().submit(task, lo, hi) for lo, hi in ranges[1:]]
+    try:
+        first = task(*ranges[0])
+    finally:
+        # Never return (or raise) while a worker may still write the output.
+        rest = [f.result() for f in futures]
+    return [first, *rest]
 
 
-def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> None:
-    """dst16[i] = (src[i] & 0x0F) | (src[i] >> 4) << 8, for i in [lo, hi)."""
-    wide = np.empty(min(CHUNK_LANES, hi - lo), _LANE)
-    tmp = np.empty_like(wide)
+def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> int:
+    """``dst16[i] = src[i] + 15 * (src[i] & 0xF0)`` for ``i`` in ``[lo, hi)``:
+    the low nibble stays in the low byte, the high nibble moves to the high
+    byte."""
+    scratch = np.empty(min(CHUNK_LANES, hi - lo), _LANE)
     for start in range(lo, hi, CHUNK_LANES):
         stop = min(start + CHUNK_LANES, hi)
-        m = stop - start
-        w, t = wide[:m], tmp[:m]
-        w[...] = src[start:stop]
-        np.left_shift(w, 4, out=t)
-        np.bitwise_or(t, w, out=t)
-        np.bitwise_and(t, 0x0F0F, out=dst16[start:stop])
+        lanes = dst16[start:stop]
+        high = scratch[: stop - start]
+        np.copyto(lanes, src[start:stop])
+        np.bitwise_and(lanes, _HIGH_NIBBLE, out=high)
+        np.multiply(high, _FIFTEEN, out=high)
+        np.add(lanes, high, out=lanes)
+    return -1
 
 
 def _first_above_15(values: np.ndarray) -> int:
@@ -92,21 +153,23 @@ def _first_above_15(values: np.ndarray) -> int:
     return int(np.flatnonzero(values > 15)[0])
 
 
-def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int) -> int:
-    """dst[i] = lane_i | lane_i >> 4 for lanes [lo, hi); returns the first bad
-    source index (a byte above 15) or -1.  Checks each chunk before writing it."""
-    src16 = src[: 2 * (src.size // 2)].view(_LANE)
-    tmp = np.empty(min(CHUNK_LANES, hi - lo), _LANE)
+def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bool) -> int:
+    """``dst[i] = (lane_i | lane_i >> 4) & 0xFF`` for lanes ``[lo, hi)`` of
+    ``src``.  With ``check``, each chunk is tested for a byte above 15 before it
+    is packed; returns the first bad index of ``src`` (chunks before it are
+    written) or -1."""
+    src16 = src[: 2 * hi].view(_LANE)
+    scratch = np.empty(min(CHUNK_LANES, hi - lo), _LANE)
     for start in range(lo, hi, CHUNK_LANES):
         stop = min(start + CHUNK_LANES, hi)
-        bad = _first_above_15(src[2 * start : 2 * stop])
-        if bad >= 0:
-            return 2 * start + bad
+        if check:
+            bad = _first_above_15(src[2 * start : 2 * stop])
+            if bad >= 0:
+                return 2 * start + bad
         lanes = src16[start:stop]
-        t = tmp[: stop - start]
-        np.right_shift(lanes, 4, out=t)
-        np.bitwise_or(t, lanes, out=t)
-        dst[start:stop] = t  # the cast keeps the low byte
+        high = scratch[: stop - start]
+        np.right_shift(lanes, _FOUR, out=high)
+        np.bitwise_or(high, lanes, out=dst[start:stop], casting="unsafe")
     return -1
 
 
@@ -114,6 +177,10 @@ def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
     """A flat uint8 view of a C-contiguous buffer; KilnError for anything else."""
     if isinstance(buf, np.ndarray):
         arr = buf
+        if arr.dtype.hasobject:
+            raise KilnError(
+                "TYPE", f"{what} must hold bytes, got an array of Python objects ({arr.dtype})"
+            )
         if not arr.flags.c_contiguous:
             raise KilnError(
                 "TYPE", f"{what} must be C-contiguous, got an array with strides {arr.strides}"
@@ -121,7 +188,14 @@ def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
         if arr.dtype != U8:
             arr = arr.reshape(-1).view(U8)
     else:
-        mv = memoryview(buf)  # type: ignore[arg-type]  # TypeError for non-buffers is the contract
+        try:
+            mv = memoryview(buf)  # type: ignore[arg-type]  # TypeError for non-buffers is the contract
+        except ValueError as exc:  # a released memoryview, a closed mmap
+            raise KilnError("TYPE", f"{what} cannot be read: {exc}") from exc
+        if "O" in mv.format:
+            raise KilnError(
+                "TYPE", f"{what} must hold bytes, got a buffer of Python objects ({mv.format!r})"
+            )
         if not mv.c_contiguous:
             raise KilnError(
                 "TYPE",
@@ -132,6 +206,48 @@ def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
     if writable and not arr.flags.writeable:
         raise KilnError("TYPE", f"{what} must be writable, got a read-only buffer")
     return arr.reshape(-1)
+
+
+def out_view(
+    out: object,
+    size: int,
+    rule: str = "",
+    *,
+    code: int | None = None,
+    shape: tuple[int, ...] | None = None,
+) -> np.ndarray:
+    """``out`` as a flat writable uint8 array of exactly ``size`` bytes; ``rule``
+    says where ``size`` comes from in the message."""
+    dst = _byte_view(out, "out", writable=True)
+    if dst.size != size:
+        raise KilnError(
+            "LENGTH",
+            f"out must hold exactly {rule}{size} bytes, found {dst.size}",
+            code=code,
+            shape=shape,
+            expected=size,
+            found=dst.size,
+        )
+    return dst
+
+
+def detach(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """``src``, or a copy of it when it overlaps ``dst``: the kernels read and
+    write different ranges on different threads, so they need disjoint memory."""
+    return src.copy() if np.may_share_memory(src, dst) else src
+
+
+def max_byte(src: np.ndarray) -> int:
+    """The largest byte of the flat uint8 array ``src`` (0 when empty): one
+    ``max`` reduction, split across the pool for large inputs."""
+    if not src.size:
+        return 0
+    lanes = src.size // 2
+
+    def part(lo: int, hi: int) -> int:
+        return int(src[2 * lo : src.size if hi == lanes else 2 * hi].max())
+
+    return max(_run(part, lanes))
 
 
 def _check_count(count: object) -> int:
@@ -146,7 +262,9 @@ def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     """Unpack ``count`` nibbles of ``src`` (exactly ``ceil(count/2)`` bytes,
     padding already checked) into the uint8 array ``dst`` of ``count`` bytes."""
     lanes = count // 2
-    if lanes:
+    if lanes and lanes < SMALL_LANES:
+        np.take(_PAIRS, src[:lanes], axis=0, out=dst[: 2 * lanes].reshape(lanes, 2), mode="clip")
+    elif lanes:
         dst16 = dst[: 2 * lanes].view(_LANE)
         _run(lambda lo, hi: _unpack_lanes(src, dst16, lo, hi), lanes)
     if count % 2:
@@ -170,19 +288,27 @@ def check_padding(src: np.ndarray, count: int, context: str = "") -> None:
         )
 
 
-def pack_into(src: np.ndarray, dst: np.ndarray) -> int:
+def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int:
     """Pack the uint8 values ``src`` into ``dst`` (``ceil(src.size/2)`` bytes).
 
     Returns the flat index of the first value above 15, or -1.  Chunks before
     a bad one may already be written: callers that promise an untouched
-    destination check first (:func:`first_above_15`).
+    destination call :func:`first_above_15` first and pass ``checked=True``,
+    which skips the per-chunk test.
     """
     n = src.size
     lanes = n // 2
-    results = _run(lambda lo, hi: _pack_lanes(src, dst, lo, hi), lanes) if lanes else []
-    bad = [r for r in results if r >= 0]
-    if bad:
-        return min(bad)
+    if lanes < SMALL_LANES:
+        if not checked and n and int(src.max()) > 15:
+            return _first_above_15(src)
+        high = dst[:lanes]  # two strided calls beat the lane kernel's fixed cost here
+        np.left_shift(src[1 : 2 * lanes : 2], _FOUR_U8, out=high)
+        np.bitwise_or(high, src[0 : 2 * lanes : 2], out=high)
+    else:
+        results = _run(lambda lo, hi: _pack_lanes(src, dst, lo, hi, check=not checked), lanes)
+        bad = [r for r in results if r >= 0]
+        if bad:
+            return min(bad)
     if n % 2:
         if src[-1] > 15:
             return n - 1
@@ -191,11 +317,23 @@ def pack_into(src: np.ndarray, dst: np.ndarray) -> int:
 
 
 def first_above_15(src: np.ndarray) -> int:
-    """The flat index of the first byte above 15 in ``src``, or -1."""
-    return _first_above_15(src)
+    """The flat index of the first byte above 15 in the uint8 array ``src``, or -1.
+
+    Large inputs are scanned by the thread pool, one range per thread."""
+    lanes = src.size // 2
+    if not lanes:
+        return _first_above_15(src)
+
+    def scan(lo: int, hi: int) -> int:
+        bad = _first_above_15(src[2 * lo : src.size if hi == lanes else 2 * hi])
+        return bad if bad < 0 else 2 * lo + bad
+
+    bad = [r for r in _run(scan, lanes) if r >= 0]
+    return min(bad) if bad else -1
 
 
 def nibble_error(values: np.ndarray, index: int, what: str = "a nibble value") -> KilnError:
+    """The TYPE error for ``values[index]`` outside 0..15."""
     found = int(values[index])
     return KilnError(
         "TYPE",
@@ -215,8 +353,9 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
         Read in C order; any integer dtype (values must lie in 0..15).
     out : writable bytes-like, optional
         Destination of exactly ``ceil(values.size / 2)`` bytes (a bytearray,
-        a writable mmap slice, a uint8 array).  Untouched if an error is
-        raised.
+        a writable mmap slice, a uint8 array), C-contiguous.  Untouched if an
+        error is raised (all values are checked before the first write).  It
+        may overlap ``values``.
 
     Returns
     -------
@@ -226,8 +365,9 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
     Raises
     ------
     KilnError
-        TYPE for a non-integer dtype or a value outside 0..15; LENGTH when
-        ``out`` has the wrong size.
+        TYPE for a non-integer dtype, a value outside 0..15, or an ``out``
+        that is read-only or not C-contiguous; LENGTH when ``out`` has the
+        wrong size.
 
     Examples
     --------
@@ -253,19 +393,12 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
     size = (src.size + 1) // 2
     if out is None:
         dst = np.empty(size, U8)
+        bad = pack_into(src, dst)
     else:
-        dst = _byte_view(out, "out", writable=True)
-        if dst.size != size:
-            raise KilnError(
-                "LENGTH",
-                f"out must hold exactly ceil({src.size} / 2) = {size} bytes, found {dst.size}",
-                expected=size,
-                found=dst.size,
-            )
+        dst = out_view(out, size, f"ceil({src.size} / 2) = ")
         bad = first_above_15(src)
-        if bad >= 0:
-            raise nibble_error(src, bad)
-    bad = pack_into(src, dst)
+        if bad < 0:
+            pack_into(detach(src, dst), dst, checked=True)
     if bad >= 0:
         raise nibble_error(src, bad)
     return dst
@@ -281,7 +414,9 @@ def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray
     count : int
         Number of elements.
     out : writable bytes-like, optional
-        Destination of exactly ``count`` bytes; untouched if an error is raised.
+        Destination of exactly ``count`` bytes (a uint8 array, a bytearray, a
+        writable mmap slice), C-contiguous; untouched if an error is raised.
+        It may overlap ``buf``.
 
     Returns
     -------
@@ -292,7 +427,8 @@ def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray
     ------
     KilnError
         LENGTH when ``buf`` (or ``out``) has the wrong size; TYPE when an odd
-        count leaves a nonzero padding nibble.
+        count leaves a nonzero padding nibble or ``out`` is read-only; SHAPE
+        for a negative or non-integer count.
 
     Examples
     --------
@@ -309,17 +445,7 @@ def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray
             expected=size,
             found=src.size,
         )
-    if out is None:
-        dst = np.empty(n, U8)
-    else:
-        dst = _byte_view(out, "out", writable=True)
-        if dst.size != n:
-            raise KilnError(
-                "LENGTH",
-                f"out must hold exactly {n} bytes, found {dst.size}",
-                expected=n,
-                found=dst.size,
-            )
+    dst = np.empty(n, U8) if out is None else out_view(out, n)
     check_padding(src, n)
-    unpack_into(src, dst, n)
+    unpack_into(src if out is None else detach(src, dst), dst, n)
     return dst

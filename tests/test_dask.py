@@ -1,0 +1,165 @@
+"""kiln_np.dask: payload files as dask arrays, read and written chunk by chunk."""
+
+# dask ships only partial annotations.
+# mypy: disable-error-code="no-untyped-call"
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import ml_dtypes
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from kiln_np import Code, KilnError, PayloadInfo, from_numpy, open_payload, write_payload
+from kiln_np.dask import from_payload, to_payload
+
+
+def bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).view(np.uint8).tobytes()
+
+
+def u4(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.uint8).view(ml_dtypes.uint4)
+
+
+@pytest.fixture
+def threads() -> Iterator[None]:
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+def test_import_kiln_np_does_not_import_dask() -> None:
+    code = "import sys, kiln_np; print(sorted(m for m in sys.modules if m.split('.')[0] == 'dask'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.usefixtures("threads")
+def test_from_payload_sum_matches_numpy(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    f32 = rng.standard_normal((301, 7)).astype("<f4")
+    path = tmp_path / "f32.bin"
+    write_payload(path, f32)
+    x = from_payload(path, Code.F32, (301, 7), chunks=(50, 7))
+    assert (x.shape, x.dtype, x.npartitions) == ((301, 7), np.dtype("<f4"), 7)
+    assert x.sum().compute() == pytest.approx(float(f32.sum(dtype=np.float64)), rel=1e-5)
+    assert bits(x.compute()) == bits(f32)
+    split = from_payload(path, Code.F32, (301, 7), chunks=(100, 3))  # trailing axis split too
+    assert bits(split.compute()) == bits(f32)
+
+    nibbles = u4(rng.integers(0, 16, (301, 7)))  # odd rows: chunks start on odd nibbles
+    path = tmp_path / "u4.bin"
+    write_payload(path, nibbles)
+    y = from_payload(path, Code.U4, (301, 7), chunks=(33, 7))
+    assert int(y.astype(np.int64).sum().compute()) == int(nibbles.astype(np.int64).sum())
+    assert bits(y.compute()) == bits(nibbles)
+    assert bits(y[17:200:3].compute()) == bits(nibbles[17:200:3])
+
+
+@pytest.mark.usefixtures("threads")
+def test_from_payload_default_chunks_keep_rows_whole(tmp_path: Path) -> None:
+    path = tmp_path / "b.bin"
+    write_payload(path, np.ones((5, 4, 3), bool))
+    x = from_payload(path, Code.BOOL, (5, 4, 3), offset=0)
+    assert x.chunks[1:] == ((4,), (3,))
+    assert int(x.sum().compute()) == 60
+    scalar = tmp_path / "s.bin"
+    write_payload(scalar, np.array(2.5, "<f8"))
+    assert from_payload(scalar, Code.F64, ()).compute() == 2.5
+
+
+@pytest.mark.usefixtures("threads")
+def test_from_payload_checks_length_now_and_bytes_when_computed(tmp_path: Path) -> None:
+    path = tmp_path / "b.bin"
+    raw = np.zeros(40, np.uint8)
+    raw[33] = 7
+    raw.tofile(path)
+    with pytest.raises(KilnError, match="short by 1") as info:
+        from_payload(path, Code.BOOL, (41,))
+    assert info.value.kind == "LENGTH"
+    x = from_payload(path, Code.BOOL, (40,), chunks=10)
+    assert not x[:30].any().compute()
+    with pytest.raises(KilnError, match="found 0x07 at element 33 of the payload") as info:
+        x.sum().compute()
+    assert (info.value.kind, info.value.index) == ("TYPE", 33)
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize(
+    ("dtype", "shape", "chunks"),
+    [
+        ("<f4", (40, 6), (7, 4)),  # trailing axis split: rechunked whole
+        (ml_dtypes.uint4, (37, 5), (5, 5)),  # odd rows, odd chunks: moved to even rows
+        (ml_dtypes.int4, (31,), 7),
+        (ml_dtypes.bfloat16, (9, 2, 3), (4, 1, 3)),
+        (bool, (10,), 3),
+    ],
+    ids=["f32", "u4-odd", "i4-1d", "bf16-3d", "bool"],
+)
+def test_to_payload_round_trips_byte_identical(
+    tmp_path: Path, dtype: Any, shape: tuple[int, ...], chunks: object
+) -> None:
+    rng = np.random.default_rng(5)
+    width = np.dtype(dtype).itemsize
+    top = 2 if dtype is bool else 16 if width == 1 else 256
+    arr = rng.integers(0, top, (*shape, width), np.uint8).view(dtype).reshape(shape)
+    path = tmp_path / "out.bin"
+    info = to_payload(da.from_array(arr, chunks=chunks), path)
+    wire = bytes(from_numpy(arr).data)
+    assert info == PayloadInfo(from_numpy(arr).code, shape, 0, len(wire))
+    assert path.read_bytes() == wire
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+@pytest.mark.usefixtures("threads")
+def test_to_payload_at_an_offset_keeps_the_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "out.bin"
+    path.write_bytes(b"HEAD")
+    info = to_payload(da.arange(5, dtype="<u2", chunks=2), path, offset=4)
+    assert info == PayloadInfo(Code.U16, (5,), 4, 10)
+    assert path.read_bytes() == b"HEAD" + bytes(from_numpy(np.arange(5, dtype="<u2")).data)
+    assert np.asarray(open_payload(path, Code.U16, (5,), offset=4)).tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.usefixtures("threads")
+def test_to_payload_errors_leave_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "out.bin"
+    values = np.zeros(20, np.uint8)
+    values[13] = 0x30
+    with pytest.raises(KilnError, match="found 0x30 at element 13 of the payload") as info:
+        to_payload(da.from_array(values.view(ml_dtypes.uint4), chunks=6), path)
+    assert (info.value.kind, info.value.index) == ("TYPE", 13)
+    with pytest.raises(KilnError, match="has no Kiln code") as info:
+        to_payload(da.zeros(3, dtype=np.complex64), path)
+    assert info.value.kind == "TYPE"
+    x = da.arange(10, dtype="<i4", chunks=3)
+    with pytest.raises(KilnError, match="unknown chunk sizes") as info:
+        to_payload(x[x > 4], path)
+    assert info.value.kind == "SHAPE"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_local_cluster_with_processes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    nibbles = u4(rng.integers(0, 16, (63, 5)))
+    src, dst = tmp_path / "src.bin", tmp_path / "dst.bin"
+    write_payload(src, nibbles)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster),
+    ):
+        x = from_payload(src, Code.U4, (63, 5), chunks=(9, 5))
+        assert int(x.astype(np.int64).sum().compute()) == int(nibbles.astype(np.int64).sum())
+        info = to_payload(x, dst)
+    assert info == PayloadInfo(Code.U4, (63, 5), 0, 158)
+    assert dst.read_bytes() == src.read_bytes()

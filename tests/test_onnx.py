@@ -1,0 +1,614 @@
+"""kiln_np.onnx: the table, strictness, the Kiln bridge, external data, and
+the places where the seed (the ONNX data-type table) wins over onnx."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kiln_np
+from kiln_np import KilnError, Layout
+from kiln_np import onnx as ko
+from kiln_np._table import code_label
+
+onnx = pytest.importorskip("onnx")
+from onnx import numpy_helper  # noqa: E402
+
+ROWS = ko.DATA_TYPES
+RAW_ROWS = [r for r in ROWS if r.bits is not None]
+OPAQUE_ROWS = [r for r in ROWS if r.layout is not None]
+
+
+def _bits(array: np.ndarray) -> bytes:
+    return np.ascontiguousarray(array).view(np.uint8).tobytes()
+
+
+def _raise(kind: str, call: Any, *args: Any) -> KilnError:
+    with pytest.raises(KilnError) as info:
+        call(*args)
+    assert info.value.kind == kind, str(info.value)
+    return info.value
+
+
+# ----------------------------------------------------------------- the table
+
+
+def test_table_matches_onnx_enum() -> None:
+    assert [int(r.data_type) for r in ROWS] == list(range(1, 29))
+    for row in ROWS:
+        assert onnx.TensorProto.DataType.Name(int(row.data_type)) == row.name
+        assert onnx.helper.tensor_dtype_to_field(int(row.data_type)) == row.field
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(int(row.data_type))
+        assert np.dtype(np_dtype) == row.dtype
+
+
+def test_table_kiln_mapping() -> None:
+    closed = {r.kiln_code: r for r in ROWS if r.layout is None and r.kiln_code is not None}
+    assert sorted(closed) == list(range(1, 20))  # every Kiln code, once
+    for code, row in closed.items():
+        assert kiln_np.dtype_for_code(code) == row.dtype
+        assert kiln_np.dtype_info(code).bits == row.bits
+    assert sorted(r.name for r in OPAQUE_ROWS) == sorted(
+        [
+            "COMPLEX64",
+            "COMPLEX128",
+            "FLOAT8E4M3FNUZ",
+            "FLOAT8E5M2FNUZ",
+            "UINT2",
+            "INT2",
+            "FLOAT6E2M3",
+            "FLOAT6E3M2",
+        ]
+    )
+    for row in OPAQUE_ROWS:
+        assert row.layout is not None
+        assert row.kiln_code is not None
+        assert row.kiln_code == ko.OPAQUE_BASE + row.data_type
+        assert kiln_np.code_kind(row.kiln_code) == "opaque"
+        assert row.layout.name == f"onnx.{row.name.lower()}"
+        assert row.layout.block_size == {64: 8, 128: 16}.get(row.bits or 0, 1)
+    string = ko.data_type_info(8)
+    assert (string.bits, string.kiln_code, string.layout) == (None, None, None)
+
+
+@pytest.mark.parametrize("value", [0, 29, 255, -1, 2**40])
+def test_rejected_data_types(value: int) -> None:
+    error = _raise("TYPE", ko.data_type_info, value)
+    assert "1-28" in str(error)
+    _raise("TYPE", ko.decode_raw, value, b"", (0,))
+    _raise("TYPE", ko.decode_field, value, [], (0,))
+    _raise("TYPE", ko.to_kiln, value, b"", (0,))
+
+
+@pytest.mark.parametrize("value", [True, 1.0, "1", None])
+def test_data_type_must_be_an_integer(value: object) -> None:
+    _raise("TYPE", ko.data_type_info, value)
+
+
+def test_data_type_for_dtype() -> None:
+    for row in RAW_ROWS:
+        assert ko.data_type_for_dtype(row.dtype) is row
+        assert ko.data_type_for_dtype(row.dtype.newbyteorder(">")) is row
+    assert ko.data_type_for_dtype(object).name == "STRING"
+    assert ko.data_type_for_dtype("<U3").name == "STRING"
+    for bad in (ml_dtypes.float8_e3m4, ml_dtypes.int1, "M8[s]", [("a", "<f4")], "V3"):
+        _raise("TYPE", ko.data_type_for_dtype, bad)
+
+
+def _doc_row(row: ko.OnnxType) -> str:
+    bits = "\u2013" if row.bits is None else row.bits
+    if row.kiln_code is None:
+        kiln = "none: STRING has no Kiln form"
+    elif row.layout is None:
+        kiln = code_label(row.kiln_code)
+    else:
+        kiln = (
+            f"opaque {row.kiln_code} (0x{row.kiln_code:04x}), `{row.layout.name}`, "
+            f"{row.layout.block_size}-byte blocks"
+        )
+    return (
+        f"| {int(row.data_type)} | {row.name} | {bits} | `{row.field}` | `{row.dtype}` | {kiln} |"
+    )
+
+
+def test_docs_table_matches() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "onnx.md").read_text("utf-8")
+    lines = text.splitlines()
+    start = lines.index("| value | name | bits | typed field | numpy dtype | Kiln |") + 2
+    assert lines[start : start + len(ROWS)] == [_doc_row(r) for r in ROWS]
+    assert lines[start + len(ROWS)] == ""
+
+
+def test_module_docstring_table_matches() -> None:
+    doc = ko.__doc__ or ""
+    for row in ROWS:
+        line = next(
+            x for x in doc.splitlines() if x.split()[:2] == [str(int(row.data_type)), row.name]
+        )
+        if row.layout is not None:
+            assert f"0x{row.kiln_code:04x} {row.layout.name}/{row.layout.block_size}" in line
+        elif row.kiln_code is not None:
+            assert code_label(row.kiln_code).removeprefix("code ") in line
+        assert row.field in line
+
+
+def test_module_surface() -> None:
+    assert ko.__name__ == "kiln_np.onnx"
+    for name in ko.__all__:
+        obj = getattr(ko, name)
+        if callable(obj) and hasattr(obj, "__module__"):
+            assert obj.__module__ == "kiln_np.onnx", name
+
+
+# ------------------------------------------------------------ seed vectors
+
+
+def test_seed_float16_vector() -> None:
+    # "64 38 in raw_data is 0x3864, 0.548828"
+    value = ko.decode_raw(10, b"\x64\x38", ())
+    assert float(value) == 0.548828125
+    assert _bits(ko.decode_field(10, [0x3864], ())) == b"\x64\x38"
+
+
+def test_seed_int4_vector() -> None:
+    # "88 01 in an INT4 tensor's int32_data is 136, 0x88: two elements of 8, both -8"
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(bytes.fromhex("0802 1016 2a02 8801"))  # dims 2, INT4, int32_data
+    assert list(tensor.int32_data) == [136]
+    assert ko.tensor_to_numpy(tensor).astype(int).tolist() == [-8, -8]
+
+
+def test_seed_bit_layouts() -> None:
+    # 2-bit: x0 | x1<<2 | x2<<4 | x3<<6
+    assert ko.decode_raw(25, b"\xe4", (4,)).astype(int).tolist() == [0, 1, 2, 3]
+    assert ko.decode_raw(26, b"\xe4\x01", (5,)).astype(int).tolist() == [0, 1, -2, -1, 1]
+    # 6-bit: lowest bit first; 4 values in 3 bytes; ceil(6n/8) bytes
+    values = np.array([1, 2, 3, 4, 5], np.uint8)
+    stream = sum(int(v) << (6 * i) for i, v in enumerate(values))
+    raw = stream.to_bytes(4, "little")
+    assert _bits(ko.decode_raw(27, raw, (5,))) == values.tobytes()
+    assert bytes(ko.encode_raw(values.view(ml_dtypes.float6_e2m3fn))) == raw
+    # complex: (real, imag)
+    pair = np.array([1.5, -2.0], "<f4").tobytes()
+    assert ko.decode_raw(14, pair, ()).item() == complex(1.5, -2.0)
+    assert ko.decode_field(15, [1.5, -2.0], (1,)).tolist() == [complex(1.5, -2.0)]
+    # bf16: the top half of a float
+    assert float(ko.decode_raw(16, b"\x80\x3f", ())) == 1.0
+
+
+def test_seed_float_biases() -> None:
+    # FLOAT6E2M3 bias 1, FLOAT6E3M2 bias 3 (OCP MX), FNUZ: 0x80 is NaN, no -0.
+    assert float(ko.decode_raw(27, b"\x08", (1,))[0]) == 1.0  # 0 01 000
+    assert float(ko.decode_raw(28, b"\x0c", (1,))[0]) == 1.0  # 0 011 00
+    assert float(ko.decode_raw(18, b"\x40", ())) == 1.0  # 0 1000 000, bias 8
+    assert float(ko.decode_raw(20, b"\x40", ())) == 1.0  # 0 10000 00, bias 16
+    assert np.isnan(float(ko.decode_raw(18, b"\x80", ())))
+    assert np.isnan(float(ko.decode_raw(20, b"\x80", ())))
+    assert float(ko.decode_raw(24, b"\x7f", ())) == 1.0  # e8m0: 2**(127 - 127)
+
+
+# ------------------------------------------------------------ strictness
+
+
+@pytest.mark.parametrize("row", RAW_ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_raw_length_is_exact(row: ko.OnnxType, count: int) -> None:
+    size = row.byte_length(count)
+    for wrong in {size - 1, size + 1} - {-1}:
+        error = _raise("LENGTH", ko.decode_raw, row.data_type, bytes(wrong), (count,))
+        assert (error.expected, error.found) == (size, wrong)
+        assert "expected" in str(error)
+        assert row.name in str(error)
+        _raise("LENGTH", ko.to_kiln, row.data_type, bytes(wrong), (count,))
+
+
+@pytest.mark.parametrize("row", [r for r in RAW_ROWS if r.bits in (2, 4, 6)], ids=lambda r: r.name)
+def test_padding_bits_must_be_zero(row: ko.OnnxType) -> None:
+    assert row.bits is not None
+    for count in range(1, 9):
+        used = count * row.bits % 8
+        if not used:
+            continue
+        raw = bytearray(row.byte_length(count))
+        raw[-1] = 1 << used  # the lowest padding bit
+        error = _raise("TYPE", ko.decode_raw, row.data_type, bytes(raw), (count,))
+        assert f"0x{1 << used:02x}" in str(error)
+        _raise("TYPE", ko.to_kiln, row.data_type, bytes(raw), (count,))
+        raw[-1] = 0
+        assert ko.decode_raw(row.data_type, bytes(raw), (count,)).shape == (count,)
+
+
+def test_string_raw_is_refused() -> None:
+    error = _raise("TYPE", ko.decode_raw, 8, b"abc", (1,))
+    assert "string_data" in str(error)
+    assert "raw_data" in str(error)
+    _raise("TYPE", ko.to_kiln, 8, b"abc", (1,))
+    _raise("TYPE", ko.encode_raw, np.array(["a"]))
+    _raise("TYPE", ko.encode_raw, np.array([1], np.int8), 8)
+
+
+def test_bad_dims() -> None:
+    _raise("SHAPE", ko.decode_raw, 1, b"", (-1,))
+    _raise("SHAPE", ko.decode_raw, 1, b"", "3")
+    _raise("SHAPE", ko.decode_field, 1, [], (1.0,))
+    _raise("SHAPE", ko.decode_raw, 1, b"", (0, 2**62, 2**62))
+
+
+def test_typed_field_length() -> None:
+    error = _raise("LENGTH", ko.decode_field, 22, [1, 2, 3], (3,))  # INT4: ceil(3/2) = 2
+    assert (error.expected, error.found) == (2, 3)
+    assert ko.decode_field(22, [0x21, 0x03], (3,)).astype(int).tolist() == [1, 2, 3]
+    error = _raise("LENGTH", ko.decode_field, 14, [1.0, 2.0, 3.0], (2,))
+    assert (error.expected, error.found) == (4, 3)
+    _raise("LENGTH", ko.decode_field, 25, [0, 0], (4,))
+    _raise("LENGTH", ko.decode_field, 8, [b"a"], (2,))
+
+
+def test_typed_field_kinds() -> None:
+    _raise("TYPE", ko.decode_field, 6, [1.5], (1,))
+    _raise("TYPE", ko.decode_field, 1, [1], (1,))
+    _raise("TYPE", ko.decode_field, 13, [2**64], (1,))
+    error = _raise("TYPE", ko.decode_field, 13, [2**63, -1], (2,))  # numpy makes float64
+    assert "beyond 64 bits" in str(error)
+    _raise("TYPE", ko.decode_field, 6, [[1], [2, 3]], (2,))
+    _raise("TYPE", ko.decode_field, 6, [[1, 2]], (2,))
+    _raise("TYPE", ko.decode_field, 1, np.float32(1), ())
+    _raise("TYPE", ko.decode_field, 8, ["not bytes"], (1,))
+    error = _raise("TYPE", ko.decode_field, 8, [b"ok", b"\xff"], (2,))
+    assert error.index == 1
+    # float_data given as doubles: exact float32 values pass, others are TYPE.
+    assert ko.decode_field(1, np.array([0.5, np.nan, -np.inf]), (3,)).dtype == np.float32
+    error = _raise("TYPE", ko.decode_field, 1, [0.1], (1,))
+    assert error.index == 0
+    _raise("TYPE", ko.decode_field, 1, [1e300], (1,))
+
+
+def test_strings_keep_bom_and_nul() -> None:
+    # "UTF-8, no terminator, no byte-order mark": so a leading EF BB BF is the
+    # character U+FEFF (not a BOM to strip) and a trailing NUL is content.
+    out = ko.decode_field(8, [b"\xef\xbb\xbfa", b"b\x00"], (2,))
+    assert out.tolist() == ["\ufeffa", "b\x00"]
+    tensor = ko.numpy_to_tensor(out)
+    assert list(tensor.string_data) == [b"\xef\xbb\xbfa", b"b\x00"]
+    _raise("TYPE", ko.numpy_to_tensor, np.array(["a", 3], dtype=object))
+
+
+def test_encode_never_casts() -> None:
+    error = _raise("TYPE", ko.encode_raw, np.zeros(2, np.float64), 1)
+    assert "never casts" in str(error)
+    _raise("TYPE", ko.encode_raw, np.zeros(2, ml_dtypes.float8_e3m4))
+    _raise("TYPE", ko.encode_raw, np.ma.masked_array([1.0], mask=[True]))
+    _raise("TYPE", ko.encode_raw, np.array([2], np.uint8).view(np.bool_))
+    for dtype, bad in (
+        (ml_dtypes.uint2, 4),
+        (ml_dtypes.float6_e2m3fn, 0x40),
+        (ml_dtypes.int4, 0x10),
+    ):
+        storage = np.array([0, bad], np.uint8).view(dtype)
+        error = _raise("TYPE", ko.encode_raw, storage)
+        assert error.index == 1
+        assert error.found == bad
+
+
+# ---------------------------------------------------- where the seed wins
+
+
+def test_seed_wins_bool_bytes() -> None:
+    # Seed: BOOL is "one byte in raw_data, 0 or 1". onnx returns a bool array
+    # whose byte is 2; kiln_np refuses it.
+    tensor = onnx.helper.make_tensor("b", onnx.TensorProto.BOOL, [2], b"\x01\x02", raw=True)
+    assert _bits(numpy_helper.to_array(tensor)) == b"\x01\x02"
+    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    assert error.index == 1
+    assert "0x02" in str(error)
+    _raise("TYPE", ko.decode_field, 9, [0, 2], (2,))
+
+
+@pytest.mark.parametrize(
+    ("data_type", "value", "truncated"),
+    [
+        (2, 256, 0),  # UINT8
+        (3, 128, -128),  # INT8
+        (5, 40000, -25536),  # INT16
+        (4, -1, 0xFFFF),  # UINT16
+        (10, 0x1_0000, 0),  # FLOAT16 bits
+        (17, 0x100, 0),  # FLOAT8E4M3FN bits
+        (22, 0x100, 0),  # INT4: one packed byte per integer
+        (27, 0x40, 0),  # FLOAT6E2M3: bits 0-5 only
+        (12, 2**32, 0),  # UINT32 in uint64_data
+    ],
+)
+def test_seed_wins_typed_values_that_do_not_fit(data_type: int, value: int, truncated: int) -> None:
+    # onnx truncates a value that does not fit the declared type; the seed's
+    # field rules give each type a range, and kiln_np refuses what is outside.
+    row = ko.data_type_info(data_type)
+    count = 2 if row.bits == 4 else 1
+    tensor = onnx.TensorProto()
+    tensor.data_type = data_type
+    tensor.dims.append(count)
+    getattr(tensor, row.field).append(value)
+    theirs = numpy_helper.to_array(tensor).reshape(-1)
+    assert int(theirs.view(np.uint8 if theirs.itemsize == 1 else f"<i{theirs.itemsize}")[0]) & (
+        (1 << (8 * theirs.itemsize)) - 1
+    ) == truncated & ((1 << (8 * theirs.itemsize)) - 1)
+    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    assert error.found == value
+    assert error.index == 0
+    assert "truncate" in str(error)
+
+
+def test_seed_wins_exact_raw_length() -> None:
+    # Seed: n values take ceil(bits * n / 8) bytes. onnx quietly ignores extra
+    # bytes for the packed types; kiln_np says LENGTH.
+    for data_type, raw, count in (
+        (22, b"\x21\x03\x00", 3),
+        (25, b"\xe4\x00", 4),
+        (27, bytes(4), 4),
+    ):
+        tensor = onnx.TensorProto()
+        tensor.data_type = data_type
+        tensor.dims.append(count)
+        tensor.raw_data = raw
+        assert numpy_helper.to_array(tensor).shape == (count,)
+        _raise("LENGTH", ko.tensor_to_numpy, tensor)
+
+
+def test_seed_wins_padding() -> None:
+    # The seed leaves the padding "unused"; Kiln requires it 0 (case
+    # kiln-v2-high-nibble), and nonzero padding could not survive the Kiln
+    # round trip, so kiln_np refuses it where onnx drops it silently.
+    for data_type, raw, count in ((21, b"\xf1", 1), (25, b"\xc1", 3), (28, b"\xc1", 1)):
+        tensor = onnx.helper.make_tensor("t", data_type, [count], raw, raw=True)
+        assert numpy_helper.to_array(tensor).shape == (count,)
+        _raise("TYPE", ko.tensor_to_numpy, tensor)
+
+
+def test_seed_wins_string_raw_data() -> None:
+    # "STRING cannot use raw_data, and the explorer turns down a tensor that
+    # tries." onnx reads string_data and ignores raw_data.
+    tensor = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])
+    tensor.raw_data = b"junk"
+    assert numpy_helper.to_array(tensor).tolist() == ["x"]
+    _raise("TYPE", ko.tensor_to_numpy, tensor)
+
+
+def test_values_in_one_place() -> None:
+    tensor = onnx.helper.make_tensor("f", onnx.TensorProto.FLOAT, [1], [1.0])
+    tensor.int32_data.append(7)
+    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    assert "int32_data" in str(error)
+    assert "float_data" in str(error)
+    tensor = onnx.helper.make_tensor("f", onnx.TensorProto.FLOAT, [1], b"\0\0\0\0", raw=True)
+    tensor.float_data.append(1.0)
+    _raise("TYPE", ko.tensor_to_numpy, tensor)
+    _raise("TYPE", ko.tensor_to_numpy, b"not a tensor")
+    tensor = onnx.TensorProto()
+    tensor.data_type = 0
+    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    assert "UNDEFINED" in str(error)
+
+
+# ------------------------------------------------------------ the Kiln bridge
+
+
+def test_to_kiln_is_zero_copy_for_whole_blocks() -> None:
+    raw = bytearray(np.arange(4, dtype="<f4").tobytes())
+    payload = ko.to_kiln(1, raw, (4,))
+    assert payload.data.readonly
+    raw[0:4] = np.float32(9).tobytes()
+    assert kiln_np.to_numpy(*payload)[0] == 9
+
+
+def test_from_kiln_refuses_foreign_payloads() -> None:
+    _raise("TYPE", ko.from_kiln, 4096, b"\0", (1,), Layout("q4", 1))
+    uint2 = ko.data_type_info(25)
+    assert uint2.kiln_code is not None
+    _raise("TYPE", ko.from_kiln, uint2.kiln_code, b"\0", (1,), Layout("onnx.uint2", 2))
+    _raise("TYPE", ko.from_kiln, uint2.kiln_code, b"\0", (1,), Layout("onnx.int2", 1))
+    error = _raise("TYPE", ko.from_kiln, uint2.kiln_code, b"\x00\x04", (2,), uint2.layout)
+    assert error.index == 1
+    assert error.found == 4
+    _raise("TYPE", ko.from_kiln, 7, b"\x02", (1,))  # a Kiln bool byte of 2
+    _raise("LENGTH", ko.from_kiln, 2, b"\0" * 3, (1,))
+    _raise("TYPE", ko.from_kiln, 20, b"", (0,))  # reserved Kiln code
+
+
+@given(
+    data_type=st.sampled_from([int(r.data_type) for r in RAW_ROWS]),
+    raw=st.binary(max_size=40),
+    dims=st.lists(st.integers(0, 6), max_size=3),
+)
+def test_random_raw_decodes_or_raises(data_type: int, raw: bytes, dims: list[int]) -> None:
+    try:
+        array = ko.decode_raw(data_type, raw, dims)
+    except KilnError:
+        with pytest.raises(KilnError):
+            ko.to_kiln(data_type, raw, dims)
+        return
+    assert bytes(ko.encode_raw(array, data_type)) == raw
+    assert bytes(ko.from_kiln(*ko.to_kiln(data_type, raw, dims))[1]) == raw
+
+
+@given(
+    data_type=st.sampled_from([int(r.data_type) for r in RAW_ROWS]),
+    values=st.lists(st.integers(-(2**64), 2**64), max_size=8),
+    dims=st.lists(st.integers(0, 4), max_size=2),
+)
+def test_random_integer_fields_decode_or_raise(
+    data_type: int, values: list[int], dims: list[int]
+) -> None:
+    row = ko.data_type_info(data_type)
+    try:
+        array = ko.decode_field(data_type, values, dims)
+    except KilnError as error:
+        kind = error.kind
+        assert kind in ("TYPE", "LENGTH")
+        return
+    assert row.field not in ("float_data", "double_data") or not values
+    assert array.dtype == row.dtype
+    assert array.shape == tuple(dims)
+
+
+@given(raw=st.binary(min_size=0, max_size=64))
+def test_random_sub_byte_round_trips(raw: bytes) -> None:
+    for data_type, bits in ((25, 2), (26, 2), (27, 6), (28, 6)):
+        count = len(raw) * 8 // bits
+        if -(-count * bits // 8) != len(raw):
+            continue
+        used = count * bits % 8
+        if used and raw[-1] >> used:  # nonzero padding bits
+            _raise("TYPE", ko.decode_raw, data_type, raw, (count,))
+            continue
+        array = ko.decode_raw(data_type, raw, (count,))
+        assert bytes(ko.encode_raw(array)) == raw
+
+
+def test_large_sub_byte_round_trips() -> None:
+    # Past the thread-pool threshold, with ragged tails.
+    rng = np.random.default_rng(5)
+    for data_type, count in ((25, (1 << 22) + 3), (27, (1 << 21) + 2), (28, (1 << 21) + 1)):
+        row = ko.data_type_info(data_type)
+        values = rng.integers(0, 1 << (row.bits or 0), count, dtype=np.uint8)
+        raw = bytes(ko.encode_raw(values.view(row.dtype)))
+        assert len(raw) == row.byte_length(count)
+        assert _bits(ko.decode_raw(data_type, raw, (count,))) == values.tobytes()
+        head = numpy_helper.to_array(
+            onnx.helper.make_tensor("t", data_type, [count], raw, raw=True)
+        )
+        assert _bits(head) == values.tobytes()
+
+
+# ------------------------------------------------------------ protos and models
+
+
+def _external(location: str, **entries: str) -> Any:
+    """A FLOAT [2] tensor whose values are external data at ``location``."""
+    tensor = onnx.TensorProto()
+    tensor.name = "w"
+    tensor.data_type = onnx.TensorProto.FLOAT
+    tensor.dims.append(2)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in {"location": location, **entries}.items():
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def test_external_data_is_confined(tmp_path: Path) -> None:
+    base = tmp_path / "model"
+    base.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"\x00" * 8)
+    (base / "w.bin").write_bytes(np.array([1, 2], "<f4").tobytes())
+    (base / "sub").mkdir()
+    os.symlink(base / "w.bin", base / "sub" / "inside.bin")
+    os.symlink(tmp_path / "secret.bin", base / "out.bin")
+    assert ko.tensor_to_numpy(_external("w.bin"), base).tolist() == [1, 2]
+    assert ko.tensor_to_numpy(_external("sub/inside.bin"), base).tolist() == [1, 2]
+    for location in (
+        "../secret.bin",
+        "sub/../../secret.bin",
+        str(tmp_path / "secret.bin"),
+        "out.bin",
+        "C:\\secret.bin",
+    ):
+        error = _raise("TYPE", ko.tensor_to_numpy, _external(location), base)
+        assert repr(location) in str(error)
+    error = _raise("TYPE", ko.tensor_to_numpy, _external("w.bin"))
+    assert "base_dir" in str(error)
+    _raise("TYPE", ko.tensor_to_numpy, _external("sub"), base)
+    with pytest.raises(FileNotFoundError):
+        ko.tensor_to_numpy(_external("missing.bin"), base)
+
+
+def test_external_data_ranges(tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(bytes(range(12)))
+    tensor = _external("w.bin", offset="4", length="8")
+    assert _bits(ko.tensor_to_numpy(tensor, tmp_path)) == bytes(range(4, 12))
+    error = _raise(
+        "LENGTH", ko.tensor_to_numpy, _external("w.bin", offset="8", length="8"), tmp_path
+    )
+    assert (error.expected, error.found) == (16, 12)
+    # Without a length the data runs to the end of the file: 4 bytes, not 8.
+    _raise("LENGTH", ko.tensor_to_numpy, _external("w.bin", offset="8"), tmp_path)
+    _raise("LENGTH", ko.tensor_to_numpy, _external("w.bin", offset="13"), tmp_path)
+    _raise("TYPE", ko.tensor_to_numpy, _external("w.bin", offset="-4"), tmp_path)
+    _raise("TYPE", ko.tensor_to_numpy, _external("w.bin", length="0x8"), tmp_path)
+    _raise("TYPE", ko.tensor_to_numpy, _external(""), tmp_path)
+
+
+def test_model_to_kiln(tmp_path: Path) -> None:
+    weights = {
+        "f": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "i2": np.array([-2, -1, 0, 1, 1], ml_dtypes.int2),
+        "c": np.array([1 + 2j], np.complex64),
+    }
+    inits = [ko.numpy_to_tensor(v, name=k) for k, v in weights.items()]
+    inits.append(onnx.helper.make_tensor("typed", onnx.TensorProto.INT4, [3], [1, 2, 3]))
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], initializer=inits))
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    assert (tmp_path / "w.bin").exists()
+    out = dict(ko.model_to_kiln(path))
+    assert list(out) == ["f", "i2", "c", "typed"]
+    for name, array in weights.items():
+        data_type, raw, dims = ko.from_kiln(*out[name])
+        assert _bits(ko.decode_raw(data_type, raw, dims)) == _bits(array)
+    assert out["typed"].code == kiln_np.Code.I4
+    assert bytes(out["typed"].data) == b"\x21\x03"
+    in_memory = dict(ko.model_to_kiln(onnx.load(path, load_external_data=False), tmp_path))
+    assert {k: bytes(p.data) for k, p in in_memory.items()} == {
+        k: bytes(p.data) for k, p in out.items()
+    }
+    _raise("TYPE", ko.model_to_kiln, 42)
+    strings = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], initializer=[strings]))
+    error = _raise("TYPE", list, ko.model_to_kiln(model))
+    assert "'s'" in str(error)
+    assert "STRING" in str(error)
+
+
+# ------------------------------------------------------------ without onnx
+
+
+def test_works_without_onnx() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["onnx"] = None  # any `import onnx` now raises ImportError
+        import kiln_np
+        import kiln_np.onnx as ko
+        assert bytes(ko.encode_raw(ko.decode_raw(26, b"\\x1b", (3,)))) == b"\\x1b"
+        assert ko.decode_field(22, [0x88], (2,)).astype(int).tolist() == [-8, -8]
+        assert bytes(ko.from_kiln(*ko.to_kiln(27, b"\\x08\\x02", (2,)))[1]) == b"\\x08\\x02"
+        try:
+            ko.numpy_to_tensor([1.0])
+        except ImportError as exc:
+            assert "kiln-np[onnx]" in str(exc)
+        else:
+            raise AssertionError("numpy_to_tensor worked without onnx")
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_import_kiln_np_does_not_import_onnx() -> None:
+    script = "import sys, kiln_np, kiln_np.onnx; print('onnx' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False"
