@@ -235,19 +235,21 @@ def to_numpy(
     """
     kind = _resolve(code, layout)
     c = int(code)
-    dims = _check_shape(shape, f"{code_label(c)}: ")
+    prefix = code_label(c) + ": "
+    dims = _check_shape(shape, prefix)
     src = _nibbles._byte_view(buf, "buf")
     count = _count(dims)
     expected = _payload_bytes(kind, count)
     if src.size != expected:
         raise _length_error(kind, c, dims, expected, src.size)
     itemsize = kind.block_size if isinstance(kind, Layout) else kind.dtype.itemsize
-    _check_representable(dims, itemsize, f"{code_label(c)}: ")
+    _check_representable(dims, itemsize, prefix)
     if isinstance(kind, Layout):
         blocks = src.reshape((*dims, kind.block_size))
         return blocks.copy() if copy else blocks
     if kind.packed:
-        _nibbles.check_padding(src, count, f"{code_label(c)} shape {dims}: ")
+        if count % 2:  # only an odd count has a padding nibble to check
+            _nibbles.check_padding(src, count, f"{code_label(c)} shape {dims}: ")
         out = np.empty(count, _U8)
         _nibbles.unpack_into(src, out, count)
         return out.view(kind.dtype).reshape(dims)

@@ -175,6 +175,8 @@ def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bo
 
 def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
     """A flat uint8 view of a C-contiguous buffer; KilnError for anything else."""
+    if type(buf) is bytes and not writable:
+        return np.frombuffer(buf, U8)
     if isinstance(buf, np.ndarray):
         arr = buf
         if arr.dtype.hasobject:

@@ -257,6 +257,8 @@ _REJECTED_WHY: Mapping[str, str] = MappingProxyType(
 
 def _resolve(code: object, layout: object) -> DType | Layout:
     """Check ``code`` then ``layout``; return the table row or the opaque layout."""
+    if type(code) is int and layout is None and code in _BY_CODE:
+        return _BY_CODE[code]  # the common case, without the general checks
     c = _as_code(code)
     kind = code_kind(c)
     if kind == "closed":
@@ -298,6 +300,12 @@ def _check_shape(shape: object, context: str = "") -> tuple[int, ...]:
 
     ``context`` (the code being decoded) prefixes every message.
     """
+    if type(shape) is tuple and len(shape) <= MAX_RANK:
+        for d in shape:
+            if type(d) is not int or d < 0 or d > _MAX_DIM:
+                break
+        else:
+            return shape  # already a tuple of in-range Python ints
     if isinstance(shape, np.ndarray):
         if shape.ndim != 1 or shape.dtype.kind not in "iu":
             raise KilnError(
