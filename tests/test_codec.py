@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import mmap
+import pickle
 from collections.abc import Iterator
 
 import ml_dtypes
@@ -377,6 +378,25 @@ def test_payload_is_read_only_and_aliases_c_input() -> None:
     assert np.shares_memory(np.frombuffer(p.data, np.uint8), arr)
     assert "code 12 (i32)" in repr(p)
     assert p.nbytes == 16
+
+
+def test_payload_and_errors_pickle() -> None:
+    p = from_numpy(np.array([1, 2, 3], ml_dtypes.uint4))
+    q = pickle.loads(pickle.dumps(p))
+    assert (q.code, bytes(q.data), q.shape, q.layout) == (Code.U4, b"\x21\x03", (3,), None)
+    assert q.data.readonly
+    opaque = from_numpy(np.zeros((2, 3), np.uint8), code=5000, layout=Layout("v", 3))
+    assert pickle.loads(pickle.dumps(opaque)).layout == Layout("v", 3)
+    with pytest.raises(KilnError) as info:
+        to_numpy(Code.BOOL, b"\x05", (1,))
+    err = pickle.loads(pickle.dumps(info.value))
+    assert (err.kind, err.code, err.index, err.found, str(err)) == (
+        "TYPE",
+        7,
+        0,
+        5,
+        str(info.value),
+    )
 
 
 def test_big_endian_host_path_swaps_two_byte_ml_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -125,6 +125,10 @@ class Payload(NamedTuple):
     shape: tuple[int, ...]
     layout: Layout | None = None
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # memoryview does not pickle: send the bytes, rebuild a read-only view.
+        return (_payload_from_bytes, (self.code, bytes(self.data), self.shape, self.layout))
+
     @property
     def nbytes(self) -> int:
         """Payload size in bytes."""
@@ -292,6 +296,12 @@ def _wire_bytes(arr: np.ndarray, wire: np.dtype[Any]) -> np.ndarray:
     elif arr.dtype != wire:
         arr = arr.astype(wire)  # byte order only: the same type, swapped, bit for bit
     return np.ascontiguousarray(arr).reshape(-1).view(_U8)
+
+
+def _payload_from_bytes(
+    code: int, data: bytes, shape: tuple[int, ...], layout: Layout | None
+) -> Payload:
+    return Payload(code, memoryview(data), shape, layout)
 
 
 def _readonly(arr: np.ndarray) -> memoryview:
