@@ -1,14 +1,20 @@
 """Long fuzz runs of kiln_np's public entry points.
 
     python fuzz/run.py hypothesis --examples 20000
+    python fuzz/run.py hypothesis --examples 2000 --match onnx
     python fuzz/run.py atheris --seconds 300        # needs: pip install atheris
 
-``hypothesis`` runs the properties of tests/test_fuzz.py (the allow-list oracle: a
-result consistent with ``byte_length``, or ``KilnError``, or ``TypeError`` for a
-non-bytes-like buffer) with many more, non-derandomized examples, and counts the
-calls each entry point received.  ``atheris`` drives the same entry points from
-coverage-guided bytes.  Either exits nonzero on the first input that breaks the
-oracle and prints it.
+``hypothesis`` runs the ``test_*_oracle`` properties of tests/test_fuzz.py (the
+core) and tests/test_fuzz_adapters.py (``kiln_np.onnx``, the file functions and
+the explore functions) with many more, non-derandomized examples: the allow-list
+oracle, a result consistent with ``byte_length`` or ``KilnError`` (plus the few
+documented exceptions listed in each file's docstring).  It counts the calls each
+entry point received from the properties, and how each call ended.  The file
+properties run half as many examples (each creates a file).
+
+``atheris`` drives the core entry points and ``kiln_np.onnx.decode_raw``/
+``decode_field`` from coverage-guided bytes.  Either exits nonzero on the first
+input that breaks the oracle and prints it.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import argparse
 import contextlib
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,58 +32,117 @@ import numpy as np
 
 import kiln_np
 from kiln_np import KilnError, Layout
+from kiln_np import onnx as ko
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
+PROPERTY_MODULES = ["test_fuzz", "test_fuzz_adapters"]
 
-ENTRY_POINTS = [
-    "to_numpy",
-    "from_numpy",
-    "byte_length",
-    "pack_nibbles",
-    "unpack_nibbles",
-    "code_kind",
-    "dtype_for_code",
-    "code_for_dtype",
+ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
+    (
+        kiln_np,
+        "kiln_np",
+        [
+            "to_numpy",
+            "from_numpy",
+            "byte_length",
+            "pack_nibbles",
+            "unpack_nibbles",
+            "code_kind",
+            "dtype_for_code",
+            "code_for_dtype",
+            "open_payload",
+            "write_payload",
+            "describe",
+            "bit_histogram",
+            "bit_values",
+        ],
+    ),
+    (kiln_np.Layout, "Layout", ["__init__"]),
+    (kiln_np.LazyPayload, "LazyPayload", ["__init__", "__getitem__", "iter_chunks"]),
+    (
+        ko,
+        "kiln_np.onnx",
+        [
+            "decode_raw",
+            "decode_field",
+            "encode_raw",
+            "to_kiln",
+            "from_kiln",
+            "data_type_info",
+            "data_type_for_dtype",
+            "tensor_to_numpy",
+            "numpy_to_tensor",
+            "model_to_kiln",
+        ],
+    ),
 ]
 
 
-def _count_calls(calls: Counter[str]) -> None:
-    """Wrap kiln_np's entry points so every call is counted."""
-    for name in ENTRY_POINTS:
-        original = getattr(kiln_np, name)
+def _count_calls(calls: defaultdict[str, Counter[str]]) -> None:
+    """Wrap the entry points so that every call from outside kiln_np is counted
+    with how it ended: ``returned``, ``KilnError``, or the exception's type."""
+    for owner, prefix, names in ENTRY_POINTS:
+        for name in names:
+            original = getattr(owner, name)
 
-        def counted(
-            *args: Any, _f: Callable[..., Any] = original, _n: str = name, **kw: Any
-        ) -> Any:
-            calls[_n] += 1
-            return _f(*args, **kw)
+            def counted(
+                *args: Any,
+                _f: Callable[..., Any] = original,
+                _n: str = f"{prefix}.{name}",
+                **kw: Any,
+            ) -> Any:
+                if sys._getframe(1).f_globals.get("__name__", "").startswith("kiln_np"):
+                    return _f(*args, **kw)  # an internal call: counted at the entry point
+                try:
+                    result = _f(*args, **kw)
+                except KilnError:
+                    calls[_n]["KilnError"] += 1
+                    raise
+                except Exception as exc:
+                    calls[_n][type(exc).__name__] += 1
+                    raise
+                calls[_n]["returned"] += 1
+                return result
 
-        setattr(kiln_np, name, counted)
+            setattr(owner, name, counted)
 
 
-def run_hypothesis(examples: int) -> int:
-    sys.path.insert(0, str(TESTS))
-    import test_fuzz  # type: ignore[import-not-found,unused-ignore]
+def run_hypothesis(examples: int, match: str) -> int:
     from hypothesis import HealthCheck, settings
 
-    calls: Counter[str] = Counter()
-    _count_calls(calls)
-    properties = [getattr(test_fuzz, n) for n in dir(test_fuzz) if n.endswith("_oracle")]
-    profile = settings(
+    # Loaded before the properties are imported, so that the ones with their
+    # own @settings (the file properties) derive their examples from it.
+    settings.register_profile(
+        "fuzz",
         max_examples=examples,
         derandomize=False,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
     )
+    settings.load_profile("fuzz")
+    sys.path.insert(0, str(TESTS))
+    calls: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    _count_calls(calls)
+    properties = []
+    for module_name in PROPERTY_MODULES:
+        module = __import__(module_name)
+        properties += [
+            getattr(module, n)
+            for n in sorted(dir(module))
+            if n.startswith("test_") and n.endswith("_oracle") and match in n
+        ]
     start = time.perf_counter()
     for prop in properties:
-        settings(profile)(prop)()
-        print(f"{prop.__name__}: ok", flush=True)
+        began = time.perf_counter()
+        prop()
+        print(f"{prop.__name__}: ok ({time.perf_counter() - began:.0f} s)", flush=True)
     took = time.perf_counter() - start
-    print(f"\n{sum(calls.values())} calls in {took:.0f} s, no oracle violation")
-    for name, n in calls.most_common():
-        print(f"  {name}: {n}")
+    total = sum(sum(c.values()) for c in calls.values())
+    print(f"\n{len(properties)} properties, {total} calls in {took:.0f} s, no oracle violation")
+    for name, outcomes in sorted(calls.items(), key=lambda kv: -sum(kv[1].values())):
+        ends = ", ".join(f"{k} {v}" for k, v in outcomes.most_common())
+        print(f"  {name}: {sum(outcomes.values())} ({ends})")
     return 0
 
 
@@ -109,6 +174,40 @@ def _one_input(data: bytes) -> None:
     usable = len(payload) // dtype.itemsize * dtype.itemsize
     with contextlib.suppress(KilnError):
         kiln_np.from_numpy(np.frombuffer(payload[:usable], np.uint8).view(dtype))
+    _one_onnx_input(fdp)
+
+
+def _one_onnx_input(fdp: Any) -> None:
+    """``decode_raw`` and ``decode_field``: a result that round-trips through
+    ``encode_raw``, or KilnError."""
+    data_type = fdp.ConsumeIntInRange(-1, 30)
+    dims = [fdp.ConsumeIntInRange(0, 6) if fdp.ConsumeBool() else fdp.ConsumeIntInRange(-2, 2**64)
+            for _ in range(fdp.ConsumeIntInRange(0, 4))]  # fmt: skip
+    raw = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 64))
+    try:
+        arr = ko.decode_raw(data_type, raw, dims)
+    except KilnError:
+        pass
+    else:
+        assert arr.shape == tuple(dims)
+        assert bytes(ko.encode_raw(arr, data_type)) == raw
+    n = fdp.ConsumeIntInRange(0, 48)
+    values: Any = fdp.PickValueInList(
+        [
+            fdp.ConsumeIntListInRange(n, -(2**64), 2**64),
+            fdp.ConsumeIntListInRange(n, 0, 0xFF),
+            fdp.ConsumeFloatList(n),
+            [fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4)) for _ in range(n)],
+        ]
+    )
+    try:
+        arr = ko.decode_field(data_type, values, dims)
+    except KilnError:
+        return
+    assert arr.shape == tuple(dims)
+    if ko.data_type_info(data_type).bits is not None:
+        again = ko.decode_raw(data_type, ko.encode_raw(arr, data_type), dims)
+        assert again.tobytes() == arr.tobytes()  # both native, C order: compares bits
 
 
 def run_atheris(seconds: int) -> int:
@@ -127,11 +226,12 @@ def main() -> int:
     sub = parser.add_subparsers(dest="engine", required=True)
     hyp = sub.add_parser("hypothesis", help="hypothesis properties, many examples")
     hyp.add_argument("--examples", type=int, default=20000, help="examples per property")
+    hyp.add_argument("--match", default="", help="run only properties whose name contains this")
     ath = sub.add_parser("atheris", help="coverage-guided (pip install atheris)")
     ath.add_argument("--seconds", type=int, default=300)
     args = parser.parse_args()
     if args.engine == "hypothesis":
-        return run_hypothesis(args.examples)
+        return run_hypothesis(args.examples, args.match)
     return run_atheris(args.seconds)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import mmap
+import operator
 from typing import Any
 
 import ml_dtypes
@@ -130,10 +131,17 @@ ENCODE_DTYPES = [
 ]  # fmt: skip
 
 
+ONNX_ONLY_DTYPES = [
+    "<c16", ">c8", ml_dtypes.float8_e5m2fnuz, ml_dtypes.uint2, ml_dtypes.float6_e2m3fn,
+    ml_dtypes.float6_e3m2fn, ml_dtypes.float8_e3m4, ml_dtypes.int1, ">u2", "<i2", ">i8", "<u8",
+]  # fmt: skip
+"""With ENCODE_DTYPES: every dtype of the ONNX table, and some near misses."""
+
+
 @st.composite
-def arrays(draw: st.DrawFn) -> Any:
+def arrays(draw: st.DrawFn, dtypes: list[Any] = ENCODE_DTYPES) -> Any:
     """Arrays of every dtype in any memory layout: strided, transposed, broadcast, 0-d."""
-    dtype = draw(st.sampled_from(ENCODE_DTYPES))
+    dtype = draw(st.sampled_from(dtypes))
     shape = draw(st.lists(st.integers(0, 4), max_size=3).map(tuple))
     raw = draw(st.binary(max_size=64))
     d = np.dtype(dtype)
@@ -156,3 +164,162 @@ def arrays(draw: st.DrawFn) -> Any:
     if view == "list" and d.kind in "iuf" and d.isbuiltin == 1:
         return arr.tolist()
     return arr
+
+
+# ---------------------------------------------------------------- kiln_np.onnx
+
+
+def mostly(
+    valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]
+) -> st.SearchStrategy[Any]:
+    """``valid`` three times in four: with several arguments each hostile at once,
+    a call would rarely get past its first check.  (``one_of(v, v, v, h)`` would
+    not do: hypothesis drops the repeated branches.)"""
+    return st.sampled_from([True, True, True, False]).flatmap(lambda ok: valid if ok else hostile)
+
+
+small_dims: st.SearchStrategy[Any] = st.lists(st.integers(0, 4), max_size=3).map(tuple)
+
+data_types: st.SearchStrategy[Any] = st.one_of(
+    st.integers(0, 30),
+    st.integers(1, 28),
+    st.sampled_from([-1, 2**31 - 1, -(2**31), 2**70, 255]),
+    numpy_int((-(2**63), 2**64 - 1)),
+    st.sampled_from([True, np.True_, 1.0, "1", None, np.float32(2.0)]),
+)
+"""``TensorProto.DataType`` values: the table, its edges and non-integers."""
+
+
+ONNX_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: None, 9: 8, 10: 16, 11: 64,
+             12: 32, 13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4,
+             23: 4, 24: 8, 25: 2, 26: 2, 27: 6, 28: 6}  # fmt: skip
+"""Bits per element of each ONNX data type (the seed's table), None for STRING."""
+
+
+def _count_of(dims: Any) -> int | None:
+    """The element count of a well-formed small ``dims``, else None."""
+    try:
+        count = 1
+        for d in dims:
+            count *= operator.index(d)
+    except TypeError:
+        return None
+    return count if 0 <= count <= 256 else None
+
+
+def onnx_field_count(data_type: int, count: int) -> int:
+    """Values a typed field holds for ``count`` elements (for the table's rows)."""
+    bits = ONNX_BITS.get(data_type)
+    if bits in (2, 4):
+        return -(-count * bits // 8)
+    if data_type in (14, 15):
+        return 2 * count
+    return count
+
+
+_FIELD_INTS = [0, 1, 2, 3, 15, 16, 63, 64, 127, 128, 255, 256, 32767, 32768, 65535, 65536,
+               2**31 - 1, 2**31, 2**32 - 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64]  # fmt: skip
+_FIELD_DTYPES = ["i1", "u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "?", "<f2", "<f4", "<f8",
+                 "<c8", "g", "U1", "S1"]  # fmt: skip
+_HOSTILE_FIELDS = [5, None, "ab", b"ab", [[1, 2]], {1: 2}, [b"\xff\xfe"], [memoryview(b"a")],
+                   ["\ud800"], [1, "a"], [object()]]  # fmt: skip
+
+
+def _field_values(draw: st.DrawFn, n: int, data_type: Any) -> Any:
+    edge = st.sampled_from(_FIELD_INTS).flatmap(lambda v: st.sampled_from([v, -v, v - 1]))
+    ints = st.one_of(st.integers(0, 3), st.integers(0, 255), edge, st.integers(-(2**70), 2**70))
+    floats = st.one_of(st.floats(), st.floats(width=32), st.sampled_from([1e300, -0.0, 2**-149]))
+    kinds = ["ints", "floats", "bytes", "str", "array", "iter", "hostile"]
+    fitting = "floats" if data_type in (1, 11, 14, 15) else "bytes" if data_type == 8 else "ints"
+    kind = draw(mostly(st.just(fitting), st.sampled_from(kinds)))
+    if kind == "ints":
+        return draw(st.lists(ints, min_size=n, max_size=n))
+    if kind == "floats":
+        return draw(st.lists(floats, min_size=n, max_size=n))
+    if kind == "bytes":
+        return draw(st.lists(st.binary(max_size=4), min_size=n, max_size=n))
+    if kind == "str":
+        return draw(st.lists(st.text(max_size=3), min_size=n, max_size=n))
+    if kind == "array":
+        dtype = np.dtype(draw(st.sampled_from(_FIELD_DTYPES)))
+        if dtype.kind in "US":
+            return np.array(["a"] * n, dtype)
+        raw = draw(st.binary(min_size=n * dtype.itemsize, max_size=n * dtype.itemsize))
+        return np.frombuffer(raw, dtype)
+    if kind == "iter":
+        return iter(draw(st.lists(st.one_of(st.binary(max_size=2), ints), min_size=n, max_size=n)))
+    return draw(st.sampled_from(_HOSTILE_FIELDS))
+
+
+@st.composite
+def onnx_fields(draw: st.DrawFn) -> tuple[Any, Any, Any]:
+    """``(data_type, values, dims)`` for ``decode_field``: mostly the right number
+    of values (so that the range and content checks are reached), sometimes one off."""
+    data_type = draw(mostly(st.integers(1, 28), data_types))
+    dims = draw(mostly(small_dims, shapes))
+    count = _count_of(dims)
+    if count is None or type(data_type) is not int:
+        n = draw(st.integers(0, 6))
+    else:
+        n = onnx_field_count(data_type, count) + draw(st.sampled_from([0, 0, 0, 0, 0, -1, 1]))
+    return data_type, _field_values(draw, max(n, 0), data_type), dims
+
+
+@st.composite
+def onnx_raw(draw: st.DrawFn) -> tuple[Any, Any, Any]:
+    """``(data_type, raw_data, dims)`` for ``decode_raw``/``to_kiln``: usually exactly
+    ``ceil(count * bits / 8)`` random bytes, sometimes one off, sometimes any of
+    ``buffers()``."""
+    data_type = draw(mostly(st.integers(1, 28), data_types))
+    dims = draw(mostly(small_dims, shapes))
+    count = _count_of(dims)
+    bits = ONNX_BITS.get(data_type) if type(data_type) is int else None
+    if count is None or bits is None:
+        n = draw(st.integers(0, 8))
+    else:
+        n = -(-count * bits // 8) + draw(st.sampled_from([0, 0, 0, 0, 0, -1, 1]))
+    raw = draw(mostly(st.binary(min_size=max(n, 0), max_size=max(n, 0)), buffers()))
+    return data_type, raw, dims
+
+
+ONNX_DTYPES = ENCODE_DTYPES + ONNX_ONLY_DTYPES
+
+dtype_likes: st.SearchStrategy[Any] = st.one_of(
+    st.sampled_from(ONNX_DTYPES),
+    st.sampled_from([None, "no-such-dtype", ("f4", -1), ("f4", 2**70), "S-1", "M8[zz]", 3.5,
+                     [("a", "f4"), ("a", "f4")], object, str, bytes, np.ndarray, "i4,i4", 0]),
+)  # fmt: skip
+"""Things passed where a dtype is expected: every ONNX dtype and many non-dtypes."""
+
+# ---------------------------------------------------------------- files
+
+offsets: st.SearchStrategy[Any] = mostly(
+    st.integers(0, 8),
+    st.one_of(
+        st.integers(0, 80),
+        st.sampled_from([-1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, 2**70, -(2**70)]),
+        numpy_int((0, 40)),
+        st.sampled_from([True, 1.0, None, "1", np.float64(1.0)]),
+    ),
+)
+
+small_codes: st.SearchStrategy[Any] = mostly(st.integers(1, 19), st.one_of(st.just(4096), codes))
+
+
+def _slice_part() -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), st.integers(-6, 6), numpy_int((-6, 6)), st.sampled_from([2**70]))
+
+
+leading_keys: st.SearchStrategy[Any] = st.one_of(
+    st.integers(-6, 6),
+    numpy_int((-6, 6)),
+    st.builds(slice, _slice_part(), _slice_part(), _slice_part()),
+    st.sampled_from([True, np.False_, None, Ellipsis, 1.0, "0", [0, 1], np.array([0]), 2**70]),
+    st.sampled_from([np.array(1), np.array([True, False]), slice("a"), slice(0, 1.5)]),
+)
+
+index_keys: st.SearchStrategy[Any] = st.one_of(
+    leading_keys,
+    st.lists(leading_keys, max_size=4).map(tuple),
+)
+"""``__getitem__`` keys: ints, slices of any step (zero too), fancy, None, Ellipsis."""

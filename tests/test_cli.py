@@ -300,7 +300,7 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
     (
         "offset-syntax",
         ["inspect", "f32x3.kiln", "--code", "u8", "--shape", "1", "--offset", "-3"],
-        "LENGTH",
+        "TYPE",
         "--offset expects a byte offset >= 0, got '-3'",
     ),
     (

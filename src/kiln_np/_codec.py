@@ -164,6 +164,17 @@ def _length_error(
     )
 
 
+def _context(code: int, shape: tuple[int, ...]) -> str:
+    """``'code 2 (f32) shape (2, 3): '``: how messages start once both are known."""
+    return f"{code_label(code)} shape {shape}: "
+
+
+def _in_context(err: KilnError, code: int, shape: tuple[int, ...]) -> KilnError:
+    """``err`` (about a buffer) again, its message naming ``code`` and ``shape``."""
+    message = str(err).split(": ", 1)[1]
+    return KilnError(err.kind, _context(code, shape) + message, code=code, shape=shape)
+
+
 def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> None:
     # One max reduction when clean (split across the kernel threads when
     # large); the index search only runs on failure.
@@ -241,7 +252,10 @@ def to_numpy(
     c = int(code)
     prefix = code_label(c) + ": "
     dims = _check_shape(shape, prefix)
-    src = _nibbles._byte_view(buf, "buf")
+    try:
+        src = _nibbles._byte_view(buf, "buf")
+    except KilnError as exc:
+        raise _in_context(exc, c, dims) from exc.__cause__
     count = _count(dims)
     expected = _payload_bytes(kind, count)
     if src.size != expected:
@@ -317,7 +331,8 @@ def _encode_into(
     dst = _nibbles.out_view(
         out,
         row.byte_length(arr.size),
-        f"byte_length({code_label(code)}, {dims}) = ",
+        f"{arr.size} x {row.dtype.itemsize} = ",
+        context=_context(code, dims),
         code=code,
         shape=dims,
     )
@@ -399,7 +414,12 @@ def from_numpy(
         if out is None:
             return Payload(c, _readonly(np.ascontiguousarray(arr).reshape(-1)), dims, kind)
         dst = _nibbles.out_view(
-            out, arr.size, f"{dims} blocks x {kind.block_size} = ", code=c, shape=dims
+            out,
+            arr.size,
+            f"{_count(dims)} blocks x {kind.block_size} bytes ({kind.name}) = ",
+            context=_context(c, dims),
+            code=c,
+            shape=dims,
         )
         np.copyto(dst.reshape(arr.shape), arr)
         return Payload(c, _readonly(dst), dims, kind)
@@ -422,7 +442,14 @@ def from_numpy(
             dst = np.empty(size, _U8)
             bad = _nibbles.pack_into(src, dst)  # checks each chunk as it packs it
         else:
-            dst = _nibbles.out_view(out, size, f"ceil({src.size} / 2) = ", code=c, shape=dims)
+            dst = _nibbles.out_view(
+                out,
+                size,
+                f"ceil({src.size} / 2) = ",
+                context=_context(c, dims),
+                code=c,
+                shape=dims,
+            )
             bad = _nibbles.first_above_15(src)  # all of it before the first write
             if bad < 0:
                 _nibbles.pack_into(_nibbles.detach(src, dst), dst, checked=True)

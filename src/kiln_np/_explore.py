@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from ._errors import KilnError
 from ._files import LazyPayload
-from ._table import Code, DType, _row_for_dtype, code_label
+from ._table import Code, DType, _describe, _row_for_dtype, code_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -47,8 +47,8 @@ def _pattern_count(row: DType) -> int:
     if row.bits > 8:
         raise KilnError(
             "TYPE",
-            f"bit patterns are counted for types of 8 bits or fewer, found {code_label(row.code)} "
-            f"({row.dtype}, {row.bits} bits)",
+            f"bit patterns are counted exactly: expected a type of 8 bits or fewer, found "
+            f"{code_label(row.code)} ({row.dtype}, {row.bits} bits)",
             code=int(row.code),
         )
     # Only the bytes 0x00 and 0x01 are bools (Kiln rejects any other byte).
@@ -103,6 +103,15 @@ def bit_values(dtype: npt.DTypeLike) -> np.ndarray:
     return np.arange(_pattern_count(row), dtype=_U8).view(row.dtype)
 
 
+def _array(array: object) -> np.ndarray:
+    try:
+        return np.asarray(array)
+    except (ValueError, TypeError) as exc:  # ragged nesting, a failing __array__
+        raise KilnError(
+            "TYPE", f"expected an array, cannot make one of {type(array).__name__}: {exc}"
+        ) from exc
+
+
 def _flat_chunks(arr: np.ndarray) -> Iterator[np.ndarray]:
     """C-order 1-D chunks of ``arr``: views when contiguous, small copies otherwise."""
     n = arr.size
@@ -115,8 +124,9 @@ def _flat_chunks(arr: np.ndarray) -> Iterator[np.ndarray]:
 class _Patterns:
     """Accumulates exact bit-pattern counts over chunks."""
 
-    def __init__(self, row: DType) -> None:
+    def __init__(self, row: DType, shape: tuple[int, ...]) -> None:
         self.row = row
+        self.shape = shape
         self.counts = np.zeros(_pattern_count(row), np.int64)
         self.seen = 0
 
@@ -128,10 +138,11 @@ class _Patterns:
             found = int(storage[index])
             raise KilnError(
                 "TYPE",
-                f"{code_label(self.row.code)} ({self.row.dtype}): expected storage bytes "
+                f"{code_label(self.row.code)} shape {self.shape}: expected storage bytes "
                 f"0x00-0x{self.counts.size - 1:02x}, found 0x{found:02x} at element "
                 f"{self.seen + index}; it is no bit pattern of the type",
                 code=int(self.row.code),
+                shape=self.shape,
                 expected=self.counts.size - 1,
                 found=found,
                 index=self.seen + index,
@@ -160,9 +171,9 @@ def bit_histogram(array: npt.ArrayLike) -> np.ndarray:
     Raises
     ------
     KilnError
-        TYPE for a dtype with no Kiln code, wider than 8 bits, or a storage
-        byte that is no pattern of the type (above 0x0f for 4-bit types,
-        above 0x01 for bool).
+        TYPE for something numpy cannot make an array of, a dtype with no
+        Kiln code, wider than 8 bits, or a storage byte that is no pattern of
+        the type (above 0x0f for 4-bit types, above 0x01 for bool).
 
     Examples
     --------
@@ -171,8 +182,8 @@ def bit_histogram(array: npt.ArrayLike) -> np.ndarray:
     >>> bit_histogram(x)
     array([0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])
     """
-    arr = np.asarray(array)
-    patterns = _Patterns(_row_for_dtype(arr.dtype))
+    arr = _array(array)
+    patterns = _Patterns(_row_for_dtype(arr.dtype), arr.shape)
     for chunk in _flat_chunks(arr):
         patterns.add(chunk)
     return patterns.counts
@@ -491,7 +502,7 @@ def _summarize(
     then come from the counts and the 256 (or 16) pattern values, exactly, with
     no per-element arithmetic.  Wider types are widened a chunk at a time."""
     stats = _Stats(row)
-    patterns = _Patterns(row) if row.bits <= 8 else None
+    patterns = _Patterns(row, shape) if row.bits <= 8 else None
     heads: list[np.ndarray] = []
     taken = 0
     # Callers' chunks may be large (a lazily decoded file): cut them to CHUNK.
@@ -550,8 +561,10 @@ def describe(array: npt.ArrayLike | LazyPayload, *, first: int = 8) -> Descripti
     Raises
     ------
     KilnError
-        TYPE for a dtype with no Kiln code, or a storage byte that is no bit
-        pattern of the type (4-bit above 0x0f, bool above 0x01).
+        TYPE for something numpy cannot make an array of, a dtype with no
+        Kiln code, or a storage byte that is no bit pattern of the type
+        (4-bit above 0x0f, bool above 0x01); SHAPE for ``first`` that is not
+        an integer >= 0.
 
     Examples
     --------
@@ -560,9 +573,11 @@ def describe(array: npt.ArrayLike | LazyPayload, *, first: int = 8) -> Descripti
     >>> d.nan, d.zero, d.min, d.max, d.mean
     (1, 1, -0.0, 448.0, 149.66666666666666)
     """
+    if isinstance(first, (bool, np.bool_)) or not isinstance(first, (int, np.integer)) or first < 0:
+        raise KilnError("SHAPE", f"first must be an integer >= 0, got {_describe(first)}")
     if isinstance(array, LazyPayload):
         chunks: Iterable[np.ndarray] = (c.reshape(-1) for c in array.iter_chunks())
-        return _summarize(_row_for_dtype(array.dtype), array.shape, chunks, first)
-    arr = np.asarray(array)
+        return _summarize(_row_for_dtype(array.dtype), array.shape, chunks, int(first))
+    arr = _array(array)
     row = _row_for_dtype(arr.dtype)
-    return _summarize(row, tuple(int(d) for d in arr.shape), _flat_chunks(arr), first)
+    return _summarize(row, tuple(int(d) for d in arr.shape), _flat_chunks(arr), int(first))

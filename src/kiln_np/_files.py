@@ -41,6 +41,7 @@ from ._table import (
     Code,
     DType,
     Layout,
+    _check_representable,
     _check_shape,
     _count,
     _describe,
@@ -59,6 +60,7 @@ CHUNK_BYTES = 16 << 20
 for splitting one large array in :func:`write_payload`."""
 
 _COPY_BLOCK = 1 << 20
+_MAX_OFFSET = 2**63 - 1  # off_t: the largest file offset
 
 PathLike = str | os.PathLike[str]
 
@@ -97,7 +99,7 @@ def _message(err: KilnError) -> str:
 def _check_path(path: object) -> str:
     if isinstance(path, (str, os.PathLike)):
         name = os.fspath(path)
-        if isinstance(name, str):
+        if isinstance(name, str) and "\x00" not in name:  # the OS would raise ValueError
             return name
     raise KilnError("TYPE", f"path must be a str or os.PathLike path, got {_describe(path)}")
 
@@ -106,8 +108,9 @@ def _check_offset(offset: object) -> int:
     if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, np.integer)):
         raise KilnError("TYPE", f"offset must be an integer >= 0, got {_describe(offset)}")
     off = int(offset)
-    if off < 0:
-        raise KilnError("TYPE", f"offset must be an integer >= 0, got {off}")
+    if off < 0 or off > _MAX_OFFSET:  # past it, seek() raises OverflowError or ValueError
+        bound = ">= 0" if off < 0 else "<= 2**63-1, the largest file offset"
+        raise KilnError("TYPE", f"offset must be an integer {bound}, got {off}")
     return off
 
 
@@ -162,6 +165,8 @@ def _resolve_all(
 ) -> tuple[str, int, DType | Layout, tuple[int, ...], int]:
     kind = _resolve(code, layout)
     dims = _check_shape(shape)
+    decoded = _decoded_dtype(kind)
+    _check_representable(_decoded_shape(kind, dims), decoded.itemsize, f"{code_label(int(code))}: ")
     return _check_path(path), int(code), kind, dims, _check_offset(offset)
 
 
@@ -237,7 +242,8 @@ class LazyPayload:
     Raises
     ------
     KilnError
-        TYPE (code, layout, path, offset), SHAPE, LENGTH (file too short).
+        TYPE (code, layout, path, offset), SHAPE (also for a shape numpy cannot
+        represent), LENGTH (file too short).
     OSError
         When the file cannot be opened.
 
@@ -477,9 +483,10 @@ def open_payload(
     Raises
     ------
     KilnError
-        TYPE for a bad code, layout, path or offset; SHAPE for a malformed
-        shape; LENGTH when the file holds fewer than ``byte_length`` bytes at
-        ``offset``.
+        TYPE for a bad code, layout, path or offset (an integer in
+        0..2**63-1); SHAPE for a malformed shape or one numpy cannot
+        represent; LENGTH when the file holds fewer than ``byte_length`` bytes
+        at ``offset``.
     OSError
         When the file cannot be opened or mapped.
 
@@ -543,8 +550,8 @@ def _copy_prefix(path: str, dst: IO[bytes], offset: int) -> None:
     if left:
         raise KilnError(
             "LENGTH",
-            f"writing at offset {offset} of {path!r} keeps its first {offset} bytes, "
-            f"but it holds {offset - left} (short by {left})",
+            f"writing at offset {offset} of {path!r} keeps its first {offset} bytes: "
+            f"expected {offset} bytes, but it holds {offset - left} (short by {left})",
             expected=offset,
             found=offset - left,
         )
@@ -623,8 +630,8 @@ class _Stream:
         if not shape:
             raise KilnError(
                 "SHAPE",
-                f"chunk {self.chunks} is 0-d; chunks are C-order slabs along axis 0 "
-                "(pass a single array to write a scalar)",
+                f"{code_label(self.code)}: expected chunks that are C-order slabs along axis 0, "
+                f"found chunk {self.chunks} 0-d (pass a single array to write a scalar)",
                 code=self.code,
             )
         if self.tail is None:
@@ -632,8 +639,8 @@ class _Stream:
         if shape[1:] != self.tail:
             raise KilnError(
                 "SHAPE",
-                f"chunk {self.chunks} has shape {shape}: every chunk must be "
-                f"(rows, *{self.tail}) to continue the stream",
+                f"{code_label(self.code)}: chunk {self.chunks} has shape {shape}: every chunk "
+                f"must be (rows, *{self.tail}) to continue the stream",
                 code=self.code,
                 shape=shape,
             )
@@ -673,8 +680,8 @@ class _Stream:
         if self.code is None or self.kind is None:
             raise KilnError(
                 "TYPE",
-                "an empty chunk stream names no dtype: pass code= (and shape=) to write "
-                "an empty payload",
+                "an empty chunk stream names no dtype: expected code= (and shape=) to write "
+                "an empty payload, found code=None",
             )
         if self.carry is not None:
             _write_all(self.f, np.array([self.carry], _U8))
@@ -724,7 +731,8 @@ def _stream_to(
         if dims is not None and arr.shape[:elem_ndim] != dims:
             raise KilnError(
                 "SHAPE",
-                f"shape={dims} was given but the array has element shape {arr.shape[:elem_ndim]}",
+                f"{'' if code is None else code_label(code) + ': '}shape={dims} was given: "
+                f"expected an array of element shape {dims}, found {arr.shape[:elem_ndim]}",
                 code=code,
                 shape=dims,
             )
@@ -736,7 +744,9 @@ def _stream_to(
     elif isinstance(source, Iterable) and not isinstance(source, (str, bytes, bytearray)):
         if dims == ():
             raise KilnError(
-                "SHAPE", "shape=() is a scalar: pass it as a single array, not as chunks", code=code
+                "SHAPE",
+                "shape=() is a scalar: expected a single array, found an iterable of chunks",
+                code=code,
             )
         chunks = source
     else:
@@ -800,7 +810,8 @@ def write_payload(
     KilnError
         TYPE for a dtype that is not the code's, a bad bool byte or 4-bit
         value (the index is the element's in the whole payload), an empty
-        stream with no ``code``; SHAPE for a 0-d chunk or one whose trailing
+        stream with no ``code``, an offset that is not an integer in
+        0..2**63-1; SHAPE for a 0-d chunk or one whose trailing
         shape differs; LENGTH when the stream gives fewer or more rows than
         ``shape[0]``.
     OSError

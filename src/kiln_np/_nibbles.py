@@ -199,10 +199,11 @@ def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
                 "TYPE", f"{what} must hold bytes, got a buffer of Python objects ({mv.format!r})"
             )
         if not mv.c_contiguous:
+            way_out = "a contiguous writable buffer" if writable else f"bytes({what}) to copy it"
             raise KilnError(
                 "TYPE",
                 f"{what} must be a C-contiguous buffer, got a memoryview with "
-                f"shape {mv.shape} and strides {mv.strides}; pass bytes(buf) to copy it",
+                f"shape {mv.shape} and strides {mv.strides}; pass {way_out}",
             )
         arr = np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.itemsize != 1 else mv, U8)
     if writable and not arr.flags.writeable:
@@ -210,21 +211,29 @@ def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
     return arr.reshape(-1)
 
 
+def _by(expected: int, found: int) -> str:
+    """``'short by 3'`` or ``'long by 3'``, for LENGTH messages."""
+    return f"{'short' if found < expected else 'long'} by {abs(found - expected)}"
+
+
 def out_view(
     out: object,
     size: int,
     rule: str = "",
     *,
+    context: str = "",
     code: int | None = None,
     shape: tuple[int, ...] | None = None,
 ) -> np.ndarray:
     """``out`` as a flat writable uint8 array of exactly ``size`` bytes; ``rule``
-    says where ``size`` comes from in the message."""
-    dst = _byte_view(out, "out", writable=True)
+    says where ``size`` comes from in the message, ``context`` (the caller's
+    code and shape) prefixes it."""
+    dst = _byte_view(out, f"{context}out", writable=True)
     if dst.size != size:
         raise KilnError(
             "LENGTH",
-            f"out must hold exactly {rule}{size} bytes, found {dst.size}",
+            f"{context}out must hold exactly {rule}{size} bytes, found {dst.size} "
+            f"({_by(size, dst.size)})",
             code=code,
             shape=shape,
             expected=size,
@@ -383,11 +392,13 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
         flat = arr.reshape(-1)
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) > 15):
             bad = int(np.flatnonzero((flat < 0) | (flat > 15))[0])
+            value = int(flat[bad])
             raise KilnError(
                 "TYPE",
-                f"expected a nibble value in 0..15, found {int(flat[bad])} at element {bad}",
+                f"expected a nibble value in 0..15 (0x0-0xf), found {value} ({hex(value)}) at "
+                f"element {bad}",
                 expected=15,
-                found=int(flat[bad]),
+                found=value,
                 index=bad,
             )
         arr = flat.astype(U8)
@@ -443,7 +454,8 @@ def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray
     if src.size != size:
         raise KilnError(
             "LENGTH",
-            f"expected ceil({n} / 2) = {size} bytes of packed nibbles, found {src.size}",
+            f"expected ceil({n} / 2) = {size} bytes of packed nibbles, found {src.size} "
+            f"({_by(size, src.size)})",
             expected=size,
             found=src.size,
         )

@@ -456,7 +456,7 @@ def code_for_dtype(dtype: npt.DTypeLike) -> Code:
 def _row_for_dtype(dtype: npt.DTypeLike) -> DType:
     try:
         d = np.dtype(dtype)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ("f4", -1) is a ValueError
         raise KilnError("TYPE", f"expected a numpy dtype, found {_describe(dtype)}") from exc
     row = _BY_DTYPE.get(_native(d)) if d.fields is None else None
     if row is None:

@@ -113,7 +113,7 @@ def _parse_layout(text: str) -> Layout:
 
 def _parse_offset(text: str) -> int:
     if not text.strip().isdigit():
-        raise KilnError("LENGTH", f"--offset expects a byte offset >= 0, got {text!r}")
+        raise KilnError("TYPE", f"--offset expects a byte offset >= 0, got {text!r}")
     return int(text)
 
 
@@ -273,15 +273,19 @@ def _load_npy(path: str) -> np.ndarray:
     except (ValueError, TypeError, SyntaxError, struct.error, UnicodeDecodeError) as exc:
         raise KilnError("TYPE", f"{path}: expected a .npy file: {exc}") from exc
     if dtype.hasobject:
-        raise KilnError("TYPE", f"{path}: holds Python objects ({dtype}); Kiln has no such code")
+        raise KilnError(
+            "TYPE", f"{path}: holds Python objects ({dtype}); expected a dtype with a Kiln code"
+        )
     expected = _count(shape) * dtype.itemsize
-    if size - start != expected:
+    found = size - start
+    if found != expected:
+        by = f"{'short' if found < expected else 'long'} by {abs(found - expected)}"
         raise KilnError(
             "LENGTH",
             f"{path}: expected {expected} data bytes for shape {shape} of {dtype}, "
-            f"found {size - start}",
+            f"found {found} ({by})",
             expected=expected,
-            found=size - start,
+            found=found,
         )
     if expected == 0:
         return np.empty(shape, dtype, order="F" if fortran else "C")
@@ -296,7 +300,7 @@ def _typed(arr: np.ndarray, code: int | None, path: str) -> np.ndarray:
         raise KilnError(
             "TYPE",
             f"{path}: holds void '{arr.dtype.str[1:]}' elements, which is how numpy's .npy "
-            "format stores ml_dtypes types (bfloat16, float8, int4, ...); pass --code "
+            "format stores ml_dtypes types (bfloat16, float8, int4, ...); expected --code "
             "to say which (e.g. --code bf16)",
         )
     row = _resolve_args(code, None)
@@ -305,7 +309,8 @@ def _typed(arr: np.ndarray, code: int | None, path: str) -> np.ndarray:
         raise KilnError(
             "TYPE",
             f"{path}: {code_label(code)} elements are {row.dtype.itemsize} byte(s) each in "
-            f"numpy, found void elements of {arr.dtype.itemsize}",
+            f"numpy, found void elements of {arr.dtype.itemsize}: expected the --code of a "
+            f"{arr.dtype.itemsize}-byte type",
             code=code,
         )
     return arr.view(row.dtype)

@@ -202,8 +202,8 @@ def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 
     if any(np.isnan(n) for axis in darray.chunks for n in axis):
         raise KilnError(
             "SHAPE",
-            f"{code_label(int(row.code))}: the dask array has unknown chunk sizes "
-            f"{darray.chunks}; call .compute_chunk_sizes() first",
+            f"{code_label(int(row.code))}: expected known chunk sizes, found unknown chunk "
+            f"sizes {darray.chunks}; call .compute_chunk_sizes() first",
             code=int(row.code),
         )
     dims = tuple(int(d) for d in darray.shape)

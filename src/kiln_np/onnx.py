@@ -102,6 +102,7 @@ from ._codec import (
     to_numpy,
 )
 from ._errors import KilnError
+from ._files import _check_path
 from ._table import (
     Code,
     Layout,
@@ -387,8 +388,8 @@ def data_type_for_dtype(dtype: npt.DTypeLike) -> OnnxType:
     """
     try:
         d = np.dtype(dtype)
-    except TypeError as exc:
-        raise KilnError("TYPE", f"not a numpy dtype: {_describe(dtype)}") from exc
+    except (TypeError, ValueError) as exc:  # ("f4", -1) is a ValueError
+        raise KilnError("TYPE", f"expected a numpy dtype, found {_describe(dtype)}") from exc
     if d.kind in "OU":
         return _BY_VALUE[DataType.STRING]
     row = _BY_DTYPE.get(_native(d)) if d.fields is None else None
@@ -433,9 +434,10 @@ def _prefixed(exc: KilnError, prefix: str) -> KilnError:
 def _length_error(
     row: OnnxType, dims: tuple[int, ...], what: str, rule: str, expected: int, found: int
 ) -> KilnError:
+    shown = str(expected) if rule == str(expected) else f"{rule} = {expected}"
     return KilnError(
         "LENGTH",
-        f"{row.label} shape {dims}: expected {rule} = {expected} {what}, found {found} "
+        f"{row.label} shape {dims}: expected {shown} {what}, found {found} "
         f"({'short' if found < expected else 'long'} by {abs(found - expected)})",
         shape=dims,
         expected=expected,
@@ -445,7 +447,10 @@ def _length_error(
 
 def _checked_raw(row: OnnxType, raw_data: object, dims: tuple[int, ...]) -> np.ndarray:
     """``raw_data`` as a flat uint8 view of exactly ``row.byte_length`` bytes."""
-    src = _nibbles._byte_view(raw_data, "raw_data")
+    try:
+        src = _nibbles._byte_view(raw_data, "raw_data")
+    except KilnError as exc:
+        raise _prefixed(exc, f"{row.label} shape {dims}: ") from exc.__cause__
     count = _count(dims)
     expected = row.byte_length(count)
     if src.size != expected:
@@ -456,16 +461,19 @@ def _checked_raw(row: OnnxType, raw_data: object, dims: tuple[int, ...]) -> np.n
     return src
 
 
-def _check_sub_byte_padding(row: OnnxType, src: np.ndarray, count: int) -> None:
+def _check_sub_byte_padding(row: OnnxType, src: np.ndarray, dims: tuple[int, ...]) -> None:
     """The bits after the last 2- or 6-bit element must be 0."""
     assert row.bits is not None
+    count = _count(dims)
     used = count * row.bits % 8
     if used and src[-1] >> used:
         last = int(src[-1])
         raise KilnError(
             "TYPE",
-            f"{row.label} count {count}: expected the {8 - used} padding bits of the last "
-            f"byte to be 0, found byte 0x{last:02x} at byte offset {src.size - 1}",
+            f"{row.label} shape {dims}: {count} x {row.bits} bits: expected the {8 - used} "
+            f"padding bits of the last byte to be 0, found byte 0x{last:02x} at byte offset "
+            f"{src.size - 1}",
+            shape=dims,
             expected=0,
             found=last,
             index=count,
@@ -480,10 +488,11 @@ _SUB_BYTE_PACK: Mapping[int, Callable[[np.ndarray, np.ndarray], None]] = Mapping
 )
 
 
-def _unpack_sub_byte(row: OnnxType, src: np.ndarray, count: int) -> np.ndarray:
+def _unpack_sub_byte(row: OnnxType, src: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
     """2- or 6-bit raw bytes (length checked) to one uint8 per element."""
     assert row.bits is not None
-    _check_sub_byte_padding(row, src, count)
+    _check_sub_byte_padding(row, src, dims)
+    count = _count(dims)
     out = np.empty(count, _U8)
     _SUB_BYTE_UNPACK[row.bits](src, out, count)
     return out
@@ -553,7 +562,7 @@ def decode_raw(data_type: int, raw_data: object, dims: Sequence[int]) -> np.ndar
         except KilnError as exc:
             raise _prefixed(exc, f"{row.label} as Kiln ") from None
     if row.bits in _SUB_BYTE_UNPACK:
-        return _unpack_sub_byte(row, src, _count(dims)).view(row.dtype).reshape(dims)
+        return _unpack_sub_byte(row, src, dims).view(row.dtype).reshape(dims)
     return src.view(row.dtype).reshape(dims)
 
 
@@ -648,7 +657,7 @@ def _floats(values: object, row: OnnxType, dims: tuple[int, ...]) -> np.ndarray:
         raise KilnError(
             "TYPE",
             f"{row.label} shape {dims}: expected {row.field} values that are exact "
-            f"{wire.name}, found {arr[index]!r} at value {index}",
+            f"{wire.name}, found {arr[index].item()!r} at value {index}",
             shape=dims,
             found=float(arr[index]),
             index=index,
@@ -657,7 +666,8 @@ def _floats(values: object, row: OnnxType, dims: tuple[int, ...]) -> np.ndarray:
 
 
 def _strings(values: Iterable[object], dims: tuple[int, ...]) -> np.ndarray:
-    items = list(values)
+    # A non-iterable is refused below like any element that is not bytes.
+    items = list(values) if isinstance(values, Iterable) else [values]
     try:
         text = list(map(_utf8_decode, items))
     except (TypeError, UnicodeDecodeError) as exc:
@@ -771,7 +781,7 @@ def _row_for_array(arr: np.ndarray, data_type: int | None) -> OnnxType:
         if wanted is not row:
             raise KilnError(
                 "TYPE",
-                f"{wanted.label} expects {wanted.dtype} elements, found {arr.dtype}; "
+                f"{wanted.label}: expected {wanted.dtype} elements, found {arr.dtype}; "
                 "kiln_np never casts: convert the array first",
                 expected=str(wanted.dtype),
                 found=str(arr.dtype),
@@ -883,7 +893,7 @@ layout=Layout(name='onnx.uint2', block_size=1))
                 raise _prefixed(exc, f"{row.label} as Kiln ") from None
         return Payload(Code(code), _readonly(src), dims)
     if row.bits in _SUB_BYTE_UNPACK:
-        src = _unpack_sub_byte(row, src, _count(dims))
+        src = _unpack_sub_byte(row, src, dims)
     return Payload(code, _readonly(src), dims, row.layout)
 
 
@@ -977,31 +987,43 @@ def _external_bytes(
     entries = {entry.key: entry.value for entry in tensor.external_data}
     location = entries.get("location")
     if not location:
-        raise KilnError("TYPE", f"{where} has no 'location' entry")
+        raise KilnError(
+            "TYPE",
+            f"{where}: expected a 'location' entry naming a file, found "
+            + ("none" if location is None else repr(location)),
+        )
     if base_dir is None:
         raise KilnError(
             "TYPE", f"{where} at {location!r} needs base_dir, the directory it is relative to"
         )
     parts = location.replace("\\", "/").split("/")
-    if os.path.isabs(location) or location[:1] in "/\\" or ":" in parts[0] or ".." in parts:
+    if (
+        os.path.isabs(location)
+        or location[:1] in "/\\"
+        or ":" in parts[0]
+        or ".." in parts
+        or "\x00" in location
+    ):
         raise KilnError(
             "TYPE",
             f"{where}: expected a relative location inside base_dir, found {location!r}",
             found=location,
         )
-    base = os.path.realpath(base_dir)
+    base = os.path.realpath(_check_path(base_dir))
     path = os.path.realpath(os.path.join(base, *parts))
     if os.path.commonpath([base, path]) != base:
         raise KilnError(
             "TYPE",
-            f"{where}: location {location!r} resolves to {path!r}, outside base_dir "
-            f"{base!r} (a symlink out?)",
+            f"{where}: expected a location inside base_dir {base!r}, found {location!r}, "
+            f"which resolves to {path!r} (a symlink out?)",
             found=location,
         )
     offset = _external_int(entries, "offset", where, 0)
     # Stat before opening: opening a FIFO or a device could block or have effects.
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise KilnError("TYPE", f"{where}: {location!r} is not a regular file")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        found = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+        raise KilnError("TYPE", f"{where}: expected a regular file at {location!r}, found {found}")
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         length = _external_int(entries, "length", where, max(size - offset, 0))
@@ -1044,7 +1066,12 @@ def _tensor_source(
     except KilnError as exc:
         raise _prefixed(exc, f"tensor {tensor.name!r}: ") from None
     if tensor.HasField("segment"):
-        raise KilnError("TYPE", f"tensor {tensor.name!r}: segmented tensors are not supported")
+        segment = tensor.segment
+        raise KilnError(
+            "TYPE",
+            f"tensor {tensor.name!r}: expected a whole tensor, found a segment (begin "
+            f"{segment.begin}, end {segment.end}); segmented tensors are not supported",
+        )
     dims = _check_shape(list(tensor.dims))
     filled = [name for name in _TYPED_FIELDS if len(getattr(tensor, name))]
     external = tensor.data_location == onnx_pkg.TensorProto.EXTERNAL
@@ -1090,8 +1117,11 @@ def tensor_to_numpy(
     KilnError
         As :func:`decode_raw`/:func:`decode_field`; TYPE for values in more
         than one place, a STRING tensor with ``raw_data``, or an external
-        location outside ``base_dir``; LENGTH for external data past the end
-        of its file.
+        location outside ``base_dir`` (or a ``base_dir`` that is not a path);
+        LENGTH for external data past the end of its file.
+    OSError
+        When the external data file cannot be opened (missing, a dangling
+        link).
     ImportError
         When onnx is not installed.
 
@@ -1132,7 +1162,8 @@ def numpy_to_tensor(array: npt.ArrayLike, name: str | None = None) -> onnx.Tenso
     ------
     KilnError
         As :func:`encode_raw`; TYPE for a STRING element that is neither
-        ``str`` nor ``bytes``.
+        ``str`` nor UTF-8 ``bytes`` (what :func:`decode_field` refuses is not
+        written), and for a ``name`` that is not a ``str``.
     ImportError
         When onnx is not installed.
 
@@ -1148,6 +1179,11 @@ def numpy_to_tensor(array: npt.ArrayLike, name: str | None = None) -> onnx.Tenso
     row = data_type_for_dtype(arr.dtype)
     tensor: onnx.TensorProto = onnx_pkg.TensorProto()
     tensor.dims.extend(arr.shape)
+    if name is not None and not (isinstance(name, str) and _encodes(name)):
+        raise KilnError(
+            "TYPE",
+            f"expected a tensor name that is a str UTF-8 can encode, found {_describe(name)}",
+        )
     if name:
         tensor.name = name
     tensor.data_type = int(row.data_type)
@@ -1158,15 +1194,35 @@ def numpy_to_tensor(array: npt.ArrayLike, name: str | None = None) -> onnx.Tenso
     return tensor
 
 
+def _check_code_points(arr: np.ndarray) -> None:
+    """A numpy str array can hold code points past U+10FFFF, which Python turns
+    into broken str objects (encoded as some other character, or crashing)."""
+    if arr.dtype.kind != "U" or not arr.size or not arr.dtype.itemsize:
+        return
+    lanes = np.ascontiguousarray(arr).reshape(-1).view(f"{arr.dtype.byteorder}u4")
+    bad = lanes > 0x10FFFF
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        index, found = at // (arr.dtype.itemsize // 4), int(lanes[at])
+        raise KilnError(
+            "TYPE",
+            f"ONNX STRING (8) shape {arr.shape}: expected code points up to U+10FFFF, found "
+            f"0x{found:x} in element {index}",
+            found=found,
+            index=index,
+        )
+
+
 def _encode_strings(arr: np.ndarray) -> list[bytes]:
+    _check_code_points(arr)
     items = arr.reshape(-1).tolist()
     try:
         return list(map(_utf8_encode, items))
-    except TypeError as exc:
-        index = [isinstance(v, (str, bytes)) for v in items].index(False)
+    except (TypeError, UnicodeError) as exc:
+        index = list(map(_encodes, items)).index(False)
         raise KilnError(
             "TYPE",
-            f"ONNX STRING (8) shape {arr.shape}: expected str or bytes elements, found "
+            f"ONNX STRING (8) shape {arr.shape}: expected str or UTF-8 bytes elements, found "
             f"{_describe(items[index])} at element {index} ({exc})",
             index=index,
         ) from None
@@ -1174,10 +1230,19 @@ def _encode_strings(arr: np.ndarray) -> list[bytes]:
 
 def _utf8_encode(value: object) -> bytes:
     if isinstance(value, bytes):
+        value.decode("utf-8")  # bytes that decode_field would refuse are not written
         return value
     if isinstance(value, str):
-        return value.encode("utf-8")
+        return value.encode("utf-8")  # UnicodeEncodeError for a lone surrogate
     raise TypeError(f"not str or bytes: {type(value).__name__}")
+
+
+def _encodes(value: object) -> bool:
+    try:
+        _utf8_encode(value)
+    except (TypeError, UnicodeError):
+        return False
+    return True
 
 
 def _tensor_to_kiln(tensor: onnx.TensorProto, base_dir: str | os.PathLike[str] | None) -> Payload:
@@ -1213,9 +1278,13 @@ def model_to_kiln(
     Raises
     ------
     KilnError
-        TYPE when ``model`` is neither; while iterating, whatever
-        :func:`to_kiln` raises for an initializer (TYPE for STRING, which has
-        no Kiln form), the message naming the tensor.
+        TYPE when ``model`` is neither, or a file that does not parse as a
+        model; while iterating, whatever :func:`to_kiln` raises for an
+        initializer (TYPE for STRING, which has no Kiln form), the message
+        naming the tensor.
+    OSError
+        When the model file, or while iterating an external data file, cannot
+        be opened.
     ImportError
         When onnx is not installed.
 
@@ -1229,8 +1298,17 @@ def model_to_kiln(
     """
     onnx_pkg = _onnx()
     if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        proto = onnx_pkg.load(path, load_external_data=False)
+        from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]
+
+        path = _check_path(model)
+        try:
+            proto = onnx_pkg.load(path, load_external_data=False)
+        except DecodeError as exc:
+            raise KilnError(
+                "TYPE",
+                f"{path!r}: expected an ONNX model (a ModelProto), found bytes that do "
+                f"not parse: {exc}",
+            ) from exc
         if base_dir is None:
             base_dir = os.path.dirname(os.path.abspath(path))
     elif isinstance(model, onnx_pkg.ModelProto):

@@ -1,0 +1,820 @@
+"""Hostile input at the entry points added after the core: the allow-list oracle.
+
+``kiln_np.onnx``, the file functions (``open_payload``, ``LazyPayload``,
+``write_payload``) and the explore functions (``describe``, ``bit_histogram``,
+``bit_values``).  Each call returns a result consistent with ``byte_length``
+(checked by a round trip) or raises ``KilnError``.  The only other exceptions
+allowed, each where its entry point documents it:
+
+- ``TypeError`` for a ``buf``/``raw_data``/``data`` without the buffer protocol;
+- ``OSError`` where a file is opened, mapped or written (a missing external-data
+  file, a write past what the file system allows);
+- ``LazyPayload[key]`` may raise ``IndexError``, ``TypeError`` or ``ValueError``
+  (a zero slice step) for a key that numpy also refuses on the decoded array
+  (a key with two faults may be refused for either), and ``TypeError`` for a
+  leading-axis key that is not an int or a slice (lists, arrays, ``None``: its
+  documented restriction).
+
+Anything else escaping is a bug.  ``fuzz/run.py hypothesis`` runs these same
+``*_oracle`` properties for longer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import io
+import operator
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import (
+    ONNX_BITS,
+    ONNX_DTYPES,
+    arrays,
+    buffers,
+    codes,
+    data_types,
+    dtype_likes,
+    index_keys,
+    is_bytes_like,
+    layouts,
+    mostly,
+    offsets,
+    onnx_field_count,
+    onnx_fields,
+    onnx_raw,
+    shapes,
+    small_codes,
+    small_dims,
+)
+
+import kiln_np
+from kiln_np import KilnError, Layout, LazyPayload
+from kiln_np import onnx as ko
+
+onnx = pytest.importorskip("onnx")
+
+FILE_EXAMPLES = max(1, settings().max_examples // 2)
+"""File properties create and map a file per example: half the profile's examples
+(100 in the ``ci`` profile; ``fuzz/run.py`` loads its profile before importing)."""
+
+
+def _expect(exc: BaseException, buf: object = b"", *, os_error: bool = False) -> None:
+    """The allow-list: KilnError; TypeError for a non-bytes-like buffer; OSError
+    where a file is touched."""
+    if isinstance(exc, KilnError):
+        assert exc.kind in {"TYPE", "LENGTH", "SHAPE"}
+        assert str(exc).startswith(exc.kind + ": ")
+        return
+    if isinstance(exc, TypeError) and not is_bytes_like(buf):
+        return
+    if os_error and isinstance(exc, OSError):
+        return
+    raise AssertionError(f"{type(exc).__name__} escaped: {exc!r}") from exc
+
+
+def _bits(arr: Any) -> bytes:
+    a = np.ascontiguousarray(arr)
+    if a.dtype.kind == "O":
+        return repr(a.tolist()).encode()
+    return a.astype(a.dtype.newbyteorder("=")).view(np.uint8).tobytes()
+
+
+# ---------------------------------------------------------------- onnx: bytes
+
+
+@given(case=onnx_raw())
+def test_decode_raw_oracle(case: tuple[Any, Any, Any]) -> None:
+    data_type, raw, dims = case
+    try:
+        arr = ko.decode_raw(data_type, raw, dims)
+    except Exception as exc:
+        _expect(exc, raw)
+        return
+    row = ko.data_type_info(data_type)
+    assert arr.shape == tuple(int(d) for d in dims)
+    assert arr.dtype == row.dtype
+    assert memoryview(raw).nbytes == row.byte_length(arr.size)
+    assert bytes(ko.encode_raw(arr, data_type)) == memoryview(raw).tobytes()
+
+
+@given(case=onnx_fields())
+def test_decode_field_oracle(case: tuple[Any, Any, Any]) -> None:
+    data_type, values, dims = case
+    try:
+        arr = ko.decode_field(data_type, values, dims)
+    except Exception as exc:
+        _expect(exc)
+        return
+    row = ko.data_type_info(data_type)
+    assert arr.shape == tuple(int(d) for d in dims)
+    assert arr.dtype == row.dtype
+    if row.bits is not None:  # the same bits as the same tensor in raw_data
+        again = ko.decode_raw(data_type, ko.encode_raw(arr, data_type), arr.shape)
+        assert _bits(again) == _bits(arr)
+
+
+@given(arr=arrays(ONNX_DTYPES), data_type=st.one_of(st.none(), data_types))
+def test_encode_raw_oracle(arr: Any, data_type: Any) -> None:
+    before = _bits(arr) if isinstance(arr, np.ndarray) else None
+    try:
+        raw = ko.encode_raw(arr, data_type)
+    except Exception as exc:
+        _expect(exc)
+    else:
+        a = np.asarray(arr)
+        row = ko.data_type_for_dtype(a.dtype)
+        assert data_type is None or int(data_type) == row.data_type
+        assert raw.readonly
+        assert raw.nbytes == row.byte_length(a.size)
+        assert _bits(ko.decode_raw(row.data_type, raw, a.shape)) == _bits(a)
+    if before is not None:  # the input is never written
+        assert _bits(arr) == before
+
+
+@given(data_type=data_types)
+def test_data_type_info_oracle(data_type: Any) -> None:
+    try:
+        row = ko.data_type_info(data_type)
+    except Exception as exc:
+        _expect(exc)
+        assert not (type(data_type) is int and 1 <= data_type <= 28)
+        return
+    assert row.data_type == int(data_type)
+    assert row.bits == ONNX_BITS[int(data_type)]
+
+
+@given(dtype=dtype_likes)
+def test_data_type_for_dtype_oracle(dtype: Any) -> None:
+    try:
+        row = ko.data_type_for_dtype(dtype)
+    except Exception as exc:
+        _expect(exc)
+        return
+    d = np.dtype(dtype)
+    if row.bits is None:
+        assert d.kind in "OU"
+    else:
+        assert row.dtype == d.newbyteorder("=")
+
+
+@given(case=onnx_raw())
+def test_to_kiln_oracle(case: tuple[Any, Any, Any]) -> None:
+    data_type, raw, dims = case
+    try:
+        p = ko.to_kiln(data_type, raw, dims)
+    except Exception as exc:
+        _expect(exc, raw)
+        return
+    assert p.nbytes == kiln_np.byte_length(p.code, p.shape, p.layout)
+    back_type, back_raw, back_dims = ko.from_kiln(*p)
+    assert back_type == int(data_type)
+    assert back_dims == tuple(int(d) for d in dims)
+    assert bytes(back_raw) == memoryview(raw).tobytes()
+
+
+_ONNX_LAYOUTS = [r.layout for r in ko.DATA_TYPES if r.layout is not None]
+_ONNX_CODES = [r.kiln_code for r in ko.DATA_TYPES if r.kiln_code is not None]
+
+
+@st.composite
+def kiln_payloads(draw: st.DrawFn) -> tuple[Any, Any, Any, Any]:
+    """``(code, data, shape, layout)``: mostly an ONNX type's Kiln code with its
+    layout and the right number of random bytes (2-/6-bit blocks of 0-0x3f)."""
+    row = draw(st.sampled_from([r for r in ko.DATA_TYPES if r.kiln_code is not None]))
+    code = draw(mostly(st.just(row.kiln_code), st.one_of(st.sampled_from(_ONNX_CODES), codes)))
+    layout = draw(mostly(st.just(row.layout), st.one_of(st.sampled_from(_ONNX_LAYOUTS), layouts)))
+    shape = draw(mostly(small_dims, shapes))
+    try:
+        n = kiln_np.byte_length(code, shape, layout) + draw(st.sampled_from([0, 0, 0, 0, 1]))
+    except KilnError:
+        n = draw(st.integers(0, 8))
+    small = row.bits in (2, 6) and draw(st.booleans())
+    raw = draw(st.binary(min_size=n, max_size=n)) if n <= 256 else b""
+    data = bytes(b & 0x3F for b in raw) if small else raw
+    return code, draw(mostly(st.just(data), buffers())), shape, layout
+
+
+@given(case=kiln_payloads())
+def test_from_kiln_oracle(case: tuple[Any, Any, Any, Any]) -> None:
+    code, data, shape, layout = case
+    try:
+        data_type, raw, dims = ko.from_kiln(code, data, shape, layout)
+    except Exception as exc:
+        _expect(exc, data)
+        return
+    assert raw.readonly
+    p = ko.to_kiln(data_type, raw, dims)
+    assert (int(p.code), p.shape, p.layout) == (int(code), dims, layout)
+    assert bytes(p.data) == memoryview(data).tobytes()
+
+
+# ---------------------------------------------------------------- onnx: protos
+
+_EXTERNAL_BYTES = bytes(range(256)) * 2
+
+
+@functools.cache
+def _external_base() -> str:
+    """A directory for external data: files, a subdirectory, a FIFO and symlinks
+    (one leading out of it, one dangling), inside a private temporary root."""
+    root = Path(tempfile.mkdtemp(prefix="kiln-fuzz-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    base = root / "base"
+    (base / "sub").mkdir(parents=True)
+    (base / "data.bin").write_bytes(_EXTERNAL_BYTES)
+    (base / "sub" / "d.bin").write_bytes(_EXTERNAL_BYTES[:16])
+    (base / "empty.bin").write_bytes(b"")
+    (root / "outside.bin").write_bytes(_EXTERNAL_BYTES)
+    with contextlib.suppress(OSError, NotImplementedError):
+        (base / "out").symlink_to(root / "outside.bin")
+        (base / "in").symlink_to(base / "data.bin")
+        (base / "dangling").symlink_to(base / "missing.bin")
+        os.mkfifo(base / "fifo")
+    return str(base)
+
+
+LOCATIONS = ["data.bin", "sub/d.bin", "./data.bin", "sub\\d.bin", "empty.bin", "in", "out",
+             "dangling", "fifo", "sub", ".", "", "missing.bin", "../outside.bin",
+             "sub/../data.bin", "/etc/passwd", "\\data.bin", "C:data.bin", "data.bin\x00",
+             "a" * 300, "data.bin/", "\u00e9.bin"]  # fmt: skip
+NUMBERS = ["0", "1", "4", "16", "512", "513", "", "-1", "1e3", " 1", "\u0663",
+           "99999999999999999999999"]  # fmt: skip
+_INT_FIELD = {"int32_data": (-(2**31), 2**31 - 1), "int64_data": (-(2**63), 2**63 - 1),
+              "uint64_data": (0, 2**64 - 1)}  # fmt: skip
+
+
+def _field_items(draw: st.DrawFn, field: str, n: int) -> list[Any]:
+    if field in _INT_FIELD:
+        lo, hi = _INT_FIELD[field]
+        small = st.one_of(st.integers(0, 3), st.integers(-1, 256), st.integers(0, 0x3F))
+        return draw(st.lists(st.one_of(small, st.integers(lo, hi)), min_size=n, max_size=n))
+    if field == "float_data":
+        return draw(st.lists(st.floats(width=32), min_size=n, max_size=n))
+    if field == "double_data":
+        return draw(st.lists(st.floats(), min_size=n, max_size=n))
+    return draw(st.lists(st.binary(max_size=4), min_size=n, max_size=n))
+
+
+@st.composite
+def tensor_protos(draw: st.DrawFn) -> Any:
+    """TensorProtos with wrong data types, raw_data of the right length or one off,
+    typed fields with out-of-range values, values in several places, and
+    external data with hostile locations, offsets and lengths."""
+    t = onnx.TensorProto()
+    t.name = draw(st.sampled_from(["", "w", "\u00e9"]))
+    t.data_type = draw(st.one_of(st.integers(1, 28), st.integers(0, 30), st.just(2**31 - 1)))
+    big = st.sampled_from([-1, 2**62, 2**63 - 1, -(2**63)])
+    t.dims.extend(draw(st.lists(st.one_of(st.integers(0, 4), big), max_size=3)))
+    row = ko._BY_VALUE.get(t.data_type)
+    count = functools.reduce(operator.mul, t.dims, 1)
+    raw_bytes = row.byte_length(count) if row and row.bits and 0 <= count <= 64 else None
+    fits = row is not None and 0 <= count <= 64
+    delta = draw(st.sampled_from([0, 0, 0, -1, 1]))
+    where = draw(st.sampled_from(["raw", "field", "field", "external", "other field", "none"]))
+    places = {where} | set(
+        draw(st.lists(st.sampled_from(["raw", "external", "other"]), max_size=1))
+    )
+    if "raw" in places:
+        n = 3 if raw_bytes is None else raw_bytes
+        t.raw_data = draw(st.binary(min_size=max(n + delta, 0), max_size=max(n + delta, 0)))
+    if places & {"field", "other field", "other"}:
+        field = row.field if row is not None and "field" in places else None
+        field = field or draw(st.sampled_from(list(ko._TYPED_FIELDS)))
+        n = onnx_field_count(t.data_type, count) if fits else 2
+        getattr(t, field).extend(_field_items(draw, field, max(n + delta, 0)))
+    if "external" in places:
+        t.data_location = onnx.TensorProto.EXTERNAL
+        entries = {"location": draw(st.sampled_from(LOCATIONS))}
+        for key in draw(st.lists(st.sampled_from(["offset", "length", "checksum"]), max_size=3)):
+            entries[key] = draw(st.sampled_from(NUMBERS))
+        if raw_bytes is not None and draw(st.booleans()):
+            entries["length"] = str(raw_bytes + delta)
+        for key, value in entries.items():
+            entry = t.external_data.add()
+            entry.key = key
+            entry.value = value
+    if draw(st.integers(0, 20)) == 0:
+        t.segment.begin = 0
+    return t
+
+
+base_dirs: st.SearchStrategy[Any] = st.one_of(
+    st.just("base"),
+    st.sampled_from([None, "missing", "file", "nul", 5, b"bytes"]),
+)
+
+
+def _base_dir(choice: Any) -> Any:
+    base = _external_base()
+    named = {
+        "base": base,
+        "missing": os.path.join(base, "no-such-dir"),
+        "file": os.path.join(base, "data.bin"),
+        "nul": base + "\x00",
+    }
+    return named.get(choice, choice) if isinstance(choice, str) else choice
+
+
+@settings(max_examples=FILE_EXAMPLES)
+@given(tensor=tensor_protos(), base=base_dirs)
+def test_tensor_to_numpy_oracle(tensor: Any, base: Any) -> None:
+    try:
+        arr = ko.tensor_to_numpy(tensor, _base_dir(base))
+    except Exception as exc:
+        _expect(exc, os_error=True)
+        return
+    row = ko.data_type_info(tensor.data_type)
+    assert arr.shape == tuple(tensor.dims)
+    assert arr.dtype == row.dtype
+    assert _bits(ko.tensor_to_numpy(ko.numpy_to_tensor(arr))) == _bits(arr)
+
+
+@settings(max_examples=FILE_EXAMPLES)
+@given(tensor=tensor_protos(), base=base_dirs)
+def test_model_to_kiln_oracle(tensor: Any, base: Any) -> None:
+    graph = onnx.helper.make_graph([], "g", [], [], initializer=[tensor])
+    model = onnx.helper.make_model(graph)
+    try:
+        [(name, p)] = list(ko.model_to_kiln(model, _base_dir(base)))
+    except Exception as exc:
+        _expect(exc, os_error=True)
+        return
+    assert name == tensor.name
+    assert p.nbytes == kiln_np.byte_length(p.code, p.shape, p.layout)
+    assert p.shape == tuple(tensor.dims)
+
+
+@settings(max_examples=FILE_EXAMPLES)
+@given(content=st.binary(max_size=64), model=st.sampled_from(["file", None, 3, b"x", "dir"]))
+def test_model_path_oracle(content: bytes, model: Any) -> None:
+    path = os.path.join(_external_base(), "model.onnx")
+    Path(path).write_bytes(content)
+    arg = {"file": path, "dir": _external_base()}.get(model, model)
+    try:
+        payloads = list(ko.model_to_kiln(arg))
+    except Exception as exc:
+        _expect(exc, os_error=True)
+        return
+    for _, p in payloads:
+        assert p.nbytes == kiln_np.byte_length(p.code, p.shape, p.layout)
+
+
+names: st.SearchStrategy[Any] = st.one_of(
+    st.none(), st.text(max_size=4), st.sampled_from([5, b"w", b"\xff", "\ud800", ["w"]])
+)
+
+
+@given(
+    arr=st.one_of(
+        arrays(ONNX_DTYPES),
+        st.lists(st.one_of(st.text(max_size=3), st.binary(max_size=3)), max_size=3).map(
+            lambda v: np.array(v, dtype=object)
+        ),
+        st.sampled_from([np.array(["\ud800"]), np.array([1, "a"], object), np.array(["ab"])]),
+    ),
+    name=names,
+)
+def test_numpy_to_tensor_oracle(arr: Any, name: Any) -> None:
+    try:
+        t = ko.numpy_to_tensor(arr, name)
+    except Exception as exc:
+        _expect(exc)
+        return
+    assert t.name == (name or "")
+    a = np.asarray(arr)
+    assert tuple(t.dims) == a.shape
+    back = ko.tensor_to_numpy(t)
+    if a.dtype.kind in "OU":
+        items = [v.decode() if isinstance(v, bytes) else v for v in a.reshape(-1).tolist()]
+        assert back.reshape(-1).tolist() == items
+    else:
+        assert _bits(back) == _bits(a)
+
+
+# ---------------------------------------------------------------- files
+
+
+@functools.cache
+def _file_dir() -> str:
+    root = tempfile.mkdtemp(prefix="kiln-fuzz-files-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+@contextlib.contextmanager
+def _temp_file(content: bytes) -> Iterator[str]:
+    fd, path = tempfile.mkstemp(dir=_file_dir(), suffix=".bin")
+    with os.fdopen(fd, "wb") as f:
+        f.write(content)
+    try:
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def _unchecked(code: int, layout: Any, payload: bytes, dims: tuple[int, ...]) -> np.ndarray:
+    """The payload decoded without any content check: what a successful read must
+    return, bit for bit (a bad bool byte stays as it is)."""
+    raw = np.frombuffer(payload, np.uint8)
+    if isinstance(layout, Layout):
+        return raw.reshape(*dims, layout.block_size)
+    row = kiln_np.dtype_info(code)
+    if row.packed:
+        nibbles = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(-1)
+        return nibbles[: int(np.prod(dims, dtype=np.int64))].view(row.dtype).reshape(dims)
+    return raw.view(row.dtype.newbyteorder("<")).reshape(dims)
+
+
+@st.composite
+def payload_files(draw: st.DrawFn) -> tuple[bytes, Any, Any, Any, Any]:
+    """``(content, code, shape, offset, layout)``: mostly a file that holds the
+    payload at ``offset`` (sometimes one byte short, or with bytes after it)."""
+    code = draw(small_codes)
+    opaque = type(code) is int and 4096 <= code <= 32767
+    layout = draw(mostly(st.just(Layout("fuzz", 3) if opaque else None), layouts))
+    shape = draw(mostly(small_dims, shapes))
+    offset = draw(offsets)
+    try:
+        n = kiln_np.byte_length(code, shape, layout) + operator.index(offset)
+    except (KilnError, TypeError):
+        n = draw(st.integers(0, 8))
+    n += draw(st.sampled_from([0, 0, 0, 1, 3, -1]))
+    content = draw(st.binary(min_size=max(n, 0), max_size=max(n, 0))) if n <= 512 else b""
+    return content, code, shape, offset, layout
+
+
+@settings(max_examples=FILE_EXAMPLES)
+@given(
+    case=payload_files(),
+    path=st.sampled_from(["file"] * 6 + ["missing", "dir", "nul", 5, b"f"]),
+)
+def test_open_payload_oracle(case: tuple[bytes, Any, Any, Any, Any], path: Any) -> None:
+    content, code, shape, offset, layout = case
+    with _temp_file(content) as name:
+        where = {"file": name, "missing": name + ".no", "dir": _file_dir(), "nul": name + "\x00"}
+        try:
+            arr = kiln_np.open_payload(
+                where.get(path, path), code, shape, offset=offset, layout=layout
+            )
+        except Exception as exc:
+            _expect(exc, os_error=True)
+            return
+        dims = tuple(int(d) for d in shape)
+        n = kiln_np.byte_length(code, dims, layout)
+        off = int(offset)
+        assert off + n <= len(content)
+        expected = _unchecked(int(code), layout, content[off : off + n], dims)
+        assert arr.shape == expected.shape
+        assert arr.dtype == expected.dtype
+        try:
+            decoded = np.asarray(arr)
+        except KilnError as exc:  # a LazyPayload checks content when read
+            assert isinstance(arr, LazyPayload)
+            _expect(exc)
+            with pytest.raises(KilnError):
+                kiln_np.to_numpy(code, content[off : off + n], dims, layout)
+            return
+        assert _bits(decoded) == _bits(expected)
+        del arr, decoded
+
+
+def _numpy_refuses(reference: np.ndarray, key: Any) -> bool:
+    """numpy refuses ``key`` on the decoded array too."""
+    try:
+        reference[key]
+    except (IndexError, TypeError, ValueError):
+        return True
+    return False
+
+
+def _leading(key: Any) -> Any:
+    if isinstance(key, tuple):
+        return key[0] if key else Ellipsis
+    return key
+
+
+def _expect_kind(exc: BaseException, kind: str) -> None:
+    assert isinstance(exc, KilnError)
+    assert kind in ("any", exc.kind), str(exc)
+
+
+def _expect_index_error(exc: BaseException, reference: np.ndarray, key: Any, valid: bool) -> None:
+    """``lazy[key]`` raised: KilnError TYPE only for bad content (and only when
+    read); otherwise what numpy raises for ``key``, or TypeError for a leading
+    key that is not an int or a slice (the documented restriction)."""
+    if isinstance(exc, KilnError):
+        _expect(exc)
+        assert exc.kind == "TYPE"
+        assert not valid
+        return
+    lead = _leading(key)
+    unsupported = lead is not Ellipsis and (
+        not isinstance(lead, (slice, int, np.integer)) or isinstance(lead, bool)
+    )
+    numpy_like = isinstance(exc, (IndexError, TypeError, ValueError)) and _numpy_refuses(
+        reference, key
+    )
+    allowed = numpy_like or (isinstance(exc, TypeError) and unsupported)
+    if not allowed:
+        raise AssertionError(f"{type(exc).__name__} escaped: {exc!r}") from exc
+
+
+@settings(max_examples=FILE_EXAMPLES)
+@given(
+    content=st.binary(max_size=48),
+    code=st.one_of(st.integers(1, 19), st.just(4096)),
+    shape=st.lists(st.integers(0, 4), max_size=3).map(tuple),
+    offset=st.integers(0, 4),
+    key=index_keys,
+    rows=st.one_of(st.none(), st.integers(-1, 3), st.sampled_from([1.0, True, "2"])),
+)
+def test_lazy_payload_oracle(
+    content: bytes, code: int, shape: tuple[int, ...], offset: int, key: Any, rows: Any
+) -> None:
+    layout = Layout("fuzz", 2) if code == 4096 else None
+    n = kiln_np.byte_length(code, shape, layout)
+    content = (content * (n // max(len(content), 1) + 2))[: offset + n] if content else content
+    with _temp_file(content) as name:
+        try:
+            lazy = LazyPayload(name, code, shape, offset=offset, layout=layout)
+        except Exception as exc:
+            _expect(exc)
+            assert len(content) < offset + n
+            return
+        reference = _unchecked(code, layout, content[offset : offset + n], shape)
+        valid = True
+        try:
+            kiln_np.to_numpy(code, content[offset : offset + n], shape, layout)
+        except KilnError:
+            valid = False
+        try:
+            got = lazy[key]
+        except Exception as exc:
+            _expect_index_error(exc, reference, key, valid)
+        else:
+            expected = reference[key]
+            assert np.shape(got) == np.shape(expected)
+            assert _bits(got) == _bits(expected)
+        try:
+            chunks = list(lazy.iter_chunks(rows))
+        except Exception as exc:
+            _expect(exc)
+            _expect_kind(exc, "SHAPE" if valid else "any")
+        else:
+            whole = np.concatenate(chunks or [reference]) if lazy.shape else chunks[0]
+            assert _bits(whole) == _bits(reference)
+        try:
+            d = kiln_np.describe(lazy)
+        except Exception as exc:
+            _expect(exc)
+            _expect_kind(exc, "TYPE" if valid else "any")  # valid: only an opaque code has none
+        else:
+            assert d.count == reference.size
+        del lazy
+
+
+@contextlib.contextmanager
+def _target(kind: str, prefix: bytes) -> Iterator[Any]:
+    with _temp_file(prefix) as name:
+        if kind == "path":
+            yield name
+        else:
+            with open(name, "r+b") as f:
+                yield f
+
+
+@st.composite
+def chunk_streams(draw: st.DrawFn) -> list[np.ndarray]:
+    """Chunks of one small-value dtype (packed 4-bit, bool bytes 0-3, f32, u8),
+    1-D or 2-D with a mostly shared trailing shape: odd nibble boundaries, bad
+    bool bytes and mismatched chunks."""
+    dtype = np.dtype(draw(st.sampled_from([ml_dtypes.uint4, ml_dtypes.int4, "?", "<f4", "u1"])))
+    tail = draw(st.sampled_from([(), (), (3,)]))
+    chunks = []
+    for _ in range(draw(st.integers(0, 4))):
+        rows = draw(st.integers(0, 3))
+        shape = (rows, *tail) if draw(st.integers(0, 9)) else (rows, 2)
+        values = draw(st.lists(st.integers(0, 3), min_size=int(np.prod(shape)), max_size=9))
+        raw = np.array(values[: int(np.prod(shape))], np.uint8)
+        chunks.append(
+            (raw.view(dtype) if dtype.itemsize == 1 else raw.astype(dtype)).reshape(shape)
+        )
+    return chunks
+
+
+def _code_of(source: Any) -> Any:
+    """The Kiln code of the source's dtype, or None."""
+    first = source[0] if isinstance(source, list) and source else source
+    try:
+        return kiln_np.code_for_dtype(np.asarray(first).dtype)
+    except (KilnError, ValueError, TypeError):
+        return None
+
+
+@st.composite
+def write_cases(draw: st.DrawFn) -> tuple[Any, Any, Any, Any, Any, bytes]:
+    """``(source, code, shape, offset, layout, prefix)``: mostly arguments that
+    agree with the source (its own code, its shape, no layout), and a file that
+    holds ``offset`` bytes to keep."""
+    source = draw(
+        mostly(
+            st.one_of(arrays(), chunk_streams()),
+            st.one_of(st.lists(arrays(), max_size=3), st.sampled_from(["text", 5, None, b"\x00"])),
+        )
+    )
+    own = _code_of(source)
+    code = draw(mostly(st.sampled_from([None, None, own]), small_codes))
+    own_shape = np.shape(source) if isinstance(source, np.ndarray) else None
+    shape = draw(mostly(st.sampled_from([None, own_shape]), st.one_of(small_dims, shapes)))
+    layout = draw(mostly(st.none(), layouts))
+    offset = draw(offsets)
+    keep = offset if type(offset) is int and 0 <= offset <= 64 else 4
+    prefix = draw(st.binary(min_size=keep, max_size=keep + 4) | st.binary(max_size=8))
+    return source, code, shape, offset, layout, prefix
+
+
+@settings(max_examples=FILE_EXAMPLES)
+@given(case=write_cases(), kind=st.sampled_from(["path", "file"]))
+def test_write_payload_oracle(case: tuple[Any, Any, Any, Any, Any, bytes], kind: str) -> None:
+    source, code, shape, offset, layout, prefix = case
+    with _target(kind, prefix) as target:
+        try:
+            info = kiln_np.write_payload(
+                target, source, code=code, shape=shape, offset=offset, layout=layout
+            )
+        except Exception as exc:
+            _expect(exc, os_error=True)
+            if kind == "path":  # nothing lost: a failed write leaves the file as it was
+                assert Path(target).read_bytes() == prefix
+            return
+        name = target if kind == "path" else target.name
+        if kind == "file":
+            target.flush()
+        assert info.nbytes == kiln_np.byte_length(info.code, info.shape, info.layout)
+        assert info.offset == int(offset)
+        data = Path(name).read_bytes()
+        if kind == "path":
+            assert len(data) == info.offset + info.nbytes
+            assert data[: info.offset] == prefix[: info.offset]
+        payload = data[info.offset : info.offset + info.nbytes]
+        decoded = kiln_np.to_numpy(info.code, payload, info.shape, info.layout)
+        if isinstance(source, np.ndarray):
+            assert _bits(decoded) == _bits(source)
+
+
+# ---------------------------------------------------------------- explore
+
+
+@given(
+    arr=st.one_of(
+        arrays(ONNX_DTYPES),
+        st.sampled_from([[[1], [1, 2]], "text", None, [1, None], object()]),
+    ),
+    first=st.one_of(st.integers(0, 10), st.sampled_from([-1, 2**70, 1.5, "2", None, True])),
+)
+def test_describe_oracle(arr: Any, first: Any) -> None:
+    before = _bits(arr) if isinstance(arr, np.ndarray) else None
+    try:
+        d = kiln_np.describe(arr, first=first)
+    except Exception as exc:
+        _expect(exc)
+    else:
+        a = np.asarray(arr)
+        assert d.count == a.size
+        assert d.shape == a.shape
+        assert d.payload_bytes == kiln_np.byte_length(d.code, d.shape)
+        assert d.nan + d.inf + d.zero <= d.count
+        assert d.first.size == min(int(first), a.size)
+        if d.histogram is not None:
+            assert int(d.histogram.sum()) == d.count
+        repr(d)
+        d.to_dict()
+    if before is not None:
+        assert _bits(arr) == before
+
+
+@given(arr=st.one_of(arrays(ONNX_DTYPES), st.sampled_from([[[1], [1, 2]], [True, 2], "x"])))
+def test_bit_histogram_oracle(arr: Any) -> None:
+    try:
+        counts = kiln_np.bit_histogram(arr)
+    except Exception as exc:
+        _expect(exc)
+        return
+    a = np.asarray(arr)
+    assert counts.dtype == np.int64
+    assert int(counts.sum()) == a.size
+    assert counts.size == kiln_np.bit_values(a.dtype).size
+
+
+@given(dtype=dtype_likes)
+def test_bit_values_oracle(dtype: Any) -> None:
+    try:
+        values = kiln_np.bit_values(dtype)
+    except Exception as exc:
+        _expect(exc)
+        return
+    row = kiln_np.dtype_info(kiln_np.code_for_dtype(dtype))
+    assert values.size == (2 if row.code == kiln_np.Code.BOOL else 1 << row.bits)
+    assert values.view(np.uint8).tolist() == list(range(values.size))
+
+
+# ---------------------------------------------------------------- regressions
+# Each input below once escaped as another exception (named in the comment).
+
+
+def _model_file(content: bytes) -> str:
+    path = os.path.join(_external_base(), "regression.onnx")
+    Path(path).write_bytes(content)
+    return path
+
+
+def _external(location: str, base: Any) -> Any:
+    t = onnx.TensorProto()
+    t.data_type = onnx.TensorProto.UINT8
+    t.dims.append(1)
+    t.data_location = onnx.TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", location
+    return ko.tensor_to_numpy(t, base)
+
+
+def _f32_file() -> str:
+    path = os.path.join(_file_dir(), "regression.bin")
+    Path(path).write_bytes(bytes(8))
+    return path
+
+
+F32 = np.zeros(1, np.float32)
+U8 = np.zeros(2, np.uint8)
+_open = kiln_np.open_payload
+_tensor: Any = ko.numpy_to_tensor  # called with hostile arguments
+_field: Any = ko.decode_field
+_describe: Any = kiln_np.describe
+BIG = 2**63 - 1
+
+REGRESSIONS: list[tuple[str, str, Any]] = [
+    # ValueError from np.dtype: "invalid shape in fixed-type tuple"
+    ("TYPE", "code_for_dtype of ('f4', -1)", lambda: kiln_np.code_for_dtype(("f4", -1))),
+    ("TYPE", "bit_values of ('f4', -1)", lambda: kiln_np.bit_values(("f4", -1))),
+    ("TYPE", "data_type_for_dtype of ('f4', -1)", lambda: ko.data_type_for_dtype(("f4", -1))),
+    # ValueError "inhomogeneous shape" from np.asarray
+    ("TYPE", "describe of a ragged list", lambda: kiln_np.describe([[1], [1, 2]])),
+    ("TYPE", "bit_histogram of a ragged list", lambda: kiln_np.bit_histogram([[1], [1, 2]])),
+    # TypeError from slicing with first
+    ("SHAPE", "describe first='2'", lambda: _describe(U8, first="2")),
+    ("SHAPE", "describe first=1.5", lambda: _describe(U8, first=1.5)),
+    ("SHAPE", "describe first=-1", lambda: kiln_np.describe(U8, first=-1)),
+    # ValueError "embedded null byte" from the OS
+    ("TYPE", "open_payload path with NUL", lambda: _open(_f32_file() + "\x00", 2, (2,))),
+    ("TYPE", "external location with NUL", lambda: _external("data.bin\x00", _external_base())),
+    ("TYPE", "base_dir with NUL", lambda: _external("data.bin", _external_base() + "\x00")),
+    ("TYPE", "model path with NUL", lambda: ko.model_to_kiln(_model_file(b"") + "\x00")),
+    # TypeError "expected str, bytes or os.PathLike object, not int" from os.path
+    ("TYPE", "base_dir not a path", lambda: _external("data.bin", 5)),
+    # ValueError "array is too big" from np.empty / np.memmap
+    ("SHAPE", "open_payload f32 (0, 2**62)", lambda: _open(_f32_file(), 2, (0, 2**62))),
+    ("SHAPE", "LazyPayload (0, 2**63-1, 2)", lambda: LazyPayload(_f32_file(), 17, (0, BIG, 2))),
+    # ValueError "cannot fit 'int' into an offset-sized integer" from seek
+    ("TYPE", "write offset 2**70", lambda: kiln_np.write_payload(io.BytesIO(), U8, offset=2**70)),
+    ("TYPE", "open_payload offset 2**63", lambda: _open(_f32_file(), 2, (2,), offset=2**63)),
+    # TypeError "bad argument type for built-in operation", Unicode errors, from protobuf
+    ("TYPE", "tensor name 5", lambda: _tensor(F32, name=5)),
+    ("TYPE", "tensor name bytes", lambda: _tensor(F32, name=b"w")),
+    ("TYPE", "tensor name lone surrogate", lambda: _tensor(F32, name="\ud800")),
+    # UnicodeEncodeError; and tensors that tensor_to_numpy itself refuses
+    ("TYPE", "STRING element lone surrogate", lambda: _tensor(np.array(["\ud800"], object))),
+    ("TYPE", "STRING element not UTF-8", lambda: _tensor(np.array([b"\xff"], object))),
+    # a U array past U+10FFFF: silently written as another character, or SystemError
+    ("TYPE", "STRING code point 0x1010101", lambda: _tensor(np.frombuffer(bytes(4 * [1]), "<U1"))),
+    # DecodeError from protobuf
+    ("TYPE", "model file that does not parse", lambda: list(ko.model_to_kiln(_model_file(b"\0")))),
+    # TypeError "'int' object is not iterable"
+    ("TYPE", "STRING field not iterable", lambda: _field(8, 5, (1,))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "what", "call"), REGRESSIONS, ids=[w for _, w, _ in REGRESSIONS])
+def test_fuzz_findings_are_kiln_errors(kind: str, what: str, call: Any) -> None:
+    with pytest.raises(KilnError) as info:
+        call()
+    assert info.value.kind == kind
+    assert any(word in str(info.value) for word in ("expected", "must", "cannot"))
+
+
+def test_unicode_string_tensor_still_round_trips() -> None:
+    """The STRING checks refuse only what decode_field refuses."""
+    arr = np.array(["", "\u00e9", "\U0010ffff", "ab"]).astype(">U2")
+    back = ko.tensor_to_numpy(ko.numpy_to_tensor(arr, name="s"))
+    assert back.tolist() == arr.tolist()
