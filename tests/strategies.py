@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
-from kiln_np import Layout
+from kiln_np import KilnError, Layout
 
 NUMPY_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 
@@ -106,6 +106,20 @@ def buffers(max_size: int = 40) -> st.SearchStrategy[Any]:
         st.just(np.array([object()])),
         st.sampled_from(["text", [1, 2], None, 7, 1.5]),
     )
+
+
+def expect_allowed(exc: BaseException, buf: object = b"", *, os_error: bool = False) -> None:
+    """The allow-list oracle for an exception: KilnError; TypeError for a ``buf``
+    that is not bytes-like; OSError where a file is touched (``os_error``)."""
+    if isinstance(exc, KilnError):
+        assert exc.kind in {"TYPE", "LENGTH", "SHAPE"}
+        assert str(exc).startswith(exc.kind + ": ")
+        return
+    if isinstance(exc, TypeError) and not is_bytes_like(buf):
+        return
+    if os_error and isinstance(exc, OSError):
+        return
+    raise AssertionError(f"{type(exc).__name__} escaped: {exc!r}") from exc
 
 
 def is_bytes_like(buf: object) -> bool:

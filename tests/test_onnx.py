@@ -12,17 +12,16 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from onnx import numpy_helper
 
 import kiln_np
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
 from kiln_np._table import code_label
-
-onnx = pytest.importorskip("onnx")
-from onnx import numpy_helper  # noqa: E402
 
 ROWS = ko.DATA_TYPES
 RAW_ROWS = [r for r in ROWS if r.bits is not None]
@@ -376,7 +375,7 @@ def test_seed_wins_padding() -> None:
 def test_seed_wins_string_raw_data() -> None:
     # "STRING cannot use raw_data, and the explorer turns down a tensor that
     # tries." onnx reads string_data and ignores raw_data.
-    tensor = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])
+    tensor = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])  # type: ignore[list-item]  # STRING
     tensor.raw_data = b"junk"
     assert numpy_helper.to_array(tensor).tolist() == ["x"]
     _raise("TYPE", ko.tensor_to_numpy, tensor)
@@ -570,7 +569,7 @@ def test_model_to_kiln(tmp_path: Path) -> None:
         k: bytes(p.data) for k, p in out.items()
     }
     _raise("TYPE", ko.model_to_kiln, 42)
-    strings = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])
+    strings = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])  # type: ignore[list-item]  # STRING
     model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], initializer=[strings]))
     error = _raise("TYPE", list, ko.model_to_kiln(model))
     assert "'s'" in str(error)
