@@ -243,7 +243,8 @@ _INT_FIELD = {"int32_data": (-(2**31), 2**31 - 1), "int64_data": (-(2**63), 2**6
 def _field_items(draw: st.DrawFn, field: str, n: int) -> list[Any]:
     if field in _INT_FIELD:
         lo, hi = _INT_FIELD[field]
-        small = st.one_of(st.integers(0, 3), st.integers(-1, 256), st.integers(0, 0x3F))
+        # The field's own range: protobuf refuses anything else at construction.
+        small = st.one_of(st.integers(0, 3), st.integers(max(-1, lo), 256), st.integers(0, 0x3F))
         return draw(st.lists(st.one_of(small, st.integers(lo, hi)), min_size=n, max_size=n))
     if field == "float_data":
         return draw(st.lists(st.floats(width=32), min_size=n, max_size=n))
