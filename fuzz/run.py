@@ -1,8 +1,8 @@
 """Long fuzz runs of kiln_np's public entry points.
 
-    python fuzz/run.py hypothesis --examples 20000
+    python fuzz/run.py hypothesis --examples 10000
     python fuzz/run.py hypothesis --examples 2000 --match onnx
-    python fuzz/run.py atheris --seconds 300        # needs: pip install atheris
+    python fuzz/run.py atheris --seconds 600        # needs: pip install atheris
 
 ``hypothesis`` runs the ``test_*_oracle`` properties of tests/test_fuzz.py (the
 core) and tests/test_fuzz_adapters.py (``kiln_np.onnx``, the file functions and
