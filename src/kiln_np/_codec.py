@@ -169,12 +169,6 @@ def _context(code: int, shape: tuple[int, ...]) -> str:
     return f"{code_label(code)} shape {shape}: "
 
 
-def _in_context(err: KilnError, code: int, shape: tuple[int, ...]) -> KilnError:
-    """``err`` (about a buffer) again, its message naming ``code`` and ``shape``."""
-    message = str(err).split(": ", 1)[1]
-    return KilnError(err.kind, _context(code, shape) + message, code=code, shape=shape)
-
-
 def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> None:
     # One max reduction when clean (split across the kernel threads when
     # large); the index search only runs on failure.
@@ -255,7 +249,7 @@ def to_numpy(
     try:
         src = _nibbles._byte_view(buf, "buf")
     except KilnError as exc:
-        raise _in_context(exc, c, dims) from exc.__cause__
+        raise exc.prefixed(_context(c, dims), code=c, shape=dims) from exc.__cause__
     count = _count(dims)
     expected = _payload_bytes(kind, count)
     if src.size != expected:

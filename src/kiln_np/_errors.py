@@ -27,7 +27,8 @@ class KilnError(ValueError):
         ``LENGTH``: a byte count other than exactly ``byte_length``.
         ``SHAPE``: a malformed shape.
     message : str
-        What was expected and what was found.
+        What was expected and what was found; kept as ``.message`` (``str(e)``
+        is ``f"{kind}: {message}"``).
     code, shape, expected, found, index
         Whatever of these the failing check knew; ``None`` otherwise.
         ``expected``/``found`` are byte counts for LENGTH errors and wire
@@ -61,18 +62,34 @@ class KilnError(ValueError):
             raise AssertionError(f"KilnError kind must be one of {sorted(_KINDS)}, got {kind!r}")
         super().__init__(f"{kind}: {message}")
         self.kind = kind
+        self.message = message
         self.code = code
         self.shape = shape
         self.expected = expected
         self.found = found
         self.index = index
 
+    def prefixed(
+        self, prefix: str, *, code: int | None = None, shape: tuple[int, ...] | None = None
+    ) -> KilnError:
+        """The same error with ``prefix`` before its message: a caller that knows
+        more context (the code, the shape, the tensor) re-raises it with that.
+        ``code`` and ``shape`` replace the attributes when given."""
+        return KilnError(
+            self.kind,
+            prefix + self.message,
+            code=self.code if code is None else code,
+            shape=self.shape if shape is None else shape,
+            expected=self.expected,
+            found=self.found,
+            index=self.index,
+        )
+
     def __reduce__(self) -> tuple[object, ...]:
         # Keep the attributes across pickling (multiprocessing, dask workers).
-        message = str(self).split(": ", 1)[1]
         return (
             _rebuild,
-            (self.kind, message, self.code, self.shape, self.expected, self.found, self.index),
+            (self.kind, self.message, self.code, self.shape, self.expected, self.found, self.index),
         )
 
 

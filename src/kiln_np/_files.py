@@ -28,13 +28,12 @@ import contextlib
 import operator
 import os
 import secrets
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from . import _nibbles
+from . import _codec, _nibbles
 from ._codec import _as_array, _check_bool_bytes, _host_order, _length_error, from_numpy
 from ._errors import KilnError
 from ._table import (
@@ -53,7 +52,6 @@ from ._table import (
 __all__ = ["LazyPayload", "PayloadInfo", "open_payload", "write_payload"]
 
 _U8 = np.dtype(np.uint8)
-_BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 CHUNK_BYTES = 16 << 20
 """Default chunk size (decoded bytes) for :meth:`LazyPayload.iter_chunks` and
@@ -90,10 +88,6 @@ class PayloadInfo(NamedTuple):
     offset: int
     nbytes: int
     layout: Layout | None = None
-
-
-def _message(err: KilnError) -> str:
-    return str(err).split(": ", 1)[1]
 
 
 def _check_path(path: object) -> str:
@@ -146,8 +140,7 @@ def _map_payload(
             err = _length_error(kind, code, dims, expected, found)
             raise KilnError(
                 "LENGTH",
-                f"{path!r} is {size} bytes, so it holds {found} at offset {offset}: "
-                + _message(err),
+                f"{path!r} is {size} bytes, so it holds {found} at offset {offset}: " + err.message,
                 code=code,
                 shape=dims,
                 expected=expected,
@@ -503,7 +496,7 @@ def open_payload(
         kind.packed
         or kind.code == Code.BOOL
         # ml_dtypes types are native-only: a big-endian host must swap bf16.
-        or (_BIG_ENDIAN_HOST and kind.dtype.isnative and kind.dtype.itemsize > 1)
+        or (_codec._BIG_ENDIAN_HOST and _codec._native_only(kind.dtype))
     ):
         return LazyPayload(name, c, dims, offset=off)
     mapped, _ = _map_payload(

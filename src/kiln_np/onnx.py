@@ -417,20 +417,6 @@ def _dims(row: OnnxType, dims: object) -> tuple[int, ...]:
     return checked
 
 
-def _prefixed(exc: KilnError, prefix: str) -> KilnError:
-    """``exc`` again, its message prefixed (its attributes kept)."""
-    message = str(exc).split(": ", 1)[1]
-    return KilnError(
-        exc.kind,
-        f"{prefix}{message}",
-        code=exc.code,
-        shape=exc.shape,
-        expected=exc.expected,
-        found=exc.found,
-        index=exc.index,
-    )
-
-
 def _length_error(
     row: OnnxType, dims: tuple[int, ...], what: str, rule: str, expected: int, found: int
 ) -> KilnError:
@@ -450,7 +436,7 @@ def _checked_raw(row: OnnxType, raw_data: object, dims: tuple[int, ...]) -> np.n
     try:
         src = _nibbles._byte_view(raw_data, "raw_data")
     except KilnError as exc:
-        raise _prefixed(exc, f"{row.label} shape {dims}: ") from exc.__cause__
+        raise exc.prefixed(f"{row.label} shape {dims}: ") from exc.__cause__
     count = _count(dims)
     expected = row.byte_length(count)
     if src.size != expected:
@@ -560,7 +546,7 @@ def decode_raw(data_type: int, raw_data: object, dims: Sequence[int]) -> np.ndar
         try:
             return to_numpy(row.kiln_code, src, dims)
         except KilnError as exc:
-            raise _prefixed(exc, f"{row.label} as Kiln ") from None
+            raise exc.prefixed(f"{row.label} as Kiln ") from None
     if row.bits in _SUB_BYTE_UNPACK:
         return _unpack_sub_byte(row, src, dims).view(row.dtype).reshape(dims)
     return src.view(row.dtype).reshape(dims)
@@ -833,7 +819,7 @@ def encode_raw(array: npt.ArrayLike, data_type: int | None = None) -> memoryview
         try:
             return from_numpy(arr, code=row.kiln_code).data
         except KilnError as exc:
-            raise _prefixed(exc, f"{row.label} as Kiln ") from None
+            raise exc.prefixed(f"{row.label} as Kiln ") from None
     if row.bits in _SUB_BYTE_PACK:
         context = f"{row.label} shape {arr.shape}: "
         return _readonly(_pack_sub_byte(row, _storage_bytes(arr), context))
@@ -890,7 +876,7 @@ layout=Layout(name='onnx.uint2', block_size=1))
             try:
                 _check_bool_bytes(src, code, dims)
             except KilnError as exc:
-                raise _prefixed(exc, f"{row.label} as Kiln ") from None
+                raise exc.prefixed(f"{row.label} as Kiln ") from None
         return Payload(Code(code), _readonly(src), dims)
     if row.bits in _SUB_BYTE_UNPACK:
         src = _unpack_sub_byte(row, src, dims)
@@ -1064,7 +1050,7 @@ def _tensor_source(
     try:
         row = data_type_info(tensor.data_type)
     except KilnError as exc:
-        raise _prefixed(exc, f"tensor {tensor.name!r}: ") from None
+        raise exc.prefixed(f"tensor {tensor.name!r}: ") from None
     if tensor.HasField("segment"):
         segment = tensor.segment
         raise KilnError(
@@ -1138,7 +1124,7 @@ def tensor_to_numpy(
             return decode_raw(row.data_type, raw, dims)
         return decode_field(row.data_type, values, dims)
     except KilnError as exc:
-        raise _prefixed(exc, f"tensor {tensor.name!r}: ") from None
+        raise exc.prefixed(f"tensor {tensor.name!r}: ") from None
 
 
 def numpy_to_tensor(array: npt.ArrayLike, name: str | None = None) -> onnx.TensorProto:
@@ -1252,7 +1238,7 @@ def _tensor_to_kiln(tensor: onnx.TensorProto, base_dir: str | os.PathLike[str] |
             raw = encode_raw(decode_field(row.data_type, values, dims), row.data_type)
         return to_kiln(row.data_type, raw, dims)
     except KilnError as exc:
-        raise _prefixed(exc, f"tensor {tensor.name!r}: ") from None
+        raise exc.prefixed(f"tensor {tensor.name!r}: ") from None
 
 
 def model_to_kiln(
