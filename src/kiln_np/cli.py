@@ -31,7 +31,7 @@ import numpy as np
 from ._codec import from_numpy
 from ._errors import KilnError
 from ._explore import Description, _flat_chunks, _summarize
-from ._files import LazyPayload, open_payload
+from ._files import LazyPayload, _replacing, open_payload
 from ._golden import format_table, load_cases, run_case
 from ._table import (
     DTYPES,
@@ -223,19 +223,14 @@ def _open(args: argparse.Namespace) -> _Opened:
 
 
 def _write_atomic(path: str, pieces: Iterable[Any]) -> None:
-    """Write the buffers to ``path`` via a temporary name, so no half file remains."""
-    tmp = f"{path}.kiln-np-partial"
+    """Write the buffers to ``path`` via a temporary sibling renamed into place
+    (the mechanism of :func:`kiln_np.write_payload`), so no half file remains."""
     try:
-        with open(tmp, "wb") as f:
+        with _replacing(path, 0) as (_, f):
             for piece in pieces:
                 f.write(piece)
-        os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise _file_error("write", path, exc) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 _NPY_KEYS = frozenset({"descr", "fortran_order", "shape"})
