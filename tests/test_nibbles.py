@@ -45,10 +45,13 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.fixture
 def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 4 lanes, threads from 8 lanes, the gather below 2 lanes."""
+    """Chunks (and compiled granules) of 4 lanes, threads from 8 lanes, the
+    gather below 2 lanes."""
     monkeypatch.setattr(_nibbles, "CHUNK_LANES", 4)
     monkeypatch.setattr(_nibbles, "THREAD_MIN_LANES", 8)
     monkeypatch.setattr(_nibbles, "SMALL_LANES", 2)
+    monkeypatch.setattr(_nibbles, "COMPILED_GRANULE", 4)
+    monkeypatch.setattr(_nibbles, "COMPILED_THREAD_MIN_LANES", 8)
 
 
 @pytest.fixture(params=[1, 2, 3, 5], ids=lambda k: f"{k}threads")
@@ -97,6 +100,7 @@ def test_tiny_constants_every_length(count: int, threads: int) -> None:
 def _boundary_counts() -> list[int]:
     lanes = {_nibbles.SMALL_LANES, _nibbles.CHUNK_LANES, _nibbles.THREAD_MIN_LANES}
     lanes |= {2 * _nibbles.CHUNK_LANES, _nibbles.THREAD_MIN_LANES + _nibbles.CHUNK_LANES}
+    lanes |= {_nibbles.COMPILED_THREAD_MIN_LANES + _nibbles.COMPILED_GRANULE}
     return sorted({2 * n + d for n in lanes for d in (-3, -2, -1, 0, 1, 2, 3)})
 
 
@@ -115,7 +119,7 @@ def test_results_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPat
     seen = set()
     for k in (1, 2, 3):
         monkeypatch.setattr(_nibbles, "_threads", lambda k=k: k)
-        assert len(_nibbles._split(count // 2)) == k
+        assert len(_nibbles._split(count // 2, _nibbles.COMPILED)) == k
         seen.add(kiln_np.unpack_nibbles(packed, count).tobytes())
         seen.add(kiln_np.pack_nibbles(values).tobytes() + b"|packed")
     assert seen == {values.tobytes(), packed.tobytes() + b"|packed"}
@@ -129,16 +133,21 @@ def test_small_path_round_trip(values: list[int]) -> None:
     assert same_bytes(kiln_np.unpack_nibbles(packed.tobytes(), arr.size), arr)
 
 
-def test_split_ranges_are_disjoint_chunk_aligned_and_cover(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
+def test_split_ranges_are_disjoint_aligned_and_cover(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
     monkeypatch.setattr(_nibbles, "_threads", lambda: 3)
-    chunk = _nibbles.CHUNK_LANES
-    for lanes in (_nibbles.THREAD_MIN_LANES, 5 * chunk + 7, 40 * chunk + 1):
-        ranges = _nibbles._split(lanes)
+    step = _nibbles.COMPILED_GRANULE if compiled else _nibbles.CHUNK_LANES
+    least = _nibbles.COMPILED_THREAD_MIN_LANES if compiled else _nibbles.THREAD_MIN_LANES
+    for lanes in (least, 5 * _nibbles.CHUNK_LANES + 7, 40 * _nibbles.CHUNK_LANES + 1):
+        ranges = _nibbles._split(lanes, compiled)
+        assert 1 < len(ranges) <= 3
         assert ranges[0][0] == 0
         assert ranges[-1][1] == lanes
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-        assert all(lo % chunk == 0 for lo, _ in ranges)
-    assert _nibbles._split(_nibbles.THREAD_MIN_LANES - 1) == [(0, _nibbles.THREAD_MIN_LANES - 1)]
+        assert all(lo % step == 0 for lo, _ in ranges)
+    assert _nibbles._split(least - 1, compiled) == [(0, least - 1)]
 
 
 # -- the first bad value, wherever the threads find it ---------------------------------------
@@ -152,7 +161,7 @@ def test_first_bad_value_wins_across_ranges(bad_at: int, threads: int) -> None:
     values[-1] = 0xFF  # a later bad value must not win
     if bad_at == 98:
         values[-1] = 0x10 + bad_at % 0xF0
-    assert _nibbles.first_above_15(values) == bad_at
+    assert _nibbles.first_above(values, 15) == bad_at
     with pytest.raises(KilnError) as info:
         kiln_np.pack_nibbles(values)
     assert (info.value.kind, info.value.index, info.value.found) == ("TYPE", bad_at, values[bad_at])
@@ -170,7 +179,7 @@ def test_first_bad_value_on_the_small_path(bad_at: int) -> None:
 
 def test_clean_input_has_no_bad_value() -> None:
     for count in (0, 1, 7, 8, 9, 2 * _nibbles.THREAD_MIN_LANES + 1):
-        assert _nibbles.first_above_15(nibbles(count)) == -1
+        assert _nibbles.first_above(nibbles(count), 15) == -1
 
 
 # -- out= -----------------------------------------------------------------------------------
@@ -253,7 +262,9 @@ def test_read_only_out_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("setting", "cap"), [("1", 1), ("2", 2), ("64", 8), ("0", 8), ("two", 8), ("", 8)]
+    ("setting", "cap"),
+    [("1", 1), ("2", 2), (" 2 ", 2), ("64", 8), ("0", 8), ("two", 8), ("", 8), ("²", 8), ("٣", 8)],
+    ids=["1", "2", "spaces", "64", "0", "two", "empty", "superscript-2", "arabic-indic-3"],
 )
 def test_thread_setting(monkeypatch: pytest.MonkeyPatch, setting: str, cap: int) -> None:
     monkeypatch.setenv("KILN_NP_NUM_THREADS", setting)
@@ -270,7 +281,8 @@ def test_small_inputs_do_not_start_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
         raise AssertionError("the pool was used for a small input")
 
     monkeypatch.setattr(_nibbles, "_pool", no_pool)
-    count = 2 * _nibbles.THREAD_MIN_LANES - 1
+    least = _nibbles.COMPILED_THREAD_MIN_LANES if _nibbles.COMPILED else _nibbles.THREAD_MIN_LANES
+    count = 2 * least - 1
     values = nibbles(count)
     assert same_bytes(kiln_np.unpack_nibbles(kiln_np.pack_nibbles(values), count), values)
     assert same_bytes(kiln_np.to_numpy(17, b"\x21\x03", (3,)), np.array([1, 2, 3], np.uint8))

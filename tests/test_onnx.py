@@ -73,7 +73,7 @@ def test_table_kiln_mapping() -> None:
         assert row.layout is not None
         assert row.kiln_code is not None
         assert row.kiln_code == ko.OPAQUE_BASE + row.data_type
-        assert kiln_np.code_kind(row.kiln_code) == "opaque"
+        assert kiln_np.code_range(row.kiln_code) == "opaque"
         assert row.layout.name == f"onnx.{row.name.lower()}"
         assert row.layout.block_size == {64: 8, 128: 16}.get(row.bits or 0, 1)
     string = ko.data_type_info(8)

@@ -1,15 +1,21 @@
-"""The public surface: names, modules, version, typing marker, doctests."""
+"""The public surface: names, modules, version, typing marker, doctests, imports."""
 
 from __future__ import annotations
 
+import ast
 import doctest
 import importlib
+import inspect
 import pkgutil
 from importlib import metadata, resources
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import kiln_np
+
+SRC = Path(kiln_np.__file__).parent
 
 
 def test_all_lists_exactly_the_public_names() -> None:
@@ -20,8 +26,9 @@ def test_all_lists_exactly_the_public_names() -> None:
 
 
 @pytest.mark.parametrize("name", [n for n in kiln_np.__all__ if n not in {"__version__", "DTYPES"}])
-def test_public_objects_report_a_kiln_np_module(name: str) -> None:
-    assert getattr(kiln_np, name).__module__.startswith("kiln_np.")
+def test_public_objects_say_where_they_live(name: str) -> None:
+    # numpy's set_module: a traceback shows kiln_np.KilnError, not kiln_np._errors.KilnError.
+    assert getattr(kiln_np, name).__module__ == "kiln_np"
 
 
 def test_version_matches_metadata() -> None:
@@ -32,6 +39,60 @@ def test_typed_and_golden_shipped() -> None:
     root = resources.files("kiln_np")
     assert (root / "py.typed").is_file()
     assert sorted(e.name for e in (root / "golden").iterdir() if e.name.endswith(".json"))
+
+
+def _is_module(package: Path, name: str) -> bool:
+    # A Python module, a package, or a compiled extension (_kernels.cpython-311-....so).
+    return (package / name / "__init__.py").is_file() or any(
+        p.suffix in {".py", ".pyi", ".so", ".pyd"} for p in package.glob(f"{name}.*")
+    )
+
+
+def _private_imports(path: Path, root: Path = SRC) -> list[str]:
+    """``from .x import _name`` lines, where ``_name`` is not a module (a private
+    module may be imported; a private name of another module may not)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            package = path.parents[node.level - 1].joinpath(*(node.module or "").split("."))
+            found += [
+                f"{path.relative_to(root)}:{node.lineno}: from {'.' * node.level}"
+                f"{node.module or ''} import {alias.name}"
+                for alias in node.names
+                if alias.name.startswith("_")
+                and not alias.name.startswith("__")
+                and not _is_module(package, alias.name)
+            ]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    # A leading underscore means "used only in this module"; shared helpers
+    # live in internal modules (_checks, _table, _payload) under public names.
+    assert [hit for path in sorted(SRC.rglob("*.py")) for hit in _private_imports(path)] == []
+
+
+def test_the_private_import_check_can_fail(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    (tmp_path / "_nibbles.py").write_text("")
+    sample.write_text("from ._table import _BY_CODE\nfrom . import _nibbles\n")
+    assert _private_imports(sample, tmp_path) == ["sample.py:1: from ._table import _BY_CODE"]
+
+
+class _DefinedHere(doctest.DocTestFinder):
+    """Find the examples of what a module defines, whatever ``__module__`` it
+    reports (set_module moves public names to ``kiln_np``)."""
+
+    def _from_module(self, module: ModuleType | None, object: object) -> bool:
+        here = getattr(module, "__file__", None)
+        if inspect.isfunction(object):
+            return object.__code__.co_filename == here
+        if inspect.isclass(object):
+            return any(
+                inspect.isfunction(v) and v.__code__.co_filename == here
+                for v in vars(object).values()
+            ) or super()._from_module(module, object)  # type: ignore[misc]
+        return bool(super()._from_module(module, object))  # type: ignore[misc]
 
 
 def _modules() -> list[str]:
@@ -45,8 +106,12 @@ def _modules() -> list[str]:
 @pytest.mark.parametrize("module", _modules())
 def test_doctests(module: str) -> None:
     mod = importlib.import_module(module)
-    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    finder = _DefinedHere()
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    for test in finder.find(mod, module):
+        runner.run(test)
+    result = runner.summarize(verbose=False)
     assert result.failed == 0
     # Every module documents itself by example, except the command line, which the
-    # CLI tests run as a subprocess.
+    # CLI tests run.
     assert result.attempted > 0 or module == "kiln_np.cli"

@@ -1,22 +1,22 @@
 """kiln_np: Kiln tensor payloads <-> numpy arrays, bit for bit.
 
 The public surface is re-exported here; see ``kiln_np._codec`` for the wire
-format.
+format and ``docs/architecture.md`` for which module owns what.
 """
 
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
 from ._explore import Description, bit_histogram, bit_values, describe
-from ._files import LazyPayload, PayloadInfo, open_payload, write_payload
-from ._nibbles import pack_nibbles, unpack_nibbles
+from ._files import LazyPayload, open_payload, write_payload
+from ._nibbles import kernel_backend, pack_nibbles, unpack_nibbles
+from ._payload import PayloadInfo, byte_length, payload_info
 from ._table import (
     DTYPES,
     Code,
     DType,
     Layout,
-    byte_length,
     code_for_dtype,
-    code_kind,
+    code_range,
     dtype_for_code,
     dtype_info,
 )
@@ -38,13 +38,15 @@ __all__ = [
     "bit_values",
     "byte_length",
     "code_for_dtype",
-    "code_kind",
+    "code_range",
     "describe",
     "dtype_for_code",
     "dtype_info",
     "from_numpy",
+    "kernel_backend",
     "open_payload",
     "pack_nibbles",
+    "payload_info",
     "to_numpy",
     "unpack_nibbles",
     "write_payload",

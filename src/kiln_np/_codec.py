@@ -57,8 +57,9 @@ Bytes
 
 What this module does with them
 -------------------------------
-:func:`to_numpy` checks code, layout, shape, buffer type, length, content, in
-that order, and returns a zero-copy little-endian view for whole-byte codes;
+:func:`to_numpy` checks code, layout, shape (representability included),
+buffer type, length, content, in that order (the order of
+:class:`~kiln_np.PayloadInfo`, which every entry point shares), and returns a zero-copy little-endian view for whole-byte codes;
 4-bit codes unpack to one element per byte (ml_dtypes ``int4``/``uint4``/
 ``float4_e2m1fn``, high nibble 0).  :func:`from_numpy` is the inverse and
 never casts: a NaN's payload, a signalling NaN, -0.0 and subnormals are
@@ -74,35 +75,49 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _nibbles
+from ._checks import U8, byte_view, set_module, show_value
 from ._errors import KilnError
+from ._payload import PayloadInfo, payload_info
 from ._table import (
+    NEEDS_OPAQUE,
     Code,
     CodeLike,
     DType,
     Layout,
     ShapeLike,
-    _check_representable,
-    _check_shape,
-    _count,
-    _payload_bytes,
-    _resolve,
-    _row_for_dtype,
+    as_code,
     code_label,
+    resolve,
+    row_for_dtype,
 )
 
-__all__ = ["Payload", "from_numpy", "to_numpy"]
+__all__ = [
+    "BIG_ENDIAN_HOST",
+    "Payload",
+    "as_array",
+    "check_bool_bytes",
+    "decode",
+    "encode",
+    "from_numpy",
+    "host_order",
+    "native_only",
+    "readonly_view",
+    "to_numpy",
+    "wire_bytes",
+]
 
-_U8 = np.dtype(np.uint8)
 # ml_dtypes types (numpy "user-defined" types, ``isbuiltin == 2``) exist only in
 # native byte order, so on a big-endian host a multi-byte one (bf16) cannot be a
 # view of little-endian bytes: it is swapped.  numpy's own types carry ``'<'``.
-_BIG_ENDIAN_HOST = sys.byteorder == "big"
+BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 
-def _native_only(dtype: np.dtype[Any]) -> bool:
+def native_only(dtype: np.dtype[Any]) -> bool:
+    """True for a multi-byte ml_dtypes type, which has no explicit byte order."""
     return dtype.itemsize > 1 and dtype.isbuiltin == 2
 
 
+@set_module("kiln_np")
 class Payload(NamedTuple):
     """A Kiln payload: ``to_numpy(*payload)`` rebuilds the array byte for byte.
 
@@ -130,9 +145,14 @@ class Payload(NamedTuple):
         return (_payload_from_bytes, (self.code, bytes(self.data), self.shape, self.layout))
 
     @property
-    def nbytes(self) -> int:
+    def byte_length(self) -> int:
         """Payload size in bytes."""
         return self.data.nbytes
+
+    @property
+    def info(self) -> PayloadInfo:
+        """The checked description of this payload (code, shape, layout, sizes)."""
+        return payload_info(self.code, self.shape, self.layout)
 
     def __repr__(self) -> str:
         head = bytes(self.data[:8]).hex(" ")
@@ -144,32 +164,8 @@ class Payload(NamedTuple):
         )
 
 
-def _length_error(
-    kind: DType | Layout, code: int, shape: tuple[int, ...], expected: int, found: int
-) -> KilnError:
-    if isinstance(kind, Layout):
-        rule = f"{_count(shape)} blocks x {kind.block_size} bytes ({kind.name})"
-    elif kind.packed:
-        rule = f"ceil({_count(shape)} / 2)"
-    else:
-        rule = f"{_count(shape)} x {kind.bits // 8}"
-    return KilnError(
-        "LENGTH",
-        f"{code_label(code)} shape {shape}: expected {rule} = {expected} bytes, found {found} "
-        f"({'short' if found < expected else 'long'} by {abs(found - expected)})",
-        code=code,
-        shape=shape,
-        expected=expected,
-        found=found,
-    )
-
-
-def _context(code: int, shape: tuple[int, ...]) -> str:
-    """``'code 2 (f32) shape (2, 3): '``: how messages start once both are known."""
-    return f"{code_label(code)} shape {shape}: "
-
-
-def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> None:
+def check_bool_bytes(src: np.ndarray, info: PayloadInfo) -> None:
+    """Every byte of the flat uint8 ``src`` must be 0 or 1 (case kiln-v2-bool-byte)."""
     # One max reduction when clean (split across the kernel threads when
     # large); the index search only runs on failure.
     if _nibbles.max_byte(src) > 1:
@@ -177,23 +173,24 @@ def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> Non
         found = int(src[index])
         raise KilnError(
             "TYPE",
-            f"{code_label(code)} shape {shape}: expected byte 0x00 or 0x01, found 0x{found:02x} "
+            f"{info.context}expected byte 0x00 or 0x01, found 0x{found:02x} "
             f"at element {index} (case kiln-v2-bool-byte)",
-            code=code,
-            shape=shape,
+            code=info.code,
+            shape=info.shape,
             expected=1,
             found=found,
             index=index,
         )
 
 
-def _host_order(src: np.ndarray, row: DType) -> np.ndarray:
+def host_order(src: np.ndarray, row: DType) -> np.ndarray:
     """View little-endian bytes as ``row.dtype``; swapped copy where it must be."""
-    if _BIG_ENDIAN_HOST and _native_only(row.dtype):
+    if BIG_ENDIAN_HOST and native_only(row.dtype):
         return src.view(f"u{row.dtype.itemsize}").byteswap().view(row.dtype)
     return src.view(row.dtype)
 
 
+@set_module("kiln_np")
 def to_numpy(
     code: CodeLike,
     buf: Any,
@@ -206,11 +203,13 @@ def to_numpy(
 
     Parameters
     ----------
-    code : int
-        The dtype code: 1-19, or 4096-32767 with ``layout``.
+    code : int or str
+        The dtype code: 1-19, or 4096-32767 with ``layout``; or a closed
+        code's name (``"bf16"``, ``"BF16"``).
     buf : bytes-like
         Exactly ``byte_length(code, shape, layout)`` bytes, C-contiguous:
-        ``bytes``, ``bytearray``, ``memoryview``, ``mmap``, a uint8 array.
+        ``bytes``, ``bytearray``, ``memoryview``, ``mmap``, a uint8 array (an
+        ndarray subclass is read as its base ndarray).
     shape : sequence of int
         Element shape; ``()`` is a scalar.
     layout : Layout, optional
@@ -221,11 +220,11 @@ def to_numpy(
     Returns
     -------
     numpy.ndarray
-        Whole-byte codes: a zero-copy view of ``buf`` (read-only when ``buf``
-        is) with an explicitly little-endian dtype such as ``'<f4'``, or the
-        ml_dtypes type.  4-bit codes: a new ml_dtypes ``int4``/``uint4``/
-        ``float4_e2m1fn`` array, one element per byte.  Opaque codes: uint8
-        blocks of shape ``shape + (block_size,)``.
+        Always a plain ndarray.  Whole-byte codes: a zero-copy view of
+        ``buf`` (read-only when ``buf`` is) with an explicitly little-endian
+        dtype such as ``'<f4'``, or the ml_dtypes type.  4-bit codes: a new
+        ml_dtypes ``int4``/``uint4``/``float4_e2m1fn`` array, one element per
+        byte.  Opaque codes: uint8 blocks of shape ``shape + (block_size,)``.
 
     Raises
     ------
@@ -239,39 +238,42 @@ def to_numpy(
     --------
     >>> to_numpy(17, b"\\x21\\x03", (3,)).astype(int)
     array([1, 2, 3])
-    >>> to_numpy(4, b"\\x80\\x3f", ()).item()
+    >>> to_numpy("bf16", b"\\x80\\x3f", ()).item()
     1.0
     """
-    kind = _resolve(code, layout)
-    c = int(code)
-    prefix = code_label(c) + ": "
-    dims = _check_shape(shape, prefix)
+    info = payload_info(code, shape, layout)
     try:
-        src = _nibbles._byte_view(buf, "buf")
+        src = byte_view(buf, "buf")
     except KilnError as exc:
-        raise exc.prefixed(_context(c, dims), code=c, shape=dims) from exc.__cause__
-    count = _count(dims)
-    expected = _payload_bytes(kind, count)
-    if src.size != expected:
-        raise _length_error(kind, c, dims, expected, src.size)
-    itemsize = kind.block_size if isinstance(kind, Layout) else kind.dtype.itemsize
-    _check_representable(dims, itemsize, prefix)
-    if isinstance(kind, Layout):
-        blocks = src.reshape((*dims, kind.block_size))
+        raise exc.prefixed(info.context, code=int(info.code), shape=info.shape) from exc.__cause__
+    info.check_length(src.size)
+    return decode(info, src, copy=copy)
+
+
+def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndarray:
+    """Decode the flat uint8 ``src``, already exactly ``info.byte_length`` bytes:
+    the content checks and the view (or unpacked array) of :func:`to_numpy`."""
+    element = info.element
+    if isinstance(element, Layout):
+        blocks = src.reshape(info.decoded_shape)
         return blocks.copy() if copy else blocks
-    if kind.packed:
+    if element.packed:
+        count = info.count
         if count % 2:  # only an odd count has a padding nibble to check
-            _nibbles.check_padding(src, count, f"{code_label(c)} shape {dims}: ")
-        out = np.empty(count, _U8)
+            _nibbles.check_padding(src, count, info.context)
+        out = np.empty(count, U8)
         _nibbles.unpack_into(src, out, count)
-        return out.view(kind.dtype).reshape(dims)
-    if kind.code == Code.BOOL:
-        _check_bool_bytes(src, c, dims)
-    arr = _host_order(src, kind).reshape(dims)
+        return out.view(element.dtype).reshape(info.shape)
+    if element.code == Code.BOOL:
+        check_bool_bytes(src, info)
+    arr = host_order(src, element).reshape(info.shape)
     return arr.copy() if copy else arr
 
 
-def _as_array(array: object) -> np.ndarray:
+def as_array(array: object) -> np.ndarray:
+    """``np.asarray(array)`` as a plain ndarray, or TYPE: a masked array (its
+    masked-out values would be written), a ragged list, an ``__array__`` that
+    raises."""
     if isinstance(array, np.ma.MaskedArray):
         raise KilnError(
             "TYPE",
@@ -280,12 +282,14 @@ def _as_array(array: object) -> np.ndarray:
         )
     try:
         return np.asarray(array)
-    except (ValueError, TypeError) as exc:
-        raise KilnError("TYPE", f"cannot make an array of {type(array).__name__}: {exc}") from exc
+    except Exception as exc:  # user code (__array__, __len__) may raise anything
+        raise KilnError(
+            "TYPE", f"expected an array; numpy cannot make an array of {show_value(array)}: {exc}"
+        ) from exc
 
 
-def _check_blocks(arr: np.ndarray, code: int, layout: Layout) -> tuple[int, ...]:
-    if arr.dtype != _U8 or arr.ndim < 1 or arr.shape[-1] != layout.block_size:
+def _check_blocks(arr: np.ndarray, code: int, layout: Layout) -> PayloadInfo:
+    if arr.dtype != U8 or arr.ndim < 1 or arr.shape[-1] != layout.block_size:
         raise KilnError(
             "SHAPE",
             f"{code_label(code)} with layout {layout.name!r}: expected uint8 blocks of shape "
@@ -293,17 +297,17 @@ def _check_blocks(arr: np.ndarray, code: int, layout: Layout) -> tuple[int, ...]
             code=code,
             shape=tuple(arr.shape),
         )
-    return tuple(int(d) for d in arr.shape[:-1])
+    return payload_info(code, tuple(int(d) for d in arr.shape[:-1]), layout)
 
 
-def _wire_bytes(arr: np.ndarray, wire: np.dtype[Any]) -> np.ndarray:
+def wire_bytes(arr: np.ndarray, wire: np.dtype[Any]) -> np.ndarray:
     """C-order little-endian bytes of ``arr`` as a flat uint8 array (a view when
     ``arr`` already is that)."""
-    if _BIG_ENDIAN_HOST and _native_only(wire):
+    if BIG_ENDIAN_HOST and native_only(wire):
         arr = arr.view(f"u{wire.itemsize}").byteswap()
     elif arr.dtype != wire:
         arr = arr.astype(wire)  # byte order only: the same type, swapped, bit for bit
-    return np.ascontiguousarray(arr).reshape(-1).view(_U8)
+    return np.ascontiguousarray(arr).reshape(-1).view(U8)
 
 
 def _payload_from_bytes(
@@ -312,38 +316,56 @@ def _payload_from_bytes(
     return Payload(code, memoryview(data), shape, layout)
 
 
-def _readonly(arr: np.ndarray) -> memoryview:
+def readonly_view(arr: np.ndarray) -> memoryview:
+    """A read-only flat ``"B"`` memoryview of the contiguous array ``arr``."""
     view = arr.view()
     view.flags.writeable = False
     return view.data.cast("B")
 
 
-def _encode_into(
-    arr: np.ndarray, row: DType, out: object, code: int, dims: tuple[int, ...]
-) -> np.ndarray:
-    """Write the wire bytes of a whole-byte ``arr`` into ``out``, checked first."""
-    dst = _nibbles.out_view(
-        out,
-        row.byte_length(arr.size),
-        f"{arr.size} x {row.dtype.itemsize} = ",
-        context=_context(code, dims),
-        code=code,
-        shape=dims,
-    )
-    if row.code == Code.BOOL:
-        flags = arr.view(_U8)
-        # A strided array is reduced in place; copied only to locate a bad byte.
-        if flags.flags.c_contiguous or int(flags.max(initial=0)) > 1:
-            _check_bool_bytes(np.ascontiguousarray(flags).reshape(-1), code, dims)
-    if _BIG_ENDIAN_HOST and _native_only(row.dtype):
-        k = row.dtype.itemsize
-        np.copyto(dst.view(f"<u{k}").reshape(arr.shape), arr.view(f"u{k}"))
-    else:
-        # One strided, byte-swapping (if need be) copy: no intermediate array.
-        np.copyto(dst.view(row.dtype).reshape(arr.shape), arr)
+def _out_view(out: object, info: PayloadInfo) -> np.ndarray:
+    """``out`` as a flat writable uint8 array of exactly ``info.byte_length`` bytes."""
+    try:
+        dst = byte_view(out, "out", writable=True)
+    except KilnError as exc:
+        raise exc.prefixed(info.context, code=int(info.code), shape=info.shape) from exc.__cause__
+    info.check_length(dst.size, "out: ")
     return dst
 
 
+def _encode_into(arr: np.ndarray, row: DType, info: PayloadInfo, dst: np.ndarray) -> None:
+    """Write the wire bytes of a whole-byte ``arr`` into ``dst``, checked first."""
+    if row.code == Code.BOOL:
+        flags = arr.view(U8)
+        # A strided array is reduced in place; copied only to locate a bad byte.
+        if flags.flags.c_contiguous or int(flags.max(initial=0)) > 1:
+            check_bool_bytes(np.ascontiguousarray(flags).reshape(-1), info)
+    # np.copyto does not handle every overlap of a strided source with its
+    # destination: read the source out first when they share memory.
+    src = arr.copy() if np.may_share_memory(arr, dst) else arr
+    if BIG_ENDIAN_HOST and native_only(row.dtype):
+        k = row.dtype.itemsize
+        np.copyto(dst.view(f"<u{k}").reshape(arr.shape), src.view(f"u{k}"))
+    else:
+        # One strided, byte-swapping (if need be) copy: no intermediate array.
+        np.copyto(dst.view(row.dtype).reshape(arr.shape), src)
+
+
+def _nibble_error(src: np.ndarray, bad: int, info: PayloadInfo) -> KilnError:
+    found = int(src[bad])
+    return KilnError(
+        "TYPE",
+        f"{info.context}expected storage bytes 0x00-0x0f, found 0x{found:02x} at element {bad} "
+        "(bits above the nibble; kiln_np never masks them)",
+        code=info.code,
+        shape=info.shape,
+        expected=15,
+        found=found,
+        index=bad,
+    )
+
+
+@set_module("kiln_np")
 def from_numpy(
     array: npt.ArrayLike,
     *,
@@ -358,7 +380,7 @@ def from_numpy(
     array : array_like
         Any ndarray (any order, strides, byte order; 0-d and empty included)
         or what ``np.asarray`` makes one of.  Masked arrays are refused.
-    code : int, optional
+    code : int or str, optional
         Inferred from the dtype when omitted.  When given, the dtype must be
         the code's (byte order aside): kiln_np never casts.
     layout : Layout, optional
@@ -366,9 +388,9 @@ def from_numpy(
     out : writable bytes-like, optional
         Encode straight into this C-contiguous buffer (a ``bytearray``, a
         writable ``mmap`` or a ``memoryview`` slice of one, a uint8 array) of
-        exactly ``byte_length`` bytes, with no intermediate copy.  Everything
-        is checked before the first byte is written, so ``out`` is untouched
-        when an error is raised.
+        exactly ``byte_length`` bytes, with no intermediate copy (unless it
+        overlaps ``array``).  Everything is checked before the first byte is
+        written, so ``out`` is untouched when an error is raised.
 
     Returns
     -------
@@ -380,10 +402,10 @@ def from_numpy(
     ------
     KilnError
         TYPE for a dtype with no Kiln code or not the given code's, a bool
-        byte other than 0/1, a 4-bit storage byte above 0x0f, a masked array;
-        SHAPE for opaque blocks of the wrong shape.  With ``out``: LENGTH
-        when it is not exactly ``byte_length`` bytes, TYPE when it is
-        read-only or not C-contiguous.
+        byte other than 0/1, a 4-bit storage byte above 0x0f, a masked array,
+        something numpy cannot make an array of; SHAPE for opaque blocks of
+        the wrong shape.  With ``out``: LENGTH when it is not exactly
+        ``byte_length`` bytes, TYPE when it is read-only or not C-contiguous.
 
     Examples
     --------
@@ -397,72 +419,55 @@ def from_numpy(
     '00 00 80 3f'
     """
     if code is None and layout is not None:
-        raise KilnError(
-            "TYPE", f"a layout ({layout!r}) needs an opaque code in 4096-32767, got code=None"
-        )
-    kind = _resolve(code, layout) if code is not None else None
-    arr = _as_array(array)
-    if isinstance(kind, Layout):
-        c = int(code)  # type: ignore[arg-type]
-        dims = _check_blocks(arr, c, kind)
+        raise KilnError("TYPE", f"a layout ({layout!r}) was given with code=None: {NEEDS_OPAQUE}")
+    wanted = None if code is None else resolve(code, layout)
+    arr = as_array(array)
+    if isinstance(wanted, Layout):
+        info = _check_blocks(arr, as_code(code), wanted)
+    else:
+        row = row_for_dtype(arr.dtype)
+        info = payload_info(int(row.code), arr.shape)
+        if wanted is not None and wanted is not row:
+            raise KilnError(
+                "TYPE",
+                f"{code_label(int(wanted.code))}: expected {wanted.dtype} elements, found "
+                f"{arr.dtype}; kiln_np never casts: convert the array first",
+                code=int(wanted.code),
+                expected=str(wanted.dtype),
+                found=str(arr.dtype),
+            )
+    return encode(arr, info, out)
+
+
+def encode(arr: np.ndarray, info: PayloadInfo, out: object = None) -> Payload:
+    """The payload of ``arr``, whose dtype and shape ``info`` already describes
+    (checked by :func:`from_numpy`): content checks, then the bytes."""
+    element = info.element
+    if out is not None:
+        dst = _out_view(out, info)
+    if isinstance(element, Layout):
         if out is None:
-            return Payload(c, _readonly(np.ascontiguousarray(arr).reshape(-1)), dims, kind)
-        dst = _nibbles.out_view(
-            out,
-            arr.size,
-            f"{_count(dims)} blocks x {kind.block_size} bytes ({kind.name}) = ",
-            context=_context(c, dims),
-            code=c,
-            shape=dims,
-        )
-        np.copyto(dst.reshape(arr.shape), arr)
-        return Payload(c, _readonly(dst), dims, kind)
-    row = _row_for_dtype(arr.dtype)
-    if kind is not None and row is not kind:
-        raise KilnError(
-            "TYPE",
-            f"{code_label(int(kind.code))}: expected {kind.dtype} elements, found {arr.dtype}; "
-            "kiln_np never casts: convert the array first",
-            code=int(kind.code),
-            expected=str(kind.dtype),
-            found=str(arr.dtype),
-        )
-    dims = tuple(int(d) for d in arr.shape)
-    c = int(row.code)
-    if row.packed:
-        src = np.ascontiguousarray(arr).reshape(-1).view(_U8)
-        size = row.byte_length(src.size)
+            return Payload(
+                info.code, readonly_view(np.ascontiguousarray(arr).reshape(-1)), info.shape, element
+            )
+        np.copyto(dst.reshape(arr.shape), arr.copy() if np.may_share_memory(arr, dst) else arr)
+        return Payload(info.code, readonly_view(dst), info.shape, element)
+    if element.packed:
+        src = np.ascontiguousarray(arr).reshape(-1).view(U8)
         if out is None:
-            dst = np.empty(size, _U8)
+            dst = np.empty(info.byte_length, U8)
             bad = _nibbles.pack_into(src, dst)  # checks each chunk as it packs it
         else:
-            dst = _nibbles.out_view(
-                out,
-                size,
-                f"ceil({src.size} / 2) = ",
-                context=_context(c, dims),
-                code=c,
-                shape=dims,
-            )
             bad = _nibbles.first_above_15(src)  # all of it before the first write
             if bad < 0:
                 _nibbles.pack_into(_nibbles.detach(src, dst), dst, checked=True)
         if bad >= 0:
-            found = int(src[bad])
-            raise KilnError(
-                "TYPE",
-                f"{code_label(c)} shape {dims}: expected storage bytes 0x00-0x0f, found "
-                f"0x{found:02x} at element {bad} (bits above the nibble; kiln_np never masks them)",
-                code=c,
-                shape=dims,
-                expected=15,
-                found=found,
-                index=bad,
-            )
-        return Payload(row.code, _readonly(dst), dims)
+            raise _nibble_error(src, bad, info)
+        return Payload(info.code, readonly_view(dst), info.shape)
     if out is not None:
-        return Payload(row.code, _readonly(_encode_into(arr, row, out, c, dims)), dims)
-    data = _wire_bytes(arr, row.dtype)
-    if row.code == Code.BOOL:
-        _check_bool_bytes(data, c, dims)
-    return Payload(row.code, _readonly(data), dims)
+        _encode_into(arr, element, info, dst)
+        return Payload(info.code, readonly_view(dst), info.shape)
+    data = wire_bytes(arr, element.dtype)
+    if element.code == Code.BOOL:
+        check_bool_bytes(data, info)
+    return Payload(info.code, readonly_view(data), info.shape)

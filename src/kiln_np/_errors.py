@@ -85,11 +85,43 @@ class KilnError(ValueError):
             index=self.index,
         )
 
+    def shifted(self, by: int, where: str = "") -> KilnError:
+        """The same content error with its element index moved by ``by``.
+
+        A caller that checked a slice (a chunk of a stream, the rows of a lazy
+        read) re-aims the error at the element's index in the whole payload;
+        ``where`` (``"in chunk 3 (from row 96)"``) is added after the index.
+        The message's ``at element N`` is the one place the index is shown.
+        """
+        if self.index is None:
+            return self
+        index = self.index + by
+        old, new = f"at element {self.index}", f"at element {index}"
+        message = self.message.replace(old, new + (f" of the payload, {where}" if where else ""), 1)
+        return KilnError(
+            self.kind,
+            message,
+            code=self.code,
+            shape=self.shape,
+            expected=self.expected,
+            found=self.found,
+            index=index,
+        )
+
     def __reduce__(self) -> tuple[object, ...]:
-        # Keep the attributes across pickling (multiprocessing, dask workers).
+        # Keep the attributes and any notes across pickling (multiprocessing, dask).
         return (
             _rebuild,
-            (self.kind, self.message, self.code, self.shape, self.expected, self.found, self.index),
+            (
+                self.kind,
+                self.message,
+                self.code,
+                self.shape,
+                self.expected,
+                self.found,
+                self.index,
+                list(getattr(self, "__notes__", ())),
+            ),
         )
 
 
@@ -101,7 +133,14 @@ def _rebuild(
     expected: object,
     found: object,
     index: int | None,
+    notes: list[str] | None = None,
 ) -> KilnError:
-    return KilnError(
+    err = KilnError(
         kind, message, code=code, shape=shape, expected=expected, found=found, index=index
     )
+    if notes:
+        err.__notes__ = list(notes)  # add_note() is 3.11+; the attribute works on 3.10
+    return err
+
+
+KilnError.__module__ = "kiln_np"

@@ -27,7 +27,9 @@ import numpy.typing as npt
 
 from ._errors import KilnError
 from ._files import LazyPayload
-from ._table import Code, DType, _describe, _row_for_dtype, code_label
+from ._checks import show_value as _describe
+from ._table import Code, DType, code_label
+from ._table import row_for_dtype as _row_for_dtype
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -2,205 +2,175 @@
 
 A payload file holds the payload bytes at some ``offset``; kiln_np keeps no
 header, so ``code``, ``shape`` (and ``layout``) travel separately, as in any
-Kiln directory.  The rules this module keeps:
+Kiln directory.  Every function here builds the payload's description
+(:func:`~kiln_np._payload.payload_info`) first and trusts it: sizes, decoded
+dtype and shape, and the wording of LENGTH errors all come from it.  The
+rules this module keeps:
 
-- **Length.** :func:`open_payload` checks that the file holds at least
-  ``byte_length(code, shape)`` bytes starting at ``offset`` (LENGTH
-  otherwise).  Bytes *after* ``offset + byte_length`` are allowed and never
-  read: one file may hold several payloads back to back.
-- **Laziness.** Opening reads no payload byte.  Whole-byte codes (except
+- **Checks, in order.**  Code and layout (TYPE), shape and whether numpy can
+  represent the decoded array (SHAPE), path and offset (TYPE), the file type
+  (TYPE unless a regular file: a FIFO or a device is refused before it is
+  opened), then the length (LENGTH): the file must hold ``byte_length``
+  bytes from ``offset``.  LENGTH messages start ``'path' at offset N:`` and
+  then read exactly as :func:`~kiln_np.to_numpy`'s.
+- **Trailing bytes.**  By default bytes *after* ``offset + byte_length`` are
+  allowed and never read: one file may hold several payloads back to back.
+  ``exact=True`` says the payload runs to the end of the file: any byte after
+  it is LENGTH (``long by N``), as for a buffer.
+- **Laziness.**  Opening reads no payload byte.  Whole-byte codes (except
   bool) come back as a read-only :class:`numpy.memmap`: zero-copy, the
   operating system pages data in as it is touched.  Packed 4-bit codes and
   bool come back as a :class:`LazyPayload`, which decodes only the rows it is
   asked for and checks exactly the bytes it reads (a bad bool byte or a
   nonzero final padding nibble is TYPE when read, not when opened).
-- **Writing.** :func:`write_payload` encodes an array, or an iterable of
+- **Writing.**  :func:`write_payload` encodes an array, or an iterable of
   C-order chunks along axis 0, with memory bounded by the chunk size.  A
   chunk boundary on an odd 4-bit element carries the unpaired nibble into the
-  next chunk.  To a path it writes ``path``'s temporary sibling and renames it
-  over ``path`` only when the whole stream is good, so a short or
-  inconsistent stream never leaves a complete-looking file.
+  next chunk.  To a path it writes a temporary sibling and renames it over
+  the path only when the whole stream is good (:func:`replacing`), so a short
+  or inconsistent stream never leaves a complete-looking file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
+import math
 import operator
 import os
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
-from typing import IO, Any, NamedTuple
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
 
 import numpy as np
 
-from . import _codec, _nibbles
-from ._codec import _as_array, _check_bool_bytes, _host_order, _length_error, from_numpy
-from ._errors import KilnError
-from ._table import (
-    Code,
-    DType,
-    Layout,
-    _check_representable,
-    _check_shape,
-    _count,
-    _describe,
-    _payload_bytes,
-    _resolve,
-    code_label,
+from . import _nibbles
+from ._checks import (
+    U8,
+    check_int,
+    check_offset,
+    check_path,
+    check_regular_file,
+    set_module,
+    show_value,
 )
+from ._codec import (
+    BIG_ENDIAN_HOST,
+    as_array,
+    check_bool_bytes,
+    from_numpy,
+    host_order,
+    native_only,
+)
+from ._errors import KilnError
+from ._payload import PayloadInfo, payload_info
+from ._table import Code, CodeLike, Layout, ShapeLike, check_shape, code_label, resolve
 
-__all__ = ["LazyPayload", "PayloadInfo", "open_payload", "write_payload"]
-
-_U8 = np.dtype(np.uint8)
+__all__ = [
+    "CHUNK_BYTES",
+    "TEMP_SUFFIX",
+    "LazyPayload",
+    "open_payload",
+    "open_regular",
+    "replacing",
+    "write_all",
+    "write_payload",
+]
 
 CHUNK_BYTES = 16 << 20
-"""Default chunk size (decoded bytes) for :meth:`LazyPayload.iter_chunks` and
-for splitting one large array in :func:`write_payload`."""
+"""Default chunk size (decoded bytes) for :meth:`LazyPayload.iter_chunks`
+and for splitting one large array in :func:`write_payload`."""
 
 _COPY_BLOCK = 1 << 20
-_MAX_OFFSET = 2**63 - 1  # off_t: the largest file offset
+_GATHER_BYTES = 1 << 20  # decoded bytes per batch of a stepped slice: bounds its scratch
 
 PathLike = str | os.PathLike[str]
 
 
-class PayloadInfo(NamedTuple):
-    """Where a written payload is and how to read it back.
+# -- reading -----------------------------------------------------------------
 
-    ``open_payload(path, info.code, info.shape, offset=info.offset,
-    layout=info.layout)`` reopens it.
 
-    Attributes
-    ----------
-    code : int
-        The dtype code (a :class:`~kiln_np.Code` for closed codes).
-    shape : tuple of int
-        Element shape; for opaque codes, the shape of the blocks.
-    offset : int
-        Byte position of the payload in the file.
-    nbytes : int
-        Payload size in bytes, ``byte_length(code, shape, layout)``.
-    layout : Layout or None
-        The opaque layout, for codes 4096-32767.
+def open_regular(path: str) -> io.BufferedReader:
+    """Open ``path`` for reading in binary, refusing anything but a regular file.
+
+    The file type is checked before opening (opening a FIFO blocks until a
+    writer comes; a device may never end), and again on the opened file in
+    case the path was swapped in between; the open itself does not block.
+    Used by every kiln_np command and function that reads a named file.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a FIFO, a socket, a device or a directory.
+    OSError
+        As :func:`open` raises it (a missing file, no permission).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f, open_regular(f.name) as g:
+    ...     g.read()
+    b''
     """
-
-    code: int
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
-    layout: Layout | None = None
-
-
-def _check_path(path: object) -> str:
-    if isinstance(path, (str, os.PathLike)):
-        name = os.fspath(path)
-        if isinstance(name, str) and "\x00" not in name:  # the OS would raise ValueError
-            return name
-    raise KilnError("TYPE", f"path must be a str or os.PathLike path, got {_describe(path)}")
+    check_regular_file(path)
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    try:
+        check_regular_file(path, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
-def _check_offset(offset: object) -> int:
-    if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, np.integer)):
-        raise KilnError("TYPE", f"offset must be an integer >= 0, got {_describe(offset)}")
-    off = int(offset)
-    if off < 0 or off > _MAX_OFFSET:  # past it, seek() raises OverflowError or ValueError
-        bound = ">= 0" if off < 0 else "<= 2**63-1, the largest file offset"
-        raise KilnError("TYPE", f"offset must be an integer {bound}, got {off}")
-    return off
+def _check_file_length(path: str, info: PayloadInfo, size: int, exact: bool) -> None:
+    """LENGTH unless the file of ``size`` bytes holds the payload at ``info.offset``
+    (and, ``exact``, nothing after it)."""
+    where = f"{path!r} at offset {info.offset}: "
+    if info.offset > size:
+        raise KilnError(
+            "LENGTH",
+            f"{where}{info.context}expected {info.byte_length} bytes, found the end of "
+            f"the file at byte {size}, before the offset",
+            code=info.code,
+            shape=info.shape,
+            expected=info.byte_length,
+            found=0,
+        )
+    found = size - info.offset
+    if exact or found < info.byte_length:
+        info.check_length(found, where)
 
 
-def _decoded_shape(kind: DType | Layout, dims: tuple[int, ...]) -> tuple[int, ...]:
-    return (*dims, kind.block_size) if isinstance(kind, Layout) else dims
-
-
-def _decoded_dtype(kind: DType | Layout) -> np.dtype[Any]:
-    return _U8 if isinstance(kind, Layout) else kind.dtype
-
-
-def _map_payload(
-    path: str,
-    code: int,
-    kind: DType | Layout,
-    dims: tuple[int, ...],
-    offset: int,
-    dtype: np.dtype[Any],
-    shape: tuple[int, ...] | None,
-) -> tuple[np.ndarray, int]:
-    """Check the file holds the payload at ``offset``; map it read-only as
-    ``dtype`` of ``shape`` (``None``: the flat bytes).
-
-    Returns the :class:`numpy.memmap` (an empty read-only array for a 0-byte
-    payload, which cannot be mapped) and the payload size."""
-    expected = _payload_bytes(kind, _count(dims))
-    if shape is None:
-        shape = (expected,)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        found = max(size - offset, 0)
-        if offset > size or found < expected:
-            err = _length_error(kind, code, dims, expected, found)
-            raise KilnError(
-                "LENGTH",
-                f"{path!r} is {size} bytes, so it holds {found} at offset {offset}: " + err.message,
-                code=code,
-                shape=dims,
-                expected=expected,
-                found=found,
-            )
-        if expected == 0:
+def _map(
+    path: str, info: PayloadInfo, exact: bool, dtype: np.dtype[Any], shape: tuple[int, ...]
+) -> np.ndarray:
+    """Check the file holds the payload ``info`` describes; map it read-only as
+    ``dtype`` of ``shape`` (an empty read-only array for a 0-byte payload,
+    which cannot be mapped)."""
+    with open_regular(path) as f:
+        _check_file_length(path, info, os.fstat(f.fileno()).st_size, exact)
+        if info.byte_length == 0:
             empty = np.empty(shape, dtype)
             empty.flags.writeable = False
-            return empty, 0
-        return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape), expected
+            return empty
+        return np.memmap(f, dtype=dtype, mode="r", offset=info.offset, shape=shape)
 
 
-def _resolve_all(
-    path: object, code: int, shape: object, offset: object, layout: object
-) -> tuple[str, int, DType | Layout, tuple[int, ...], int]:
-    kind = _resolve(code, layout)
-    dims = _check_shape(shape)
-    decoded = _decoded_dtype(kind)
-    _check_representable(_decoded_shape(kind, dims), decoded.itemsize, f"{code_label(int(code))}: ")
-    return _check_path(path), int(code), kind, dims, _check_offset(offset)
-
-
-def _content_error(
-    err: KilnError, before: int, code: int, dims: tuple[int, ...] | None, where: str
-) -> KilnError:
-    """Re-aim a bad bool byte or 4-bit value found in a slice (``err``, from the
-    core) at its element index in the whole payload, ``before + err.index``."""
-    assert err.index is not None
-    assert isinstance(err.found, int)
-    index = before + err.index
-    if code == Code.BOOL:
-        rule = "byte 0x00 or 0x01"
-        why = "case kiln-v2-bool-byte"
-    else:
-        rule = "storage bytes 0x00-0x0f"
-        why = "bits above the nibble; kiln_np never masks them"
-    shown = "" if dims is None else f" shape {dims}"
-    return KilnError(
-        err.kind,
-        f"{code_label(code)}{shown}: expected {rule}, found 0x{err.found:02x} at element "
-        f"{index} of the payload, {where} ({why})",
-        code=code,
-        shape=dims,
-        expected=err.expected,
-        found=err.found,
-        index=index,
-    )
-
-
+@set_module("kiln_np")
 class LazyPayload:
     """A payload in a file, decoded only where it is indexed.
 
     :func:`open_payload` returns one for packed 4-bit codes and bool; build
     one directly to get lazy, copying access for any code (``kiln_np.dask``
-    does).  The file is checked (LENGTH) and memory-mapped read-only when the
-    object is made; no payload byte is read until it is indexed.
+    does).  The file is checked (TYPE, LENGTH) and memory-mapped read-only
+    when the object is made; no payload byte is read until it is indexed.
 
     Indexing the leading axis with an int or a slice (any step; a tuple whose
     first item is one of those applies the rest in memory) reads only the
-    bytes those rows occupy, decodes them into a **new** array that never
+    bytes of the rows selected, decodes them into a **new** array that never
     aliases the file, and checks exactly those bytes: a bool byte other than
     0/1, or a nonzero padding nibble when the last element is read, is TYPE.
     Rows that start on an odd nibble are handled.  ``np.asarray(p)`` decodes
@@ -209,34 +179,45 @@ class LazyPayload:
     Parameters
     ----------
     path : str or os.PathLike
-        The file.
-    code : int
-        The dtype code.
+        The file, a regular file.  Kept as an absolute path, so a pickled
+        ``LazyPayload`` reopens the same file from any working directory.
+    code : int or str
+        The dtype code, or a closed code's name (``"u4"``).
     shape : sequence of int
         Element shape (block shape for opaque codes).
     offset : int
         Byte position of the payload in the file.
     layout : Layout, optional
         Required for opaque codes, refused for closed ones.
+    exact : bool
+        The payload ends the file: bytes after it are LENGTH.  By default
+        they are allowed and never read.
 
     Attributes
     ----------
+    info : PayloadInfo
+        The payload's checked description, with its ``offset``.
     path : str
+        The absolute path.
     code : int
     layout : Layout or None
     offset : int
-    byte_length : int
-        Payload bytes in the file.
+    exact : bool
+    payload_byte_length : int
+        Payload bytes in the file (``info.byte_length``).
     shape : tuple of int
         Shape of the decoded array (``shape + (block_size,)`` for opaque codes).
     dtype : numpy.dtype
         dtype of the decoded array.
+    nbytes : int
+        Bytes of the decoded array, as ``ndarray.nbytes``.
 
     Raises
     ------
     KilnError
-        TYPE (code, layout, path, offset), SHAPE (also for a shape numpy cannot
-        represent), LENGTH (file too short).
+        TYPE (code, layout, path, offset, a file that is not a regular
+        file), SHAPE (also for a shape numpy cannot represent), LENGTH (file
+        too short; with ``exact``, too long).
     OSError
         When the file cannot be opened.
 
@@ -244,35 +225,39 @@ class LazyPayload:
     --------
     >>> import os, tempfile
     >>> from pathlib import Path
-    >>> path = os.path.join(tempfile.mkdtemp(), "u4.bin")
-    >>> _ = Path(path).write_bytes(bytes.fromhex("21 43 05"))
-    >>> p = LazyPayload(path, 17, (5,))
-    >>> p[1:4].astype(int)
-    array([2, 3, 4])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "u4.bin")
+    ...     _ = Path(path).write_bytes(bytes.fromhex("21 43 05"))
+    ...     p = LazyPayload(path, 17, (5,))
+    ...     p[1:4].astype(int), p[::2].astype(int)
+    (array([2, 3, 4]), array([1, 3, 5]))
     """
 
     def __init__(
         self,
         path: PathLike,
-        code: int,
-        shape: Sequence[int],
+        code: CodeLike,
+        shape: ShapeLike,
         *,
         offset: int = 0,
         layout: Layout | None = None,
+        exact: bool = False,
     ) -> None:
-        name, c, kind, dims, off = _resolve_all(path, code, shape, offset, layout)
-        mapped, self.byte_length = _map_payload(name, c, kind, dims, off, _U8, None)
-        self._map = mapped.view(np.ndarray).reshape(-1)
-        self._kind = kind
-        self._dims = dims
-        self.path = name
-        self.code = c
+        info = payload_info(code, shape, layout)
+        name = check_path(path)
+        self.info = info.with_offset(check_offset(offset))
+        mapped = _map(name, self.info, exact, U8, (info.byte_length,))
+        self._map = mapped.view(np.ndarray)
+        self.path = os.path.abspath(name)
+        self.code = self.info.code
         self.layout = layout
-        self.offset = off
-        self.shape = _decoded_shape(kind, dims)
-        self.dtype = _decoded_dtype(kind)
-        self._count = _count(dims)
-        self._row_elems = _count(self.shape[1:])
+        self.offset = self.info.offset
+        self.exact = exact
+        self.payload_byte_length = info.byte_length
+        self.shape = info.decoded_shape
+        self.dtype = info.dtype
+        # Decoded elements per leading-axis row (bytes, for opaque blocks).
+        self._row_elems = math.prod(self.shape[1:])
 
     # -- array-like surface ------------------------------------------------
 
@@ -284,11 +269,11 @@ class LazyPayload:
     @property
     def size(self) -> int:
         """Number of elements of the decoded array."""
-        return _count(self.shape)
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the decoded array (as ``ndarray.nbytes``; see ``byte_length``)."""
+        """Bytes of the decoded array (as ``ndarray.nbytes``; see ``payload_byte_length``)."""
         return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:
@@ -299,13 +284,17 @@ class LazyPayload:
     def __repr__(self) -> str:
         layout = "" if self.layout is None else f", layout={self.layout!r}"
         return (
-            f"LazyPayload({code_label(self.code)}, shape={self.shape}, dtype={self.dtype}, "
-            f"{self.byte_length} bytes at offset {self.offset} of {self.path!r}{layout})"
+            f"LazyPayload({code_label(int(self.code))}, shape={self.shape}, dtype={self.dtype}, "
+            f"{self.payload_byte_length} bytes at offset {self.offset} of {self.path!r}{layout})"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Pickles (dask workers, multiprocessing) reopen the file by path.
-        return (_reopen, (self.path, self.code, self._dims, self.offset, self.layout))
+        # Pickles (dask workers, multiprocessing) reopen the file by its absolute path.
+        info = self.info
+        return (
+            _reopen,
+            (self.path, int(info.code), info.shape, info.offset, info.layout, self.exact),
+        )
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
@@ -322,21 +311,16 @@ class LazyPayload:
             return np.asarray(self)[key]
         n = self.shape[0]
         if isinstance(lead, slice):
-            start, stop, step = lead.indices(n)
-            rows = range(start, stop, step)
-            if not rows:
-                block = self._rows(0, 0)
-            elif step == 1:
-                block = self._rows(start, stop)
+            rows = range(n)[lead]
+            if rows.step == 1 and rows:
+                block = self._rows(rows.start, rows.stop)
             else:
-                lo, hi = min(rows[0], rows[-1]), max(rows[0], rows[-1]) + 1
-                span = self._rows(lo, hi)
-                block = np.ascontiguousarray(span[rows[0] - lo :: step][: len(rows)])
+                block = self._stepped(rows)
             return block[(slice(None), *rest)] if rest else block
         if isinstance(lead, (bool, np.bool_)) or not hasattr(lead, "__index__"):
             raise TypeError(
                 "a LazyPayload indexes its leading axis with an int or a slice, got "
-                f"{_describe(lead)}; decode a range first, e.g. p[a:b][key]"
+                f"{show_value(lead)}; decode a range first, e.g. p[a:b][key]"
             )
         i = operator.index(lead)
         if not -n <= i < n:
@@ -376,91 +360,163 @@ class LazyPayload:
         --------
         >>> import os, tempfile
         >>> from pathlib import Path
-        >>> path = os.path.join(tempfile.mkdtemp(), "u4.bin")
-        >>> _ = Path(path).write_bytes(bytes.fromhex("21 43 05"))
-        >>> [c.astype(int).tolist() for c in LazyPayload(path, 17, (5,)).iter_chunks(2)]
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "u4.bin")
+        ...     _ = Path(path).write_bytes(bytes.fromhex("21 43 05"))
+        ...     [c.astype(int).tolist() for c in LazyPayload(path, 17, (5,)).iter_chunks(2)]
         [[1, 2], [3, 4], [5]]
         """
+        if rows is None:
+            step = self._rows_per_chunk()
+        else:
+            step = check_int(rows, "rows", kind="SHAPE", minimum=1)
         if not self.shape:
             yield np.asarray(self)
             return
-        if rows is None:
-            step = max(1, CHUNK_BYTES // max(1, self._row_elems * self.dtype.itemsize))
-        elif isinstance(rows, (bool, np.bool_)) or not isinstance(rows, (int, np.integer)):
-            raise KilnError("SHAPE", f"rows must be an integer >= 1, got {_describe(rows)}")
-        elif rows < 1:
-            raise KilnError("SHAPE", f"rows must be an integer >= 1, got {int(rows)}")
-        else:
-            step = int(rows)
         n = self.shape[0]
         for start in range(0, n, step):
             yield self._rows(start, min(start + step, n))
+
+    def _rows_per_chunk(self) -> int:
+        return max(1, CHUNK_BYTES // max(1, self._row_elems * self.dtype.itemsize))
 
     # -- decoding ----------------------------------------------------------
 
     def _rows(self, r0: int, r1: int) -> np.ndarray:
         """Decode leading-axis rows ``[r0, r1)`` into a new array."""
         shape = (r1 - r0, *self.shape[1:])
-        kind = self._kind
-        if isinstance(kind, DType) and kind.packed:
-            e0, e1 = r0 * self._row_elems, r1 * self._row_elems
-            if e1 == self._count and e1 > e0:
-                _nibbles.check_padding(
-                    self._map, self._count, f"{code_label(self.code)} shape {self._dims}: "
-                )
-            b0, b1 = e0 // 2, (e1 + 1) // 2
-            out = np.empty(2 * (b1 - b0), _U8)
-            _nibbles.unpack_into(self._map[b0:b1], out, out.size)
+        element = self.info.element
+        e0, e1 = r0 * self._row_elems, r1 * self._row_elems
+        if element.packed:
+            self._check_padding(e0, e1)
+            b0 = e0 // 2
+            out = np.empty(2 * ((e1 + 1) // 2 - b0), U8)
+            _nibbles.unpack_into(self._map[b0 : (e1 + 1) // 2], out, out.size)
             # An odd first element is the high nibble of byte b0: skip one.
             first = e0 % 2
-            return out[first : first + e1 - e0].view(kind.dtype).reshape(shape)
+            return out[first : first + e1 - e0].view(element.dtype).reshape(shape)
         width = self.dtype.itemsize
-        unit = self._row_elems * width
-        src = self._map[r0 * unit : r1 * unit]
-        if isinstance(kind, DType) and kind.code == Code.BOOL:
-            try:
-                _check_bool_bytes(src, self.code, self._dims)
-            except KilnError as err:
-                where = f"read in rows {r0}..{r1 - 1}"
-                raise _content_error(
-                    err, r0 * self._row_elems, self.code, self._dims, where
-                ) from None
-        out = src.copy()
-        if isinstance(kind, Layout):
-            return out.reshape(shape)
-        return _host_order(out, kind).reshape(shape)
+        src = self._map[e0 * width : e1 * width]
+        self._check_bool(src, lambda index: e0 + index, f"read in rows {r0}..{r1 - 1}")
+        return self._host_order(src.copy()).reshape(shape)
+
+    def _stepped(self, rows: range) -> np.ndarray:
+        """Decode the rows of ``rows`` (a step other than 1) into a new array,
+        reading only those rows: ascending batches of at most ``CHUNK_BYTES``
+        decoded bytes (1 MiB), gathered from strided views of the map."""
+        out = np.empty((len(rows), *self.shape[1:]), self.dtype)
+        if not len(rows) or not self._row_elems:
+            return out
+        # Fill in ascending row order; a negative step fills the output backwards.
+        up = rows if rows.step > 0 else rows[::-1]
+        flat = out.reshape(len(rows), -1)
+        if rows.step < 0:
+            flat = flat[::-1]
+        batch = max(1, _GATHER_BYTES // (self._row_elems * self.dtype.itemsize))
+        for k in range(0, len(up), batch):
+            part = up[k : k + batch]
+            flat[k : k + len(part)] = self._gather(part).reshape(len(part), -1)
+        return out
+
+    def _gather(self, rows: range) -> np.ndarray:
+        """Rows ``rows`` (ascending, step > 1) decoded, shape ``(len(rows), row_elems)``."""
+        n, step, r = len(rows), rows.step, self._row_elems
+        element = self.info.element
+        if not element.packed:
+            width = r * self.dtype.itemsize
+            lo, hi = rows[0] * width, (rows[-1] + 1) * width
+            src = self._map[lo:hi].reshape(-1, width)[::step].copy()
+            self._check_bool(
+                src.reshape(-1),
+                lambda index: (rows[0] + index // r * step) * r + index % r,
+                f"read in rows {rows[0]}..{rows[-1]} step {step}",
+            )
+            return self._host_order(src.reshape(-1)).reshape(n, r)
+        self._check_padding(rows[-1] * r, (rows[-1] + 1) * r)
+        out = np.empty((n, r), U8)
+        # Rows of an odd length alternate between starting on a low and a high
+        # nibble; an even step keeps one parity, an odd one alternates it, so
+        # every other selected row shares a parity and a byte stride.
+        parts = 1 if r % 2 == 0 or step % 2 == 0 else 2
+        for j in range(min(parts, n)):
+            sub = rows[j::parts]
+            e0 = sub[0] * r
+            first = e0 % 2
+            span = (first + r + 1) // 2  # bytes covering one row from its first byte
+            stride = sub.step * r // 2 if len(sub) > 1 else span
+            b0 = e0 // 2
+            windows = np.lib.stride_tricks.sliding_window_view(
+                self._map[b0 : b0 + (len(sub) - 1) * stride + span], span
+            )[::stride]
+            nibbles = np.empty(2 * span * len(sub), U8)
+            _nibbles.unpack_into(np.ascontiguousarray(windows).reshape(-1), nibbles, nibbles.size)
+            out[j::parts] = nibbles.reshape(len(sub), 2 * span)[:, first : first + r]
+        return out.view(element.dtype)
+
+    def _check_padding(self, e0: int, e1: int) -> None:
+        """The padding nibble is checked when the last element is read."""
+        count = self.info.count
+        if e1 == count and e1 > e0:
+            _nibbles.check_padding(self._map, count, self.info.context)
+
+    def _check_bool(self, src: np.ndarray, element_of: Callable[[int], int], where: str) -> None:
+        """Check the bytes read of a bool payload; a bad byte's index is re-aimed at
+        its element in the whole payload (``element_of`` maps the index in ``src``)."""
+        if self.info.code != Code.BOOL:
+            return
+        try:
+            check_bool_bytes(src, self.info)
+        except KilnError as err:
+            index = err.index or 0  # always set by the bool check
+            raise err.shifted(element_of(index) - index, where) from None
+
+    def _host_order(self, src: np.ndarray) -> np.ndarray:
+        element = self.info.element
+        return src if isinstance(element, Layout) else host_order(src, element)
 
 
 def _reopen(
-    path: str, code: int, dims: tuple[int, ...], offset: int, layout: Layout | None
+    path: str,
+    code: int,
+    shape: tuple[int, ...],
+    offset: int,
+    layout: Layout | None,
+    exact: bool,
 ) -> LazyPayload:
-    return LazyPayload(path, code, dims, offset=offset, layout=layout)
+    return LazyPayload(path, code, shape, offset=offset, layout=layout, exact=exact)
 
 
+@set_module("kiln_np")
 def open_payload(
     path: PathLike,
-    code: int,
-    shape: Sequence[int],
+    code: CodeLike,
+    shape: ShapeLike,
     *,
     offset: int = 0,
     layout: Layout | None = None,
+    exact: bool = False,
 ) -> np.ndarray | LazyPayload:
     """Open a payload stored in a file without reading it.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The file.  It must hold at least ``byte_length(code, shape, layout)``
-        bytes from ``offset``; bytes after the payload are allowed (a file
-        may hold several payloads) and are never read.
-    code : int
-        The dtype code: 1-19, or 4096-32767 with ``layout``.
+        The file, a regular file (a FIFO or a device is refused before it is
+        opened).  It must hold ``byte_length(code, shape, layout)`` bytes from
+        ``offset``.
+    code : int or str
+        The dtype code: 1-19, or 4096-32767 with ``layout``; or a closed
+        code's name (``"f32"``, ``"F32"``).
     shape : sequence of int
         Element shape; ``()`` is a scalar.
     offset : int
         Byte position of the payload in the file.
     layout : Layout, optional
         Required for opaque codes, refused for closed ones.
+    exact : bool
+        The payload ends the file: a byte after it is LENGTH (``long by``).
+        By default bytes after the payload are allowed (a file may hold
+        several payloads) and never read.
 
     Returns
     -------
@@ -476,63 +532,126 @@ def open_payload(
     Raises
     ------
     KilnError
-        TYPE for a bad code, layout, path or offset (an integer in
-        0..2**63-1); SHAPE for a malformed shape or one numpy cannot
-        represent; LENGTH when the file holds fewer than ``byte_length`` bytes
-        at ``offset``.
+        In this order: TYPE for a bad code or layout; SHAPE for a malformed
+        shape or one numpy cannot represent; TYPE for a bad path or offset
+        (an integer in 0..2**63-1) or a file that is not a regular file;
+        LENGTH when the file holds fewer than ``byte_length`` bytes at
+        ``offset`` (with ``exact``, any other number).
     OSError
         When the file cannot be opened or mapped.
 
     Examples
     --------
     >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "f32.bin")
-    >>> np.arange(6, dtype="<f4").tofile(path)
-    >>> open_payload(path, 2, (2, 3))[1]
-    memmap([3., 4., 5.], dtype=float32)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "f32.bin")
+    ...     np.arange(6, dtype="<f4").tofile(path)
+    ...     print(open_payload(path, 2, (2, 3))[1])
+    [3. 4. 5.]
     """
-    name, c, kind, dims, off = _resolve_all(path, code, shape, offset, layout)
-    if isinstance(kind, DType) and (
-        kind.packed
-        or kind.code == Code.BOOL
+    info = payload_info(code, shape, layout)
+    name = check_path(path)
+    off = check_offset(offset)
+    element = info.element
+    if element.packed or info.code == Code.BOOL or (BIG_ENDIAN_HOST and native_only(info.dtype)):
         # ml_dtypes types are native-only: a big-endian host must swap bf16.
-        or (_codec._BIG_ENDIAN_HOST and _codec._native_only(kind.dtype))
-    ):
-        return LazyPayload(name, c, dims, offset=off)
-    mapped, _ = _map_payload(
-        name, c, kind, dims, off, _decoded_dtype(kind), _decoded_shape(kind, dims)
-    )
-    return mapped
+        return LazyPayload(name, code, info.shape, offset=off, layout=layout, exact=exact)
+    return _map(name, info.with_offset(off), exact, info.dtype, info.decoded_shape)
 
 
 # -- writing ---------------------------------------------------------------
 
+TEMP_SUFFIX = ".part"
+"""Temporary files are ``.NAME.kiln-np-RANDOM.part`` beside the target ``NAME``
+(RANDOM is 12 hex digits; a very long ``NAME`` is cut to its first 30
+characters).  One left behind by a killed writer is never read by kiln_np and
+may be deleted when no write is running."""
+
+_TEMP_TAG = ".kiln-np-"
+
 
 @contextlib.contextmanager
-def _replacing(path: str, offset: int) -> Iterator[tuple[str, IO[bytes]]]:
-    """Yield a temporary sibling of ``path`` (holding a copy of ``path``'s first
-    ``offset`` bytes) and rename it over ``path`` when the block succeeds; on
-    any failure the temporary file is removed and ``path`` is untouched."""
-    directory, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.part")
-    # 0o666 through the umask, as open() would: the final file gets the usual mode.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+def replacing(path: str, offset: int = 0) -> Iterator[tuple[str, IO[bytes]]]:
+    """Write a new version of ``path`` crash-safely: yield ``(temp_path, file)``
+    for a temporary sibling (holding a copy of ``path``'s first ``offset``
+    bytes) and rename it over ``path`` when the block succeeds; on any failure
+    the temporary file is removed and ``path`` is untouched.
+
+    What ``open(path, "wb")`` would keep is kept: a symlink is written
+    through (its target is replaced, the link stays), and an existing file's
+    permission bits (``0o777``) go to the new file, which is created ``0600``
+    until then.  A hard link is not: the rename gives ``path`` a new inode, so
+    other names of the old file keep the old bytes.  An ``OSError`` names
+    ``path``, never the temporary name.  Used by :func:`write_payload`,
+    ``kiln_np.dask.to_payload`` and the CLI's outputs.
+
+    Raises
+    ------
+    KilnError
+        TYPE when ``path`` exists and is not a regular file (a FIFO, a device,
+        a directory): it is not replaced.  LENGTH when ``offset`` bytes are
+        to be kept and the file holds fewer.
+    OSError
+        When the directory cannot be written, with ``path`` as its filename.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "p.bin")
+    ...     with replacing(path) as (temp, f):
+    ...         _ = f.write(b"new")
+    ...     print(Path(path).read_bytes(), os.listdir(tmp))
+    b'new' ['p.bin']
+    """
+    target = os.path.realpath(path)  # through symlinks, as open() goes
+    try:
+        mode: int | None = check_regular_file(path).st_mode
+    except FileNotFoundError:
+        if offset:  # the bytes to keep are missing
+            raise _naming(errno.ENOENT, path) from None
+        mode = None
+    except OSError as exc:  # a symlink loop, no permission on the directory
+        raise _naming(exc.errno, path) from None
+    directory, base = os.path.split(target)
+    stem = base if len(os.fsencode(base)) <= 120 else base[:30]  # within NAME_MAX (255)
+    tmp = os.path.join(directory, f".{stem}{_TEMP_TAG}{secrets.token_hex(6)}{TEMP_SUFFIX}")
+    # A new file gets 0o666 through the umask, as open() gives; a replaced
+    # file's data is written while only its owner can open the temporary.
+    created = 0o666 if mode is None else 0o600
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(tmp, flags, created)
+    except OSError as exc:
+        raise _naming(exc.errno, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             if offset:
-                _copy_prefix(path, f, offset)
+                _copy_prefix(path, target, f, offset)
             yield tmp, f
-        os.replace(tmp, path)
-    except BaseException:
+        if mode is not None:
+            os.chmod(tmp, stat.S_IMODE(mode) & 0o777)
+        os.replace(tmp, target)
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and tmp in (exc.filename, exc.filename2):
+            raise _naming(exc.errno, path) from None
         raise
 
 
-def _copy_prefix(path: str, dst: IO[bytes], offset: int) -> None:
+def _naming(code: int | None, path: str) -> OSError:
+    """The ``OSError`` (its errno's subclass) for ``code``, naming ``path``."""
+    if code is None:
+        return OSError(f"cannot write {path!r}")
+    return OSError(code, os.strerror(code), path)
+
+
+def _copy_prefix(path: str, target: str, dst: IO[bytes], offset: int) -> None:
     block = bytearray(min(_COPY_BLOCK, offset))
     left = offset
-    with open(path, "rb") as src:
+    with open_regular(target) as src:
         while left:
             view = memoryview(block)[: min(left, len(block))]
             got = src.readinto(view)
@@ -550,10 +669,11 @@ def _copy_prefix(path: str, dst: IO[bytes], offset: int) -> None:
         )
 
 
-def _write_all(f: IO[bytes], data: np.ndarray) -> None:
-    view = np.ascontiguousarray(data).reshape(-1).view(_U8).data
+def write_all(f: IO[bytes], data: np.ndarray) -> None:
+    """Write the bytes of ``data`` to ``f`` in full (a raw file may take part of
+    a buffer per call)."""
+    view = np.ascontiguousarray(data).reshape(-1).view(U8).data
     while view.nbytes:
-        # Raw (unbuffered) files may write part of the buffer.
         view = view[f.write(view) or 0 :]
 
 
@@ -561,7 +681,7 @@ def _shift_in(carry: int, packed: np.ndarray, count: int) -> np.ndarray:
     """Pack the stream ``[carry, v0, v1, ...]`` from the packed ``count`` values
     ``v``: every element moves up one nibble.  Vectorized over bytes."""
     p = packed.size
-    out = np.empty((count + 2) // 2, _U8)
+    out = np.empty((count + 2) // 2, U8)
     out[0] = carry | (int(packed[0]) & 0x0F) << 4
     if p > 1:
         body = out[1:p]
@@ -575,85 +695,85 @@ def _shift_in(carry: int, packed: np.ndarray, count: int) -> np.ndarray:
 
 
 class _Stream:
-    """Encode C-order chunks along axis 0 and write them in order."""
+    """Encode C-order chunks along axis 0 and write them in order.
+
+    ``code`` (and ``layout``) may be unknown until the first chunk names it;
+    ``dims``, the shape the caller promised, may be unknown until the end.
+    The description is built as soon as both are known."""
 
     def __init__(
         self,
         f: IO[bytes],
-        kind: DType | Layout | None,
-        code: int | None,
+        code: CodeLike | None,
         layout: Layout | None,
         dims: tuple[int, ...] | None,
     ) -> None:
         self.f = f
-        self.kind = kind
         self.code = code
         self.layout = layout
         self.dims = dims
+        self.info: PayloadInfo | None = None
+        if code is not None and dims is not None:
+            self.info = payload_info(code, dims, layout)
         self.tail: tuple[int, ...] | None = None if dims is None else dims[1:]
         self.rows = 0
         self.elements = 0
         self.written = 0
         self.chunks = 0
         self.carry: int | None = None
+        self.data = np.empty(0, U8)
 
-    def _expected_bytes(self) -> int | None:
-        if self.dims is None or self.kind is None:
-            return None
-        return _payload_bytes(self.kind, _count(self.dims))
-
-    def _encode(self, chunk: object) -> tuple[np.ndarray, tuple[int, ...]]:
-        arr = _as_array(chunk)
+    def _encode(self, chunk: object) -> PayloadInfo:
+        """Encode ``chunk``; its bytes go to ``self.data``, its description is returned."""
         try:
-            payload = from_numpy(arr, code=self.code, layout=self.layout)
+            payload = from_numpy(as_array(chunk), code=self.code, layout=self.layout)
         except KilnError as err:
-            if err.index is None or err.code is None:
-                raise
             where = f"in chunk {self.chunks} (from row {self.rows})"
-            raise _content_error(err, self.elements, err.code, self.dims, where) from None
+            raise err.shifted(self.elements, where) from None
         if self.code is None:
-            self.code = int(payload.code)
-            self.kind = _resolve(payload.code, self.layout)
-        return np.frombuffer(payload.data, _U8), payload.shape
+            self.code = payload.code
+        if self.info is None and self.dims is not None:
+            self.info = payload_info(self.code, self.dims, self.layout)
+        self.data = np.frombuffer(payload.data, U8)
+        return payload.info
 
     def feed(self, chunk: object) -> None:
-        data, shape = self._encode(chunk)
-        assert self.kind is not None
-        assert self.code is not None
+        chunk_info = self._encode(chunk)
+        data, shape, code = self.data, chunk_info.shape, int(chunk_info.code)
         if not shape:
             raise KilnError(
                 "SHAPE",
-                f"{code_label(self.code)}: expected chunks that are C-order slabs along axis 0, "
+                f"{code_label(code)}: expected chunks that are C-order slabs along axis 0, "
                 f"found chunk {self.chunks} 0-d (pass a single array to write a scalar)",
-                code=self.code,
+                code=code,
             )
         if self.tail is None:
             self.tail = shape[1:]
         if shape[1:] != self.tail:
             raise KilnError(
                 "SHAPE",
-                f"{code_label(self.code)}: chunk {self.chunks} has shape {shape}: every chunk "
+                f"{code_label(code)}: chunk {self.chunks} has shape {shape}: every chunk "
                 f"must be (rows, *{self.tail}) to continue the stream",
-                code=self.code,
+                code=code,
                 shape=shape,
             )
         rows = shape[0]
-        if self.dims is not None and self.rows + rows > self.dims[0]:
-            expected = self._expected_bytes()
+        if self.info is not None and self.rows + rows > self.info.shape[0]:
+            info = self.info
             raise KilnError(
                 "LENGTH",
-                f"{code_label(self.code)} shape {self.dims}: chunk {self.chunks} brings rows "
-                f"{self.rows}..{self.rows + rows - 1}, past the {self.dims[0]} rows the shape "
-                f"holds (expected {expected} bytes in all)",
-                code=self.code,
-                shape=self.dims,
-                expected=expected,
+                f"{info.context}chunk {self.chunks} brings rows {self.rows}.."
+                f"{self.rows + rows - 1}, past the {info.shape[0]} rows the shape holds "
+                f"(expected {info.byte_length} bytes in all)",
+                code=info.code,
+                shape=info.shape,
+                expected=info.byte_length,
                 found=self.written + data.size,
             )
-        count = _count(shape)
-        if isinstance(self.kind, DType) and self.kind.packed and count:
+        count = chunk_info.count
+        if chunk_info.element.packed and count:
             data = self._carry_nibbles(data, count)
-        _write_all(self.f, data)
+        write_all(self.f, data)
         self.written += data.size
         self.rows += rows
         self.elements += count
@@ -670,33 +790,29 @@ class _Stream:
         return data
 
     def finish(self) -> PayloadInfo:
-        if self.code is None or self.kind is None:
+        if self.code is None:
             raise KilnError(
                 "TYPE",
                 "an empty chunk stream names no dtype: expected code= (and shape=) to write "
                 "an empty payload, found code=None",
             )
         if self.carry is not None:
-            _write_all(self.f, np.array([self.carry], _U8))
+            write_all(self.f, np.array([self.carry], U8))
             self.written += 1
             self.carry = None
-        if self.dims is None:
-            self.dims = (self.rows, *(self.tail or ()))
-        expected = self._expected_bytes()
-        assert expected is not None
-        if self.rows != self.dims[0]:
+        info = self.info or payload_info(self.code, (self.rows, *(self.tail or ())), self.layout)
+        if self.rows != info.shape[0]:
             raise KilnError(
                 "LENGTH",
-                f"{code_label(self.code)} shape {self.dims}: the chunk stream ended after "
-                f"{self.rows} of {self.dims[0]} rows: expected {expected} bytes, found "
-                f"{self.written} (short by {expected - self.written})",
-                code=self.code,
-                shape=self.dims,
-                expected=expected,
+                f"{info.context}the chunk stream ended after {self.rows} of {info.shape[0]} "
+                f"rows: expected {info.byte_length} bytes, found {self.written} "
+                f"(short by {info.byte_length - self.written})",
+                code=info.code,
+                shape=info.shape,
+                expected=info.byte_length,
                 found=self.written,
             )
-        code = self.kind.code if isinstance(self.kind, DType) else self.code
-        return PayloadInfo(code, self.dims, 0, self.written, self.layout)
+        return info
 
 
 def _array_chunks(arr: np.ndarray) -> Iterator[np.ndarray]:
@@ -710,54 +826,52 @@ def _array_chunks(arr: np.ndarray) -> Iterator[np.ndarray]:
 def _stream_to(
     f: IO[bytes],
     source: object,
-    kind: DType | Layout | None,
-    code: int | None,
+    code: CodeLike | None,
     layout: Layout | None,
     dims: tuple[int, ...] | None,
 ) -> PayloadInfo:
-    stream = _Stream(f, kind, code, layout, dims)
+    stream = _Stream(f, code, layout, dims)
     if isinstance(source, LazyPayload) and source.ndim:
         chunks: Iterable[object] = source.iter_chunks()
     elif isinstance(source, np.ndarray) or hasattr(source, "__array__"):
-        arr = _as_array(source)
-        elem_ndim = arr.ndim - (1 if isinstance(kind, Layout) else 0)
+        arr = as_array(source)
+        elem_ndim = arr.ndim - (1 if layout is not None else 0)
         if dims is not None and arr.shape[:elem_ndim] != dims:
             raise KilnError(
                 "SHAPE",
-                f"{'' if code is None else code_label(code) + ': '}shape={dims} was given: "
-                f"expected an array of element shape {dims}, found {arr.shape[:elem_ndim]}",
-                code=code,
+                f"shape={dims} was given: expected an array of element shape {dims}, "
+                f"found {arr.shape[:elem_ndim]}",
                 shape=dims,
             )
         if elem_ndim <= 0:  # a scalar (or one opaque block): write it whole
             payload = from_numpy(arr, code=code, layout=layout)
-            _write_all(f, np.frombuffer(payload.data, _U8))
-            return PayloadInfo(payload.code, payload.shape, 0, payload.nbytes, layout)
+            write_all(f, np.frombuffer(payload.data, U8))
+            return payload.info
         chunks = _array_chunks(arr)
     elif isinstance(source, Iterable) and not isinstance(source, (str, bytes, bytearray)):
         if dims == ():
             raise KilnError(
                 "SHAPE",
                 "shape=() is a scalar: expected a single array, found an iterable of chunks",
-                code=code,
             )
         chunks = source
     else:
         raise KilnError(
             "TYPE",
-            f"expected an array or an iterable of array chunks, got {_describe(source)}",
+            f"expected an array or an iterable of array chunks, got {show_value(source)}",
         )
     for chunk in chunks:
         stream.feed(chunk)
     return stream.finish()
 
 
+@set_module("kiln_np")
 def write_payload(
     path_or_file: PathLike | IO[bytes],
     array_or_chunks: object,
     *,
-    code: int | None = None,
-    shape: Sequence[int] | None = None,
+    code: CodeLike | None = None,
+    shape: ShapeLike | None = None,
     offset: int = 0,
     layout: Layout | None = None,
 ) -> PayloadInfo:
@@ -766,21 +880,24 @@ def write_payload(
     Parameters
     ----------
     path_or_file : str, os.PathLike or binary file
-        A path: the payload goes to a temporary file beside it that is renamed
-        over ``path`` only when the whole stream is written and checked, so a
-        failure leaves ``path`` as it was.  With ``offset > 0`` the first
-        ``offset`` bytes of the existing ``path`` are copied in front of the
-        payload (what followed them is not kept).  The rename is atomic but not
-        fsync'ed.  A seekable binary file object: the payload is written at
-        ``offset``; the caller owns it, so a failure may leave part of the
-        payload written.
+        A path: the payload goes to a temporary file beside it,
+        ``.NAME.kiln-np-RANDOM.part``, renamed over ``path`` only when the
+        whole stream is written and checked, so a failure leaves ``path`` as
+        it was.  A symlink is written through to its target; an existing
+        file keeps its permission bits (other hard links to it keep the old
+        bytes); an existing path that is not a regular file is refused.  With
+        ``offset > 0`` the first ``offset`` bytes of the existing ``path`` are
+        copied in front of the payload (what followed them is not kept).  The
+        rename is atomic but not fsync'ed.  A seekable binary file object:
+        the payload is written at ``offset``; the caller owns it, so a failure
+        may leave part of the payload written.
     array_or_chunks : array_like or iterable of array_like
         An ndarray (or anything with ``__array__``), written in bounded
         chunks; a :class:`LazyPayload`, streamed chunk by chunk; or any other
         iterable of arrays that are consecutive C-order slabs along axis 0,
         all of one dtype and trailing shape.  A 4-bit chunk that ends on an
         odd element hands its last nibble to the next chunk.
-    code : int, optional
+    code : int or str, optional
         Inferred from the dtype when omitted; when given, every chunk's dtype
         must be the code's (kiln_np never casts).
     shape : sequence of int, optional
@@ -796,49 +913,51 @@ def write_payload(
     Returns
     -------
     PayloadInfo
-        ``(code, shape, offset, nbytes, layout)`` of the written payload.
+        The written payload's description, with its ``offset``.
 
     Raises
     ------
     KilnError
-        TYPE for a dtype that is not the code's, a bad bool byte or 4-bit
-        value (the index is the element's in the whole payload), an empty
-        stream with no ``code``, an offset that is not an integer in
-        0..2**63-1; SHAPE for a 0-d chunk or one whose trailing
-        shape differs; LENGTH when the stream gives fewer or more rows than
-        ``shape[0]``.
+        TYPE for a bad code, layout or offset (an integer in 0..2**63-1), a
+        dtype that is not the code's, a bad bool byte or 4-bit value (the
+        index is the element's in the whole payload), an empty stream with no
+        ``code``, a path that exists but is not a regular file; SHAPE for a
+        bad shape, a 0-d chunk or one whose trailing shape differs; LENGTH
+        when the stream gives fewer or more rows than ``shape[0]``.
     OSError
-        When the file cannot be written.
+        When the file cannot be written (it names ``path``, not the
+        temporary file).
 
     Examples
     --------
     >>> import os, tempfile, ml_dtypes
     >>> from pathlib import Path
-    >>> path = os.path.join(tempfile.mkdtemp(), "u4.bin")
     >>> chunks = (np.array(c, dtype=ml_dtypes.uint4) for c in ([1, 2, 3], [4, 5]))
-    >>> write_payload(path, chunks)
-    PayloadInfo(code=<Code.U4: 17>, shape=(5,), offset=0, nbytes=3, layout=None)
-    >>> Path(path).read_bytes().hex(" ")
-    '21 43 05'
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "u4.bin")
+    ...     print(write_payload(path, chunks))
+    ...     print(Path(path).read_bytes().hex(" "))
+    PayloadInfo(code=<Code.U4: 17>, shape=(5,), layout=None, offset=0, byte_length=3)
+    21 43 05
     """
-    off = _check_offset(offset)
-    dims = None if shape is None else _check_shape(shape)
-    if code is None and layout is not None:
-        raise KilnError(
-            "TYPE", f"a layout ({layout!r}) needs an opaque code in 4096-32767, got code=None"
-        )
-    kind = None if code is None else _resolve(code, layout)
-    c = None if code is None else int(code)
+    # Code, layout and shape are checked before any file is touched.
+    if code is not None and shape is not None:
+        dims: tuple[int, ...] | None = payload_info(code, shape, layout).shape
+    else:
+        if code is not None:
+            resolve(code, layout)
+        dims = None if shape is None else check_shape(shape)
+    off = check_offset(offset)
     if isinstance(path_or_file, (str, os.PathLike)):
-        with _replacing(_check_path(path_or_file), off) as (_, f):
-            info = _stream_to(f, array_or_chunks, kind, c, layout, dims)
+        with replacing(check_path(path_or_file), off) as (_, f):
+            info = _stream_to(f, array_or_chunks, code, layout, dims)
     else:
         f = path_or_file
         if not (hasattr(f, "write") and hasattr(f, "seek")):
             raise KilnError(
                 "TYPE",
-                f"expected a path or a seekable binary file, got {_describe(path_or_file)}",
+                f"expected a path or a seekable binary file, got {show_value(path_or_file)}",
             )
         f.seek(off)
-        info = _stream_to(f, array_or_chunks, kind, c, layout, dims)
-    return info._replace(offset=off)
+        info = _stream_to(f, array_or_chunks, code, layout, dims)
+    return info.with_offset(off)

@@ -12,19 +12,20 @@ first; opaque blocks are written in wire order) or ``error`` (``TYPE``,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from ._checks import show_int, show_value
 from ._codec import from_numpy, to_numpy
 from ._errors import KilnError
 from ._table import Layout, dtype_info
 
-__all__ = ["Case", "CaseResult", "load_cases", "run_case"]
+__all__ = ["Case", "CaseFileError", "CaseResult", "format_table", "load_cases", "run_case"]
 
 FORMAT = "kiln-golden/1"
 
@@ -61,30 +62,104 @@ class CaseResult:
             return "-"
 
 
-def _case(file: str, raw: dict[str, Any]) -> Case:
+_KINDS = ("TYPE", "LENGTH", "SHAPE")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+class CaseFileError(ValueError):
+    """A case file that is not a well-formed ``kiln-golden/1`` file; the message
+    names the file and, for a malformed case, the case."""
+
+
+def _integer(value: object, what: str) -> int:
+    # JSON numbers: 1e400 is a float (inf), true is a bool; neither is an integer.
+    if type(value) is not int:
+        raise ValueError(f"expected {what} to be a JSON integer, found {show_value(value)}")
+    return value
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected {what} to be a string, found {show_value(value)}")
+    return value
+
+
+def _case(file: str, raw: object) -> Case:
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected a case object, found {show_value(raw)}")
+    shape = raw.get("shape")
+    if not isinstance(shape, list):
+        raise ValueError(f"expected shape to be a list of integers, found {show_value(shape)}")
+    elements, error = raw.get("elements"), raw.get("error")
+    if (elements is None) == (error is None):
+        raise ValueError(
+            "expected exactly one of elements (a valid case) and error (an invalid one)"
+        )
+    if error is not None and error not in _KINDS:
+        raise ValueError(
+            f"expected error to be one of {', '.join(_KINDS)}, found {show_value(error)}"
+        )
+    if elements is not None and not (
+        isinstance(elements, list)
+        and all(isinstance(e, str) and _HEX.fullmatch(e) for e in elements)
+    ):
+        raise ValueError(
+            f"expected elements to be a list of hex strings, found {show_value(elements)}"
+        )
     layout = raw.get("layout")
-    elements = raw.get("elements")
+    if layout is not None and not isinstance(layout, dict):
+        raise ValueError(f"expected layout to be an object, found {show_value(layout)}")
+    try:
+        payload = bytes.fromhex(_text(raw.get("payload"), "payload"))
+    except ValueError as exc:
+        raise ValueError(f"expected payload to be hex bytes: {exc}") from None
     return Case(
         file=file,
-        name=str(raw["name"]),
-        code=int(raw["code"]),
-        shape=tuple(int(d) for d in raw["shape"]),
-        payload=bytes.fromhex(raw["payload"]),
-        elements=None if elements is None else tuple(str(e) for e in elements),
-        error=raw.get("error"),
-        layout=None if layout is None else Layout(layout["name"], int(layout["block_size"])),
+        name=_text(raw.get("name"), "name"),
+        code=_integer(raw.get("code"), "code"),
+        shape=tuple(_integer(d, f"shape[{i}]") for i, d in enumerate(shape)),
+        payload=payload,
+        elements=None if elements is None else tuple(elements),
+        error=error,
+        layout=None
+        if layout is None
+        else Layout(
+            _text(layout.get("name"), "layout name"),
+            _integer(layout.get("block_size"), "layout block_size"),
+        ),
     )
 
 
-def _files(directory: Path | None) -> Iterator[tuple[str, str]]:
+def _files(directory: Path | None) -> Iterator[tuple[str, bytes]]:
     if directory is None:
         root = resources.files("kiln_np") / "golden"
         for entry in sorted(root.iterdir(), key=lambda e: e.name):
             if entry.name.endswith(".json"):
-                yield entry.name, entry.read_text(encoding="utf-8")
+                yield entry.name, entry.read_bytes()
     else:
         for path in sorted(directory.glob("*.json")):
-            yield path.name, path.read_text(encoding="utf-8")
+            yield path.name, path.read_bytes()
+
+
+def _parse(name: str, data: bytes) -> list[Case]:
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, bad JSON, ints past 4300 digits
+        raise CaseFileError(f"{name}: expected UTF-8 JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CaseFileError(f"{name}: expected a {FORMAT!r} case file")
+    raws = doc.get("cases")
+    if not isinstance(raws, list):
+        raise CaseFileError(f'{name}: expected "cases" to be a list, found {show_value(raws)}')
+    cases = []
+    for index, raw in enumerate(raws):
+        label = raw.get("name") if isinstance(raw, dict) else None
+        case = f"case {index}" + (f" ({label!r})" if isinstance(label, str) else "")
+        try:
+            cases.append(_case(name, raw))
+        except ValueError as exc:  # KilnError too: a layout Layout() refuses
+            raise CaseFileError(f"{name}: {case}: {exc}") from None
+    return cases
 
 
 def load_cases(directory: str | Path | None = None) -> list[Case]:
@@ -93,8 +168,12 @@ def load_cases(directory: str | Path | None = None) -> list[Case]:
 
     Raises
     ------
-    ValueError
-        For a file that is not a ``kiln-golden/1`` case file.
+    CaseFileError
+        (a ``ValueError``) For a file that is not valid JSON or not a
+        ``kiln-golden/1`` case file, or a malformed case: the message names
+        the file and the case.
+    OSError
+        When a file cannot be read.
 
     Examples
     --------
@@ -102,14 +181,8 @@ def load_cases(directory: str | Path | None = None) -> list[Case]:
     ['kiln-v2-u4', 'kiln-v2-f8-pair', 'kiln-v2-bool-byte', 'kiln-v2-high-nibble']
     """
     cases: list[Case] = []
-    for name, text in _files(None if directory is None else Path(directory)):
-        doc = json.loads(text)
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"{name}: expected a {FORMAT!r} case file")
-        try:
-            cases.extend(_case(name, raw) for raw in doc["cases"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{name}: malformed case: {exc!r}") from exc
+    for name, data in _files(None if directory is None else Path(directory)):
+        cases += _parse(name, data)
     return cases
 
 
@@ -181,9 +254,9 @@ def format_table(results: Sequence[CaseResult]) -> str:
         rows.append(
             (
                 r.case.name,
-                str(r.case.code),
+                show_int(r.case.code),
                 r.dtype_name,
-                "x".join(map(str, r.case.shape)) or "()",
+                "x".join(map(show_int, r.case.shape)) or "()",
                 hexed or "(empty)",
                 ("ok: " if r.ok else "FAIL: ") + r.detail,
             )

@@ -1,10 +1,29 @@
-"""Vectorized 4-bit pack/unpack kernels.
+"""4-bit pack/unpack and byte-check kernels, compiled or in numpy.
 
 Wire rule: element ``2k`` is the low nibble of byte ``k``, element ``2k+1`` its
 high nibble; an odd count leaves the last high nibble 0.
 
-How they stay near memory speed
--------------------------------
+Two implementations, one contract
+---------------------------------
+- **Compiled** (``kiln_np._kernels``, ``src/kiln_np/_kernels.c``): one fused
+  pass per job, reading its input once and writing its output once: unpack;
+  pack with the bits-above-the-nibble check fused in; the first byte above a
+  limit (the bool 0/1 check and the check that runs before a write to
+  ``out=``), with no temporary of any size.  Built by ``pip install`` where a
+  C compiler exists; an optional extension, so the install succeeds without
+  one.
+- **numpy** (below): the portable fallback and the reference the compiled
+  kernels are tested against, bit for bit (``tests/test_kernels.py``).
+  ``KILN_NP_PURE=1`` in the environment (read at import) forces it.
+  :func:`kernel_backend` says which one runs.
+
+Both run on the same small thread pool over the same disjoint ranges, and both
+report the smallest bad index over all ranges, so results never depend on the
+thread count.  The padding-nibble check of unpack reads one byte and needs no
+kernel.
+
+How the numpy kernels stay near memory speed
+--------------------------------------------
 - **Lanes, not strided stores.**  One ``'<u2'`` lane is two unpacked bytes and
   one packed byte.  Unpack widens a packed byte ``b`` into its lane with a
   cast and computes ``b + 15 * (b & 0xF0)`` (low nibble in the low byte, high
@@ -15,27 +34,29 @@ How they stay near memory speed
   so the intermediates of one chunk stay in L2, with one scratch buffer per
   worker.  Unpack writes its cast straight into the destination chunk and
   finishes it there while it is still in cache.
-- **Fused checks.**  Pack tests each input chunk for bits above the nibble
-  (one ``bitwise_or`` reduction over ``'<u8'`` words) just before packing it,
-  while it is in cache; the padding-nibble check of unpack reads one byte.
-- **A small lazy thread pool.**  Inputs of :data:`THREAD_MIN_LANES` lanes or
-  more are split into one contiguous range per core; the calling thread works
-  on the first and pool threads on the rest (numpy releases the GIL inside
-  ufunc loops).  The pool is created on first use.  ``KILN_NP_NUM_THREADS``
-  (read once, when the pool is created) caps the number of threads; ``1``
-  turns threading off.
+- **Checks chunk by chunk.**  Pack tests each input chunk for a byte above 15
+  (one ``max``) just before packing it, while it is in cache; a search for the
+  first bad byte (bool, nibble) looks at one chunk at a time, so rejecting a
+  payload costs at most a chunk of extra memory wherever the bad byte is.
 - **Small inputs skip all of that**: below :data:`SMALL_LANES` lanes unpack
   is one gather from a 256-row table of byte pairs and pack two strided calls
-  (byte arithmetic, so no byte order either); below
-  :data:`THREAD_MIN_LANES` lanes the kernels run on the calling thread only.
+  (byte arithmetic, so no byte order either).
 
-Results never depend on the split: each range writes a disjoint part of the
-output with the same arithmetic, and pack reports the smallest bad index over
-all ranges.
+The thread pool
+---------------
+Inputs of :data:`THREAD_MIN_LANES` lanes or more (:data:`COMPILED_THREAD_MIN_LANES`
+for the compiled kernels, which release the GIL for the whole range) are split
+into one contiguous range per core; the calling thread works on the first and
+pool threads on the rest.  The pool is created on first use and forgotten in
+a child made by ``fork`` (its threads do not exist there); at interpreter exit,
+when no new thread may start, the calling thread does every range itself.
+``KILN_NP_NUM_THREADS`` (ASCII digits, read once) caps the number of threads;
+``1`` turns threading off.
 
-Byte order: every lane dtype is explicitly little-endian (``'<u2'``,
-``'<u8'``) and every step is arithmetic on lane *values*, so on a big-endian
-host numpy byte-swaps while loading and storing the lanes: slower, same bytes.
+Byte order: every lane dtype is explicitly little-endian (``'<u2'``) and every
+step is arithmetic on lane *values*, so on a big-endian host numpy byte-swaps
+while loading and storing the lanes: slower, same bytes.  The compiled kernels
+work on single bytes.
 """
 
 from __future__ import annotations
@@ -48,14 +69,25 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
+from ._checks import MAX_INT64, U8, byte_view, check_int, set_module, short_or_long
 from ._errors import KilnError
+from ._table import Code, dtype_info
 
-__all__ = ["pack_nibbles", "unpack_nibbles"]
+try:
+    from . import _kernels
+except ImportError:  # built without a C compiler: the numpy kernels below
+    _BUILT = False
+else:
+    _BUILT = True
 
-U8 = np.dtype(np.uint8)
+__all__ = ["kernel_backend", "pack_nibbles", "unpack_nibbles"]
+
+COMPILED = _BUILT and os.environ.get("KILN_NP_PURE", "").strip() in ("", "0")
+"""Whether the compiled kernels run: built, and not turned off by ``KILN_NP_PURE``."""
+
+_NIBBLES = dtype_info(Code.U4)  # the packed rule, ceil(count / 2), lives in the table row
+_FOUR_BIT = frozenset(dtype_info(c).dtype for c in (Code.I4, Code.U4, Code.E2M1))
 _LANE = np.dtype("<u2")
-_WIDE = np.dtype("<u8")
-_HIGH_BITS = 0xF0F0_F0F0_F0F0_F0F0
 # Lane constants as numpy scalars: a Python int costs a conversion per ufunc call.
 _HIGH_NIBBLE = _LANE.type(0xF0)
 _FIFTEEN = _LANE.type(15)
@@ -65,20 +97,50 @@ _FOUR_U8 = np.uint8(4)
 _PAIRS = np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1).astype(U8)
 
 CHUNK_LANES = 1 << 18
-"""Lanes per chunk: 512 KiB of unpacked bytes.  Small enough that a chunk, its
-source and its scratch (1.25 MiB) stay in a 2 MiB L2; large enough that two
-threads rarely wait for the GIL between ufunc calls (64 Ki-lane chunks
-measured up to 1.5x slower threaded, see docs/performance.md)."""
+"""Lanes per chunk of the numpy kernels: 512 KiB of unpacked bytes.  Small
+enough that a chunk, its source and its scratch (1.25 MiB) stay in a 2 MiB L2;
+large enough that two threads rarely wait for the GIL between ufunc calls
+(64 Ki-lane chunks measured up to 1.5x slower threaded, see docs/performance.md).
+Thread ranges start on chunk boundaries."""
 
 THREAD_MIN_LANES = 1 << 19
-"""Inputs with fewer lanes (1 MiB unpacked) run on the calling thread only."""
+"""The numpy kernels run inputs with fewer lanes (1 MiB unpacked) on the
+calling thread only."""
+
+COMPILED_THREAD_MIN_LANES = 1 << 18
+"""The same for the compiled kernels (512 KiB unpacked): below it, handing a
+range to a pool thread costs more than the second core saves."""
+
+COMPILED_GRANULE = 1 << 12
+"""The compiled kernels' thread ranges start on multiples of this many lanes."""
 
 SMALL_LANES = 1 << 11
-"""Below this many lanes unpack is one table gather (``np.take``) and pack two
-strided ufunc calls after one ``max``: fewer calls than the lane kernels, whose
-fixed cost is several microseconds."""
+"""Below this many lanes the numpy unpack is one table gather (``np.take``)
+and pack two strided ufunc calls after one ``max``: fewer calls than the lane
+kernels, whose fixed cost is several microseconds."""
 
 _MAX_THREADS = 8
+
+
+@set_module("kiln_np")
+def kernel_backend() -> str:
+    """Which kernels kiln_np runs for 4-bit codes and byte checks.
+
+    Returns
+    -------
+    str
+        ``"compiled"``: the C extension ``kiln_np._kernels`` (built by
+        ``pip install`` where a C compiler exists); ``"numpy"``: the portable
+        numpy kernels, used when the extension was not built or the
+        environment variable ``KILN_NP_PURE=1`` was set before import.
+        Results are the same bytes and errors either way.
+
+    Examples
+    --------
+    >>> kernel_backend() in ("compiled", "numpy")
+    True
+    """
+    return "compiled" if COMPILED else "numpy"
 
 
 def _cpu_count() -> int:
@@ -89,9 +151,11 @@ def _cpu_count() -> int:
 
 @cache
 def _threads() -> int:
-    """Threads a large call uses: the usable cores, capped by KILN_NP_NUM_THREADS."""
+    """Threads a large call uses: the usable cores, capped by KILN_NP_NUM_THREADS
+    (ASCII digits only: ``str.isdigit`` also accepts ``'²'``, which ``int`` refuses)."""
     setting = os.environ.get("KILN_NP_NUM_THREADS", "").strip()
-    limit = int(setting) if setting.isdigit() and int(setting) > 0 else _MAX_THREADS
+    valid = setting.isascii() and setting.isdigit() and int(setting) > 0
+    limit = int(setting) if valid else _MAX_THREADS
     return max(1, min(_cpu_count(), limit))
 
 
@@ -101,33 +165,121 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, _threads() - 1), thread_name_prefix="kiln_np")
 
 
-def _split(lanes: int) -> list[tuple[int, int]]:
-    """Disjoint lane ranges covering ``[0, lanes)``, one per thread, on chunk
-    boundaries."""
-    parts = _threads() if lanes >= THREAD_MIN_LANES else 1
+if hasattr(os, "register_at_fork"):
+    # A forked child inherits the cached pool but none of its threads: a task
+    # submitted there would wait forever.  The child makes its own on first use.
+    os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
+def _split(lanes: int, compiled: bool) -> list[tuple[int, int]]:
+    """Disjoint lane ranges covering ``[0, lanes)``, one per thread, each
+    starting on a chunk boundary (a granule for the compiled kernels)."""
+    least = COMPILED_THREAD_MIN_LANES if compiled else THREAD_MIN_LANES
+    parts = _threads() if lanes >= least else 1
     if parts == 1:
         return [(0, lanes)]
+    granule = COMPILED_GRANULE if compiled else CHUNK_LANES
     step = -(-lanes // parts)
-    step = -(-step // CHUNK_LANES) * CHUNK_LANES
+    step = -(-step // granule) * granule
     return [(lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
 
 
-def _run(task: Callable[[int, int], int], lanes: int) -> list[int]:
-    """``task(lo, hi)`` over the ranges of :func:`_split`, results in range order."""
-    ranges = _split(lanes)
+def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = False) -> list[int]:
+    """``task(lo, hi)`` over the lane ranges of :func:`_split`, results in range order.
+
+    ``compiled`` picks the compiled kernels' thresholds (tasks that release
+    the GIL for a whole range).  The calling thread runs the first range, pool
+    threads the others; when the pool refuses work (at interpreter exit), the
+    calling thread runs the ranges it could not hand over."""
+    ranges = _split(lanes, compiled)
     if len(ranges) == 1:
         return [task(*ranges[0])]
-    futures: list[Future[int]] = [_pool().submit(task, lo, hi) for lo, hi in ranges[1:]]
+    futures: list[Future[int]] = []
     try:
-        first = task(*ranges[0])
+        pool = _pool()
+        futures.extend(pool.submit(task, lo, hi) for lo, hi in ranges[1:])
+    except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+        pass
+    mine = [ranges[0], *ranges[1 + len(futures) :]]
+    try:
+        done = [task(lo, hi) for lo, hi in mine]
     finally:
         # Never return (or raise) while a worker may still write the output.
-        rest = [f.result() for f in futures]
-    return [first, *rest]
+        handed = [f.result() for f in futures]
+    return [done[0], *handed, *done[1:]]
+
+
+def _out_view(out: object, size: int, rule: str) -> np.ndarray:
+    """``out`` as a flat writable uint8 array of exactly ``size`` bytes; ``rule``
+    says where ``size`` comes from in the message."""
+    dst = byte_view(out, "out", writable=True)
+    if dst.size != size:
+        raise KilnError(
+            "LENGTH",
+            f"expected out to hold exactly {rule} = {size} bytes, found {dst.size} "
+            f"({short_or_long(size, dst.size)})",
+            expected=size,
+            found=dst.size,
+        )
+    return dst
+
+
+def detach(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """``src``, or a copy of it when it overlaps ``dst``: the kernels read and
+    write different ranges on different threads, so they need disjoint memory."""
+    return src.copy() if np.may_share_memory(src, dst) else src
+
+
+def _first_above_chunked(values: np.ndarray, limit: int) -> int:
+    """numpy: index of the first byte of ``values`` above ``limit``, or -1.
+
+    One ``max`` per chunk; only a chunk that fails is searched, so the extra
+    memory is one chunk's mask, wherever the bad byte is."""
+    step = 2 * CHUNK_LANES
+    for start in range(0, values.size, step):
+        chunk = values[start : start + step]
+        if int(chunk.max()) > limit:
+            return start + int(np.argmax(chunk > limit))
+    return -1
+
+
+def first_above(src: np.ndarray, limit: int) -> int:
+    """The flat index of the first byte above ``limit`` (1 for bool bytes, 15 for
+    nibbles: a power of two minus one) in the uint8 array ``src``, or -1.
+
+    One read of ``src``, split across the thread pool for large inputs; the
+    smallest bad index over all ranges wins.  Extra memory: none compiled,
+    one chunk in numpy."""
+    n = src.size
+    lanes = n // 2
+    compiled = COMPILED
+
+    def scan(lo: int, hi: int) -> int:
+        stop = n if hi == lanes else 2 * hi
+        if compiled:
+            return _kernels.first_above(src, limit, 2 * lo, stop)
+        bad = _first_above_chunked(src[2 * lo : stop], limit)
+        return bad if bad < 0 else 2 * lo + bad
+
+    if lanes < (COMPILED_THREAD_MIN_LANES if compiled else THREAD_MIN_LANES):
+        return scan(0, lanes)  # the common small case, without the pool's bookkeeping
+    bad = [r for r in run_ranges(scan, lanes, compiled=compiled) if r >= 0]
+    return min(bad) if bad else -1
+
+
+def max_byte(src: np.ndarray) -> int:
+    """1 + 254 * (a byte above 1): kept for the codec's bool check until it calls
+    :func:`first_above` directly."""
+    return 2 if first_above(src, 1) >= 0 else 0
+
+
+def first_above_15(src: np.ndarray) -> int:
+    """:func:`first_above` with limit 15, for the codec until it calls that."""
+    return first_above(src, 15)
 
 
 def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> int:
-    """``dst16[i] = src[i] + 15 * (src[i] & 0xF0)`` for ``i`` in ``[lo, hi)``:
+    """numpy: ``dst16[i] = src[i] + 15 * (src[i] & 0xF0)`` for ``i`` in ``[lo, hi)``:
     the low nibble stays in the low byte, the high nibble moves to the high
     byte."""
     scratch = np.empty(min(CHUNK_LANES, hi - lo), _LANE)
@@ -142,19 +294,8 @@ def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> int:
     return -1
 
 
-def _first_above_15(values: np.ndarray) -> int:
-    """Index of the first byte above 15, or -1; one reduction when clean."""
-    n8 = values.size // 8 * 8
-    clean = True
-    if n8:
-        clean = not (int(np.bitwise_or.reduce(values[:n8].view(_WIDE))) & _HIGH_BITS)
-    if clean and (n8 == values.size or int(values[n8:].max()) <= 15):
-        return -1
-    return int(np.flatnonzero(values > 15)[0])
-
-
 def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bool) -> int:
-    """``dst[i] = (lane_i | lane_i >> 4) & 0xFF`` for lanes ``[lo, hi)`` of
+    """numpy: ``dst[i] = (lane_i | lane_i >> 4) & 0xFF`` for lanes ``[lo, hi)`` of
     ``src``.  With ``check``, each chunk is tested for a byte above 15 before it
     is packed; returns the first bad index of ``src`` (chunks before it are
     written) or -1."""
@@ -163,7 +304,7 @@ def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bo
     for start in range(lo, hi, CHUNK_LANES):
         stop = min(start + CHUNK_LANES, hi)
         if check:
-            bad = _first_above_15(src[2 * start : 2 * stop])
+            bad = _first_above_chunked(src[2 * start : 2 * stop], 15)
             if bad >= 0:
                 return 2 * start + bad
         lanes = src16[start:stop]
@@ -173,111 +314,27 @@ def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bo
     return -1
 
 
-def _byte_view(buf: object, what: str, *, writable: bool = False) -> np.ndarray:
-    """A flat uint8 view of a C-contiguous buffer; KilnError for anything else."""
-    if type(buf) is bytes and not writable:
-        return np.frombuffer(buf, U8)
-    if isinstance(buf, np.ndarray):
-        arr = buf
-        if arr.dtype.hasobject:
-            raise KilnError(
-                "TYPE", f"{what} must hold bytes, got an array of Python objects ({arr.dtype})"
-            )
-        if not arr.flags.c_contiguous:
-            raise KilnError(
-                "TYPE", f"{what} must be C-contiguous, got an array with strides {arr.strides}"
-            )
-        if arr.dtype != U8:
-            arr = arr.reshape(-1).view(U8)
-    else:
-        try:
-            mv = memoryview(buf)  # type: ignore[arg-type]  # TypeError for non-buffers is the contract
-        except ValueError as exc:  # a released memoryview, a closed mmap
-            raise KilnError("TYPE", f"{what} cannot be read: {exc}") from exc
-        if "O" in mv.format:
-            raise KilnError(
-                "TYPE", f"{what} must hold bytes, got a buffer of Python objects ({mv.format!r})"
-            )
-        if not mv.c_contiguous:
-            way_out = "a contiguous writable buffer" if writable else f"bytes({what}) to copy it"
-            raise KilnError(
-                "TYPE",
-                f"{what} must be a C-contiguous buffer, got a memoryview with "
-                f"shape {mv.shape} and strides {mv.strides}; pass {way_out}",
-            )
-        arr = np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.itemsize != 1 else mv, U8)
-    if writable and not arr.flags.writeable:
-        raise KilnError("TYPE", f"{what} must be writable, got a read-only buffer")
-    return arr.reshape(-1)
-
-
-def _by(expected: int, found: int) -> str:
-    """``'short by 3'`` or ``'long by 3'``, for LENGTH messages."""
-    return f"{'short' if found < expected else 'long'} by {abs(found - expected)}"
-
-
-def out_view(
-    out: object,
-    size: int,
-    rule: str = "",
-    *,
-    context: str = "",
-    code: int | None = None,
-    shape: tuple[int, ...] | None = None,
-) -> np.ndarray:
-    """``out`` as a flat writable uint8 array of exactly ``size`` bytes; ``rule``
-    says where ``size`` comes from in the message, ``context`` (the caller's
-    code and shape) prefixes it."""
-    dst = _byte_view(out, f"{context}out", writable=True)
-    if dst.size != size:
-        raise KilnError(
-            "LENGTH",
-            f"{context}out must hold exactly {rule}{size} bytes, found {dst.size} "
-            f"({_by(size, dst.size)})",
-            code=code,
-            shape=shape,
-            expected=size,
-            found=dst.size,
-        )
-    return dst
-
-
-def detach(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """``src``, or a copy of it when it overlaps ``dst``: the kernels read and
-    write different ranges on different threads, so they need disjoint memory."""
-    return src.copy() if np.may_share_memory(src, dst) else src
-
-
-def max_byte(src: np.ndarray) -> int:
-    """The largest byte of the flat uint8 array ``src`` (0 when empty): one
-    ``max`` reduction, split across the pool for large inputs."""
-    if not src.size:
-        return 0
-    lanes = src.size // 2
-
-    def part(lo: int, hi: int) -> int:
-        return int(src[2 * lo : src.size if hi == lanes else 2 * hi].max())
-
-    return max(_run(part, lanes))
-
-
-def _check_count(count: object) -> int:
-    if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)):
-        raise KilnError("SHAPE", f"count must be an integer, got {type(count).__name__}")
-    if count < 0:
-        raise KilnError("SHAPE", f"count must be >= 0, got {int(count)}")
-    return int(count)
-
-
 def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     """Unpack ``count`` nibbles of ``src`` (exactly ``ceil(count/2)`` bytes,
-    padding already checked) into the uint8 array ``dst`` of ``count`` bytes."""
+    padding already checked, not overlapping ``dst``) into the uint8 array
+    ``dst`` of ``count`` bytes."""
     lanes = count // 2
+    if COMPILED:
+        if lanes < COMPILED_THREAD_MIN_LANES:
+            _kernels.unpack(src, dst, 0, count)
+        else:
+
+            def part(lo: int, hi: int) -> int:
+                _kernels.unpack(src, dst, 2 * lo, count if hi == lanes else 2 * hi)
+                return -1
+
+            run_ranges(part, lanes, compiled=True)
+        return
     if lanes and lanes < SMALL_LANES:
         np.take(_PAIRS, src[:lanes], axis=0, out=dst[: 2 * lanes].reshape(lanes, 2), mode="clip")
     elif lanes:
         dst16 = dst[: 2 * lanes].view(_LANE)
-        _run(lambda lo, hi: _unpack_lanes(src, dst16, lo, hi), lanes)
+        run_ranges(lambda lo, hi: _unpack_lanes(src, dst16, lo, hi), lanes)
     if count % 2:
         dst[-1] = src[-1]
 
@@ -300,23 +357,35 @@ def check_padding(src: np.ndarray, count: int, context: str = "") -> None:
 
 
 def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int:
-    """Pack the uint8 values ``src`` into ``dst`` (``ceil(src.size/2)`` bytes).
+    """Pack the uint8 values ``src`` into ``dst`` (``ceil(src.size/2)`` bytes, not
+    overlapping ``src``).
 
     Returns the flat index of the first value above 15, or -1.  Chunks before
     a bad one may already be written: callers that promise an untouched
-    destination call :func:`first_above_15` first and pass ``checked=True``,
-    which skips the per-chunk test.
+    destination call :func:`first_above` first and pass ``checked=True``,
+    which lets the numpy kernels skip their per-chunk test (the compiled
+    kernel's test is fused into its one pass, so it always runs).
     """
     n = src.size
     lanes = n // 2
+    if COMPILED:
+        if lanes < COMPILED_THREAD_MIN_LANES:
+            return _kernels.pack(src, dst, 0, n)
+        results = run_ranges(
+            lambda lo, hi: _kernels.pack(src, dst, 2 * lo, n if hi == lanes else 2 * hi),
+            lanes,
+            compiled=True,
+        )
+        bad = [r for r in results if r >= 0]
+        return min(bad) if bad else -1
     if lanes < SMALL_LANES:
         if not checked and n and int(src.max()) > 15:
-            return _first_above_15(src)
+            return _first_above_chunked(src, 15)
         high = dst[:lanes]  # two strided calls beat the lane kernel's fixed cost here
         np.left_shift(src[1 : 2 * lanes : 2], _FOUR_U8, out=high)
         np.bitwise_or(high, src[0 : 2 * lanes : 2], out=high)
     else:
-        results = _run(lambda lo, hi: _pack_lanes(src, dst, lo, hi, check=not checked), lanes)
+        results = run_ranges(lambda lo, hi: _pack_lanes(src, dst, lo, hi, check=not checked), lanes)
         bad = [r for r in results if r >= 0]
         if bad:
             return min(bad)
@@ -325,22 +394,6 @@ def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int
             return n - 1
         dst[-1] = src[-1]
     return -1
-
-
-def first_above_15(src: np.ndarray) -> int:
-    """The flat index of the first byte above 15 in the uint8 array ``src``, or -1.
-
-    Large inputs are scanned by the thread pool, one range per thread."""
-    lanes = src.size // 2
-    if not lanes:
-        return _first_above_15(src)
-
-    def scan(lo: int, hi: int) -> int:
-        bad = _first_above_15(src[2 * lo : src.size if hi == lanes else 2 * hi])
-        return bad if bad < 0 else 2 * lo + bad
-
-    bad = [r for r in _run(scan, lanes) if r >= 0]
-    return min(bad) if bad else -1
 
 
 def nibble_error(values: np.ndarray, index: int, what: str = "a nibble value") -> KilnError:
@@ -355,13 +408,28 @@ def nibble_error(values: np.ndarray, index: int, what: str = "a nibble value") -
     )
 
 
+def _first_outside_nibble(flat: np.ndarray) -> int:
+    """Index of the first value of the integer array ``flat`` outside 0..15, or
+    -1; chunk by chunk, so a bad value costs one chunk's mask, not the array's."""
+    step = 2 * CHUNK_LANES
+    for start in range(0, flat.size, step):
+        chunk = flat[start : start + step]
+        if int(chunk.min()) < 0 or int(chunk.max()) > 15:
+            return start + int(np.argmax((chunk < 0) | (chunk > 15)))
+    return -1
+
+
+@set_module("kiln_np")
 def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
     """Pack integers 0-15 two per byte, the earlier element in the low nibble.
 
     Parameters
     ----------
     values : array_like of integers
-        Read in C order; any integer dtype (values must lie in 0..15).
+        Read in C order; any integer dtype (values must lie in 0..15), or an
+        ml_dtypes ``int4``/``uint4``/``float4_e2m1fn`` array, whose storage
+        nibbles are packed (``int4`` -1 is the nibble 0xf): the bytes
+        :func:`~kiln_np.from_numpy` writes for it.
     out : writable bytes-like, optional
         Destination of exactly ``ceil(values.size / 2)`` bytes (a bytearray,
         a writable mmap slice, a uint8 array), C-contiguous.  Untouched if an
@@ -385,13 +453,24 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
     >>> pack_nibbles([1, 2, 3]).tobytes().hex(" ")
     '21 03'
     """
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "iu":
-        raise KilnError("TYPE", f"expected an integer dtype for nibble values, got {arr.dtype}")
+    try:
+        arr = np.asarray(values)
+    except Exception as exc:  # a ragged list, an __array__ that raises: user input
+        raise KilnError(
+            "TYPE", f"expected an array of nibble values; numpy cannot make one: {exc}"
+        ) from exc
+    if arr.dtype in _FOUR_BIT:
+        arr = arr.view(U8)  # ml_dtypes keeps each value's nibble in the low bits of a byte
+    elif arr.dtype.kind not in "iu":
+        raise KilnError(
+            "TYPE",
+            "expected nibble values as an integer dtype or an ml_dtypes 4-bit type "
+            f"(int4, uint4, float4_e2m1fn), found {arr.dtype}",
+        )
     if arr.dtype != U8:
         flat = arr.reshape(-1)
-        if flat.size and (int(flat.min()) < 0 or int(flat.max()) > 15):
-            bad = int(np.flatnonzero((flat < 0) | (flat > 15))[0])
+        bad = _first_outside_nibble(flat)
+        if bad >= 0:
             value = int(flat[bad])
             raise KilnError(
                 "TYPE",
@@ -403,13 +482,13 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
             )
         arr = flat.astype(U8)
     src = np.ascontiguousarray(arr).reshape(-1)
-    size = (src.size + 1) // 2
+    size = _NIBBLES.byte_length(src.size)
     if out is None:
         dst = np.empty(size, U8)
         bad = pack_into(src, dst)
     else:
-        dst = out_view(out, size, f"ceil({src.size} / 2) = ")
-        bad = first_above_15(src)
+        dst = _out_view(out, size, _NIBBLES.length_rule(src.size))
+        bad = first_above(src, 15)
         if bad < 0:
             pack_into(detach(src, dst), dst, checked=True)
     if bad >= 0:
@@ -417,6 +496,7 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
     return dst
 
 
+@set_module("kiln_np")
 def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray:
     """Unpack ``count`` 4-bit values, one per byte (high nibble 0).
 
@@ -448,18 +528,18 @@ def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray
     >>> unpack_nibbles(b"\\x21\\x03", 3)
     array([1, 2, 3], dtype=uint8)
     """
-    n = _check_count(count)
-    src = _byte_view(buf, "buf")
-    size = (n + 1) // 2
+    n = check_int(count, "count", kind="SHAPE", maximum=MAX_INT64)
+    src = byte_view(buf, "buf")
+    size = _NIBBLES.byte_length(n)
     if src.size != size:
         raise KilnError(
             "LENGTH",
-            f"expected ceil({n} / 2) = {size} bytes of packed nibbles, found {src.size} "
-            f"({_by(size, src.size)})",
+            f"expected {_NIBBLES.length_rule(n)} = {size} bytes of packed nibbles, found "
+            f"{src.size} ({short_or_long(size, src.size)})",
             expected=size,
             found=src.size,
         )
-    dst = np.empty(n, U8) if out is None else out_view(out, n)
+    dst = np.empty(n, U8) if out is None else _out_view(out, n, str(n))
     check_padding(src, n)
     unpack_into(src if out is None else detach(src, dst), dst, n)
     return dst

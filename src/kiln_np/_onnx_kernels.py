@@ -25,7 +25,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._nibbles import CHUNK_LANES, U8, _run
+from ._checks import U8
+from ._nibbles import CHUNK_LANES, run_ranges
 
 __all__ = ["pack2_into", "pack6_into", "unpack2_into", "unpack6_into"]
 
@@ -104,7 +105,7 @@ def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     full = count // 4
     if full:
         dst32 = dst[: 4 * full].view(_LANE)
-        _run(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
+        run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
     if count % 4:
         dst[4 * full :] = _tail_fields(int(src[full]), count % 4, 2)
 
@@ -120,7 +121,7 @@ def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
-        _run(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
+        run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
     if src.size % 4:
         dst[full] = _tail_word(src[4 * full :], 2)
 
@@ -184,7 +185,7 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     if strided:
         groups = np.ndarray((strided,), _LANE, buffer=src, strides=(3,))
         dst32 = dst[: 4 * strided].view(_LANE)
-        _run(lambda lo, hi: _unpack6_lanes(groups, dst32, lo, hi), strided)
+        run_ranges(lambda lo, hi: _unpack6_lanes(groups, dst32, lo, hi), strided)
     rest = count - 4 * strided
     if rest:
         word = int.from_bytes(src[3 * strided :].tobytes(), "little")
@@ -203,7 +204,7 @@ def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
     if full:
         src32 = src[: 4 * full].view(_LANE)
         dst24 = dst[: 3 * full].reshape(full, 3)
-        _run(lambda lo, hi: _pack6_lanes(src32, dst24, lo, hi), full)
+        run_ranges(lambda lo, hi: _pack6_lanes(src32, dst24, lo, hi), full)
     rest = src.size % 4
     if rest:
         word = _tail_word(src[4 * full :], 6)

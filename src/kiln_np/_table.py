@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ._checks import MAX_INT64, U8, set_module, show_int, show_value
 from ._errors import KilnError
 
 __all__ = [
@@ -26,21 +27,31 @@ __all__ = [
     "OPAQUE_MAX",
     "OPAQUE_MIN",
     "Code",
+    "CodeLike",
+    "CodeRange",
     "DType",
+    "Element",
     "Layout",
-    "byte_length",
+    "NEEDS_OPAQUE",
+    "ShapeLike",
+    "as_code",
+    "check_shape",
     "code_for_dtype",
-    "code_kind",
+    "code_label",
+    "code_range",
     "dtype_for_code",
     "dtype_info",
+    "native_dtype",
+    "resolve",
+    "row_for_dtype",
 ]
 
 OPAQUE_MIN = 4096
 OPAQUE_MAX = 32767
 MAX_RANK = 64  # numpy's NPY_MAXDIMS: a deeper array cannot exist
-_MAX_DIM = 2**63 - 1  # numpy's npy_intp on 64-bit hosts
 
 
+@set_module("kiln_np")
 class Code(enum.IntEnum):
     """The closed set of Kiln dtype codes (1-19)."""
 
@@ -65,6 +76,7 @@ class Code(enum.IntEnum):
     E8M0 = 19
 
 
+@set_module("kiln_np")
 @dataclass(frozen=True)
 class DType:
     """One row of the Kiln dtype table.
@@ -100,6 +112,16 @@ class DType:
     def byte_length(self, count: int) -> int:
         """Exact wire bytes for ``count`` elements: ``ceil(count * bits / 8)``."""
         return -(-count * self.bits // 8)
+
+    def length_rule(self, count: int) -> str:
+        """How :meth:`byte_length` gets there, for messages: ``'6 x 4'``, ``'ceil(5 / 2)'``."""
+        if self.packed:
+            return f"ceil({show_int(count)} / 2)"
+        return f"{show_int(count)} x {self.bits // 8}"
+
+    def decoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of the decoded array: the element shape itself."""
+        return shape
 
     def __repr__(self) -> str:
         return f"DType({int(self.code)}, {self.name!r}, {self.dtype}, bits={self.bits})"
@@ -138,33 +160,42 @@ DTYPES: tuple[DType, ...] = (
 )
 
 
-def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
+def native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """``dtype`` in native byte order (the table's index key)."""
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
 _BY_CODE: Mapping[int, DType] = MappingProxyType({int(r.code): r for r in DTYPES})
-_BY_DTYPE: Mapping[np.dtype[Any], DType] = MappingProxyType({_native(r.dtype): r for r in DTYPES})
+_BY_DTYPE: Mapping[np.dtype[Any], DType] = MappingProxyType({native_dtype(r.dtype): r for r in DTYPES})
+# A code may be named as the spec spells it ("bf16") or as the Code member ("BF16").
+_BY_NAME: Mapping[str, DType] = MappingProxyType(
+    {r.name: r for r in DTYPES} | {r.code.name: r for r in DTYPES}
+)
 
 
+@set_module("kiln_np")
 @dataclass(frozen=True)
 class Layout:
     """The layout an opaque code (4096-32767) must travel with.
 
     Each element of an opaque payload's shape is one block of ``block_size``
-    bytes that Kiln does not interpret; ``name`` says whose layout it is.
+    bytes that Kiln does not interpret; ``name`` says whose layout it is.  A
+    layout answers the same questions as a :class:`DType` row
+    (:meth:`byte_length`, :attr:`dtype`, :meth:`decoded_shape`), so code that
+    handles either never needs to ask which it has.
 
     Parameters
     ----------
     name : str
         A non-empty name for the foreign layout.
     block_size : int
-        Bytes per block, at least 1.
+        Bytes per block, 1 to 2**63-1.
 
     Raises
     ------
     KilnError
         TYPE, when ``name`` is not a non-empty str or ``block_size`` is not an
-        integer >= 1 (``bool`` is not an integer here).
+        integer in 1..2**63-1 (``bool`` is not an integer here).
 
     Examples
     --------
@@ -178,23 +209,51 @@ class Layout:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise KilnError(
-                "TYPE", f"expected a layout name as a non-empty str, found {_describe(self.name)}"
+                "TYPE", f"expected a layout name as a non-empty str, found {show_value(self.name)}"
             )
         size = self.block_size
         if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
             raise KilnError(
-                "TYPE", f"expected a layout block_size as an integer >= 1, found {_describe(size)}"
+                "TYPE",
+                f"expected a layout block_size as an integer >= 1, found {show_value(size)}",
             )
-        if size < 1:
-            raise KilnError("TYPE", f"expected a layout block_size >= 1, found {int(size)}")
+        if not 1 <= size <= MAX_INT64:
+            raise KilnError(
+                "TYPE",
+                f"expected a layout block_size in 1..2**63-1, found {show_int(int(size))}",
+            )
         object.__setattr__(self, "block_size", int(size))
 
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """dtype of the decoded blocks: uint8, uninterpreted."""
+        return U8
 
-def _describe(value: object) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
+    @property
+    def bits(self) -> int:
+        """Bits one block occupies on the wire."""
+        return 8 * self.block_size
+
+    @property
+    def packed(self) -> bool:
+        """Always False: a block is whole bytes."""
+        return False
+
+    def byte_length(self, count: int) -> int:
+        """Exact wire bytes for ``count`` blocks."""
+        return count * self.block_size
+
+    def length_rule(self, count: int) -> str:
+        """How :meth:`byte_length` gets there, for messages."""
+        return f"{show_int(count)} blocks x {self.block_size} bytes ({self.name})"
+
+    def decoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of the decoded array: one uint8 axis of ``block_size`` added."""
+        return (*shape, self.block_size)
+
+
+Element = DType | Layout
+"""What one element of a payload is: a table row, or an opaque layout's block."""
 
 
 def code_label(code: int) -> str:
@@ -204,38 +263,56 @@ def code_label(code: int) -> str:
         return f"code {code} ({row.name})"
     if OPAQUE_MIN <= code <= OPAQUE_MAX:
         return f"opaque code {code} (0x{code:04x})"
-    return f"code {code}"
+    return f"code {show_int(code)}"
 
 
-CodeLike = int | np.integer[Any]
-"""A dtype code: a Python or numpy integer (never ``bool``)."""
+CodeLike = int | np.integer[Any] | str
+"""A dtype code: a Python or numpy integer (never ``bool``), or a closed code's
+name as the spec spells it (``"bf16"``) or as its :class:`Code` member (``"BF16"``)."""
 ShapeLike = Sequence[int | np.integer[Any]] | npt.NDArray[np.integer[Any]]
 """A shape: a sequence of non-negative Python or numpy integers."""
 
-CodeKind = Literal["closed", "opaque", "reserved", "rejected"]
+CodeRange = Literal["closed", "opaque", "reserved", "rejected"]
 
 
-def _as_code(code: object) -> int:
+def as_code(code: object) -> int:
+    """``code`` as a Python int: an integer, or a closed code's name exactly as
+    spelled (``"bf16"``, ``"BF16"``); TYPE for anything else (``True``, floats,
+    other strings)."""
+    if type(code) is int:
+        return code
+    if isinstance(code, str):
+        row = _BY_NAME.get(code)
+        if row is None:
+            raise KilnError(
+                "TYPE",
+                f"expected an integer dtype code or one of the names {', '.join(r.name for r in DTYPES)} "
+                f"(or {', '.join(r.code.name for r in DTYPES)}), found {show_value(code)}",
+            )
+        return int(row.code)
     if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
-        raise KilnError("TYPE", f"expected an integer dtype code, found {_describe(code)}")
+        raise KilnError(
+            "TYPE", f"expected an integer dtype code or a code name, found {show_value(code)}"
+        )
     return int(code)
 
 
-def code_kind(code: CodeLike) -> CodeKind:
+def code_range(code: CodeLike) -> CodeRange:
     """Classify a code: ``closed`` (1-19), ``opaque`` (4096-32767), ``reserved``
     (20-4095, rejected) or ``rejected`` (0, above 32767, negative).
 
     Raises
     ------
     KilnError
-        TYPE, when ``code`` is not an integer (``bool`` included).
+        TYPE, when ``code`` is neither an integer (``bool`` is not) nor a
+        closed code's name.
 
     Examples
     --------
-    >>> [code_kind(c) for c in (0, 2, 20, 4096, 32768)]
+    >>> [code_range(c) for c in (0, 2, 20, 4096, 32768)]
     ['rejected', 'closed', 'reserved', 'opaque', 'rejected']
     """
-    c = _as_code(code)
+    c = as_code(code)
     if c in _BY_CODE:
         return "closed"
     if OPAQUE_MIN <= c <= OPAQUE_MAX:
@@ -255,31 +332,31 @@ _REJECTED_WHY: Mapping[str, str] = MappingProxyType(
 )
 
 
-def _resolve(code: object, layout: object) -> DType | Layout:
+def resolve(code: object, layout: object) -> Element:
     """Check ``code`` then ``layout``; return the table row or the opaque layout."""
     if type(code) is int and layout is None and code in _BY_CODE:
         return _BY_CODE[code]  # the common case, without the general checks
-    c = _as_code(code)
-    kind = code_kind(c)
-    if kind == "closed":
+    c = as_code(code)
+    where = code_range(c)
+    if where == "closed":
         if layout is not None:
             raise KilnError(
                 "TYPE",
-                f"{code_label(c)} is a closed code and takes no layout, got {layout!r}; "
-                f"a foreign layout needs an opaque code in {OPAQUE_MIN}-{OPAQUE_MAX}",
+                f"{code_label(c)} is a closed code and takes no layout, found "
+                f"{show_value(layout)}; {NEEDS_OPAQUE}",
                 code=c,
             )
         return _BY_CODE[c]
-    if kind == "opaque":
+    if where == "opaque":
         if not isinstance(layout, Layout):
             raise KilnError(
                 "TYPE",
                 f"{code_label(c)} needs a kiln_np.Layout(name, block_size), "
-                f"got {_describe(layout)}",
+                f"found {show_value(layout)}",
                 code=c,
             )
         return layout
-    if kind == "reserved":
+    if where == "reserved":
         why = _REJECTED_WHY["reserved"]
     elif c == 0:
         why = _REJECTED_WHY["zero"]
@@ -287,22 +364,29 @@ def _resolve(code: object, layout: object) -> DType | Layout:
         why = _REJECTED_WHY["high"]
     else:
         why = _REJECTED_WHY["negative"]
-    shown = f"0x{c:04x}" if c >= 0 else str(c)
+    shown = f"0x{c:04x}" if 0 <= c and c.bit_length() <= 128 else show_int(c)
     raise KilnError(
         "TYPE",
-        f"expected a dtype code in 1-19 or {OPAQUE_MIN}-{OPAQUE_MAX}, found {c} ({shown}): {why}",
+        f"expected a dtype code in 1-19 or {OPAQUE_MIN}-{OPAQUE_MAX}, found {show_int(c)} "
+        f"({shown}): {why}",
         code=c,
     )
 
 
-def _check_shape(shape: object, context: str = "") -> tuple[int, ...]:
+NEEDS_OPAQUE = f"a foreign layout needs an opaque code in {OPAQUE_MIN}-{OPAQUE_MAX}"
+"""The one wording for "a layout goes with an opaque code", used wherever it is refused."""
+
+
+def check_shape(shape: object, context: str = "") -> tuple[int, ...]:
     """Return ``shape`` as a tuple of Python ints, or raise SHAPE.
 
-    ``context`` (the code being decoded) prefixes every message.
+    ``context`` (the code being decoded) prefixes every message.  The rank is
+    checked on what iterating ``shape`` gives, not on its ``len()``, which user
+    code may get wrong.
     """
     if type(shape) is tuple and len(shape) <= MAX_RANK:
         for d in shape:
-            if type(d) is not int or d < 0 or d > _MAX_DIM:
+            if type(d) is not int or d < 0 or d > MAX_INT64:
                 break
         else:
             return shape  # already a tuple of in-range Python ints
@@ -313,90 +397,40 @@ def _check_shape(shape: object, context: str = "") -> tuple[int, ...]:
                 f"{context}expected a shape array of 1-D integers, "
                 f"found {shape.ndim}-D {shape.dtype}",
             )
-        rank = shape.size
-    elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray)):
-        try:
-            rank = len(shape)  # a Sequence subclass is user code: what it raises is SHAPE
-        except Exception as exc:
-            raise KilnError(
-                "SHAPE", f"{context}expected a sequence of integers; len(shape) raised {exc!r}"
-            ) from exc
-    else:
+    elif not isinstance(shape, Sequence) or isinstance(shape, (str, bytes, bytearray)):
         raise KilnError(
-            "SHAPE", f"{context}expected a shape sequence of integers, found {_describe(shape)}"
-        )
-    if rank > MAX_RANK:
-        raise KilnError(
-            "SHAPE", f"{context}expected a shape of at most {MAX_RANK} dimensions, found {rank}"
+            "SHAPE", f"{context}expected a shape sequence of integers, found {show_value(shape)}"
         )
     try:
-        items = tuple(shape.tolist() if isinstance(shape, np.ndarray) else shape)
+        # A Sequence subclass is user code: what it raises is SHAPE.  Read at most
+        # one item past the rank limit, so a huge or endless sequence stops early.
+        if isinstance(shape, np.ndarray):
+            items = tuple(shape[: MAX_RANK + 1].tolist())
+        else:
+            items = tuple(v for _, v in zip(range(MAX_RANK + 1), shape))
     except Exception as exc:
         raise KilnError(
             "SHAPE", f"{context}expected a sequence of integers; reading it raised {exc!r}"
         ) from exc
+    if len(items) > MAX_RANK:
+        raise KilnError(
+            "SHAPE",
+            f"{context}expected a shape of at most {MAX_RANK} dimensions, found more",
+        )
     dims: list[int] = []
     for axis, dim in enumerate(items):
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
             raise KilnError(
-                "SHAPE", f"{context}expected shape[{axis}] to be an integer, found {_describe(dim)}"
+                "SHAPE",
+                f"{context}expected shape[{axis}] to be an integer, found {show_value(dim)}",
             )
         d = operator.index(dim)
-        if d < 0 or d > _MAX_DIM:
-            raise KilnError("SHAPE", f"{context}shape[{axis}] must be in 0..2**63-1, found {d}")
+        if d < 0 or d > MAX_INT64:
+            raise KilnError(
+                "SHAPE", f"{context}expected shape[{axis}] in 0..2**63-1, found {show_int(d)}"
+            )
         dims.append(d)
     return tuple(dims)
-
-
-def _check_representable(dims: tuple[int, ...], itemsize: int, context: str = "") -> None:
-    """numpy refuses an array whose nonzero dimensions times the item size pass
-    2**63-1, even when a zero dimension makes it empty: that is SHAPE too."""
-    total = itemsize
-    for d in dims:
-        total *= d or 1
-    if total > _MAX_DIM:
-        raise KilnError(
-            "SHAPE",
-            f"{context}shape {dims}: numpy cannot represent it (nonzero dimensions x "
-            f"{itemsize}-byte items = {total} > 2**63-1)",
-            shape=dims,
-        )
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _payload_bytes(kind: DType | Layout, count: int) -> int:
-    if isinstance(kind, Layout):
-        return count * kind.block_size
-    return kind.byte_length(count)
-
-
-def byte_length(code: CodeLike, shape: ShapeLike, layout: Layout | None = None) -> int:
-    """Exact payload size in bytes for ``code`` and ``shape``.
-
-    Whole-byte codes: element count times width; packed 4-bit codes:
-    ``ceil(count / 2)``; opaque codes: count times ``layout.block_size``.
-    Computed with Python integers, so it never wraps and calls no user code.
-
-    Raises
-    ------
-    KilnError
-        TYPE for a bad code or layout, SHAPE for a malformed shape.
-
-    Examples
-    --------
-    >>> byte_length(17, (3,))
-    2
-    >>> byte_length(1, (2**62, 4))
-    147573952589676412928
-    """
-    kind = _resolve(code, layout)
-    return _payload_bytes(kind, _count(_check_shape(shape, f"{code_label(int(code))}: ")))
 
 
 def dtype_info(code: CodeLike) -> DType:
@@ -411,16 +445,18 @@ def dtype_info(code: CodeLike) -> DType:
     --------
     >>> dtype_info(18)
     DType(18, 'e2m1', float4_e2m1fn, bits=4)
+    >>> dtype_info("bf16").code
+    <Code.BF16: 4>
     """
-    c = _as_code(code)
-    if code_kind(c) == "opaque":
+    c = as_code(code)
+    if code_range(c) == "opaque":
         raise KilnError(
             "TYPE",
             f"expected a closed code 1-19, found {code_label(c)}: opaque codes have no "
             "element dtype (their blocks decode as uint8 of shape shape + (block_size,))",
             code=c,
         )
-    row = _resolve(c, None)
+    row = resolve(c, None)
     assert isinstance(row, DType)
     return row
 
@@ -450,15 +486,16 @@ def code_for_dtype(dtype: npt.DTypeLike) -> Code:
     >>> code_for_dtype(">f4")
     <Code.F32: 2>
     """
-    return _row_for_dtype(dtype).code
+    return row_for_dtype(dtype).code
 
 
-def _row_for_dtype(dtype: npt.DTypeLike) -> DType:
+def row_for_dtype(dtype: npt.DTypeLike) -> DType:
+    """The table row of a numpy or ml_dtypes dtype (byte order aside), or TYPE."""
     try:
         d = np.dtype(dtype)
     except (TypeError, ValueError) as exc:  # ("f4", -1) is a ValueError
-        raise KilnError("TYPE", f"expected a numpy dtype, found {_describe(dtype)}") from exc
-    row = _BY_DTYPE.get(_native(d)) if d.fields is None else None
+        raise KilnError("TYPE", f"expected a numpy dtype, found {show_value(dtype)}") from exc
+    row = _BY_DTYPE.get(native_dtype(d)) if d.fields is None else None
     if row is None:
         raise KilnError(
             "TYPE",
@@ -467,3 +504,7 @@ def _row_for_dtype(dtype: npt.DTypeLike) -> DType:
             found=str(d),
         )
     return row
+
+
+for _public in (code_range, code_for_dtype, dtype_for_code, dtype_info):
+    _public.__module__ = "kiln_np"

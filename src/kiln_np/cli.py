@@ -2,10 +2,17 @@
 
 Every error is one line on stderr, ``kiln-np: KIND: message``, with exit
 status 2: ``TYPE``, ``LENGTH`` and ``SHAPE`` are :class:`KilnError` kinds,
-``FILE`` is a file that cannot be read or written, ``USAGE`` a malformed
-command line.  A golden case that fails exits 1.  ``--json`` output is
-documented in ``docs/cli.md``; a progress bar is drawn on stderr only when it
-is a terminal.
+``FILE`` is a file that cannot be read or written (or an output that is one
+of the command's inputs), ``USAGE`` a malformed command line.  A golden case
+that fails exits 1.  ``--json`` output is documented in ``docs/cli.md``; a
+progress bar is drawn on stderr only when it is a terminal.
+
+Each command is one ``_cmd_<name>(args)`` function and one ``_add_<name>``
+subparser function, registered in :data:`_COMMANDS`.  Commands describe a
+payload with :func:`~kiln_np._payload.payload_info` and never compute a byte
+length themselves; they read whole files with ``readinto`` (a file that
+shrinks while it is read is a clean LENGTH error, not a SIGBUS) and write
+through :func:`~kiln_np._files.replacing`, never over a file they read.
 """
 
 from __future__ import annotations
@@ -21,36 +28,24 @@ import struct
 import sys
 import textwrap
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, NoReturn, TextIO
+from typing import IO, Any, Literal, NamedTuple, NoReturn, TextIO
 
 import numpy as np
 
-from ._codec import from_numpy
-from ._errors import KilnError
-from ._explore import Description, _flat_chunks, _summarize
-from ._files import LazyPayload, _replacing, open_payload
-from ._golden import format_table, load_cases, run_case
-from ._table import (
-    DTYPES,
-    OPAQUE_MAX,
-    OPAQUE_MIN,
-    DType,
-    Layout,
-    _check_shape,
-    _count,
-    _payload_bytes,
-    _resolve,
-    code_kind,
-    code_label,
-    dtype_info,
-)
+from . import __version__
+from ._checks import U8, check_offset, check_regular_file, short_or_long, show_int
+from ._codec import decode
+from ._errors import ErrorKind, KilnError
+from ._explore import Description, summarize
+from ._files import replacing, write_payload
+from ._golden import CaseResult, format_table, load_cases, run_case
+from ._payload import PayloadInfo, payload_info
+from ._table import DType, Layout, as_code, code_label, code_range, row_for_dtype
 
-__all__ = ["main"]
-
-_U8 = np.dtype(np.uint8)
+__all__ = ["main", "run"]
 
 
 class _CliError(Exception):
@@ -76,53 +71,97 @@ class _Parser(argparse.ArgumentParser):
 
 
 _SHAPE_HELP = "comma-separated non-negative integers such as 3,4, or () for a scalar"
+_NUMBER = r"[+-]?(?:0x[0-9a-f]+|\d+)"
+_MAX_DIGITS = 40  # far past any valid value; longer numbers are shown by their length
+
+
+def _number(token: str, option: str, kind: ErrorKind) -> int:
+    """A decimal or ``0x`` number from the command line; a number too long to
+    be valid is refused here, by its length (Python refuses to convert past
+    4300 digits, and a message should not hold them)."""
+    digits = len(token.lstrip("+-"))
+    if digits > _MAX_DIGITS:
+        # Any value this long is out of range: say so with the option's own kind.
+        raise KilnError(
+            kind,
+            f"{option} expects a number of at most {_MAX_DIGITS} digits, "
+            f"found one of {digits} digits",
+        )
+    return int(token, 0 if "x" in token.lower() else 10)
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
     stripped = text.strip()
     if stripped in {"()", ""}:
         return ()
-    if not re.fullmatch(r"-?\d+(\s*,\s*-?\d+)*", stripped):
-        raise KilnError("SHAPE", f"--shape expects {_SHAPE_HELP}, got {text!r}")
-    return _check_shape([int(d) for d in stripped.split(",")])
-
-
-_CODE_NAMES = {r.name: r for r in DTYPES} | {r.dtype.name: r for r in DTYPES}
+    if not re.fullmatch(rf"{_NUMBER}(\s*,\s*{_NUMBER})*", stripped, re.I):
+        raise KilnError("SHAPE", f"--shape expects {_SHAPE_HELP}, got {_shown(text)}")
+    return tuple(_number(d.strip(), "--shape", "SHAPE") for d in stripped.split(","))
 
 
 def _parse_code(text: str) -> int:
-    word = text.strip().lower()
-    if re.fullmatch(r"\d+|0x[0-9a-f]+", word):
-        return int(word, 0)
-    row = _CODE_NAMES.get(word)
-    if row is None:
-        raise KilnError(
-            "TYPE",
-            f"--code expects a code number (1-19, or {OPAQUE_MIN}-{OPAQUE_MAX} with --layout) "
-            f"or a name such as f32, bf16, f8e4m3, e2m1, bfloat16; got {text!r}",
-        )
-    return int(row.code)
+    """``--code``: a number (``2``, ``0x12``) or a name exactly as the Python
+    API takes it (``bf16``, ``BF16``): one resolver for both."""
+    word = text.strip()
+    if re.fullmatch(_NUMBER, word, re.I):
+        return _number(word, "--code", "TYPE")
+    try:
+        return as_code(word)
+    except KilnError as exc:
+        raise exc.prefixed("--code: ") from None
 
 
 def _parse_layout(text: str) -> Layout:
     name, sep, size = text.rpartition(":")
-    if not sep or not name or not size.isdigit():
-        raise KilnError("TYPE", f"--layout expects NAME:BLOCK_SIZE such as q4_k:144, got {text!r}")
-    return Layout(name, int(size))
+    if not sep or not name or not re.fullmatch(_NUMBER, size.strip(), re.I):
+        raise KilnError(
+            "TYPE", f"--layout expects NAME:BLOCK_SIZE such as q4_k:144, got {_shown(text)}"
+        )
+    try:
+        return Layout(name, _number(size.strip(), "--layout", "TYPE"))
+    except KilnError as exc:
+        raise exc.prefixed("--layout: ") from None
 
 
 def _parse_offset(text: str) -> int:
-    if not text.strip().isdigit():
-        raise KilnError("TYPE", f"--offset expects a byte offset >= 0, got {text!r}")
-    return int(text)
+    word = text.strip()
+    if not re.fullmatch(_NUMBER, word, re.I):
+        raise KilnError(
+            "TYPE", f"--offset expects a byte offset >= 0 (such as 64 or 0x40), got {_shown(text)}"
+        )
+    try:
+        return check_offset(_number(word, "--offset", "TYPE"))
+    except KilnError as exc:
+        raise exc.prefixed("--offset: ") from None
 
 
-def _resolve_args(code: int, layout: Layout | None) -> DType | Layout:
-    if code_kind(code) == "opaque" and layout is None:
+def _parse_first(text: str) -> int:
+    """``--first``: how many leading elements ``inspect`` shows, 0 or more."""
+    word = text.strip()
+    if not re.fullmatch(r"\+?\d{1,18}", word):
+        raise argparse.ArgumentTypeError(
+            f"expected a count of elements >= 0 (at most 18 digits), got {_shown(text)}"
+        )
+    return int(word)
+
+
+def _shown(text: str) -> str:
+    """A command-line value in a message: its repr, cut to 60 characters."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _describe_payload(args: argparse.Namespace) -> PayloadInfo:
+    """The checked description of ``--code/--shape/--layout/--offset``."""
+    code = _parse_code(args.code)
+    layout = None if args.layout is None else _parse_layout(args.layout)
+    if layout is None and code_range(code) == "opaque":
         raise KilnError(
             "TYPE", f"{code_label(code)} needs --layout NAME:BLOCK_SIZE (for example q4_k:144)"
         )
-    return _resolve(code, layout)
+    shape = _parse_shape(args.shape)
+    offset = _parse_offset(args.offset)
+    return payload_info(code, shape, layout).with_offset(offset)
 
 
 # -- progress -------------------------------------------------------------------------
@@ -163,158 +202,280 @@ class _Progress:
             self.stream.flush()
 
 
-# -- files ----------------------------------------------------------------------------
+# -- input files ----------------------------------------------------------------------
+
+_READ_BYTES = 16 << 20  # payload bytes read (and decoded) at a time
 
 
-def _file_size(path: str) -> int:
+def _stat_input(path: str) -> os.stat_result:
+    """The input's ``stat``; a FIFO or device is TYPE before anything opens it
+    (opening a FIFO for reading blocks until a writer comes)."""
     try:
-        return os.stat(path).st_size
+        return check_regular_file(path)
     except OSError as exc:
         raise _file_error("read", path, exc) from exc
 
 
-class _Opened(NamedTuple):
-    """A payload file opened by ``decode``/``inspect``."""
+class _Input(NamedTuple):
+    """A payload file checked by ``decode``/``inspect``, not yet read."""
 
-    code: int
-    kind: DType | Layout
-    dims: tuple[int, ...]
-    offset: int
-    file_bytes: int
-    payload: np.ndarray | LazyPayload  # flat: (count,) elements, or (count, block_size)
+    path: str
+    info: PayloadInfo
+    stat: os.stat_result
 
     @property
-    def payload_bytes(self) -> int:
-        return _payload_bytes(self.kind, _count(self.dims))
+    def trailing(self) -> int:
+        return self.stat.st_size - self.info.offset - self.info.byte_length
 
-    def chunks(self) -> Iterator[np.ndarray]:
-        """C-order 1-D chunks of the decoded payload, checked as they are read."""
-        if isinstance(self.payload, LazyPayload):
-            return (chunk.reshape(-1) for chunk in self.payload.iter_chunks())
-        return _flat_chunks(self.payload)
+    def where(self) -> str:
+        return f"{self.path!r} at offset {self.info.offset}: "
 
 
-def _open(args: argparse.Namespace) -> _Opened:
-    """Parse the payload options and open the file without reading the payload."""
-    code = _parse_code(args.code)
-    layout = None if args.layout is None else _parse_layout(args.layout)
-    kind = _resolve_args(code, layout)
-    dims = _parse_shape(args.shape)
-    offset = _parse_offset(args.offset)
-    nbytes = _payload_bytes(kind, _count(dims))
-    size = _file_size(args.input)
-    if size < offset + nbytes:
-        held = max(size - offset, 0)
-        raise KilnError(
-            "LENGTH",
-            f"{args.input}: {code_label(code)} shape {dims}: expected {nbytes} bytes at offset "
-            f"{offset}, found {held} (file of {size} bytes, short by {offset + nbytes - size})",
-            code=code,
-            shape=dims,
-            expected=nbytes,
-            found=held,
-        )
+def _open_input(args: argparse.Namespace, *, exact: bool) -> _Input:
+    """Describe the payload and check the file holds it: exactly ``byte_length``
+    bytes from ``--offset`` to its end, or at least that many when ``exact`` is
+    off (a payload embedded in a larger file)."""
+    info = _describe_payload(args)
+    st = _stat_input(args.input)
+    found = max(st.st_size - info.offset, 0)
+    opened = _Input(args.input, info, st)
+    if found < info.byte_length or (exact and found != info.byte_length):
+        raise info.length_error(found, opened.where())
+    return opened
+
+
+def _open_read(path: str) -> IO[bytes]:
     try:
-        # Opened flat so that chunks stay bounded however long a row is.
-        payload = open_payload(args.input, code, (_count(dims),), offset=offset, layout=layout)
+        return open(path, "rb")
     except OSError as exc:
-        raise _file_error("map", args.input, exc) from exc
-    return _Opened(code, kind, dims, offset, size, payload)
+        raise _file_error("read", path, exc) from exc
 
 
-def _write_atomic(path: str, pieces: Iterable[Any]) -> None:
-    """Write the buffers to ``path`` via a temporary sibling renamed into place
-    (the mechanism of :func:`kiln_np.write_payload`), so no half file remains."""
-    try:
-        with _replacing(path, 0) as (_, f):
-            for piece in pieces:
-                f.write(piece)
-    except OSError as exc:
-        raise _file_error("write", path, exc) from exc
+def _read_into(f: IO[bytes], view: memoryview) -> int:
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            break
+        got += n
+    return got
 
 
+def _chunks(opened: _Input) -> Iterator[np.ndarray]:
+    """Decoded 1-D chunks of the payload (opaque: ``(blocks, block_size)``), in
+    order, each checked as it is read.  A chunk is a view of a reused buffer:
+    use it before asking for the next."""
+    info = opened.info
+    element = info.element
+    step = max(1, 8 * _READ_BYTES // element.bits)
+    if element.packed:
+        step = max(2, step - step % 2)  # chunks start on a byte: an even element count
+    buf = bytearray(element.byte_length(min(step, info.count)))
+    with _open_read(opened.path) as f:
+        check_regular_file(opened.path, f.fileno())  # in case it was swapped since
+        f.seek(info.offset)
+        for start in range(0, info.count, step):
+            part = payload_info(info.code, (min(step, info.count - start),), info.layout)
+            view = memoryview(buf)[: part.byte_length]
+            try:
+                got = _read_into(f, view)
+            except OSError as exc:
+                raise _file_error("read", opened.path, exc) from exc
+            if got < part.byte_length:
+                found = element.byte_length(start) + got
+                raise info.length_error(found, f"{opened.where()}the file shrank while read: ")
+            try:
+                yield decode(part, np.frombuffer(view, U8))
+            except KilnError as exc:
+                raise _in_payload(exc, part, opened, start) from None
+
+
+def _in_payload(exc: KilnError, part: PayloadInfo, opened: _Input, start: int) -> KilnError:
+    """A chunk's content error, re-aimed at the whole payload: its context and
+    the element index in the payload, not in the chunk."""
+    shifted = exc.shifted(start)
+    rest = shifted.message.removeprefix(part.context)
+    info = opened.info
+    return KilnError(
+        shifted.kind,
+        f"{opened.where()}{info.context}{rest}",
+        code=int(info.code),
+        shape=info.shape,
+        expected=shifted.expected,
+        found=shifted.found,
+        index=shifted.index,
+    )
+
+
+# -- .npy files -----------------------------------------------------------------------
+
+_NPY_HEADER_MAX = 10_000  # numpy's own cap (read_array_header's max_header_size)
+_NPY_NESTING_MAX = 16
 _NPY_KEYS = frozenset({"descr", "fortran_order", "shape"})
+_NPY_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+# Outside its strings a header is a dict of tuples, lists, numbers and names:
+# no operator, so literal_eval has nothing to recurse on ("(1+1+...)",
+# "(------1,)" exhaust the stack or the memory of numpy's own reader).
+_NPY_OUTSIDE = re.compile(r"[\s{}()\[\]:,\w]*")
+_NPY_DIGITS = re.compile(r"\d{20,}")
 # ml_dtypes' float8_e5m2 says it is kind 'f', so np.save writes the descr '<f1',
 # which numpy itself cannot load; like the void ones it is read as 'V1' + --code.
 _ML_DTYPES_F1 = re.compile(r"[<>|=]f1")
 
 
-def _read_npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
-    """Shape, Fortran order, dtype and data offset of a .npy file (format 1-3)."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        short = version == (1, 0)
-        (length,) = struct.unpack("<H" if short else "<I", f.read(2 if short else 4))
-        text = f.read(length).decode("utf-8" if version >= (3, 0) else "latin-1")
-        start = f.tell()
-    header = ast.literal_eval(text)
+class _NpyHeader(NamedTuple):
+    shape: tuple[int, ...]
+    fortran: bool
+    dtype: np.dtype[Any]
+    start: int  # where the data begins
+
+
+def _vet_npy_header(text: str) -> None:
+    """Refuse, before parsing, what numpy's parser would choke on: operators,
+    deep nesting, numbers past 19 digits (any dimension is below 2**63)."""
+    outside = _NPY_STRING.sub("''", text)
+    if not _NPY_OUTSIDE.fullmatch(outside):
+        bad = re.search(r"[^\s{}()\[\]:,\w]", outside)
+        assert bad is not None
+        raise ValueError(
+            f"expected a header dict of strings, numbers and tuples, found {bad.group()!r} "
+            f"at character {bad.start()}"
+        )
+    depth = deepest = 0
+    for char in re.sub(r"[^()\[\]{}]", "", outside):
+        depth += 1 if char in "([{" else -1
+        deepest = max(deepest, depth)
+    if deepest > _NPY_NESTING_MAX:
+        raise ValueError(
+            f"expected a header nested at most {_NPY_NESTING_MAX} deep, found {deepest}"
+        )
+    long = _NPY_DIGITS.search(outside)
+    if long:
+        raise ValueError(f"expected numbers of at most 19 digits, found one of {len(long.group())}")
+
+
+def _parse_npy_header(text: str) -> tuple[Any, object, object]:
+    header = ast.literal_eval(text)  # safe: vetted, bounded, no operators
     if not isinstance(header, dict) or set(header) != _NPY_KEYS:
-        raise ValueError(f"expected a header dict with keys {sorted(_NPY_KEYS)}, found {text!r}")
-    descr = header["descr"]
+        raise ValueError(
+            f"expected a header dict with keys {sorted(_NPY_KEYS)}, found {text[:80]!r}"
+        )
+    return header["descr"], header["fortran_order"], header["shape"]
+
+
+def _read_npy_header(f: IO[bytes]) -> _NpyHeader:
+    """Shape, order, dtype and data offset of a .npy file (format 1-3); every
+    failure is ``ValueError`` naming what was expected."""
+    version = np.lib.format.read_magic(f)
+    if version not in {(1, 0), (2, 0), (3, 0)}:
+        raise ValueError(f"expected format version 1.0, 2.0 or 3.0, found {version}")
+    width = 2 if version == (1, 0) else 4
+    raw_length = f.read(width)
+    if len(raw_length) != width:
+        raise ValueError("expected the header length, found the end of the file")
+    (length,) = struct.unpack("<H" if width == 2 else "<I", raw_length)
+    if length > _NPY_HEADER_MAX:
+        raise ValueError(
+            f"expected a header of at most {_NPY_HEADER_MAX} bytes (numpy's limit), found {length}"
+        )
+    raw = f.read(length)
+    if len(raw) != length:
+        raise ValueError(f"expected a header of {length} bytes, found {len(raw)}")
+    text = raw.decode("utf-8" if version == (3, 0) else "latin-1")
+    _vet_npy_header(text)
+    descr, fortran, shape = _parse_npy_header(text)
+    if type(fortran) is not bool:
+        raise ValueError(f"expected fortran_order True or False, found {fortran!r}")
+    if type(shape) is not tuple or not all(type(d) is int for d in shape):
+        raise ValueError(f"expected the shape as a tuple of integers, found {shape!r}")
     if isinstance(descr, str) and _ML_DTYPES_F1.fullmatch(descr):
         dtype = np.dtype("V1")
     else:
         dtype = np.lib.format.descr_to_dtype(descr)
-    return _check_shape(header["shape"]), bool(header["fortran_order"]), dtype, start
+    if dtype.subdtype is not None:  # a subarray dtype: numpy adds its axes to the shape
+        dtype, shape = dtype.base, shape + dtype.shape
+    return _NpyHeader(shape, fortran, dtype, f.tell())
 
 
-def _load_npy(path: str) -> np.ndarray:
-    """Memory-map a .npy file (no pickles); LENGTH when its data is cut short."""
-    size = _file_size(path)
-    try:
-        shape, fortran, dtype, start = _read_npy_header(path)
-    except OSError as exc:
-        raise _file_error("read", path, exc) from exc
-    except (ValueError, TypeError, SyntaxError, struct.error, UnicodeDecodeError) as exc:
-        raise KilnError("TYPE", f"{path}: expected a .npy file: {exc}") from exc
+def _storage_code(path: str, dtype: np.dtype[Any], code: int | None) -> int:
+    """The Kiln code of the elements a .npy stores: its dtype's own, or
+    ``--code`` for the void elements numpy's format stores ml_dtypes types as."""
     if dtype.hasobject:
         raise KilnError(
             "TYPE", f"{path}: holds Python objects ({dtype}); expected a dtype with a Kiln code"
         )
-    expected = _count(shape) * dtype.itemsize
-    found = size - start
-    if found != expected:
-        by = f"{'short' if found < expected else 'long'} by {abs(found - expected)}"
-        raise KilnError(
-            "LENGTH",
-            f"{path}: expected {expected} data bytes for shape {shape} of {dtype}, "
-            f"found {found} ({by})",
-            expected=expected,
-            found=found,
-        )
-    if expected == 0:
-        return np.empty(shape, dtype, order="F" if fortran else "C")
-    return np.memmap(path, dtype, "r", offset=start, shape=shape, order="F" if fortran else "C")
-
-
-def _typed(arr: np.ndarray, code: int | None, path: str) -> np.ndarray:
-    """Give a void-typed array (an ml_dtypes .npy) the dtype of ``--code``."""
-    if arr.dtype.kind != "V" or arr.dtype.fields is not None:
-        return arr
+    if dtype.kind != "V" or dtype.fields is not None:
+        return int(row_for_dtype(dtype).code)
     if code is None:
         raise KilnError(
             "TYPE",
-            f"{path}: holds void '{arr.dtype.str[1:]}' elements, which is how numpy's .npy "
+            f"{path}: holds void '{dtype.str[1:]}' elements, which is how numpy's .npy "
             "format stores ml_dtypes types (bfloat16, float8, int4, ...); expected --code "
             "to say which (e.g. --code bf16)",
         )
-    row = _resolve_args(code, None)
-    assert isinstance(row, DType)
-    if row.dtype.itemsize != arr.dtype.itemsize:
+    element = payload_info(code, ()).element
+    if element.dtype.itemsize != dtype.itemsize or isinstance(element, Layout):
         raise KilnError(
             "TYPE",
-            f"{path}: {code_label(code)} elements are {row.dtype.itemsize} byte(s) each in "
-            f"numpy, found void elements of {arr.dtype.itemsize}: expected the --code of a "
-            f"{arr.dtype.itemsize}-byte type",
+            f"{path}: {code_label(code)} elements are {element.dtype.itemsize} byte(s) each in "
+            f"numpy, found void elements of {dtype.itemsize}: expected the --code of a "
+            f"{dtype.itemsize}-byte type",
             code=code,
         )
-    return arr.view(row.dtype)
+    return code
 
 
-def _npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+class _Npy(NamedTuple):
+    array: np.ndarray  # memory-mapped, with the dtype of its Kiln code
+    stat: os.stat_result
+
+
+def _load_npy(path: str, code: int | None) -> _Npy:
+    """Memory-map a .npy file (never a pickle); TYPE for a header numpy could
+    not take, SHAPE for an array it could not make, LENGTH when the data is
+    not exactly what the header says."""
+    st = _stat_input(path)
+    try:
+        with open(path, "rb") as f:
+            check_regular_file(path, f.fileno())
+            header = _read_npy_header(f)
+    except OSError as exc:
+        raise _file_error("read", path, exc) from exc
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+        # What numpy's own readers raise for a header they cannot take.
+        raise KilnError("TYPE", f"{path}: expected a .npy file: {exc}") from None
+    info = payload_info(_storage_code(path, header.dtype, code), header.shape)
+    dtype = info.dtype  # the void elements of an ml_dtypes .npy, typed
+    expected = info.count * dtype.itemsize  # numpy's data size, not the payload's
+    found = st.st_size - header.start
+    if found != expected:
+        raise KilnError(
+            "LENGTH",
+            f"{path}: expected {show_int(expected)} data bytes for shape {info.shape} of "
+            f"{dtype}, found {found} ({short_or_long(expected, found)})",
+            expected=expected,
+            found=found,
+        )
+    order: Literal["C", "F"] = "F" if header.fortran else "C"
+    if expected == 0:
+        return _Npy(np.empty(info.shape, dtype, order=order), st)
+    try:
+        arr = np.memmap(path, dtype, "r", offset=header.start, shape=info.shape, order=order)
+    except OSError as exc:
+        raise _file_error("map", path, exc) from exc
+    return _Npy(arr, st)
+
+
+def _npy_header(info: PayloadInfo) -> bytes:
+    """The .npy header for the decoded array ``info`` describes."""
+    dtype = info.dtype
     # ml_dtypes types have no .npy descr numpy can load: store them as void bytes.
     stored = np.dtype(f"V{dtype.itemsize}") if dtype.isbuiltin == 2 else dtype
-    header = {"descr": np.lib.format.dtype_to_descr(stored), "fortran_order": False, "shape": shape}
+    header = {
+        "descr": np.lib.format.dtype_to_descr(stored),
+        "fortran_order": False,
+        "shape": info.decoded_shape,
+    }
     buf = io.BytesIO()
     try:
         np.lib.format.write_array_header_1_0(buf, header)
@@ -322,6 +483,40 @@ def _npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
         buf = io.BytesIO()
         np.lib.format.write_array_header_2_0(buf, header)
     return buf.getvalue()
+
+
+# -- output files ---------------------------------------------------------------------
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _refuse_overwrite(output: str, inputs: dict[tuple[int, int], str]) -> None:
+    """FILE when ``output`` (through symlinks, as writing it would go) is one of
+    the ``inputs`` (device and inode: another name or a hard link counts)."""
+    try:
+        st = os.stat(output)
+    except OSError:
+        return  # nothing there yet (or unreadable: writing will say so)
+    source = inputs.get(_identity(st))
+    if source is not None:
+        raise _CliError(
+            "FILE",
+            f"cannot write {output!r}: it is the input file {source!r} (same device and inode), "
+            "which the command reads; choose another output",
+        )
+
+
+def _write_file(path: str, pieces: Iterable[Any]) -> None:
+    """Write the buffers to ``path`` crash-safely (a temporary sibling renamed
+    into place, permissions and symlinks kept: :func:`kiln_np._files.replacing`)."""
+    try:
+        with replacing(path) as (_, f):
+            for piece in pieces:
+                f.write(piece)
+    except OSError as exc:
+        raise _file_error("write", path, exc) from exc
 
 
 # -- output ---------------------------------------------------------------------------
@@ -342,90 +537,118 @@ def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
         print(text)
 
 
-def _conversion(
-    fmt: str, src: str, out: str, code: int, kind: DType | Layout, shape: tuple[int, ...]
-) -> tuple[dict[str, Any], str]:
-    layout = kind if isinstance(kind, Layout) else None
-    nbytes = _payload_bytes(kind, _count(shape))
+def _conversion(fmt: str, src: str, out: str, info: PayloadInfo) -> tuple[dict[str, Any], str]:
+    row = info.element if isinstance(info.element, DType) else None
     record = {
         "format": fmt,
         "input": src,
         "output": out,
-        "code": code,
-        "name": None if layout else kind.name,
-        "dtype": None if layout else str(kind.dtype),  # type: ignore[union-attr]
-        "layout": _layout_json(layout),
-        "shape": list(shape),
-        "payload_bytes": nbytes,
+        "code": int(info.code),
+        "name": None if row is None else row.name,
+        "dtype": None if row is None else str(row.dtype),
+        "layout": _layout_json(info.layout),
+        "shape": list(info.shape),
+        "byte_length": info.byte_length,
     }
+    layout = info.layout
     what = f"layout {layout.name}:{layout.block_size}" if layout else f"dtype {record['dtype']}"
-    text = f"{out}: {code_label(code)}, {what}, shape {_shape_text(shape)}, {nbytes} payload bytes"
+    text = (
+        f"{out}: {code_label(int(info.code))}, {what}, shape {_shape_text(info.shape)}, "
+        f"{info.byte_length} payload bytes"
+    )
     return record, text
 
 
 # -- commands -------------------------------------------------------------------------
 
 
+def _case_json(result: CaseResult) -> dict[str, Any]:
+    case = result.case
+    return {
+        "file": case.file,
+        "name": case.name,
+        "code": case.code,
+        "dtype": result.dtype_name,
+        "shape": list(case.shape),
+        "ok": result.ok,
+        "detail": result.detail,
+    }
+
+
 def _cmd_golden(args: argparse.Namespace) -> int:
     try:
         cases = load_cases(args.dir)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise _file_error("read", args.dir, exc) from exc
+    except ValueError as exc:
         print(f"kiln-np: golden: {exc}", file=sys.stderr)
         return 2
     if not cases:
         print(f"kiln-np: golden: no *.json case files in {args.dir}", file=sys.stderr)
         return 2
     results = [run_case(case) for case in cases]
-    print(format_table(results))
     failed = sum(not r.ok for r in results)
-    print(f"\n{len(results) - failed} passed, {failed} failed")
+    if args.json:
+        record = {
+            "format": "kiln-np-golden/1",
+            "passed": len(results) - failed,
+            "failed": failed,
+            "cases": [_case_json(r) for r in results],
+        }
+        print(json.dumps(record, allow_nan=False))
+    else:
+        print(format_table(results))
+        print(f"\n{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:
     code = None if args.code is None else _parse_code(args.code)
-    arr = _typed(_load_npy(args.input), code, args.input)
-    payload = from_numpy(arr, code=code)
-    _write_atomic(args.output, [payload.data])
-    kind = _resolve(payload.code, None)
-    record, text = _conversion(
-        "kiln-np-encode/1", args.input, args.output, int(payload.code), kind, payload.shape
-    )
+    npy = _load_npy(args.input, code)
+    _refuse_overwrite(args.output, {_identity(npy.stat): args.input})
+    try:
+        # Streamed in bounded chunks; a dtype other than --code's is TYPE (never cast).
+        written = write_payload(args.output, npy.array, code=code)
+    except OSError as exc:
+        raise _file_error("write", args.output, exc) from exc
+    record, text = _conversion("kiln-np-encode/1", args.input, args.output, written)
     _emit(args, record, text)
     return 0
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    opened = _open(args)
-    kind, dims = opened.kind, opened.dims
-    if isinstance(kind, Layout):
-        dtype, shape = _U8, (*dims, kind.block_size)
-    else:
-        dtype, shape = kind.dtype, dims
-    with _Progress(max(_count(shape), 1), f"decode {args.input}") as bar:
+    opened = _open_input(args, exact=not args.embedded)
+    _refuse_overwrite(args.output, {_identity(opened.stat): args.input})
+    info = opened.info
+    with _Progress(max(info.count, 1), f"decode {args.input}") as bar:
 
         def pieces() -> Iterator[Any]:
-            yield _npy_header(dtype, shape)
-            for chunk in opened.chunks():
-                bar.advance(chunk.size)
-                yield chunk.view(_U8)
+            yield _npy_header(info)
+            for chunk in _chunks(opened):
+                bar.advance(len(chunk))
+                yield chunk.reshape(-1).view(U8).data
 
         # A bad bool byte or padding nibble found mid-way leaves no output file.
-        _write_atomic(args.output, pieces())
-    record, text = _conversion("kiln-np-decode/1", args.input, args.output, opened.code, kind, dims)
+        _write_file(args.output, pieces())
+    record, text = _conversion("kiln-np-decode/1", args.input, args.output, info)
     _emit(args, record, text)
     return 0
 
 
-def _opaque_summary(opened: _Opened, first: int) -> dict[str, Any]:
-    blocks = np.asarray(opened.payload[:first])
+def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
+    info = opened.info
+    blocks: list[str] = []
+    for chunk in _chunks(opened):
+        blocks += [bytes(b).hex() for b in chunk[: first - len(blocks)]]
+        if len(blocks) >= first:
+            break
     return {
-        "code": opened.code,
+        "code": int(info.code),
         "name": None,
         "dtype": None,
-        "shape": list(opened.dims),
-        "count": _count(opened.dims),
-        "payload_bytes": opened.payload_bytes,
+        "shape": list(info.shape),
+        "count": info.count,
+        "byte_length": info.byte_length,
         "nan": None,
         "inf": None,
         "zero": None,
@@ -433,12 +656,12 @@ def _opaque_summary(opened: _Opened, first: int) -> dict[str, Any]:
         "max": None,
         "mean": None,
         "first": None,
-        "first_bits": [bytes(b).hex() for b in blocks],
+        "first_bits": blocks,
         "histogram": None,
     }
 
 
-def _inspect_text(record: dict[str, Any], described: Description | None) -> str:
+def _inspect_text(record: dict[str, Any], described: Description | None, first: int) -> str:
     lines = [
         f"file              {record['file']} ({record['file_bytes']} bytes; payload at offset "
         f"{record['offset']}, {record['trailing_bytes']} bytes after it)"
@@ -449,11 +672,12 @@ def _inspect_text(record: dict[str, Any], described: Description | None) -> str:
             f"code              {code_label(record['code'])}",
             f"layout            {layout['name']} ({layout['block_size']}-byte blocks)",
             f"shape             {_shape_text(record['shape'])} ({record['count']} blocks)",
-            f"payload           {record['payload_bytes']} bytes",
-            "first blocks      " + " ".join(record["first_bits"]),
+            f"payload           {record['byte_length']} bytes",
         ]
+        if first:
+            lines.append("first blocks      " + " ".join(record["first_bits"]))
         return "\n".join(lines)
-    lines += [f"{k:<17} {v}" for k, v in described._rows()]
+    lines += [f"{k:<17} {v}" for k, v in described.rows() if first or k != "first"]
     if described.histogram is not None:
         used = int(np.count_nonzero(described.histogram))
         lines.append(
@@ -468,39 +692,57 @@ def _inspect_text(record: dict[str, Any], described: Description | None) -> str:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    opened = _open(args)
-    kind = opened.kind
+    opened = _open_input(args, exact=False)
+    info = opened.info
     head: dict[str, Any] = {
         "format": "kiln-np-inspect/1",
         "file": args.input,
-        "offset": opened.offset,
-        "file_bytes": opened.file_bytes,
-        "trailing_bytes": opened.file_bytes - opened.offset - opened.payload_bytes,
-        "layout": _layout_json(kind if isinstance(kind, Layout) else None),
+        "offset": info.offset,
+        "file_bytes": opened.stat.st_size,
+        "trailing_bytes": opened.trailing,
+        "layout": _layout_json(info.layout),
     }
     described: Description | None = None
-    if isinstance(kind, Layout):
+    row = info.element
+    if isinstance(row, Layout):
         record = head | _opaque_summary(opened, args.first)
     else:
-        with _Progress(max(_count(opened.dims), 1), f"inspect {args.input}") as bar:
+        with _Progress(max(info.count, 1), f"inspect {args.input}") as bar:
 
             def chunks() -> Iterator[np.ndarray]:
-                for chunk in opened.chunks():
+                for chunk in _chunks(opened):
                     bar.advance(chunk.size)
                     yield chunk
 
-            described = _summarize(kind, opened.dims, chunks(), args.first)
+            described = summarize(row, info.shape, chunks(), args.first)
         record = head | described.to_dict()
     if args.json:
         print(json.dumps(record, allow_nan=False))
     else:
-        print(_inspect_text(record, described))
+        print(_inspect_text(record, described, args.first))
     return 0
 
 
-def _safe_name(index: int, name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "tensor"
+def _safe_name(index: int, name: str | bytes) -> str:
+    text = name if isinstance(name, str) else name.decode("utf-8", "replace")
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "tensor"
     return f"{index:04d}_{cleaned[:100]}.kiln"
+
+
+def _onnx_inputs(model_path: str, model: Any, base_dir: str) -> dict[tuple[int, int], str]:
+    """Every file the export reads: the model and its external-data files."""
+    inputs = {_identity(_stat_input(model_path)): model_path}
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key != "location":
+                continue
+            location = entry.value if isinstance(entry.value, str) else os.fsdecode(entry.value)
+            path = os.path.join(base_dir, location)
+            try:
+                inputs.setdefault(_identity(os.stat(path)), path)
+            except (OSError, ValueError):
+                continue  # missing or malformed: model_to_kiln names it when it gets there
+    return inputs
 
 
 def _cmd_onnx(args: argparse.Namespace) -> int:
@@ -515,43 +757,51 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
     from .onnx import model_to_kiln
 
     model_path = args.model
-    _file_size(model_path)
+    _stat_input(model_path)
     try:
+        with open(model_path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise _file_error("read", model_path, exc) from exc
+    try:
+        # Always the binary parser: onnx.load would pick a text parser by the
+        # file's extension (.json, .textproto) and let its ParseError escape.
         # External data stays on disk: model_to_kiln maps it tensor by tensor.
-        model = onnx.load(model_path, load_external_data=False)
-    except (DecodeError, ValueError) as exc:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
         raise KilnError("TYPE", f"{model_path}: expected an ONNX model: {exc}") from exc
-    total = len(model.graph.initializer)
     base_dir = os.path.dirname(os.path.abspath(model_path))
     out = Path(args.outdir)
+    names = [_safe_name(i, t.name) for i, t in enumerate(model.graph.initializer)]
+    inputs = _onnx_inputs(model_path, model, base_dir)
+    for name in [*names, "manifest.json"]:
+        _refuse_overwrite(str(out / name), inputs)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _file_error("create", out, exc) from exc
     tensors: list[dict[str, Any]] = []
-    with _Progress(max(total, 1), f"onnx {model_path}") as bar:
-        for index, (name, payload) in enumerate(model_to_kiln(model, base_dir)):
-            file = _safe_name(index, name)
-            _write_atomic(str(out / file), [payload.data])
-            layout = payload.layout
-            row = None if layout is not None else dtype_info(payload.code)
+    with _Progress(max(len(names), 1), f"onnx {model_path}") as bar:
+        for file, (name, payload) in zip(names, model_to_kiln(model, base_dir), strict=True):
+            _write_file(str(out / file), [payload.data])
+            info = payload_info(payload.code, payload.shape, payload.layout)
             tensors.append(
                 {
                     "name": name,
                     "file": file,
-                    "code": int(payload.code),
-                    "dtype": None if row is None else str(row.dtype),
-                    "layout": _layout_json(layout),
-                    "shape": list(payload.shape),
-                    "payload_bytes": payload.nbytes,
+                    "code": int(info.code),
+                    "dtype": None if info.layout else str(info.dtype),
+                    "layout": _layout_json(info.layout),
+                    "shape": list(info.shape),
+                    "byte_length": info.byte_length,
                     "sha256": hashlib.sha256(payload.data).hexdigest(),
                 }
             )
             bar.advance(1)
     manifest = {"format": "kiln-np-onnx/1", "model": model_path, "tensors": tensors}
     text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-    _write_atomic(str(out / "manifest.json"), [text.encode()])
-    total_bytes = sum(t["payload_bytes"] for t in tensors)
+    _write_file(str(out / "manifest.json"), [text.encode()])
+    total_bytes = sum(t["byte_length"] for t in tensors)
     _emit(
         args,
         manifest,
@@ -576,16 +826,130 @@ def _subparser(
     return parser
 
 
+def _json_flag(parser: argparse.ArgumentParser, help_text: str = "print one JSON object") -> None:
+    parser.add_argument("--json", action="store_true", help=help_text)
+
+
 def _payload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", metavar="IN", help="the payload file")
     parser.add_argument(
-        "--code", required=True, help="dtype code: a number or a name (f32, bf16, e2m1, ...)"
+        "--code",
+        required=True,
+        help="dtype code: a number (2, 0x12) or a name (f32, bf16, BF16, e2m1, ...)",
     )
     parser.add_argument("--shape", required=True, help=f"element shape: {_SHAPE_HELP}")
-    parser.add_argument("--offset", default="0", help="payload start in the file (default 0)")
+    parser.add_argument(
+        "--offset", default="0", help="payload start in the file, 64 or 0x40 (default 0)"
+    )
     parser.add_argument(
         "--layout", help="NAME:BLOCK_SIZE, required with an opaque code (4096-32767)"
     )
+
+
+def _add_golden(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "golden",
+        "run the golden cases",
+        "Run golden case files: decode every payload, encode every valid case.",
+        [
+            "kiln-np golden            (the cases shipped with kiln_np)",
+            "kiln-np golden ./vectors  (another implementation's case files)",
+            "kiln-np golden --json",
+        ],
+    )
+    parser.add_argument("dir", nargs="?", default=None, help="a directory of *.json case files")
+    _json_flag(parser, "print one JSON object: counts and every case's result")
+    parser.set_defaults(run=_cmd_golden)
+
+
+def _add_encode(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "encode",
+        "write a .npy array as a Kiln payload",
+        "Encode a .npy array as Kiln payload bytes; print code, dtype, shape, byte length. "
+        "A .npy of an ml_dtypes type stores void 'V1'/'V2' elements: --code says which type.",
+        ["kiln-np encode weights.npy weights.kiln", "kiln-np encode w_bf16.npy w.kiln --code bf16"],
+    )
+    parser.add_argument("input", metavar="IN.npy")
+    parser.add_argument("output", metavar="OUT")
+    parser.add_argument("--code", help="dtype code or name; required for void (ml_dtypes) .npy")
+    _json_flag(parser)
+    parser.set_defaults(run=_cmd_encode)
+
+
+def _add_decode(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "decode",
+        "write a Kiln payload as a .npy array",
+        "Decode Kiln payload bytes into a .npy file (ml_dtypes types are stored as void "
+        "'V1'/'V2' elements, as numpy's format does).  The payload runs from --offset to "
+        "the end of the file, exactly byte_length bytes, unless --embedded says it is part "
+        "of a larger file.",
+        [
+            "kiln-np decode w.kiln --code bf16 --shape 3,4 w.npy",
+            "kiln-np decode blob.bin --code 4100 --layout q4_k:144 --shape 10 --offset 64 "
+            "--embedded q.npy",
+        ],
+    )
+    _payload_args(parser)
+    parser.add_argument("output", metavar="OUT.npy")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="the payload is embedded in a larger file: bytes after it are allowed",
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=_cmd_decode)
+
+
+def _add_inspect(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "inspect",
+        "summarize a Kiln payload file",
+        "Read a payload once, in bounded chunks, and summarize it: counts, min/max/mean, "
+        "first elements, and for codes of 8 bits or fewer the exact histogram of bit "
+        "patterns.  Bytes after the payload are allowed and reported.",
+        [
+            "kiln-np inspect w.kiln --code e2m1 --shape 4096,4096",
+            "kiln-np inspect w.kiln --code f8e4m3 --shape 1024 --json",
+        ],
+    )
+    _payload_args(parser)
+    parser.add_argument(
+        "--first", type=_parse_first, default=8, help="leading elements shown (8; 0 for none)"
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=_cmd_inspect)
+
+
+def _add_onnx(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "onnx",
+        "export every initializer of an ONNX model",
+        "Write each initializer of an ONNX model as a payload file in OUTDIR, with "
+        "manifest.json (name, file, code, dtype or layout, shape, bytes, sha256).  A file "
+        "the export reads (the model, its external data) is never overwritten.",
+        ["kiln-np onnx model.onnx weights/"],
+    )
+    parser.add_argument("model", metavar="MODEL.onnx")
+    parser.add_argument("outdir", metavar="OUTDIR")
+    _json_flag(parser, "print the manifest")
+    parser.set_defaults(run=_cmd_onnx)
+
+
+_COMMANDS: list[Callable[[Any], None]] = [
+    _add_golden,
+    _add_encode,
+    _add_decode,
+    _add_inspect,
+    _add_onnx,
+]
+"""One subparser function per command, in the order ``--help`` lists them."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -595,86 +959,41 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Errors: one line 'kiln-np: KIND: message' on stderr, exit status 2. "
         "See docs/cli.md.",
     )
+    parser.add_argument("--version", action="version", version=f"kiln-np {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    golden = _subparser(
-        sub,
-        "golden",
-        "run the golden cases",
-        "Run golden case files: decode every payload, encode every valid case.",
-        [
-            "kiln-np golden            (the cases shipped with kiln_np)",
-            "kiln-np golden ./vectors  (another implementation's case files)",
-        ],
-    )
-    golden.add_argument("dir", nargs="?", default=None, help="a directory of *.json case files")
-    golden.set_defaults(run=_cmd_golden)
-
-    encode = _subparser(
-        sub,
-        "encode",
-        "write a .npy array as a Kiln payload",
-        "Encode a .npy array as Kiln payload bytes; print code, dtype, shape, byte length. "
-        "A .npy of an ml_dtypes type stores void 'V1'/'V2' elements: --code says which type.",
-        ["kiln-np encode weights.npy weights.kiln", "kiln-np encode w_bf16.npy w.kiln --code bf16"],
-    )
-    encode.add_argument("input", metavar="IN.npy")
-    encode.add_argument("output", metavar="OUT")
-    encode.add_argument("--code", help="dtype code or name; required for void (ml_dtypes) .npy")
-    encode.add_argument("--json", action="store_true", help="print one JSON object")
-    encode.set_defaults(run=_cmd_encode)
-
-    decode = _subparser(
-        sub,
-        "decode",
-        "write a Kiln payload as a .npy array",
-        "Decode Kiln payload bytes into a .npy file (ml_dtypes types are stored as void "
-        "'V1'/'V2' elements, as numpy's format does).",
-        [
-            "kiln-np decode w.kiln --code bf16 --shape 3,4 w.npy",
-            "kiln-np decode blob.bin --code 4100 --layout q4_k:144 --shape 10 --offset 64 q.npy",
-        ],
-    )
-    _payload_args(decode)
-    decode.add_argument("output", metavar="OUT.npy")
-    decode.add_argument("--json", action="store_true", help="print one JSON object")
-    decode.set_defaults(run=_cmd_decode)
-
-    inspect = _subparser(
-        sub,
-        "inspect",
-        "summarize a Kiln payload file",
-        "Memory-map a payload and summarize it: counts, min/max/mean, first elements, and "
-        "for codes of 8 bits or fewer the exact histogram of bit patterns.",
-        [
-            "kiln-np inspect w.kiln --code e2m1 --shape 4096,4096",
-            "kiln-np inspect w.kiln --code f8e4m3 --shape 1024 --json",
-        ],
-    )
-    _payload_args(inspect)
-    inspect.add_argument("--first", type=int, default=8, help="leading elements shown (8)")
-    inspect.add_argument("--json", action="store_true", help="print one JSON object")
-    inspect.set_defaults(run=_cmd_inspect)
-
-    onnx = _subparser(
-        sub,
-        "onnx",
-        "export every initializer of an ONNX model",
-        "Write each initializer of an ONNX model as a payload file in OUTDIR, with "
-        "manifest.json (name, file, code, dtype or layout, shape, bytes, sha256).",
-        ["kiln-np onnx model.onnx weights/"],
-    )
-    onnx.add_argument("model", metavar="MODEL.onnx")
-    onnx.add_argument("outdir", metavar="OUTDIR")
-    onnx.add_argument("--json", action="store_true", help="print the manifest")
-    onnx.set_defaults(run=_cmd_onnx)
+    for add in _COMMANDS:
+        add(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+def run(argv: Sequence[str]) -> int:
+    """Run one command and return its exit status; errors propagate
+    (:class:`KilnError` and the like), which :func:`main` prints as one line.
+
+    A malformed command line exits (status 2) as argparse does.
+
+    Examples
+    --------
+    >>> run(["golden"])  # doctest: +ELLIPSIS
+    case  code  dtype ...
+    0
+    """
     args = _parser().parse_args(argv)
+    status: int = args.run(args)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["golden", "--json"])  # doctest: +ELLIPSIS
+    {"format": "kiln-np-golden/1", ...}
+    0
+    """
     try:
-        status: int = args.run(args)
+        return run(sys.argv[1:] if argv is None else argv)
     except KilnError as exc:
         print(f"kiln-np: {exc}", file=sys.stderr)
         return 2
@@ -686,7 +1005,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # command killed by SIGPIPE would, and keep Python's exit-time flush silent.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    return status
 
 
 if __name__ == "__main__":

@@ -13,43 +13,40 @@ filesystem).
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
 
 try:
     import dask.array as da
+    from dask.array.core import normalize_chunks
     from dask.base import tokenize
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "kiln_np.dask needs dask: install the extra with pip install 'kiln-np[dask]'"
     ) from exc
 
+from ._checks import check_offset, check_path, set_module, show_value
 from ._codec import from_numpy
 from ._errors import KilnError
-from ._files import (
-    LazyPayload,
-    PayloadInfo,
-    _check_offset,
-    _check_path,
-    _content_error,
-    _replacing,
-    _write_all,
-)
-from ._table import DType, Layout, _count, _row_for_dtype, code_label
+from ._files import LazyPayload, replacing, write_all
+from ._payload import PayloadInfo, payload_info
+from ._table import CodeLike, Layout, ShapeLike, code_label, row_for_dtype
 
 __all__ = ["from_payload", "to_payload"]
 
 
+@set_module("kiln_np.dask")
 def from_payload(
     path: str | os.PathLike[str],
-    code: int,
-    shape: Sequence[int],
+    code: CodeLike,
+    shape: ShapeLike,
     *,
     offset: int = 0,
     layout: Layout | None = None,
+    exact: bool = False,
     chunks: Any = "auto",
 ) -> da.Array:
     """A dask array over a payload file, each chunk read and decoded when computed.
@@ -59,14 +56,18 @@ def from_payload(
     path : str or os.PathLike
         The file; it must hold ``byte_length(code, shape, layout)`` bytes at
         ``offset`` (checked now, LENGTH otherwise).
-    code : int
-        The dtype code: 1-19, or 4096-32767 with ``layout``.
+    code : int or str
+        The dtype code: 1-19, or 4096-32767 with ``layout``; or a closed
+        code's name.
     shape : sequence of int
         Element shape (block shape for opaque codes).
     offset : int
         Byte position of the payload in the file.
     layout : Layout, optional
         Required for opaque codes, refused for closed ones.
+    exact : bool
+        The payload ends the file: bytes after it are LENGTH (as
+        :func:`kiln_np.open_payload`).
     chunks : dask chunks spec
         Anything :func:`dask.array.from_array` takes.  The default, ``"auto"``
         along axis 0 and whole trailing axes, makes every chunk one
@@ -82,20 +83,33 @@ def from_payload(
     Raises
     ------
     KilnError
-        TYPE, SHAPE, LENGTH as :func:`kiln_np.open_payload`.
+        TYPE, SHAPE, LENGTH as :func:`kiln_np.open_payload`; SHAPE for
+        ``chunks`` dask cannot apply to the shape (``0``, sizes that do not
+        add up to it, ...).
 
     Examples
     --------
     >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "u8.bin")
-    >>> np.arange(10, dtype=np.uint8).tofile(path)
-    >>> x = from_payload(path, 9, (10,), chunks=4)
-    >>> x.chunks, int(x.sum().compute())
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "u8.bin")
+    ...     np.arange(10, dtype=np.uint8).tofile(path)
+    ...     x = from_payload(path, 9, (10,), chunks=4)
+    ...     x.chunks, int(x.sum().compute())
     (((4, 4, 2),), 45)
     """
-    lazy = LazyPayload(path, code, shape, offset=offset, layout=layout)
+    lazy = LazyPayload(path, code, shape, offset=offset, layout=layout, exact=exact)
     if isinstance(chunks, str) and chunks == "auto" and lazy.ndim:
         chunks = ("auto",) + (-1,) * (lazy.ndim - 1)
+    try:
+        sizes = normalize_chunks(chunks, lazy.shape, dtype=lazy.dtype)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # dask raises ValueError, TypeError, ZeroDivisionError, ...
+        raise KilnError(
+            "SHAPE",
+            f"{lazy.info.context}expected dask chunks for the decoded shape {lazy.shape}, "
+            f"found {show_value(chunks)} ({type(exc).__name__}: {show_value(str(exc))})",
+            code=lazy.info.code,
+            shape=lazy.info.shape,
+        ) from exc
     stat = os.stat(lazy.path)
     # The name changes with the file's size and mtime, so an edited file is
     # never served from a stale cache of an older graph.
@@ -103,15 +117,15 @@ def from_payload(
         lazy.path,
         stat.st_size,
         stat.st_mtime_ns,
-        lazy.code,
+        int(lazy.code),
         lazy.shape,
         lazy.offset,
         lazy.layout,
-        chunks,
+        sizes,
     )
     meta = np.empty((0,) * lazy.ndim, lazy.dtype)
     array = da.from_array(  # type: ignore[no-untyped-call]
-        lazy, chunks=chunks, name=f"kiln-payload-{token}", lock=False, asarray=False, meta=meta
+        lazy, chunks=sizes, name=f"kiln-payload-{token}", lock=False, asarray=False, meta=meta
     )
     return cast("da.Array", array)
 
@@ -120,29 +134,23 @@ class _BlockWriter:
     """A ``da.store`` target: ``writer[rows, ...] = block`` encodes the block and
     writes it at its byte range of the (pre-sized) file; picklable by value."""
 
-    def __init__(self, path: str, row: DType, shape: tuple[int, ...], offset: int) -> None:
+    def __init__(self, path: str, info: PayloadInfo) -> None:
         self.path = path
-        self.row = row
-        self.shape = shape
-        self.offset = offset
-        self.row_elems = _count(shape[1:])
+        self.info = info
 
     def __setitem__(self, key: tuple[slice, ...], block: np.ndarray) -> None:
+        info = self.info
         first_row = int(key[0].start or 0) if key else 0
-        before = first_row * self.row_elems
-        code = int(self.row.code)
+        # The rows before this block, described: their byte length is where it starts.
+        before = payload_info(info.code, (first_row, *info.shape[1:]), decodable=False)
         try:
-            payload = from_numpy(block, code=code)
+            payload = from_numpy(block, code=info.code)
         except KilnError as err:
-            if err.index is None:
-                raise
-            where = f"in the dask chunk from row {first_row}"
-            raise _content_error(err, before, code, self.shape, where) from None
+            raise err.shifted(before.count, f"in the dask chunk from row {first_row}") from None
         # to_payload puts 4-bit chunk starts on even elements: whole bytes.
-        start = self.offset + self.row.byte_length(before)
         with open(self.path, "r+b") as f:
-            f.seek(start)
-            _write_all(f, np.frombuffer(payload.data, np.uint8))
+            f.seek(info.offset + before.byte_length)
+            write_all(f, np.frombuffer(payload.data, np.uint8))
 
 
 def _even_rows(chunks: tuple[int, ...]) -> tuple[int, ...]:
@@ -153,16 +161,19 @@ def _even_rows(chunks: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(n) for n in np.diff(edges))
 
 
+@set_module("kiln_np.dask")
 def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 0) -> PayloadInfo:
     """Compute a dask array and write it as one payload file, chunks in parallel.
 
     Each chunk is encoded by the worker that computes it and written to its
-    own byte range of a temporary sibling of ``path``, which is renamed over
-    ``path`` once every chunk is written (on failure it is removed and
-    ``path`` is untouched).  Trailing axes are rechunked whole, so each chunk
-    is one contiguous byte range; for 4-bit codes with an odd row size the
-    axis-0 chunk boundaries move down to even rows, so no two chunks share a
-    byte.
+    own byte range of a temporary sibling of ``path`` (as
+    :func:`kiln_np.write_payload` names it), which is renamed over ``path``
+    once every chunk is written (on failure it is removed and ``path`` is
+    untouched; a symlink is written through and permission bits kept, as
+    ``write_payload`` does).  Trailing axes are rechunked whole, so each
+    chunk is one contiguous byte range; for 4-bit codes with an odd row size
+    the axis-0 chunk boundaries move down to even rows, so no two chunks
+    share a byte.
 
     Parameters
     ----------
@@ -177,7 +188,7 @@ def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 
     Returns
     -------
     PayloadInfo
-        ``(code, shape, offset, nbytes, layout)`` of the written payload.
+        The written payload's description, with its ``offset``.
 
     Raises
     ------
@@ -190,15 +201,16 @@ def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 
     --------
     >>> import os, tempfile, dask.array as da
     >>> from pathlib import Path
-    >>> path = os.path.join(tempfile.mkdtemp(), "i16.bin")
-    >>> to_payload(da.arange(6, dtype="<i2", chunks=4), path)
-    PayloadInfo(code=<Code.I16: 10>, shape=(6,), offset=0, nbytes=12, layout=None)
-    >>> Path(path).read_bytes().hex(" ")
-    '00 00 01 00 02 00 03 00 04 00 05 00'
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "i16.bin")
+    ...     print(to_payload(da.arange(6, dtype="<i2", chunks=4), path))
+    ...     print(Path(path).read_bytes().hex(" "))
+    PayloadInfo(code=<Code.I16: 10>, shape=(6,), layout=None, offset=0, byte_length=12)
+    00 00 01 00 02 00 03 00 04 00 05 00
     """
-    name = _check_path(path)
-    off = _check_offset(offset)
-    row = _row_for_dtype(darray.dtype)
+    name = check_path(path)
+    off = check_offset(offset)
+    row = row_for_dtype(darray.dtype)
     if any(np.isnan(n) for axis in darray.chunks for n in axis):
         raise KilnError(
             "SHAPE",
@@ -206,19 +218,18 @@ def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 
             f"sizes {darray.chunks}; call .compute_chunk_sizes() first",
             code=int(row.code),
         )
-    dims = tuple(int(d) for d in darray.shape)
+    info = payload_info(int(row.code), tuple(int(d) for d in darray.shape)).with_offset(off)
     arr = darray
     if arr.ndim > 1 and any(len(c) > 1 for c in arr.chunks[1:]):
         arr = arr.rechunk(dict.fromkeys(range(1, arr.ndim), -1))  # type: ignore[no-untyped-call]
-    if row.packed and arr.ndim and _count(dims[1:]) % 2 and len(arr.chunks[0]) > 1:
+    if row.packed and arr.ndim and math.prod(info.shape[1:]) % 2 and len(arr.chunks[0]) > 1:
         even = _even_rows(arr.chunks[0])
         if even != arr.chunks[0]:
             arr = arr.rechunk({0: even})  # type: ignore[no-untyped-call]
-    nbytes = row.byte_length(_count(dims))
-    with _replacing(name, off) as (tmp, f):
-        f.truncate(off + nbytes)
+    with replacing(name, off) as (tmp, f):
+        f.truncate(off + info.byte_length)
         f.flush()
         # Any object with __setitem__ is a store target; dask's annotation is narrower.
-        target: Any = _BlockWriter(tmp, row, dims, off)
+        target: Any = _BlockWriter(tmp, info)
         da.store(arr, target, lock=False, compute=True)
-    return PayloadInfo(row.code, dims, off, nbytes)
+    return info

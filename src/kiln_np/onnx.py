@@ -92,30 +92,39 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _nibbles, _onnx_kernels
-from ._codec import (
-    Payload,
-    _as_array,
-    _check_bool_bytes,
-    _readonly,
-    _wire_bytes,
-    from_numpy,
-    to_numpy,
-)
+from ._checks import check_path as _check_path
+from ._checks import show_value as _describe
+from ._codec import Payload, check_bool_bytes, from_numpy, to_numpy
+from ._codec import as_array as _as_array
+from ._codec import readonly_view as _readonly
+from ._codec import wire_bytes as _wire_bytes
 from ._errors import KilnError
-from ._files import _check_path
-from ._table import (
-    Code,
-    Layout,
-    _as_code,
-    _check_representable,
-    _check_shape,
-    _count,
-    _describe,
-    _native,
-    _resolve,
-    code_label,
-    dtype_info,
-)
+from ._payload import payload_info
+from ._table import Code, Layout, code_label, dtype_info
+from ._table import as_code as _as_code
+from ._table import check_shape as _check_shape
+from ._table import native_dtype as _native
+from ._table import resolve as _resolve
+
+# --- TEMPORARY issue-10 compatibility shims (lead): remove when this module is refactored ---
+import math as _math
+
+_count = _math.prod
+
+
+def _check_representable(dims: tuple[int, ...], itemsize: int, context: str = "") -> None:
+    total = itemsize
+    for d in dims:
+        total *= d or 1
+    if total > 2**63 - 1:
+        raise KilnError("SHAPE", f"{context}shape {dims}: numpy cannot represent it", shape=dims)
+
+
+def _check_bool_bytes(src: np.ndarray, code: int, shape: tuple[int, ...]) -> None:
+    check_bool_bytes(src, payload_info(code, shape))
+
+
+# --- end of temporary shims ---
 
 if TYPE_CHECKING:
     import onnx

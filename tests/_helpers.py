@@ -1,0 +1,67 @@
+"""Helpers shared by several test files (import with ``from _helpers import ...``).
+
+The names are public because other modules use them; add a helper here as
+soon as a second test file needs it, instead of copying it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["bits", "external_tensor", "kiln_np_exe", "run_command"]
+
+
+def bits(arr: Any) -> bytes:
+    """The bytes of ``arr`` in native order, for bit-exact comparisons (NaN
+    payloads, -0.0 and ml_dtypes' masking make ``==`` lie); object arrays as
+    the repr of their values."""
+    a = np.ascontiguousarray(arr)
+    if a.dtype.kind == "O":
+        return repr(a.tolist()).encode()
+    return a.astype(a.dtype.newbyteorder("=")).view(np.uint8).tobytes()
+
+
+def external_tensor(
+    location: str | bytes,
+    *,
+    data_type: int = 1,
+    dims: tuple[int, ...] = (2,),
+    name: str = "w",
+    **entries: str,
+) -> Any:
+    """An ONNX ``TensorProto`` (FLOAT [2] by default) whose data is external, at
+    ``location``, with the other ``external_data`` entries given (``offset="8"``)."""
+    import onnx
+
+    tensor = onnx.TensorProto()
+    tensor.name = name
+    tensor.data_type = data_type
+    tensor.dims.extend(dims)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in {"location": location, **entries}.items():
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def kiln_np_exe() -> list[str]:
+    """The installed ``kiln-np`` entry point next to this interpreter, as argv."""
+    exe = shutil.which("kiln-np", path=str(Path(sys.executable).parent)) or shutil.which(
+        "kiln-np"
+    )
+    assert exe is not None, "kiln-np is not installed next to this interpreter"
+    return [exe]
+
+
+def run_command(*argv: str) -> Any:
+    """Run a ``kiln-np`` command as :func:`kiln_np.cli.main` does, minus the
+    handler that turns its KilnError into a line on stderr (so a test sees the
+    error itself)."""
+    from kiln_np import cli
+
+    return cli.run(list(argv))
