@@ -12,7 +12,7 @@ For INT4, UINT2 and FLOAT6E2M3 tensors of ``n`` elements with random
   baseline every time is shown against;
 - ``decode_raw``: ``kiln_np.onnx.decode_raw(data_type, raw, (n,))`` on the
   bytes of the tensor;
-- ``tensor_to_numpy``: the same from the ``TensorProto`` (includes protobuf
+- ``to_numpy``: the same from the ``TensorProto`` (includes protobuf
   handing out ``raw_data``);
 - ``to_array``: ``onnx.numpy_helper.to_array`` of the ``TensorProto``.
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "np.copy": partial(np.copy, out),
                 "decode_raw": partial(ko.decode_raw, data_type, raw, (count,)),
-                "tensor_to_numpy": partial(ko.tensor_to_numpy, tensor),
+                "to_numpy": partial(ko.to_numpy, tensor),
                 "to_array": partial(numpy_helper.to_array, tensor),
             },
             baseline="np.copy",
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 format_size(count),
                 f"{timing.median('np.copy') * 1e3:.2f} ms",
                 f"{timing.ratio('decode_raw', 'np.copy'):.1f}",
-                f"{timing.ratio('tensor_to_numpy', 'np.copy'):.1f}",
+                f"{timing.ratio('to_numpy', 'np.copy'):.1f}",
                 f"{timing.ratio('to_array', 'np.copy'):.1f}",
                 f"{speedup:.1f}x",
             ]
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 "elements",
                 "np.copy",
                 "decode_raw / copy",
-                "tensor_to_numpy / copy",
+                "to_numpy / copy",
                 "to_array / copy",
                 "speedup vs to_array",
             ],

@@ -1,7 +1,8 @@
-"""The installed ``kiln-np`` entry point, run as a subprocess on real files.
+"""The ``kiln-np`` command line.
 
-Subprocesses cost ~0.3 s each, so independent ones are started together and
-the exhaustive per-code matrix runs ``main()`` in process.
+Everything runs in process through :func:`kiln_np.cli.main` (errors with
+``capsys``), except three real subprocesses: the installed entry point, its
+exit status and one-line error, and a closed stdout.
 """
 
 from __future__ import annotations
@@ -11,136 +12,150 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-from collections.abc import Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from _helpers import bits, kiln_np_exe
 
 import kiln_np
-from kiln_np import DTYPES, from_numpy
+from kiln_np import DTYPES, cli, from_numpy
 from kiln_np.cli import _Progress, main
 
-_EXE = shutil.which("kiln-np", path=str(Path(sys.executable).parent)) or shutil.which("kiln-np")
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-def _cli() -> list[str]:
-    assert _EXE is not None, "kiln-np is not installed next to this interpreter"
-    return [_EXE]
+class Run:
+    """One in-process command: its status, stdout and stderr."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str], *argv: str) -> None:
+        try:
+            self.status = main(list(argv))
+        except SystemExit as exc:  # argparse: --help, --version, a USAGE error
+            self.status = int(exc.code or 0)
+        self.out, self.err = capsys.readouterr()
+
+    def ok(self) -> str:
+        assert (self.status, self.err) == (0, ""), self.err
+        return self.out
+
+    def error(self, kind: str, text: str = "") -> str:
+        """The one-line error: status 2, nothing on stdout, the kind, the text."""
+        assert self.status == 2, (self.status, self.out, self.err)
+        assert self.out == ""
+        assert self.err.count("\n") == 1, self.err
+        assert self.err.startswith(f"kiln-np: {kind}: "), self.err
+        assert text in self.err, self.err
+        return self.err
 
 
-def _run_all(
-    commands: Sequence[Sequence[str]], cwd: Path, timeout: float = 120
-) -> list[subprocess.CompletedProcess[str]]:
-    """Run the commands at the same time; results in order."""
-    procs = [
-        subprocess.Popen(
-            [*_cli(), *c], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for c in commands
-    ]
-    done = []
-    for cmd, proc in zip(commands, procs, strict=False):
-        out, err = proc.communicate(timeout=timeout)
-        done.append(subprocess.CompletedProcess(list(cmd), proc.returncode, out, err))
-    return done
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Iterator[type[Run]]:
+    class Bound(Run):
+        def __init__(self, *argv: str) -> None:
+            super().__init__(capsys, *argv)
+
+    yield Bound
 
 
-def _ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""  # no progress bar when stderr is not a terminal
-    return done.stdout
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory of small inputs, made the working directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f32x3.kiln").write_bytes(np.array([1, 2, 3], "<f4").tobytes())
+    (tmp_path / "f32x12.kiln").write_bytes(np.arange(12, dtype="<f4").tobytes())
+    (tmp_path / "f0.kiln").write_bytes(b"\xf0")
+    np.save(tmp_path / "f32.npy", np.ones(3, np.float32))
+    return tmp_path
 
 
-def _bytes(arr: np.ndarray) -> bytes:
-    return np.ascontiguousarray(arr).view(np.uint8).tobytes()
+def _listing(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
 
 
-# -- encode / decode ------------------------------------------------------------------
+# -- the installed entry point: three subprocesses ------------------------------------
 
 ROUND_TRIPS = {
     # name: (array, code flag or None)
     "f32-fortran": (np.asfortranarray(np.arange(12, dtype="<f4").reshape(3, 4) - 5.5), None),
     "bf16": (np.array([1.0, -0.0, np.nan, 3.5], ml_dtypes.bfloat16), "bf16"),
     "e2m1-odd": (np.array([0.5, -6.0, 1.0], ml_dtypes.float4_e2m1fn), "18"),
-    "bool": (np.array([[True, False], [False, True]]), None),
-    "u64-scalar": (np.array(2**64 - 1, np.uint64), "u64"),
+    "u64-scalar": (np.array(2**64 - 1, np.uint64), "U64"),
 }
 
 
-def test_encode_then_decode_subprocess(tmp_path: Path) -> None:
-    names = list(ROUND_TRIPS)
-    for name in names:
-        np.save(tmp_path / f"{name}.npy", ROUND_TRIPS[name][0])
-    encodes = []
-    for i, name in enumerate(names):
-        code = ROUND_TRIPS[name][1]
-        json_flag = ["--json"] if i % 2 else []
-        encodes.append(
-            [
-                "encode",
-                f"{name}.npy",
-                f"{name}.kiln",
-                *(["--code", code] if code else []),
-                *json_flag,
-            ]
-        )
-    decodes = []
-    for name in names:
-        arr = ROUND_TRIPS[name][0]
+def test_entry_point_encodes_and_decodes(tmp_path: Path) -> None:
+    script = []
+    for name, (arr, code) in ROUND_TRIPS.items():
+        np.save(tmp_path / f"{name}.npy", arr)
         payload = from_numpy(arr)
-        decodes.append(
-            [
-                "decode",
-                f"{name}.kiln",
-                "--code",
-                str(int(payload.code)),
-                "--shape",
-                ",".join(map(str, arr.shape)) or "()",
-                f"{name}.back.npy",
-                "--json",
-            ]
-        )
-    for i, (name, done) in enumerate(zip(names, _run_all(encodes, tmp_path), strict=False)):
-        arr = ROUND_TRIPS[name][0]
+        shape = ",".join(map(str, arr.shape)) or "()"
+        script += [
+            f"{' '.join(kiln_np_exe())} encode {name}.npy {name}.kiln"
+            + (f" --code {code}" if code else ""),
+            f"{' '.join(kiln_np_exe())} decode {name}.kiln --code {int(payload.code)} "
+            f"--shape '{shape}' {name}.back.npy --json",
+        ]
+    done = subprocess.run(
+        " && ".join(script), shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")  # no progress bar: stderr is a pipe
+    lines = done.stdout.splitlines()
+    for i, (name, (arr, _)) in enumerate(ROUND_TRIPS.items()):
         payload = from_numpy(arr)
-        out = _ok(done)
+        assert lines[2 * i].startswith(f"{name}.kiln: {cli.code_label(int(payload.code))}, ")
+        assert json.loads(lines[2 * i + 1])["output"] == f"{name}.back.npy"
         assert (tmp_path / f"{name}.kiln").read_bytes() == bytes(payload.data)
-        shape = "x".join(map(str, arr.shape)) or "()"
-        if i % 2:
-            record = json.loads(out)
-            assert record == {
-                "format": "kiln-np-encode/1",
-                "input": f"{name}.npy",
-                "output": f"{name}.kiln",
-                "code": int(payload.code),
-                "name": kiln_np.dtype_info(payload.code).name,
-                "dtype": str(arr.dtype),
-                "layout": None,
-                "shape": list(arr.shape),
-                "payload_bytes": payload.nbytes,
-            }
-        else:
-            assert out == (
-                f"{name}.kiln: {kiln_np._table.code_label(int(payload.code))}, dtype {arr.dtype}, "
-                f"shape {shape}, {payload.nbytes} payload bytes\n"
-            )
-    for name, done in zip(names, _run_all(decodes, tmp_path), strict=False):
-        arr = ROUND_TRIPS[name][0]
-        assert json.loads(_ok(done))["output"] == f"{name}.back.npy"
         back = np.load(tmp_path / f"{name}.back.npy")
         assert back.shape == arr.shape
         if arr.dtype.isbuiltin == 2:  # ml_dtypes: numpy's format stores void of the same width
             assert back.dtype == np.dtype(f"V{arr.dtype.itemsize}")
         else:
             assert back.dtype == arr.dtype
-        assert _bytes(back) == _bytes(arr)
+        assert bits(back.view(arr.dtype)) == bits(arr)
+
+
+def test_entry_point_error_is_one_line_with_status_2(tmp_path: Path) -> None:
+    (tmp_path / "w.kiln").write_bytes(bytes(11))
+    done = subprocess.run(
+        [*kiln_np_exe(), "decode", "w.kiln", "--code", "f32", "--shape", "3", "o.npy"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "kiln-np: LENGTH: 'w.kiln' at offset 0: code 2 (f32) shape (3,): "
+        "expected 3 x 4 = 12 bytes, found 11 (short by 1)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.kiln"]
+
+
+def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
+    (tmp_path / "a.kiln").write_bytes(bytes(range(200)))
+    reader, writer = os.pipe()
+    os.close(reader)  # like `| head` that has already exited
+    try:
+        done = subprocess.run(
+            [*kiln_np_exe(), "inspect", "a.kiln", "--code", "u8", "--shape", "200"],
+            cwd=tmp_path,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+# -- encode / decode ------------------------------------------------------------------
 
 
 def _sample(row: kiln_np.DType) -> np.ndarray:
@@ -151,53 +166,291 @@ def _sample(row: kiln_np.DType) -> np.ndarray:
 
 
 @pytest.mark.parametrize("row", DTYPES, ids=[r.name for r in DTYPES])
-def test_every_code_round_trips_in_process(
-    row: kiln_np.DType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_every_code_round_trips(row: kiln_np.DType, work: Path, run: type[Run]) -> None:
     arr = _sample(row)
-    src, kiln, back = tmp_path / "a.npy", tmp_path / "a.kiln", tmp_path / "b.npy"
-    np.save(src, arr)
-    assert main(["encode", str(src), str(kiln), "--code", row.name]) == 0
-    assert kiln.read_bytes() == bytes(from_numpy(arr).data)
+    np.save("a.npy", arr)
+    run("encode", "a.npy", "a.kiln", "--code", row.name).ok()
+    assert Path("a.kiln").read_bytes() == bytes(from_numpy(arr).data)
     shape = ",".join(map(str, arr.shape))
-    assert (
-        main(["decode", str(kiln), "--code", str(int(row.code)), "--shape", shape, str(back)]) == 0
-    )
-    assert _bytes(np.load(back)) == _bytes(arr)
-    assert main(["inspect", str(kiln), "--code", row.name, "--shape", shape, "--json"]) == 0
-    record = json.loads(capsys.readouterr().out.splitlines()[-1])
+    run("decode", "a.kiln", "--code", str(int(row.code)), "--shape", shape, "b.npy").ok()
+    assert bits(np.load("b.npy").view(row.dtype)) == bits(arr)
+    record = json.loads(run("inspect", "a.kiln", "--code", row.name, "--shape", shape, "--json").ok())
     described = kiln_np.describe(arr).to_dict()
     assert {k: record[k] for k in described} == json.loads(json.dumps(described))
 
 
-def test_decode_opaque_blocks_at_an_offset(tmp_path: Path) -> None:
-    blob = tmp_path / "blob.bin"
-    blob.write_bytes(b"HEADER" + bytes(range(12)) + b"tail")
-    out = tmp_path / "q.npy"
-    argv = ["decode", str(blob), "--code", "4100", "--layout", "q:4", "--shape", "3"]
-    assert main([*argv, "--offset", "6", str(out)]) == 0
-    back = np.load(out)
-    assert back.dtype == np.uint8
-    assert back.shape == (3, 4)
-    assert back.tobytes() == bytes(range(12))
+def test_encode_and_decode_json_records(work: Path, run: type[Run]) -> None:
+    arr = np.array([[True, False], [False, True]])
+    np.save("b.npy", arr)
+    record = json.loads(run("encode", "b.npy", "b.kiln", "--json").ok())
+    assert record == {
+        "format": "kiln-np-encode/1",
+        "input": "b.npy",
+        "output": "b.kiln",
+        "code": 7,
+        "name": "bool",
+        "dtype": "bool",
+        "layout": None,
+        "shape": [2, 2],
+        "byte_length": 4,
+    }
+    text = run("decode", "b.kiln", "--code", "bool", "--shape", "2,2", "c.npy").ok()
+    assert text == "c.npy: code 7 (bool), dtype bool, shape 2x2, 4 payload bytes\n"
+
+
+def test_codes_by_name_are_the_python_apis(work: Path, run: type[Run]) -> None:
+    # --code takes exactly the spellings to_numpy takes: the spec's and Code's names.
+    for spelling in ("f32", "F32", "2", "0x02", "0X2"):
+        run("inspect", "f32x3.kiln", "--code", spelling, "--shape", "3").ok()
+        assert kiln_np.to_numpy(spelling if not spelling[0].isdigit() else 2, bytes(12), (3,)).size
+    for spelling in ("float32", "Float32", "f32 ", "True"):
+        run("inspect", "f32x3.kiln", "--code", spelling, "--shape", "3").error("TYPE", "--code")
+        with pytest.raises(kiln_np.KilnError):
+            kiln_np.to_numpy(spelling, bytes(12), (3,))
+
+
+def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: type[Run]) -> None:
+    Path("blob.bin").write_bytes(b"HEADER" + bytes(range(12)) + b"tail")
+    argv = ["decode", "blob.bin", "--code", "4100", "--layout", "q:4", "--shape", "3"]
+    run(*argv, "--offset", "6", "q.npy").error("LENGTH", "long by 4")
+    run(*argv, "--offset", "0x6", "--embedded", "q.npy").ok()
+    back = np.load("q.npy")
+    assert (back.dtype, back.shape, back.tobytes()) == (np.uint8, (3, 4), bytes(range(12)))
+
+
+def test_decode_reads_in_chunks(work: Path, run: type[Run], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_READ_BYTES", 3)  # odd: 4-bit chunks must still start on a byte
+    values = np.array([1, 2, 3, 4, 5, 6, 7], ml_dtypes.uint4)
+    Path("u4.kiln").write_bytes(bytes(from_numpy(values).data))
+    run("decode", "u4.kiln", "--code", "u4", "--shape", "7", "u4.npy").ok()
+    assert bits(np.load("u4.npy").view(ml_dtypes.uint4)) == bits(values)
+    Path("bool.kiln").write_bytes(b"\x00\x01\x00\x01\x00\x02\x01")
+    err = run("decode", "bool.kiln", "--code", "bool", "--shape", "7", "b.npy").error("TYPE")
+    assert "'bool.kiln' at offset 0: code 7 (bool) shape (7,): " in err
+    assert "found 0x02 at element 5" in err  # the payload's index, not the chunk's
+    assert not Path("b.npy").exists()
+
+
+def test_a_file_that_shrinks_while_read_is_a_clean_error(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "_READ_BYTES", 16)
+    args = cli._parser().parse_args(["decode", "f32x12.kiln", "--code", "f32", "--shape", "12", "x"])
+    chunks = cli._chunks(cli._open_input(args, exact=True))
+    assert next(chunks).tolist() == [0.0, 1.0, 2.0, 3.0]
+    os.truncate("f32x12.kiln", 20)  # another process cuts the file
+    with pytest.raises(kiln_np.KilnError) as info:
+        next(chunks)
+    assert info.value.kind == "LENGTH"
+    assert "the file shrank while read: code 2 (f32) shape (12,): expected 12 x 4 = 48 bytes, " \
+        "found 20 (short by 28)" in str(info.value)
+
+
+# -- issue 11.4: a payload is exactly byte_length bytes ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "found"), [("()", "long by 44"), ("2,4", "long by 16"), ("4,4", "short by 16")]
+)
+def test_decode_shape_must_cover_the_file(
+    work: Path, run: type[Run], shape: str, found: str
+) -> None:
+    err = run("decode", "f32x12.kiln", "--code", "f32", "--shape", shape, "o.npy").error("LENGTH")
+    assert found in err
+    assert not Path("o.npy").exists()
+
+
+def test_length_errors_read_as_to_numpys(work: Path, run: type[Run]) -> None:
+    data = Path("f32x12.kiln").read_bytes()
+    for shape in ((2, 4), (4, 4)):
+        with pytest.raises(kiln_np.KilnError) as info:
+            kiln_np.to_numpy(2, data, shape)
+        text = ",".join(map(str, shape))
+        for command in ("decode", "inspect"):
+            tail = [] if command == "inspect" else ["o.npy"]
+            done = run(command, "f32x12.kiln", "--code", "f32", "--shape", text, *tail)
+            if command == "inspect" and shape == (2, 4):
+                assert "16 bytes after it" in done.ok()  # inspect reports trailing bytes
+                continue
+            assert done.error("LENGTH") == (
+                f"kiln-np: LENGTH: 'f32x12.kiln' at offset 0: {info.value.message}\n"
+            )
+
+
+def test_inspect_reports_trailing_bytes_and_offset_past_the_end(work: Path, run: type[Run]) -> None:
+    record = json.loads(run("inspect", "f32x12.kiln", "--code", "u8", "--shape", "4", "--offset", "0x10", "--json").ok())
+    assert (record["offset"], record["trailing_bytes"], record["file_bytes"]) == (16, 28, 48)
+    run("inspect", "f32x12.kiln", "--code", "u8", "--shape", "1", "--offset", "48").error(
+        "LENGTH", "expected 1 x 1 = 1 bytes, found 0 (short by 1)"
+    )
+
+
+# -- issue 11.2 and 11.3: never over an input; outputs keep what they are -----------------
+
+
+def test_no_command_writes_over_its_input(work: Path, run: type[Run]) -> None:
+    os.link("f32x12.kiln", "hard.kiln")
+    os.symlink("f32.npy", "link.npy")
+    before = _listing(work)
+    argv = ["--code", "f32", "--shape", "12"]
+    for output in ("f32x12.kiln", "./f32x12.kiln", "hard.kiln"):
+        run("decode", "f32x12.kiln", *argv, output).error("FILE", "it is the input file")
+    run("encode", "f32.npy", "f32.npy").error("FILE", "it is the input file 'f32.npy'")
+    run("encode", "f32.npy", "link.npy").error("FILE", "same device and inode")
+    assert _listing(work) == before
+    assert not [p for p in os.listdir(work) if p.endswith(".part")]
+
+
+def test_outputs_keep_permissions_and_symlinks(work: Path, run: type[Run]) -> None:
+    Path("out.kiln").write_bytes(b"old")
+    os.chmod("out.kiln", 0o600)
+    os.symlink("out.kiln", "via.kiln")
+    run("encode", "f32.npy", "via.kiln").ok()
+    assert Path("via.kiln").is_symlink()
+    assert Path("out.kiln").read_bytes() == np.ones(3, "<f4").tobytes()
+    assert os.stat("out.kiln").st_mode & 0o777 == 0o600
+    Path("back.npy").write_bytes(b"old")
+    os.chmod("back.npy", 0o640)
+    run("decode", "out.kiln", "--code", "f32", "--shape", "3", "back.npy").ok()
+    assert os.stat("back.npy").st_mode & 0o777 == 0o640
+    assert bits(np.load("back.npy")) == bits(np.ones(3, "<f4"))
+
+
+# -- issue 11.7: FIFOs and other non-regular files -------------------------------------
+
+
+def test_non_regular_inputs_are_refused_before_opening(work: Path, run: type[Run]) -> None:
+    os.mkfifo("pipe")
+    os.mkdir("adir")
+    payload = ["--code", "u8", "--shape", "1"]
+    run("decode", "pipe", *payload, "o.npy").error("TYPE", "expected a regular file, found a FIFO")
+    run("inspect", "pipe", *payload).error("TYPE", "found a FIFO (named pipe)")
+    run("encode", "pipe", "o.kiln").error("TYPE", "found a FIFO")
+    run("inspect", "adir", *payload).error("TYPE", "found a directory")
+    run("inspect", os.devnull, *payload).error("TYPE", "found a character device")
+    run("onnx", "pipe", "outdir").error("TYPE", "found a FIFO")
+    run("decode", "f32x3.kiln", "--code", "u8", "--shape", "12", "pipe").error("TYPE", "FIFO")
+
+
+# -- issue 11.10 and 11.11: rank 64, huge numbers ---------------------------------------
+
+
+def test_opaque_rank_64_is_shape_and_writes_nothing(work: Path, run: type[Run]) -> None:
+    ones = ",".join(["1"] * 64)
+    argv = ["--code", "4096", "--layout", "q:1", "--shape", ones]
+    run("decode", "f0.kiln", *argv, "o.npy").error("SHAPE", "at most 63 dimensions")
+    assert not Path("o.npy").exists()
+    run("decode", "f0.kiln", *argv[:-1], ",".join(["1"] * 63), "o.npy").ok()
+    assert np.load("o.npy").shape == (1,) * 64
+
+
+HUGE = "1" + "0" * 5000
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "kind"),
+    [
+        ("--offset", HUGE, "TYPE"),
+        ("--offset", "0x" + "f" * 5000, "TYPE"),
+        ("--offset", str(2**63), "TYPE"),
+        ("--shape", HUGE, "SHAPE"),
+        ("--shape", f"2,{2**64}", "SHAPE"),
+        ("--shape", "-" + HUGE, "SHAPE"),
+        ("--code", HUGE, "TYPE"),
+        ("--code", str(2**200), "TYPE"),
+        ("--layout", "q:" + HUGE, "TYPE"),
+        ("--layout", f"q:{2**64}", "TYPE"),
+    ],
+    ids=lambda v: v if len(v) < 12 else f"{v[:6]}..{len(v)}",
+)
+def test_huge_numbers_are_bounded_messages(
+    work: Path, run: type[Run], option: str, value: str, kind: str
+) -> None:
+    argv = {"--code": "4096" if option == "--layout" else "u8", "--shape": "1", "--offset": "0"}
+    argv[option] = value
+    flat = [w for k, v in argv.items() for w in (f"{k}={v}",)]
+    err = run("inspect", "f0.kiln", *flat).error(kind, option.lstrip("-") if option != "--shape" else "")
+    assert len(err) < 400
+
+
+# -- issue 11.12: hostile .npy headers ----------------------------------------------------
+
+
+def _npy(header: bytes, data: bytes = b"", version: int = 1) -> bytes:
+    size = len(header).to_bytes(2 if version == 1 else 4, "little")
+    return b"\x93NUMPY" + bytes([version, 0]) + size + header + data
+
+
+def _header(shape: bytes, descr: bytes = b"'<f8'") -> bytes:
+    return b"{'descr': " + descr + b", 'fortran_order': False, 'shape': " + shape + b", }"
+
+
+HOSTILE_NPY = {
+    # name: (file bytes, kind, text)
+    "plus-chain": (_npy(_header(b"(" + b"1+" * 3000 + b"1,)")), "TYPE", "found '+'"),
+    "minus-run": (_npy(_header(b"(" + b"-" * 9000 + b"1,)")), "TYPE", "found '-'"),
+    "minus-in-descr": (_npy(_header(b"(1,)", b"-" * 100 + b"1")), "TYPE", "found '-'"),
+    "deep-descr": (_npy(_header(b"(1,)", b"[" * 40 + b"]" * 40)), "TYPE", "nested at most 16"),
+    "deep-shape": (_npy(_header(b"(" * 30 + b")" * 30)), "TYPE", "nested at most 16"),
+    "long-header": (_npy(b"{" + b" " * 20000 + b"}", version=2), "TYPE", "at most 10000 bytes"),
+    "long-number": (_npy(_header(b"(" + b"9" * 30 + b",)")), "TYPE", "at most 19 digits"),
+    "float-dim": (_npy(_header(b"(1.5,)")), "TYPE", "found '.'"),
+    "call": (_npy(_header(b"(1,)", b"__import__('os')")), "TYPE", "expected a .npy file"),
+    "shape-list": (_npy(_header(b"[1]")), "TYPE", "shape as a tuple of integers"),
+    "fortran-int": (_npy(b"{'descr': '<f8', 'fortran_order': 0, 'shape': (1,)}"), "TYPE", "fortran_order"),
+    "extra-key": (_npy(b"{'descr': '<f8', 'fortran_order': False, 'shape': (), 'x': 1}"), "TYPE", "keys"),
+    "bad-descr": (_npy(_header(b"(1,)", b"'<q9'")), "TYPE", "expected a .npy file"),
+    "version-9": (b"\x93NUMPY\x09\x00\x10\x00" + b" " * 16, "TYPE", "expected a .npy file"),
+    "cut-length": (b"\x93NUMPY\x02\x00\x10", "TYPE", "header length"),
+    "cut-header": (_npy(_header(b"(1,)"))[:30], "TYPE", "expected a header of"),
+    "latin1-bytes": (_npy(b"{'descr': '\xff'}"), "TYPE", "expected a .npy file"),
+    "bad-utf8-v3": (b"\x93NUMPY\x03\x00\x04\x00\x00\x00{\xff}\n", "TYPE", "expected a .npy file"),
+    "empty-too-big": (_npy(_header(b"(0, 4611686018427387904)")), "SHAPE", "numpy can represent"),
+    "subarray-rank-70": (
+        _npy(_header(b"(1, 1, 1, 1, 1, 1)", b"('<f8', (" + b"1, " * 64 + b"))")),
+        "SHAPE",
+        "at most 64 dimensions",
+    ),
+    "data-short": (_npy(_header(b"(2,)"), bytes(15)), "LENGTH", "short by 1"),
+    "data-long": (_npy(_header(b"(2,)"), bytes(17)), "LENGTH", "long by 1"),
+    "structured": (
+        _npy(_header(b"(1,)", b"[('a', '<f4'), ('b', '<i4')]"), bytes(8)),
+        "TYPE",
+        "has no Kiln code",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_NPY)
+def test_hostile_npy_headers_are_one_clean_error(work: Path, run: type[Run], name: str) -> None:
+    data, kind, text = HOSTILE_NPY[name]
+    Path("h.npy").write_bytes(data)
+    err = run("encode", "h.npy", "o.kiln").error(kind, text)
+    assert err.startswith(f"kiln-np: {kind}: h.npy: ")
+    assert not Path("o.kiln").exists()
+
+
+def test_subarray_dtype_npy_adds_its_axes(work: Path, run: type[Run]) -> None:
+    arr = np.arange(6, dtype="<f4").reshape(2, 3)
+    np.save("sub.npy", np.frombuffer(arr.tobytes(), np.dtype(("<f4", (3,)))))
+    assert "shape 2x3, 24 payload bytes" in run("encode", "sub.npy", "s.kiln").ok()
+    assert Path("s.kiln").read_bytes() == arr.tobytes()
 
 
 # -- inspect --------------------------------------------------------------------------
 
 
-def test_inspect_maps_only_the_payload_of_a_huge_sparse_file(tmp_path: Path) -> None:
-    # 16 GiB of holes, then the payload, then 3 bytes: reading the file instead of
-    # mapping the payload's pages would take far longer than the timeout allows.
+def test_inspect_reads_only_the_payload_of_a_huge_sparse_file(work: Path, run: type[Run]) -> None:
+    # 16 GiB of holes, then the payload, then 3 bytes: reading the holes would take
+    # far longer than the test.
     values = np.array([1.0, 1.0, -2.0, np.nan, 448.0, 0.0], ml_dtypes.float8_e4m3fn)
     offset = 16 << 30
-    big = tmp_path / "big.bin"
-    with open(big, "wb") as f:
+    with open("big.bin", "wb") as f:
         f.truncate(offset)
         f.seek(offset)
-        f.write(_bytes(values) + b"xyz")
+        f.write(bits(values) + b"xyz")
     argv = ["inspect", "big.bin", "--code", "f8e4m3", "--shape", "2,3", "--offset", str(offset)]
-    text_done, json_done = _run_all([argv, [*argv, "--json"]], tmp_path, timeout=60)
-    record = json.loads(_ok(json_done))
+    record = json.loads(run(*argv, "--json").ok())
     assert record["format"] == "kiln-np-inspect/1"
     assert (record["file_bytes"], record["offset"], record["trailing_bytes"]) == (
         offset + 9,
@@ -211,23 +464,37 @@ def test_inspect_maps_only_the_payload_of_a_huge_sparse_file(tmp_path: Path) -> 
     hist = record["histogram"]
     assert len(hist) == 256
     assert {i: c for i, c in enumerate(hist) if c} == {0x00: 1, 0x38: 2, 0x7E: 1, 0x7F: 1, 0xC0: 1}
-    text = _ok(text_done)
+    text = run(*argv).ok()
     assert "histogram         5 of 256 bit patterns used" in text
     assert re.search(r"^  0x38 +1 +2 +33\.3%$", text, re.M)
     assert re.search(r"^min / max +-2\.0 / 448\.0$", text, re.M)
 
 
-def test_inspect_opaque_payload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    blob = tmp_path / "q.bin"
-    blob.write_bytes(bytes(range(10)))
-    argv = ["inspect", str(blob), "--code", "4096", "--layout", "q4:5", "--shape", "2"]
-    assert main([*argv, "--json"]) == 0
-    record = json.loads(capsys.readouterr().out)
+def test_inspect_opaque_payload(work: Path, run: type[Run]) -> None:
+    Path("q.bin").write_bytes(bytes(range(10)))
+    argv = ["inspect", "q.bin", "--code", "4096", "--layout", "q4:5", "--shape", "2"]
+    record = json.loads(run(*argv, "--json").ok())
     assert record["layout"] == {"name": "q4", "block_size": 5}
     assert (record["code"], record["name"], record["count"]) == (4096, None, 2)
     assert record["first_bits"] == ["0001020304", "0506070809"]
-    assert main(argv) == 0
-    assert "first blocks      0001020304 0506070809" in capsys.readouterr().out
+    assert "first blocks      0001020304 0506070809" in run(*argv).ok()
+    assert json.loads(run(*argv, "--json", "--first", "1").ok())["first_bits"] == ["0001020304"]
+
+
+def test_first_zero_shows_no_first_line_and_negative_is_refused(work: Path, run: type[Run]) -> None:
+    for argv in (
+        ["--code", "f32", "--shape", "3"],
+        ["--code", "4096", "--layout", "q:4", "--shape", "3"],
+    ):
+        text = run("inspect", "f32x3.kiln", *argv, "--first", "0").ok()
+        assert "first" not in text
+        assert "\n\n" not in text
+        assert text.endswith("\n") and text.strip()
+        assert json.loads(run("inspect", "f32x3.kiln", *argv, "--first", "0", "--json").ok())[
+            "first_bits"
+        ] == []
+        run("inspect", "f32x3.kiln", *argv, "--first", "-1").error("USAGE", "--first")
+        run("inspect", "f32x3.kiln", *argv, "--first", "1e3").error("USAGE", "--first")
 
 
 def _documented_keys(section: str) -> list[str]:
@@ -236,19 +503,83 @@ def _documented_keys(section: str) -> list[str]:
     return re.findall(r"^\| `(\w+)` \|", block, re.M)
 
 
-def test_inspect_json_keys_are_the_documented_schema(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    blob = tmp_path / "a.bin"
-    blob.write_bytes(b"\x00\x3c" * 3)
-    assert main(["inspect", str(blob), "--code", "f16", "--shape", "3", "--json"]) == 0
-    closed = json.loads(capsys.readouterr().out)
-    assert (
-        main(["inspect", str(blob), "--code", "5000", "--layout", "x:2", "--shape", "3", "--json"])
-        == 0
-    )
-    opaque = json.loads(capsys.readouterr().out)
+def test_json_keys_are_the_documented_schemas(work: Path, run: type[Run]) -> None:
+    Path("a.bin").write_bytes(b"\x00\x3c" * 3)
+    closed = json.loads(run("inspect", "a.bin", "--code", "f16", "--shape", "3", "--json").ok())
+    argv = ["inspect", "a.bin", "--code", "5000", "--layout", "x:2", "--shape", "3", "--json"]
+    opaque = json.loads(run(*argv).ok())
     assert list(closed) == list(opaque) == _documented_keys("inspect-json")
+    encoded = json.loads(run("encode", "f32.npy", "o.kiln", "--json").ok())
+    decoded = json.loads(run("decode", "o.kiln", "--code", "f32", "--shape", "3", "o.npy", "--json").ok())
+    assert list(encoded) == list(decoded) == _documented_keys("convert-json")
+    golden = json.loads(run("golden", "--json").ok())
+    assert list(golden) == _documented_keys("golden-json")
+    assert list(golden["cases"][0]) == _documented_keys("golden-case-json")
+
+
+# -- golden ---------------------------------------------------------------------------
+
+
+def test_golden_table_json_and_exit_status(work: Path, run: type[Run]) -> None:
+    from kiln_np._golden import load_cases
+
+    count = len(load_cases())
+    text = run("golden").ok()
+    assert text.splitlines()[0].split() == ["case", "code", "dtype", "shape", "payload", "result"]
+    assert f"{count} passed, 0 failed" in text
+    record = json.loads(run("golden", "--json").ok())
+    assert (record["format"], record["passed"], record["failed"]) == ("kiln-np-golden/1", count, 0)
+    assert {c["name"] for c in record["cases"]} >= {"kiln-v2-u4", "opaque-rank-64"}
+    (work / "cases").mkdir()
+    failing = [{"name": "nope", "code": 17, "shape": [3], "payload": "21 03", "elements": ["0"]}]
+    (work / "cases" / "x.json").write_text(json.dumps({"format": "kiln-golden/1", "cases": failing}))
+    done = run("golden", "cases")
+    assert (done.status, done.err) == (1, "")
+    assert "FAIL" in done.out and "0 passed, 1 failed" in done.out
+    done = run("golden", "cases", "--json")
+    assert done.status == 1
+    assert json.loads(done.out)["cases"][0]["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ('{"format": "kiln-golden/1", "cases": [{"name": "big", "code": 1e400, "shape": [1], '
+         '"payload": "00", "error": "TYPE"}]}', "x.json: case 0 ('big'): expected code to be a JSON integer"),
+        ('{"format": "kiln-golden/1", "cases": [{"name": "none", "code": 1, "shape": [1], '
+         '"payload": "00"}]}', "x.json: case 0 ('none'): expected exactly one of elements"),
+        ('{"format": "kiln-golden/1", "cases": [{"name": "ok", "code": 9, "shape": [1], '
+         '"payload": "00", "elements": ["00"]}, {"name": "hex", "code": 9, "shape": [1], '
+         '"payload": "zz", "elements": ["00"]}]}', "x.json: case 1 ('hex'): expected payload to be hex"),
+        ('{"format": "kiln-golden/1", "cases": [{"name": "el", "code": 9, "shape": [1], '
+         '"payload": "00", "elements": ["0x1"]}]}', "case 0 ('el'): expected elements to be a list of hex"),
+        ('{"format": "kiln-golden/1", "cases": [{"name": "lay", "code": 4096, "shape": [1], '
+         '"payload": "00", "layout": {"name": "q", "block_size": 0}, "error": "TYPE"}]}',
+         "case 0 ('lay'): TYPE: expected a layout block_size"),
+        ('{"format": "kiln-golden/1", "cases": [{"name": "t", "code": true, "shape": [1], '
+         '"payload": "00", "error": "TYPE"}]}', "expected code to be a JSON integer, found bool True"),
+        ('{"format": "kiln-golden/1", "cases": [{"name": "k", "code": 1, "shape": [1], '
+         '"payload": "00", "error": "OOPS"}]}', "expected error to be one of TYPE, LENGTH, SHAPE"),
+        ('{"format": "kiln-golden/1", "cases": [7]}', "x.json: case 0: expected a case object"),
+        ('{"format": "kiln-golden/1", "cases": {}}', 'x.json: expected "cases" to be a list'),
+        ('{"format": "kiln-golden/1", "cases": [', "x.json: expected UTF-8 JSON"),
+        ("[" * 100000, "x.json: expected UTF-8 JSON"),
+        ('{"format": "kiln-golden/1", "cases": [{"code": 1' + "0" * 5000 + "}]}", "x.json: expected UTF-8 JSON"),
+        ('{"format": "other"}', "x.json: expected a 'kiln-golden/1' case file"),
+    ],
+    ids=["code-1e400", "neither", "bad-hex", "bad-element", "bad-layout", "bool-code",
+         "bad-kind", "not-object", "cases-not-list", "invalid-json", "deep-json", "huge-int",
+         "format"],
+)  # fmt: skip
+def test_malformed_golden_files_name_the_file_and_case(
+    work: Path, run: type[Run], content: str, text: str
+) -> None:
+    (work / "cases").mkdir()
+    (work / "cases" / "x.json").write_text(content)
+    done = run("golden", "cases")
+    assert (done.status, done.out) == (2, "")
+    assert done.err.startswith("kiln-np: golden: ") and done.err.count("\n") == 1
+    assert text in done.err
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -271,14 +602,9 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
         "negative-dim",
         ["decode", "f32x3.kiln", "--code", "f32", "--shape=-1,2", "out.npy"],
         "SHAPE",
-        "shape[0] must be in 0..2**63-1",
+        "expected shape[0] in 0..2**63-1, found -1",
     ),
-    (
-        "code-name",
-        ["inspect", "f32x3.kiln", "--code", "f33", "--shape", "3"],
-        "TYPE",
-        "--code expects a code number",
-    ),
+    ("code-name", ["inspect", "f32x3.kiln", "--code", "f33", "--shape", "3"], "TYPE", "--code: "),
     (
         "reserved-code",
         ["inspect", "f32x3.kiln", "--code", "20", "--shape", "3"],
@@ -286,22 +612,16 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
         "found 20 (0x0014): codes 20-4095 are reserved",
     ),
     (
-        "short-file",
-        ["decode", "f32x3.kiln", "--code", "f32", "--shape", "4", "out.npy"],
-        "LENGTH",
-        "expected 16 bytes at offset 0, found 12",
-    ),
-    (
-        "offset-past-end",
-        ["inspect", "f32x3.kiln", "--code", "u8", "--shape", "1", "--offset", "12"],
-        "LENGTH",
-        "expected 1 bytes at offset 12, found 0",
-    ),
-    (
         "offset-syntax",
+        ["inspect", "f32x3.kiln", "--code", "u8", "--shape", "1", "--offset", "3.5"],
+        "TYPE",
+        "--offset expects a byte offset >= 0 (such as 64 or 0x40), got '3.5'",
+    ),
+    (
+        "offset-negative",
         ["inspect", "f32x3.kiln", "--code", "u8", "--shape", "1", "--offset", "-3"],
         "TYPE",
-        "--offset expects a byte offset >= 0, got '-3'",
+        "--offset: expected offset to be an integer in 0..",
     ),
     (
         "bool-byte",
@@ -341,6 +661,12 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
         "are 1 byte(s) each in numpy, found void elements of 2",
     ),
     (
+        "void-npy-opaque-code",
+        ["encode", "bf16.npy", "out.kiln", "--code", "4096"],
+        "TYPE",
+        "expected the --code of a closed type (1-19)",
+    ),
+    (
         "never-casts",
         ["encode", "f32.npy", "out.kiln", "--code", "f64"],
         "TYPE",
@@ -350,7 +676,7 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
         "no-kiln-code",
         ["encode", "c64.npy", "out.kiln"],
         "TYPE",
-        "dtype complex64 (<c8) has no Kiln code",
+        "c64.npy: dtype complex64 (<c8) has no Kiln code",
     ),
     ("object-npy", ["encode", "obj.npy", "out.kiln"], "TYPE", "holds Python objects"),
     ("not-npy", ["encode", "f32x3.kiln", "out.kiln"], "TYPE", "expected a .npy file"),
@@ -375,55 +701,32 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def error_runs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
-    work = tmp_path_factory.mktemp("errors")
-    (work / "f32x3.kiln").write_bytes(np.array([1, 2, 3], "<f4").tobytes())
-    (work / "f0.kiln").write_bytes(b"\xf0")
-    np.save(work / "bf16.npy", np.ones(3, ml_dtypes.bfloat16))
-    np.save(work / "f32.npy", np.ones(3, np.float32))
-    np.save(work / "e5m2.npy", np.ones(3, ml_dtypes.float8_e5m2))  # descr '<f1'
-    np.save(work / "c64.npy", np.ones(3, np.complex64))
-    np.save(work / "obj.npy", np.array([None, 1], dtype=object), allow_pickle=True)
-    np.save(work / "i4bad.npy", np.array([1, 0x1F, 2], np.uint8).view(np.dtype("V1")))
-    np.save(work / "cut.npy", np.ones(3, np.float32))
-    whole = (work / "cut.npy").read_bytes()
-    (work / "cut.npy").write_bytes(whole[:-1])
-    runs = _run_all([argv for _, argv, _, _ in ERRORS], work)
-    return {case: (work, done) for (case, *_), done in zip(ERRORS, runs, strict=False)}
-
-
 @pytest.mark.parametrize(("case", "argv", "kind", "text"), ERRORS, ids=[e[0] for e in ERRORS])
 def test_errors_are_one_clean_line(
-    error_runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]],
-    case: str,
-    argv: list[str],
-    kind: str,
-    text: str,
+    work: Path, run: type[Run], case: str, argv: list[str], kind: str, text: str
 ) -> None:
-    work, done = error_runs[case]
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"kiln-np: {kind}: "), done.stderr
-    assert text in done.stderr
-    assert not (work / "out.npy").exists()
-    assert not (work / "out.kiln").exists()
+    np.save("bf16.npy", np.ones(3, ml_dtypes.bfloat16))
+    np.save("e5m2.npy", np.ones(3, ml_dtypes.float8_e5m2))  # descr '<f1'
+    np.save("c64.npy", np.ones(3, np.complex64))
+    np.save("obj.npy", np.array([None, 1], dtype=object), allow_pickle=True)
+    np.save("i4bad.npy", np.array([1, 0x1F, 2], np.uint8).view(np.dtype("V1")))
+    Path("cut.npy").write_bytes(Path("f32.npy").read_bytes()[:-1])
+    run(*argv).error(kind, text)
+    assert not Path("out.npy").exists()
+    assert not Path("out.kiln").exists()
     assert not [p.name for p in work.iterdir() if p.name.endswith(".part")]  # no temp file
+
+
+def test_version(run: type[Run]) -> None:
+    assert run("--version").ok() == f"kiln-np {kiln_np.__version__}\n"
 
 
 # -- help and progress ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("command", ["golden", "encode", "decode", "inspect", "onnx"])
-def test_help_shows_an_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main([command, "--help"])
-    assert info.value.code == 0
-    out = capsys.readouterr().out
-    assert f"example:\n  kiln-np {command} " in out
+def test_help_shows_an_example(command: str, run: type[Run]) -> None:
+    assert f"example:\n  kiln-np {command} " in run(command, "--help").ok()
 
 
 class _Terminal(io.StringIO):
@@ -446,7 +749,7 @@ def test_progress_bar_only_on_a_terminal() -> None:
 # -- onnx -----------------------------------------------------------------------------
 
 
-def _model(tmp_path: Path) -> tuple[Path, list[onnx.TensorProto]]:
+def _model(directory: Path, location: str = "model.data") -> tuple[Path, list[onnx.TensorProto]]:
     """A small model: closed types, an odd INT4 count, an ONNX-only type, external data."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -460,26 +763,28 @@ def _model(tmp_path: Path) -> tuple[Path, list[onnx.TensorProto]]:
         numpy_helper.from_array(np.arange(64, dtype=np.int64), "big"),
     ]
     graph = helper.make_graph([], "g", [], [], initializer=inits)
-    model = helper.make_model(graph)
-    path = tmp_path / "model.onnx"
-    # Tensors of 100 bytes or more go to model.data: the export maps them from there.
+    path = directory / "model.onnx"
+    # Tensors of 100 bytes or more go to the external file: the export maps them.
     onnx.save_model(
-        model, str(path), save_as_external_data=True, location="model.data", size_threshold=100
+        helper.make_model(graph),
+        str(path),
+        save_as_external_data=True,
+        location=location,
+        size_threshold=100,
     )
     return path, inits
 
 
-def test_onnx_export_manifest_and_payloads(tmp_path: Path) -> None:
+def test_onnx_export_manifest_and_payloads(work: Path, run: type[Run]) -> None:
     from onnx import numpy_helper
 
-    path, inits = _model(tmp_path)
-    text_done, json_done = _run_all(
-        [["onnx", path.name, "out"], ["onnx", path.name, "out-json", "--json"]], tmp_path
+    path, inits = _model(work)
+    assert run("onnx", path.name, "out").ok() == (
+        "out: 7 payload files, 550 payload bytes, manifest.json\n"
     )
-    assert _ok(text_done) == "out: 7 payload files, 550 payload bytes, manifest.json\n"
-    printed = json.loads(_ok(json_done))
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert printed == json.loads((tmp_path / "out-json" / "manifest.json").read_text())
+    printed = json.loads(run("onnx", path.name, "out-json", "--json").ok())
+    manifest = json.loads((work / "out" / "manifest.json").read_text())
+    assert printed == json.loads((work / "out-json" / "manifest.json").read_text())
     assert printed["tensors"] == manifest["tensors"]
     assert manifest["format"] == "kiln-np-onnx/1"
     entries = manifest["tensors"]
@@ -487,8 +792,8 @@ def test_onnx_export_manifest_and_payloads(tmp_path: Path) -> None:
     assert [list(e) for e in entries] == [_documented_keys("onnx-manifest")] * len(entries)
     assert entries[0]["file"] == "0000_layer_0_w.kiln"
     for entry, tensor in zip(entries, inits, strict=True):
-        data = (tmp_path / "out" / entry["file"]).read_bytes()
-        assert len(data) == entry["payload_bytes"]
+        data = (work / "out" / entry["file"]).read_bytes()
+        assert len(data) == entry["byte_length"]
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
         layout = entry["layout"] and kiln_np.Layout(
             entry["layout"]["name"], entry["layout"]["block_size"]
@@ -497,50 +802,65 @@ def test_onnx_export_manifest_and_payloads(tmp_path: Path) -> None:
         if layout is None:
             want = numpy_helper.to_array(tensor)
             assert entry["dtype"] == str(want.dtype)
-            assert _bytes(arr) == _bytes(want)
+            assert bits(arr) == bits(want)
         else:  # an ONNX-only type travels opaque, one block per element, bits intact
             assert entry["dtype"] is None
             assert entry["code"] >= 4096
             assert arr.tobytes() == tensor.raw_data
 
 
-def test_onnx_progress_bar_on_a_terminal(tmp_path: Path) -> None:
-    import pty
+@pytest.mark.parametrize("location", ["0006_big.kiln", "manifest.json"])
+def test_onnx_export_never_writes_a_file_it_reads(
+    work: Path, run: type[Run], location: str
+) -> None:
+    # The external data file has the name an output would get, in the output folder.
+    path, _ = _model(work, location)
+    before = _listing(work)
+    run("onnx", path.name, ".").error("FILE", f"cannot write '{location}': it is the input file")
+    run("onnx", path.name, str(work)).error("FILE", "same device and inode")
+    assert _listing(work) == before
+    run("onnx", path.name, "elsewhere").ok()
 
-    path, _ = _model(tmp_path)
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            [*_cli(), "onnx", path.name, "out"],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=follower,
-            timeout=60,
-            check=False,
-        )
-        os.close(follower)
-        drawn = os.read(leader, 4096).decode()
-    finally:
-        os.close(leader)
-    assert done.returncode == 0
+
+def test_onnx_export_never_writes_over_the_model(work: Path, run: type[Run]) -> None:
+    from onnx import helper
+
+    graph = helper.make_graph([], "g", [], [], [helper.make_tensor("m", 1, [1], [1.0])])
+    onnx.save_model(helper.make_model(graph), str(work / "0000_m.kiln"))
+    before = _listing(work)
+    run("onnx", "0000_m.kiln", ".").error("FILE", "it is the input file '0000_m.kiln'")
+    assert _listing(work) == before
+
+
+@pytest.mark.parametrize("suffix", [".json", ".textproto", ".onnxtxt"])
+def test_onnx_model_path_suffix_does_not_pick_a_parser(
+    work: Path, run: type[Run], suffix: str
+) -> None:
+    path, _ = _model(work)
+    os.rename(path, work / f"model{suffix}")
+    assert "7 payload files" in run("onnx", f"model{suffix}", "out").ok()
+    Path(f"text{suffix}").write_text('ir_version: 8\ngraph { name: "g" }\n')
+    run("onnx", f"text{suffix}", "out2").error("TYPE", "expected an ONNX model")
+
+
+def test_onnx_non_utf8_tensor_name_is_one_line(work: Path, run: type[Run]) -> None:
+    from onnx import helper
+
+    graph = helper.make_graph([], "g", [], [], [helper.make_tensor("NAME", 1, [1], [1.0])])
+    data = helper.make_model(graph).SerializeToString().replace(b"NAME", b"\xff\xfeN\x80")
+    Path("bad.onnx").write_bytes(data)
+    done = run("onnx", "bad.onnx", "out")
+    assert done.status == 2 and done.err.count("\n") == 1, done.err
+    assert done.err.startswith("kiln-np: TYPE: ")
+
+
+def test_onnx_progress_bar_on_a_terminal(
+    work: Path, run: type[Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = _model(work)
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    run("onnx", path.name, "out").ok()
+    drawn = terminal.getvalue()
     assert drawn.startswith("\ronnx model.onnx [")
-    assert drawn.endswith("] 100.0%\r\n")  # the terminal turns "\n" into "\r\n"
-
-
-def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
-    (tmp_path / "a.kiln").write_bytes(bytes(range(200)))
-    reader, writer = os.pipe()
-    os.close(reader)  # like `| head` that has already exited
-    try:
-        done = subprocess.run(
-            [*_cli(), "inspect", "a.kiln", "--code", "u8", "--shape", "200"],
-            cwd=tmp_path,
-            stdout=writer,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        os.close(writer)
-    assert (done.returncode, done.stderr) == (141, "")
+    assert drawn.endswith("] 100.0%\n")

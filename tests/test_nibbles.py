@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import itertools
 import mmap
+import multiprocessing
+import subprocess
+import sys
+import tracemalloc
 from collections.abc import Callable, Iterator
 
 import ml_dtypes
@@ -389,3 +393,115 @@ def test_encode_into_refuses_read_only_and_strided_out() -> None:
         kiln_np.from_numpy(arr, out=bytes(4))
     with pytest.raises(KilnError, match="C-contiguous"):
         kiln_np.from_numpy(arr, out=np.zeros(8, np.uint8)[::2])
+
+
+# -- fork, interpreter exit, and the memory of the error path (issue 11 items 5, 6, 15) ---------
+
+
+def _large_job(seed: int) -> tuple[bytes, bytes, int | None]:
+    """A decode, an encode and a bool check, each large enough for the pool."""
+    count = 4 * _nibbles.THREAD_MIN_LANES + 1
+    values = nibbles(count, seed)
+    packed = kiln_np.from_numpy(values.view(ml_dtypes.uint4))
+    decoded = kiln_np.to_numpy(kiln_np.Code.U4, packed.data, (count,))
+    flags = np.ones(count, np.uint8)
+    flags[count - 7] = 2
+    try:
+        kiln_np.to_numpy(kiln_np.Code.BOOL, flags, (count,))
+    except KilnError as exc:
+        return bytes(packed.data), decoded.view(np.uint8).tobytes(), exc.index
+    return bytes(packed.data), decoded.view(np.uint8).tobytes(), None
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # 3.12+: fork with threads
+def test_a_forked_child_gets_its_own_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_nibbles, "_threads", lambda: 2)
+    expected = [_large_job(seed) for seed in (1, 2, 3)]  # the parent's pool now runs
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(2)
+    try:
+        got = pool.map_async(_large_job, [1, 2, 3]).get(timeout=120)  # hung forever before
+    finally:
+        pool.terminate()
+        pool.join()
+    assert got == expected
+    count = 4 * _nibbles.THREAD_MIN_LANES + 1
+    assert {index for _, _, index in got} == {count - 7}
+
+
+_AT_EXIT = """
+import atexit, sys
+import numpy as np
+import kiln_np
+from kiln_np import _nibbles
+
+_nibbles._threads = lambda: 2
+count = 4 * _nibbles.THREAD_MIN_LANES + 3
+values = (np.arange(count) % 16).astype(np.uint8)
+if sys.argv[1] == "used":
+    kiln_np.unpack_nibbles(kiln_np.pack_nibbles(values), count)  # the pool exists
+
+def at_exit():
+    packed = kiln_np.pack_nibbles(values)
+    back = kiln_np.unpack_nibbles(packed, count)
+    flags = np.ones(count, np.uint8)
+    flags[count - 2] = 9
+    try:
+        kiln_np.to_numpy(7, flags, (count,))
+    except kiln_np.KilnError as exc:
+        print("bool error at", exc.index - count)
+    print("round trip", back.tobytes() == values.tobytes(), _nibbles.kernel_backend())
+
+atexit.register(at_exit)
+"""
+
+
+@pytest.mark.parametrize("pool", ["used", "unused"])
+def test_large_calls_at_interpreter_exit_run_on_the_calling_thread(pool: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _AT_EXIT, pool],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        "bool error at -2",
+        f"round trip True {kiln_np.kernel_backend()}",
+    ]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
+@pytest.mark.parametrize(
+    "case", ["bool-decode", "bool-encode", "pack-out", "pack-out-int16", "u4-encode-out"]
+)
+def test_rejecting_a_payload_costs_at_most_a_chunk(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool, case: str
+) -> None:
+    monkeypatch.setattr(_nibbles, "COMPILED", compiled)
+    n = 16 << 20
+    out = np.empty(n // 2, np.uint8)
+    calls: dict[str, Callable[[], object]] = {
+        "bool-decode": lambda: kiln_np.to_numpy(7, np.full(n, 2, np.uint8), (n,)),
+        "bool-encode": lambda: kiln_np.from_numpy(np.full(n, 2, np.uint8).view(np.bool_)),
+        "pack-out": lambda: kiln_np.pack_nibbles(np.full(n, 0x10, np.uint8), out=out),
+        "pack-out-int16": lambda: kiln_np.pack_nibbles(np.full(n, 16, np.int16), out=out),
+        "u4-encode-out": lambda: kiln_np.from_numpy(
+            np.full(n, 0x10, np.uint8).view(ml_dtypes.uint4), out=out
+        ),
+    }
+    bad = calls[case]
+    tracemalloc.start()
+    try:
+        with pytest.raises(KilnError) as info:
+            bad()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (info.value.kind, info.value.index) == ("TYPE", 0)
+    # The bad input itself (n bytes, 2n for int16) plus a chunk's mask per thread
+    # (a chunk is 2 * CHUNK_LANES bytes); it was 9x the input before.
+    made = 2 * n if case == "pack-out-int16" else n
+    bound = _nibbles._threads() * 4 * _nibbles.CHUNK_LANES
+    assert peak - made <= bound, f"{(peak - made) / 2**20:.1f} MiB extra"

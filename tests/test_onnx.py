@@ -164,7 +164,7 @@ def test_seed_int4_vector() -> None:
     tensor = onnx.TensorProto()
     tensor.ParseFromString(bytes.fromhex("0802 1016 2a02 8801"))  # dims 2, INT4, int32_data
     assert list(tensor.int32_data) == [136]
-    assert ko.tensor_to_numpy(tensor).astype(int).tolist() == [-8, -8]
+    assert ko.to_numpy(tensor).astype(int).tolist() == [-8, -8]
 
 
 def test_seed_bit_layouts() -> None:
@@ -277,9 +277,9 @@ def test_strings_keep_bom_and_nul() -> None:
     # character U+FEFF (not a BOM to strip) and a trailing NUL is content.
     out = ko.decode_field(8, [b"\xef\xbb\xbfa", b"b\x00"], (2,))
     assert out.tolist() == ["\ufeffa", "b\x00"]
-    tensor = ko.numpy_to_tensor(out)
+    tensor = ko.from_numpy(out)
     assert list(tensor.string_data) == [b"\xef\xbb\xbfa", b"b\x00"]
-    _raise("TYPE", ko.numpy_to_tensor, np.array(["a", 3], dtype=object))
+    _raise("TYPE", ko.from_numpy, np.array(["a", 3], dtype=object))
 
 
 def test_encode_never_casts() -> None:
@@ -307,7 +307,7 @@ def test_seed_wins_bool_bytes() -> None:
     # whose byte is 2; kiln_np refuses it.
     tensor = onnx.helper.make_tensor("b", onnx.TensorProto.BOOL, [2], b"\x01\x02", raw=True)
     assert _bits(numpy_helper.to_array(tensor)) == b"\x01\x02"
-    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    error = _raise("TYPE", ko.to_numpy, tensor)
     assert error.index == 1
     assert "0x02" in str(error)
     _raise("TYPE", ko.decode_field, 9, [0, 2], (2,))
@@ -340,7 +340,7 @@ def test_seed_wins_typed_values_that_do_not_fit(data_type: int, value: int, trun
     assert int(theirs.view(np.uint8 if theirs.itemsize == 1 else f"<i{theirs.itemsize}")[0]) & (
         (1 << (8 * theirs.itemsize)) - 1
     ) == truncated & ((1 << (8 * theirs.itemsize)) - 1)
-    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    error = _raise("TYPE", ko.to_numpy, tensor)
     assert error.found == value
     assert error.index == 0
     assert "truncate" in str(error)
@@ -359,7 +359,7 @@ def test_seed_wins_exact_raw_length() -> None:
         tensor.dims.append(count)
         tensor.raw_data = raw
         assert numpy_helper.to_array(tensor).shape == (count,)
-        _raise("LENGTH", ko.tensor_to_numpy, tensor)
+        _raise("LENGTH", ko.to_numpy, tensor)
 
 
 def test_seed_wins_padding() -> None:
@@ -369,7 +369,7 @@ def test_seed_wins_padding() -> None:
     for data_type, raw, count in ((21, b"\xf1", 1), (25, b"\xc1", 3), (28, b"\xc1", 1)):
         tensor = onnx.helper.make_tensor("t", data_type, [count], raw, raw=True)
         assert numpy_helper.to_array(tensor).shape == (count,)
-        _raise("TYPE", ko.tensor_to_numpy, tensor)
+        _raise("TYPE", ko.to_numpy, tensor)
 
 
 def test_seed_wins_string_raw_data() -> None:
@@ -378,22 +378,22 @@ def test_seed_wins_string_raw_data() -> None:
     tensor = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])  # type: ignore[list-item]  # STRING
     tensor.raw_data = b"junk"
     assert numpy_helper.to_array(tensor).tolist() == ["x"]
-    _raise("TYPE", ko.tensor_to_numpy, tensor)
+    _raise("TYPE", ko.to_numpy, tensor)
 
 
 def test_values_in_one_place() -> None:
     tensor = onnx.helper.make_tensor("f", onnx.TensorProto.FLOAT, [1], [1.0])
     tensor.int32_data.append(7)
-    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    error = _raise("TYPE", ko.to_numpy, tensor)
     assert "int32_data" in str(error)
     assert "float_data" in str(error)
     tensor = onnx.helper.make_tensor("f", onnx.TensorProto.FLOAT, [1], b"\0\0\0\0", raw=True)
     tensor.float_data.append(1.0)
-    _raise("TYPE", ko.tensor_to_numpy, tensor)
-    _raise("TYPE", ko.tensor_to_numpy, b"not a tensor")
+    _raise("TYPE", ko.to_numpy, tensor)
+    _raise("TYPE", ko.to_numpy, b"not a tensor")
     tensor = onnx.TensorProto()
     tensor.data_type = 0
-    error = _raise("TYPE", ko.tensor_to_numpy, tensor)
+    error = _raise("TYPE", ko.to_numpy, tensor)
     assert "UNDEFINED" in str(error)
 
 
@@ -511,8 +511,8 @@ def test_external_data_is_confined(tmp_path: Path) -> None:
     (base / "sub").mkdir()
     os.symlink(base / "w.bin", base / "sub" / "inside.bin")
     os.symlink(tmp_path / "secret.bin", base / "out.bin")
-    assert ko.tensor_to_numpy(_external("w.bin"), base).tolist() == [1, 2]
-    assert ko.tensor_to_numpy(_external("sub/inside.bin"), base).tolist() == [1, 2]
+    assert ko.to_numpy(_external("w.bin"), base).tolist() == [1, 2]
+    assert ko.to_numpy(_external("sub/inside.bin"), base).tolist() == [1, 2]
     for location in (
         "../secret.bin",
         "sub/../../secret.bin",
@@ -520,29 +520,29 @@ def test_external_data_is_confined(tmp_path: Path) -> None:
         "out.bin",
         "C:\\secret.bin",
     ):
-        error = _raise("TYPE", ko.tensor_to_numpy, _external(location), base)
+        error = _raise("TYPE", ko.to_numpy, _external(location), base)
         assert repr(location) in str(error)
-    error = _raise("TYPE", ko.tensor_to_numpy, _external("w.bin"))
+    error = _raise("TYPE", ko.to_numpy, _external("w.bin"))
     assert "base_dir" in str(error)
-    _raise("TYPE", ko.tensor_to_numpy, _external("sub"), base)
+    _raise("TYPE", ko.to_numpy, _external("sub"), base)
     with pytest.raises(FileNotFoundError):
-        ko.tensor_to_numpy(_external("missing.bin"), base)
+        ko.to_numpy(_external("missing.bin"), base)
 
 
 def test_external_data_ranges(tmp_path: Path) -> None:
     (tmp_path / "w.bin").write_bytes(bytes(range(12)))
     tensor = _external("w.bin", offset="4", length="8")
-    assert _bits(ko.tensor_to_numpy(tensor, tmp_path)) == bytes(range(4, 12))
+    assert _bits(ko.to_numpy(tensor, tmp_path)) == bytes(range(4, 12))
     error = _raise(
-        "LENGTH", ko.tensor_to_numpy, _external("w.bin", offset="8", length="8"), tmp_path
+        "LENGTH", ko.to_numpy, _external("w.bin", offset="8", length="8"), tmp_path
     )
     assert (error.expected, error.found) == (16, 12)
     # Without a length the data runs to the end of the file: 4 bytes, not 8.
-    _raise("LENGTH", ko.tensor_to_numpy, _external("w.bin", offset="8"), tmp_path)
-    _raise("LENGTH", ko.tensor_to_numpy, _external("w.bin", offset="13"), tmp_path)
-    _raise("TYPE", ko.tensor_to_numpy, _external("w.bin", offset="-4"), tmp_path)
-    _raise("TYPE", ko.tensor_to_numpy, _external("w.bin", length="0x8"), tmp_path)
-    _raise("TYPE", ko.tensor_to_numpy, _external(""), tmp_path)
+    _raise("LENGTH", ko.to_numpy, _external("w.bin", offset="8"), tmp_path)
+    _raise("LENGTH", ko.to_numpy, _external("w.bin", offset="13"), tmp_path)
+    _raise("TYPE", ko.to_numpy, _external("w.bin", offset="-4"), tmp_path)
+    _raise("TYPE", ko.to_numpy, _external("w.bin", length="0x8"), tmp_path)
+    _raise("TYPE", ko.to_numpy, _external(""), tmp_path)
 
 
 def test_model_to_kiln(tmp_path: Path) -> None:
@@ -551,7 +551,7 @@ def test_model_to_kiln(tmp_path: Path) -> None:
         "i2": np.array([-2, -1, 0, 1, 1], ml_dtypes.int2),
         "c": np.array([1 + 2j], np.complex64),
     }
-    inits = [ko.numpy_to_tensor(v, name=k) for k, v in weights.items()]
+    inits = [ko.from_numpy(v, name=k) for k, v in weights.items()]
     inits.append(onnx.helper.make_tensor("typed", onnx.TensorProto.INT4, [3], [1, 2, 3]))
     model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], initializer=inits))
     path = tmp_path / "m.onnx"
@@ -590,11 +590,11 @@ def test_works_without_onnx() -> None:
         assert ko.decode_field(22, [0x88], (2,)).astype(int).tolist() == [-8, -8]
         assert bytes(ko.from_kiln(*ko.to_kiln(27, b"\\x08\\x02", (2,)))[1]) == b"\\x08\\x02"
         try:
-            ko.numpy_to_tensor([1.0])
+            ko.from_numpy([1.0])
         except ImportError as exc:
             assert "kiln-np[onnx]" in str(exc)
         else:
-            raise AssertionError("numpy_to_tensor worked without onnx")
+            raise AssertionError("from_numpy worked without onnx")
         print("ok")
         """
     )

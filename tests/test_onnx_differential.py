@@ -89,7 +89,7 @@ def test_raw_matches_numpy_helper(row: ko.OnnxType, shape: tuple[int, ...]) -> N
     raw = valid_raw(row, count, np.random.default_rng([int(row.data_type), count]))
     theirs = numpy_helper.to_array(raw_tensor(row, shape, raw))
     _same(ko.decode_raw(row.data_type, raw, shape), theirs)
-    _same(ko.tensor_to_numpy(raw_tensor(row, shape, raw)), theirs)
+    _same(ko.to_numpy(raw_tensor(row, shape, raw)), theirs)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -100,7 +100,7 @@ def test_field_matches_numpy_helper(row: ko.OnnxType, shape: tuple[int, ...]) ->
     tensor = field_tensor(row, shape, field_values(row, raw, count))
     theirs = numpy_helper.to_array(tensor)
     _same(ko.decode_field(row.data_type, getattr(tensor, row.field), shape), theirs)
-    _same(ko.tensor_to_numpy(tensor), theirs)
+    _same(ko.to_numpy(tensor), theirs)
     if row.field not in ("float_data", "double_data"):
         # Integer fields carry bits exactly, so the field and raw_data agree.
         _same(ko.decode_raw(row.data_type, raw, shape), theirs)
@@ -112,7 +112,7 @@ def test_string_field_matches_numpy_helper(shape: tuple[int, ...]) -> None:
     count = int(np.prod(shape))
     tensor = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, shape, words[:count])  # type: ignore[arg-type]  # onnx stubs omit STRING
     theirs = numpy_helper.to_array(tensor)
-    _same(ko.tensor_to_numpy(tensor), theirs)
+    _same(ko.to_numpy(tensor), theirs)
     _same(ko.decode_field(8, tensor.string_data, shape), theirs)
 
 
@@ -140,14 +140,14 @@ def test_every_bit_pattern(row: ko.OnnxType) -> None:
         assert sorted(set(ours.view(np.uint8).tolist())) == list(range(64))
     # The same patterns through the typed field.
     tensor = field_tensor(row, (count,), field_values(row, raw, count))
-    _same(ko.tensor_to_numpy(tensor), numpy_helper.to_array(tensor))
+    _same(ko.to_numpy(tensor), numpy_helper.to_array(tensor))
 
 
 @pytest.mark.parametrize("row", RAW_ROWS, ids=lambda r: r.name)
-def test_numpy_to_tensor_matches_from_array(row: ko.OnnxType) -> None:
+def test_from_numpy_matches_from_array(row: ko.OnnxType) -> None:
     raw = valid_raw(row, 7, np.random.default_rng(int(row.data_type)))
     array = ko.decode_raw(row.data_type, raw, (7,))
-    ours = ko.numpy_to_tensor(array, name="w")
+    ours = ko.from_numpy(array, name="w")
     theirs = numpy_helper.from_array(array, name="w")
     assert ours.SerializeToString() == theirs.SerializeToString()
     assert bytes(ko.encode_raw(array)) == raw
@@ -159,12 +159,12 @@ def test_numpy_to_tensor_matches_from_array(row: ko.OnnxType) -> None:
     assert bytes(ko.encode_raw(doubled)) == raw
 
 
-def test_numpy_to_tensor_strings_match_from_array() -> None:
+def test_from_numpy_strings_match_from_array() -> None:
     array = np.array(["a", "\u00e9", "", "\ufeffx"], dtype=object).reshape(2, 2)
-    ours = ko.numpy_to_tensor(array, name="s")
+    ours = ko.from_numpy(array, name="s")
     assert ours.SerializeToString() == numpy_helper.from_array(array, name="s").SerializeToString()
     unicode = np.array(["a", "bc"])
-    assert ko.numpy_to_tensor(unicode).SerializeToString() == (
+    assert ko.from_numpy(unicode).SerializeToString() == (
         numpy_helper.from_array(unicode).SerializeToString()
     )
 
@@ -181,7 +181,7 @@ def test_external_data_matches_numpy_helper(tmp_path: Any) -> None:
         external_data_helper.set_external_data(tensor, location, offset=3, length=len(raw))
         tensor.ClearField("raw_data")
         _same(
-            ko.tensor_to_numpy(tensor, tmp_path),
+            ko.to_numpy(tensor, tmp_path),
             numpy_helper.to_array(tensor, str(tmp_path)),
         )
 

@@ -6,7 +6,7 @@ format and ``docs/architecture.md`` for which module owns what.
 
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
-from ._explore import Description, bit_histogram, bit_values, describe
+from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
 from ._files import LazyPayload, open_payload, write_payload
 from ._nibbles import kernel_backend, pack_nibbles, unpack_nibbles
 from ._payload import PayloadInfo, byte_length, payload_info
@@ -20,6 +20,7 @@ from ._table import (
     dtype_for_code,
     dtype_info,
 )
+from ._weights import Weights, WeightTensor, open_weights, save_weights
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,9 @@ __all__ = [
     "LazyPayload",
     "Payload",
     "PayloadInfo",
+    "ScaledDescription",
+    "WeightTensor",
+    "Weights",
     "__version__",
     "bit_histogram",
     "bit_values",
@@ -45,8 +49,10 @@ __all__ = [
     "from_numpy",
     "kernel_backend",
     "open_payload",
+    "open_weights",
     "pack_nibbles",
     "payload_info",
+    "save_weights",
     "to_numpy",
     "unpack_nibbles",
     "write_payload",

@@ -19,6 +19,7 @@ from ._errors import ErrorKind, KilnError
 
 __all__ = [
     "MAX_INT64",
+    "NEVER_CASTS",
     "U8",
     "byte_view",
     "check_int",
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 U8 = np.dtype(np.uint8)
+NEVER_CASTS = "kiln_np never casts: convert the array first"
+"""The one wording for refusing an array whose dtype is not the one asked for."""
 MAX_INT64 = 2**63 - 1  # numpy's npy_intp and the largest file offset (off_t)
 _SHOWN_BITS = 128  # integers wider than this are shown by their bit length
 

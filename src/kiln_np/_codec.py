@@ -75,10 +75,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _nibbles
-from ._checks import U8, byte_view, set_module, show_value
+from ._checks import NEVER_CASTS, U8, byte_view, set_module, show_value
 from ._errors import KilnError
 from ._payload import PayloadInfo, payload_info
 from ._table import (
+    DTYPES,
     NEEDS_OPAQUE,
     Code,
     CodeLike,
@@ -164,6 +165,11 @@ class Payload(NamedTuple):
         )
 
 
+# Whole-byte codes other than bool, by their exact (explicitly little-endian or
+# one-byte) dtype: the rows from_numpy's fast path can write as a plain view.
+_PLAIN_CODES = {row.dtype: row.code for row in DTYPES if payload_info(int(row.code), ()).plain_view}
+
+
 def check_bool_bytes(src: np.ndarray, info: PayloadInfo) -> None:
     """Every byte of the flat uint8 ``src`` must be 0 or 1 (case kiln-v2-bool-byte)."""
     # One max reduction when clean (split across the kernel threads when
@@ -242,6 +248,13 @@ def to_numpy(
     1.0
     """
     info = payload_info(code, shape, layout)
+    if type(buf) is bytes and info.plain_view and not BIG_ENDIAN_HOST:
+        # The common case in fewer calls: the same checks (the buffer's type,
+        # its length), and the view made straight from the bytes.
+        if len(buf) != info.byte_length:
+            raise info.length_error(len(buf))
+        arr = np.frombuffer(buf, info.dtype).reshape(info.shape)
+        return arr.copy() if copy else arr
     try:
         src = byte_view(buf, "buf")
     except KilnError as exc:
@@ -317,10 +330,8 @@ def _payload_from_bytes(
 
 
 def readonly_view(arr: np.ndarray) -> memoryview:
-    """A read-only flat ``"B"`` memoryview of the contiguous array ``arr``."""
-    view = arr.view()
-    view.flags.writeable = False
-    return view.data.cast("B")
+    """A read-only flat ``"B"`` memoryview of the C-contiguous array ``arr``."""
+    return memoryview(arr.reshape(-1).view(U8)).toreadonly()
 
 
 def _out_view(out: object, info: PayloadInfo) -> np.ndarray:
@@ -418,6 +429,12 @@ def from_numpy(
     >>> buf.hex(" ")
     '00 00 80 3f'
     """
+    if code is None and out is None and type(array) is np.ndarray and layout is None:
+        # The common case in fewer calls: a plain array of a whole-byte,
+        # non-bool code in C order; the same lookups, without the general path.
+        plain = _PLAIN_CODES.get(array.dtype)
+        if plain is not None and array.flags.c_contiguous and not BIG_ENDIAN_HOST:
+            return Payload(plain, readonly_view(array), array.shape)
     if code is None and layout is not None:
         raise KilnError("TYPE", f"a layout ({layout!r}) was given with code=None: {NEEDS_OPAQUE}")
     wanted = None if code is None else resolve(code, layout)
@@ -431,7 +448,7 @@ def from_numpy(
             raise KilnError(
                 "TYPE",
                 f"{code_label(int(wanted.code))}: expected {wanted.dtype} elements, found "
-                f"{arr.dtype}; kiln_np never casts: convert the array first",
+                f"{arr.dtype}; {NEVER_CASTS}",
                 code=int(wanted.code),
                 expected=str(wanted.dtype),
                 found=str(arr.dtype),

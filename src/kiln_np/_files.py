@@ -54,6 +54,7 @@ from ._checks import (
     check_path,
     check_regular_file,
     set_module,
+    show_int,
     show_value,
 )
 from ._codec import (
@@ -324,7 +325,7 @@ class LazyPayload:
             )
         i = operator.index(lead)
         if not -n <= i < n:
-            raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
+            raise IndexError(f"index {show_int(i)} is out of bounds for axis 0 with size {n}")
         i %= n
         row = self._rows(i, i + 1)[0]
         return row[rest] if rest else row
@@ -415,11 +416,14 @@ class LazyPayload:
         batch = max(1, _GATHER_BYTES // (self._row_elems * self.dtype.itemsize))
         for k in range(0, len(up), batch):
             part = up[k : k + batch]
-            flat[k : k + len(part)] = self._gather(part).reshape(len(part), -1)
+            # One row needs no step (which may be any size): it is a contiguous read.
+            got = self._gather(part) if len(part) > 1 else self._rows(part[0], part[0] + 1)
+            flat[k : k + len(part)] = got.reshape(len(part), -1)
         return out
 
     def _gather(self, rows: range) -> np.ndarray:
-        """Rows ``rows`` (ascending, step > 1) decoded, shape ``(len(rows), row_elems)``."""
+        """Rows ``rows`` (ascending, step > 1, at least two) decoded, shape
+        ``(len(rows), row_elems)``."""
         n, step, r = len(rows), rows.step, self._row_elems
         element = self.info.element
         if not element.packed:

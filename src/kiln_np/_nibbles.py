@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import cache
 
 import numpy as np
@@ -189,8 +189,10 @@ def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = 
 
     ``compiled`` picks the compiled kernels' thresholds (tasks that release
     the GIL for a whole range).  The calling thread runs the first range, pool
-    threads the others; when the pool refuses work (at interpreter exit), the
-    calling thread runs the ranges it could not hand over."""
+    threads the others.  A range that no pool thread has started by the time
+    the calling thread is done (a busy machine, a thread still waking up) is
+    taken back and run by the calling thread, and so is every range when the
+    pool refuses work (at interpreter exit)."""
     ranges = _split(lanes, compiled)
     if len(ranges) == 1:
         return [task(*ranges[0])]
@@ -200,13 +202,18 @@ def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = 
         futures.extend(pool.submit(task, lo, hi) for lo, hi in ranges[1:])
     except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
         pass
-    mine = [ranges[0], *ranges[1 + len(futures) :]]
     try:
-        done = [task(lo, hi) for lo, hi in mine]
+        results = [task(*ranges[0])]
+        taken_back = [future.cancel() for future in futures]
+        for future, back, (lo, hi) in zip(futures, taken_back, ranges[1:], strict=False):
+            results.append(task(lo, hi) if back else future.result())
+        results += [task(lo, hi) for lo, hi in ranges[1 + len(futures) :]]
     finally:
         # Never return (or raise) while a worker may still write the output.
-        handed = [f.result() for f in futures]
-    return [done[0], *handed, *done[1:]]
+        for future in futures:
+            future.cancel()
+        wait(futures)
+    return results
 
 
 def _out_view(out: object, size: int, rule: str) -> np.ndarray:

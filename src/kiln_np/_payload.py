@@ -24,7 +24,6 @@ Representability is a property of the shape, so SHAPE comes before LENGTH.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -94,6 +93,9 @@ class PayloadInfo:
         Shape of the decoded array (``shape + (block_size,)`` for opaque codes).
     context : str
         ``"code 2 (f32) shape (2, 3): "``, the prefix of every message about it.
+    plain_view : bool
+        Decoding needs neither unpacking nor a content check: the array is a
+        view of the bytes as ``dtype`` (every whole-byte closed code but bool).
 
     Raises
     ------
@@ -123,6 +125,7 @@ class PayloadInfo:
         "element",
         "layout",
         "offset",
+        "plain_view",
         "shape",
     )
 
@@ -137,6 +140,7 @@ class PayloadInfo:
     dtype: np.dtype[Any]
     decoded_shape: tuple[int, ...]
     context: str
+    plain_view: bool
 
     def __init__(
         self,
@@ -167,6 +171,9 @@ class PayloadInfo:
             dtype=element.dtype,
             decoded_shape=decoded,
             context=f"{label} shape {dims}: ",
+            plain_view=isinstance(element, DType)
+            and not element.packed
+            and element.code != Code.BOOL,
         )
 
     def _set(self, **values: Any) -> None:
@@ -261,11 +268,8 @@ def _check_decodable(
             )
 
 
-@lru_cache(maxsize=1024)
-def _cached(
-    code: int, shape: tuple[int, ...], layout: Layout | None, decodable: bool
-) -> PayloadInfo:
-    return PayloadInfo(code, shape, layout, decodable=decodable)
+_CACHE: dict[tuple[int, tuple[int, ...], Layout | None, bool], PayloadInfo] = {}
+_CACHE_LIMIT = 4096
 
 
 def payload_info(
@@ -282,11 +286,21 @@ def payload_info(
     >>> payload_info(2, (2, 3)).byte_length
     24
     """
-    if type(code) is int and type(shape) is tuple and all(type(d) is int for d in shape):
-        try:
-            return _cached(code, shape, layout, decodable)
-        except TypeError:  # an unhashable layout: not a Layout, so resolve() says TYPE
-            pass
+    # Only plain input is a cache key: True == 1 and 2.0 == 2 would otherwise
+    # find the description of a valid code or dimension.
+    if type(code) is int and type(shape) is tuple and (layout is None or type(layout) is Layout):
+        for d in shape:
+            if type(d) is not int:
+                break
+        else:
+            key = (code, shape, layout, decodable)
+            info = _CACHE.get(key)
+            if info is None:
+                info = PayloadInfo(code, shape, layout, decodable=decodable)
+                if len(_CACHE) >= _CACHE_LIMIT:
+                    _CACHE.clear()
+                _CACHE[key] = info
+            return info
     return PayloadInfo(code, shape, layout, decodable=decodable)
 
 

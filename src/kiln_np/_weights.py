@@ -66,8 +66,8 @@ import base64
 import contextlib
 import errno
 import hashlib
+import io
 import json
-import math
 import mmap
 import os
 import re
@@ -77,14 +77,14 @@ import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ._checks import U8, byte_view, check_path, check_regular_file, set_module, show_value
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
-from ._files import TEMP_SUFFIX, replacing
+from ._files import TEMP_SUFFIX
 from ._foreign import foreign_for_dtype
 from ._payload import PayloadInfo, payload_info
 from ._table import Layout, code_label
@@ -123,7 +123,6 @@ Progress = Callable[[int], None]
 # -- maps ---------------------------------------------------------------------------
 
 
-@set_module("kiln_np")
 class MappedFile:
     """One file of a weight file, memory-mapped read-only on first use.
 
@@ -426,7 +425,7 @@ class Weights(Mapping[str, WeightTensor]):
         self,
         tensors: Iterable[WeightTensor],
         *,
-        format: str,  # noqa: A002 - the attribute users read
+        format: str,
         metadata: Mapping[str, Any],
         path: str,
         files: Iterable[MappedFile] = (),
@@ -499,9 +498,7 @@ class TensorSource(NamedTuple):
     path: str | None
     format_dtype: str | None
 
-    def write_to(
-        self, fd: int, *, hasher: Any = None, progress: Progress | None = None
-    ) -> None:
+    def write_to(self, fd: int, *, hasher: Any = None, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
 
         In memory: written from the buffer.  From a file: copied in the kernel
@@ -560,7 +557,7 @@ def _copy_in_kernel(src: int, offset: int, n: int, dst: int, progress: Progress 
 
 
 def _copy_through(
-    src: IO[bytes], offset: int, n: int, fd: int, hasher: Any, progress: Progress | None
+    src: io.RawIOBase, offset: int, n: int, fd: int, hasher: Any, progress: Progress | None
 ) -> int:
     block = bytearray(min(_COPY_CHUNK, n))
     view = memoryview(block)
@@ -615,7 +612,7 @@ def _source(name: str, value: object) -> TensorSource:
             info = payload_info(value.code, value.shape, value.layout)
             data = byte_view(value.data, "the payload's data")
             info.check_length(data.size)
-            return TensorSource(name, info, memoryview(data), None, None)
+            return TensorSource(name, info, data.data, None, None)
         if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
             arr = np.asarray(value)
             foreign = foreign_for_dtype(arr.dtype)
@@ -623,7 +620,7 @@ def _source(name: str, value: object) -> TensorSource:
                 # complex64, the FNUZ float8s: every bit is the element's; one block each
                 info = payload_info(foreign.code, arr.shape, foreign.layout)
                 raw = np.ascontiguousarray(arr, foreign.dtype).reshape(-1).view(U8)
-                return TensorSource(name, info, memoryview(raw), None, None)
+                return TensorSource(name, info, raw.data, None, None)
             payload = from_numpy(arr)
             info = payload_info(payload.code, payload.shape, payload.layout)
             return TensorSource(name, info, payload.data, None, None)
@@ -702,18 +699,20 @@ def parse_json(text: bytes | str, where: str) -> Any:
     than Python recurses, integers past 4300 digits are TYPE (``where`` starts
     the message)."""
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
+        # Decoded here: json.loads would also take UTF-16 and UTF-32 bytes.
+        decoded = text.decode("utf-8") if isinstance(text, bytes) else text
+        return json.loads(decoded, object_pairs_hook=_unique_keys)
+    except _DuplicateKeyError as exc:
         raise KilnError("TYPE", f"{where}expected unique keys, found {exc.key!r} twice") from None
     except RecursionError:
         raise KilnError(
             "TYPE", f"{where}expected JSON nested a bounded number of levels, found deeper"
         ) from None
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the 4300-digit limit
         raise KilnError("TYPE", f"{where}expected valid JSON, found: {exc}") from None
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKeyError(Exception):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
@@ -725,7 +724,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey(key)
+                raise _DuplicateKeyError(key)
             seen.add(key)
     return result
 
@@ -798,7 +797,8 @@ def _encode(value: object, key: str) -> list[Any]:
 
 
 _NUMERIC_TYPES = frozenset(
-    np.dtype(c).type for c in ("?", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "c8", "c16")
+    np.dtype(c).type
+    for c in ("?", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "c8", "c16")
 )
 
 
@@ -882,3 +882,460 @@ def _from_bits(text: str, dtype: np.dtype[Any]) -> np.ndarray:
         raise ValueError(f"expected 0x and hex digits, found {text[:20]!r}")
     raw = int(text, 16).to_bytes(dtype.itemsize, "little")  # OverflowError: too many
     return np.frombuffer(raw, dtype).astype(dtype.newbyteorder("="))[0:1].reshape(())
+
+
+class Metadata(Mapping[str, Any]):
+    """Read-only key/values of a weight file, with each key's type name in the
+    format that wrote it where that format has one (:attr:`types`, as GGUF's
+    ``"uint32"``, ``"array[string]"``; None otherwise).
+
+    Examples
+    --------
+    >>> m = Metadata({"n": np.uint32(3)}, {"n": "uint32"})
+    >>> m["n"], m.types["n"]
+    (np.uint32(3), 'uint32')
+    """
+
+    def __init__(self, values: Mapping[str, Any], types: Mapping[str, str] | None = None) -> None:
+        self._values = dict(values)
+        self.types: Mapping[str, str] | None = (
+            None if types is None else MappingProxyType(dict(types))
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Metadata({self._values!r})"
+
+
+# -- opening ------------------------------------------------------------------------
+
+
+@set_module("kiln_np")
+def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
+    """Open a weight file (or directory), recognised from its content.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A safetensors, GGUF or ONNX file; a sharded safetensors checkpoint (its
+        ``*.safetensors.index.json``, or the directory holding it); the first
+        split of a GGUF; a Kiln payload directory.  The module docstring gives
+        the order in which formats are tried.
+    verify : bool
+        For a Kiln payload directory, also check every payload file's SHA-256
+        against the manifest (this reads every byte; sizes are always checked).
+
+    Returns
+    -------
+    Weights
+        Only headers are read: tensors are mapped when their payloads are asked for.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a file no format recognises (showing its first bytes in hex),
+        a malformed header, index or manifest (naming the file and tensor), a
+        hash mismatch; LENGTH for a byte count the file contradicts; SHAPE for
+        a malformed shape.
+    OSError
+        When a file cannot be read: ``FileNotFoundError`` names a missing
+        file or shard.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> path = os.path.join(d, "m.safetensors")
+    >>> kiln_np.save_weights(path, {"w": np.eye(2, dtype=np.float32)}, format="safetensors")
+    >>> w = kiln_np.open_weights(path)
+    >>> w.format, list(w), w["w"].code, w["w"].byte_length
+    ('safetensors', ['w'], <Code.F32: 2>, 16)
+    >>> w.close(); import shutil; shutil.rmtree(d)
+    """
+    name = os.path.abspath(check_path(path))
+    if isinstance(verify, bool) is False:
+        raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
+    from . import safetensors
+
+    if os.path.isdir(name):
+        if os.path.lexists(os.path.join(name, MANIFEST)):
+            return _open_kiln(name, verify)
+        indexes = sorted(f for f in os.listdir(name) if f.endswith(safetensors.INDEX_SUFFIX))
+        if len(indexes) == 1:
+            return safetensors.open_safetensors(os.path.join(name, indexes[0]))
+        found = f"{len(indexes)} indexes ({', '.join(indexes[:4])})" if indexes else "neither"
+        raise KilnError(
+            "TYPE",
+            f"{name!r}: expected a directory holding {MANIFEST} (a Kiln payload directory) "
+            f"or one *{safetensors.INDEX_SUFFIX} (a sharded safetensors checkpoint), "
+            f"found {found}",
+        )
+    size = check_regular_file(name).st_size
+    with open(name, "rb") as f:
+        head = f.read(_HEAD)
+    base = os.path.basename(name)
+    if base == MANIFEST:
+        return _open_kiln(os.path.dirname(name), verify)
+    if base.endswith(safetensors.INDEX_SUFFIX) and head.lstrip()[:1] == b"{":
+        return safetensors.open_safetensors(name)
+    if head[:4] == b"GGUF":
+        return _open_gguf(name)
+    if safetensors.looks_like_safetensors(head, size):
+        return safetensors.open_safetensors(name)
+    if head[:1] == b"\x08":
+        return _open_onnx(name, head)
+    shown = f"the bytes {head.hex(' ')}{' ...' * (size > _HEAD)}" if head else "an empty file"
+    raise KilnError(
+        "TYPE",
+        f"{name!r}: expected a weight file (safetensors, GGUF, ONNX, a Kiln payload directory "
+        f"or a sharded checkpoint), found {shown}",
+        found=head,
+    )
+
+
+def _open_gguf(path: str) -> Weights:
+    from . import gguf
+
+    parsed = gguf.read_gguf(path)
+    files = {p: MappedFile.open(p) for p in parsed.paths}
+    tensors = [WeightTensor(t.name, t.info, files[t.path], t.ggml.name) for t in parsed.tensors]
+    return Weights(
+        tensors, format="gguf", metadata=parsed.metadata, path=path, files=files.values()
+    )
+
+
+def _open_onnx(path: str, head: bytes) -> Weights:
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise KilnError(
+            "TYPE",
+            f"{path!r}: starts like an ONNX model (byte 0x08), but reading ONNX needs onnx: "
+            "pip install 'kiln-np[onnx]'",
+        ) from exc
+    from .onnx import model_to_kiln
+
+    try:
+        # format= stops onnx choosing a text parser from the file name.
+        model = onnx.load(path, format="protobuf", load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise KilnError(
+            "TYPE",
+            f"{path!r}: expected a weight file; it starts like an ONNX model "
+            f"({head.hex(' ')}) but does not parse as one: {exc}",
+            found=head,
+        ) from None
+    initializers = model.graph.initializer
+    pairs = list(model_to_kiln(model, os.path.dirname(path)))
+    tensors = [
+        WeightTensor(
+            name,
+            payload_info(p.code, p.shape, p.layout),
+            None,
+            onnx.TensorProto.DataType.Name(init.data_type),
+            data=p.data,
+        )
+        for (name, p), init in zip(pairs, initializers, strict=True)
+    ]
+    metadata = {
+        "ir_version": int(model.ir_version),
+        "producer_name": model.producer_name,
+        "producer_version": model.producer_version,
+        "domain": model.domain,
+        "model_version": int(model.model_version),
+        "opset_import": {o.domain: int(o.version) for o in model.opset_import},
+        "metadata_props": {p.key: p.value for p in model.metadata_props},
+    }
+    return Weights(tensors, format="onnx", metadata=metadata, path=path)
+
+
+# -- the Kiln payload directory -------------------------------------------------------
+
+
+def _open_kiln(directory: str, verify: bool) -> Weights:
+    manifest = os.path.join(directory, MANIFEST)
+    where = f"{manifest!r}: "
+    check_regular_file(manifest)
+    with open(manifest, "rb") as f:
+        doc = parse_json(f.read(), where)
+    if not isinstance(doc, dict) or doc.get("format") not in (
+        _MANIFEST_FORMAT,
+        _ONNX_MANIFEST_FORMAT,
+    ):
+        found = doc.get("format") if isinstance(doc, dict) else doc
+        raise KilnError(
+            "TYPE",
+            f'{where}expected a manifest with "format": "{_MANIFEST_FORMAT}", found '
+            f"{show_value(found)}",
+        )
+    old = doc["format"] == _ONNX_MANIFEST_FORMAT
+    entries = doc.get("tensors")
+    if not isinstance(entries, list):
+        raise KilnError(
+            "TYPE", f'{where}expected "tensors" to be a list, found {show_value(entries)}'
+        )
+    tensors = [_kiln_tensor(directory, where, i, e, old, verify) for i, e in enumerate(entries)]
+    if old:
+        metadata = Metadata({"model": doc.get("model")})
+    else:
+        types = doc.get("metadata_types")
+        if types is not None and not (
+            isinstance(types, dict) and all(isinstance(v, str) for v in types.values())
+        ):
+            raise KilnError(
+                "TYPE",
+                f'{where}expected "metadata_types" to be null or an object of str, found '
+                f"{show_value(types)}",
+            )
+        metadata = Metadata(decode_metadata(doc.get("metadata", {}), where), types)
+    return Weights(
+        tensors,
+        format="kiln",
+        metadata=metadata,
+        path=directory,
+        files=[t._file for t in tensors if t._file is not None],
+    )
+
+
+_ENTRY_KEYS = ("name", "file", "code", "layout", "shape", "sha256")
+
+
+def _kiln_tensor(
+    directory: str, where: str, index: int, entry: object, old: bool, verify: bool
+) -> WeightTensor:
+    size_key = "payload_bytes" if old else "byte_length"
+    if not isinstance(entry, dict) or any(k not in entry for k in (*_ENTRY_KEYS, size_key)):
+        raise KilnError(
+            "TYPE",
+            f"{where}tensor entry {index}: expected an object with keys "
+            f"{', '.join((*_ENTRY_KEYS, size_key))}, found {show_value(entry)}",
+        )
+    name, file, layout = entry["name"], entry["file"], entry["layout"]
+    if not isinstance(name, str):
+        raise KilnError(
+            "TYPE", f"{where}tensor entry {index}: expected a str name, found {show_value(name)}"
+        )
+    at = f"{where}tensor {name!r}: "
+    if not (
+        isinstance(file, str)
+        and file not in ("", ".", "..")
+        and "/" not in file
+        and os.sep not in file
+        and "\x00" not in file
+    ):
+        raise KilnError(
+            "TYPE", f"{at}expected a plain file name in the directory, found {show_value(file)}"
+        )
+    if layout is not None:
+        if not (isinstance(layout, dict) and set(layout) == {"name", "block_size"}):
+            raise KilnError(
+                "TYPE",
+                f'{at}expected a layout {{"name", "block_size"}} or null, '
+                f"found {show_value(layout)}",
+            )
+        try:
+            layout = Layout(layout["name"], layout["block_size"])
+        except KilnError as exc:
+            raise exc.prefixed(at) from None
+    try:
+        info = payload_info(entry["code"], entry["shape"], layout)
+    except KilnError as exc:
+        raise exc.prefixed(at) from None
+    recorded, digest = entry[size_key], entry["sha256"]
+    if type(recorded) is not int:
+        raise KilnError(
+            "TYPE", f"{at}expected {size_key} as an integer, found {show_value(recorded)}"
+        )
+    info.check_length(recorded, f"{at}{size_key} in the manifest: ")
+    if not (isinstance(digest, str) and _SHA256_HEX.fullmatch(digest)):
+        raise KilnError(
+            "TYPE", f"{at}expected sha256 as 64 lowercase hex digits, found {show_value(digest)}"
+        )
+    path = os.path.join(directory, file)
+    mapped = MappedFile.open(path)
+    info.check_length(mapped.size, f"{at}file {file!r}: ")
+    if verify:
+        hasher = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(_COPY_CHUNK):
+                hasher.update(block)
+        if hasher.hexdigest() != digest:
+            raise KilnError(
+                "TYPE",
+                f"{at}file {file!r}: expected SHA-256 {digest}, found {hasher.hexdigest()}",
+                expected=digest,
+                found=hasher.hexdigest(),
+            )
+    dtype = entry.get("dtype")
+    label = dtype if isinstance(dtype, str) else code_label(int(info.code))
+    return WeightTensor(name, info, mapped, label)
+
+
+def _kiln_files(directory: str) -> set[str] | None:
+    """What a previous Kiln directory save wrote (its manifest and payload files)."""
+    try:
+        with open(os.path.join(directory, MANIFEST), "rb") as f:
+            doc = json.loads(f.read())
+        return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return None
+
+
+def _file_name(index: int, name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "tensor"
+    return f"{index:04d}_{cleaned[:100]}.kiln"
+
+
+def _save_kiln(
+    path: str,
+    sources: list[TensorSource],
+    metadata: Mapping[str, Any] | None,
+    source_format: str | None,
+    progress: Progress | None,
+) -> None:
+    encoded = {} if metadata is None else encode_metadata(metadata)
+    types = getattr(metadata, "types", None)
+    with building_directory(path, _kiln_files) as tmp:
+        entries = []
+        for index, source in enumerate(sources):
+            info, file = source.info, _file_name(index, source.name)
+            hasher = hashlib.sha256()
+            fd = os.open(os.path.join(tmp, file), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                source.write_to(fd, hasher=hasher, progress=progress)
+            finally:
+                os.close(fd)
+            entries.append(
+                {
+                    "name": source.name,
+                    "file": file,
+                    "code": int(info.code),
+                    "dtype": None if info.layout is not None else info.dtype.name,
+                    "layout": None
+                    if info.layout is None
+                    else {"name": info.layout.name, "block_size": info.layout.block_size},
+                    "shape": list(info.shape),
+                    "byte_length": info.byte_length,
+                    "sha256": hasher.hexdigest(),
+                }
+            )
+        manifest = {
+            "format": _MANIFEST_FORMAT,
+            "source_format": source_format,
+            "metadata": encoded,
+            "metadata_types": None if types is None else dict(types),
+            "tensors": entries,
+        }
+        # One line per tensor: readable, and diffable.
+        head = json.dumps({k: v for k, v in manifest.items() if k != "tensors"}, allow_nan=False)
+        rows = ",\n".join("  " + json.dumps(e, allow_nan=False) for e in entries)
+        text = f'{head[:-1]}, "tensors": [\n{rows}\n]}}\n' if entries else head[:-1] + ', "tensors": []}\n'
+
+        with open(os.path.join(tmp, MANIFEST), "x", encoding="utf-8") as f:
+            f.write(text)
+
+
+# -- saving -------------------------------------------------------------------------
+
+
+@set_module("kiln_np")
+def save_weights(
+    path: PathLike,
+    tensors: Mapping[str, Any],
+    *,
+    format: str,
+    metadata: Mapping[str, Any] | None = None,
+    max_shard_size: int | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Write named tensors as safetensors, GGUF or a Kiln payload directory.
+
+    Every tensor is checked against what the format can hold before anything
+    is written; data is streamed a bounded chunk at a time, bit for bit; the
+    result appears whole or not at all (a file: a temporary sibling renamed
+    into place; a directory: built beside ``path`` and renamed into place).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, or for ``"kiln"`` and sharded safetensors the directory.  An
+        existing directory is replaced only when it is empty or holds nothing
+        but what a previous save of that kind wrote.
+    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
+        In the order to write (safetensors groups them by alignment, widest
+        first, keeping this order within a width).  A :class:`Weights` is such
+        a mapping: pass one to convert a file.
+    format : {"safetensors", "gguf", "kiln"}
+    metadata : Mapping, optional
+        safetensors: str to str (``{"format": "pt"}`` is what transformers
+        expects).  GGUF: key/values (types from ``metadata.types`` when it has
+        them, as a GGUF :class:`Weights` does).  kiln: any values
+        :func:`encode_metadata` keeps, with their types.
+    max_shard_size : int, optional
+        safetensors: write a sharded checkpoint into the directory ``path``
+        (``model-00001-of-0000N.safetensors`` ... and
+        ``model.safetensors.index.json``); GGUF: splits.  Not for ``"kiln"``.
+    progress : callable, optional
+        Called with each number of payload bytes written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for an unknown format, a tensor the format cannot hold (naming
+        the tensor and its type), a bad name or metadata; SHAPE (GGUF: more
+        than 4 dims, an empty tensor); LENGTH for a payload whose bytes are
+        not its shape's.  Nothing is written then.
+    OSError
+        When the target cannot be written; ``FileExistsError`` for a
+        directory holding other files.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> path = os.path.join(d, "m.safetensors")
+    >>> kiln_np.save_weights(path, {"w": np.zeros(3, np.uint8)}, format="safetensors",
+    ...                      metadata={"format": "pt"})
+    >>> kiln_np.open_weights(path).metadata
+    mappingproxy({'format': 'pt'})
+    >>> import shutil; shutil.rmtree(d)
+    """
+    target = os.path.abspath(check_path(path))
+    if format not in ("safetensors", "gguf", "kiln"):
+        raise KilnError(
+            "TYPE",
+            f"expected format 'safetensors', 'gguf' or 'kiln', found {show_value(format)}",
+        )
+    if format == "gguf":
+        from . import gguf
+
+        types = getattr(metadata, "types", None)
+        gguf.write_gguf(
+            target, tensors, metadata, metadata_types=types, max_shard_size=max_shard_size
+        )
+        if progress is not None and isinstance(tensors, Weights):
+            progress(tensors.byte_length)  # write_gguf reports nothing on the way
+        return
+    if format == "safetensors":
+        from .safetensors import save_safetensors
+
+        save_safetensors(
+            target, tensors, metadata=metadata, max_shard_size=max_shard_size, progress=progress
+        )
+        return
+    if max_shard_size is not None:
+        raise KilnError(
+            "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
+        )
+    sources = tensor_sources(tensors)
+    source_format = tensors.format if isinstance(tensors, Weights) else None
+    _save_kiln(target, sources, metadata, source_format, progress)

@@ -102,11 +102,10 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 def _parse_code(text: str) -> int:
     """``--code``: a number (``2``, ``0x12``) or a name exactly as the Python
     API takes it (``bf16``, ``BF16``): one resolver for both."""
-    word = text.strip()
-    if re.fullmatch(_NUMBER, word, re.I):
-        return _number(word, "--code", "TYPE")
+    if re.fullmatch(_NUMBER, text.strip(), re.I):
+        return _number(text.strip(), "--code", "TYPE")
     try:
-        return as_code(word)
+        return as_code(text)
     except KilnError as exc:
         raise exc.prefixed("--code: ") from None
 
@@ -117,8 +116,9 @@ def _parse_layout(text: str) -> Layout:
         raise KilnError(
             "TYPE", f"--layout expects NAME:BLOCK_SIZE such as q4_k:144, got {_shown(text)}"
         )
+    block_size = _number(size.strip(), "--layout", "TYPE")
     try:
-        return Layout(name, _number(size.strip(), "--layout", "TYPE"))
+        return Layout(name, block_size)
     except KilnError as exc:
         raise exc.prefixed("--layout: ") from None
 
@@ -129,8 +129,9 @@ def _parse_offset(text: str) -> int:
         raise KilnError(
             "TYPE", f"--offset expects a byte offset >= 0 (such as 64 or 0x40), got {_shown(text)}"
         )
+    offset = _number(word, "--offset", "TYPE")
     try:
-        return check_offset(_number(word, "--offset", "TYPE"))
+        return check_offset(offset)
     except KilnError as exc:
         raise exc.prefixed("--offset: ") from None
 
@@ -333,7 +334,7 @@ class _NpyHeader(NamedTuple):
 def _vet_npy_header(text: str) -> None:
     """Refuse, before parsing, what numpy's parser would choke on: operators,
     deep nesting, numbers past 19 digits (any dimension is below 2**63)."""
-    outside = _NPY_STRING.sub("''", text)
+    outside = _NPY_STRING.sub("_", text)  # a string stands as one word
     if not _NPY_OUTSIDE.fullmatch(outside):
         bad = re.search(r"[^\s{}()\[\]:,\w]", outside)
         assert bad is not None
@@ -405,7 +406,10 @@ def _storage_code(path: str, dtype: np.dtype[Any], code: int | None) -> int:
             "TYPE", f"{path}: holds Python objects ({dtype}); expected a dtype with a Kiln code"
         )
     if dtype.kind != "V" or dtype.fields is not None:
-        return int(row_for_dtype(dtype).code)
+        try:
+            return int(row_for_dtype(dtype).code)
+        except KilnError as exc:
+            raise exc.prefixed(f"{path}: ") from None
     if code is None:
         raise KilnError(
             "TYPE",
@@ -413,8 +417,15 @@ def _storage_code(path: str, dtype: np.dtype[Any], code: int | None) -> int:
             "format stores ml_dtypes types (bfloat16, float8, int4, ...); expected --code "
             "to say which (e.g. --code bf16)",
         )
+    if code_range(code) != "closed":
+        raise KilnError(
+            "TYPE",
+            f"{path}: holds void '{dtype.str[1:]}' elements: expected the --code of a "
+            f"closed type (1-19) to say which, found {code_label(code)}",
+            code=code,
+        )
     element = payload_info(code, ()).element
-    if element.dtype.itemsize != dtype.itemsize or isinstance(element, Layout):
+    if element.dtype.itemsize != dtype.itemsize:
         raise KilnError(
             "TYPE",
             f"{path}: {code_label(code)} elements are {element.dtype.itemsize} byte(s) each in "
@@ -444,7 +455,11 @@ def _load_npy(path: str, code: int | None) -> _Npy:
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
         # What numpy's own readers raise for a header they cannot take.
         raise KilnError("TYPE", f"{path}: expected a .npy file: {exc}") from None
-    info = payload_info(_storage_code(path, header.dtype, code), header.shape)
+    stored = _storage_code(path, header.dtype, code)
+    try:
+        info = payload_info(stored, header.shape)
+    except KilnError as exc:  # SHAPE: an array numpy could not make
+        raise exc.prefixed(f"{path}: ") from None
     dtype = info.dtype  # the void elements of an ml_dtypes .npy, typed
     expected = info.count * dtype.itemsize  # numpy's data size, not the payload's
     found = st.st_size - header.start

@@ -103,10 +103,11 @@ def from_payload(
     try:
         sizes = normalize_chunks(chunks, lazy.shape, dtype=lazy.dtype)  # type: ignore[no-untyped-call]
     except Exception as exc:  # dask raises ValueError, TypeError, ZeroDivisionError, ...
+        why = str(exc).split("\n", 1)[0][:100]
         raise KilnError(
             "SHAPE",
             f"{lazy.info.context}expected dask chunks for the decoded shape {lazy.shape}, "
-            f"found {show_value(chunks)} ({type(exc).__name__}: {show_value(str(exc))})",
+            f"found {show_value(chunks)}: dask cannot use them ({type(exc).__name__}: {why})",
             code=lazy.info.code,
             shape=lazy.info.shape,
         ) from exc

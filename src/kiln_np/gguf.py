@@ -91,7 +91,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -128,7 +128,6 @@ MAX_ARRAY_DEPTH = 4
 MAX_NAME_BYTES = 63
 """llama.cpp's ``GGML_MAX_NAME`` (64) less the NUL: longer tensor names are
 refused on write (llama.cpp cannot load them) and accepted on read."""
-CHUNK_BYTES = 16 << 20
 
 _HEADER_BYTES = 24
 _U32 = struct.Struct("<I")
@@ -199,7 +198,7 @@ TYPES: tuple[GGMLType, ...] = (
     _ggml(6, "Q5_0", 32, 22),
     _ggml(7, "Q5_1", 32, 24),
     _ggml(8, "Q8_0", 32, 34),
-    _ggml(9, "Q8_1", 32, 36),
+    _ggml(9, "Q8_1", 32, 40),
     _ggml(10, "Q2_K", 256, 84),
     _ggml(11, "Q3_K", 256, 110),
     _ggml(12, "Q4_K", 256, 144),
@@ -308,7 +307,7 @@ _NAMES: Mapping[str, ValueType] = MappingProxyType({t.name.lower(): t for t in V
 _VALUE_TYPES = ", ".join(f"{int(t)} {t.name.lower()}" for t in ValueType)
 
 # A type spec: a ValueType, or ("array", item spec or None when inferred).
-Spec = Union[ValueType, tuple[str, "Spec | None"]]
+Spec: TypeAlias = "ValueType | tuple[str, Spec | None]"
 
 
 def _spell(spec: Spec | None) -> str:
@@ -334,7 +333,9 @@ def _short(where: str, what: str, pos: int, need: int, size: int) -> KilnError:
     )
 
 
-def _malformed(where: str, message: str, expected: object = None, found: object = None) -> KilnError:
+def _malformed(
+    where: str, message: str, expected: object = None, found: object = None
+) -> KilnError:
     return KilnError("TYPE", where + message, expected=expected, found=found)
 
 
@@ -489,9 +490,13 @@ class GGUFMetadata(Mapping[str, Any]):
 
     Examples
     --------
-    >>> meta = read_gguf(_example()).metadata
-    >>> meta["general.alignment"], meta.types["general.alignment"]
-    (np.uint32(32), 'uint32')
+    >>> import numpy as np, tempfile, os
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = write_gguf(p, {}, {"general.alignment": np.uint32(64), "tokens": ["a", "b"]})
+    ...     meta = read_gguf(p).metadata
+    >>> meta["general.alignment"], meta["tokens"], dict(meta.types)
+    (np.uint32(64), ['a', 'b'], {'general.alignment': 'uint32', 'tokens': 'array[string]'})
     """
 
     def __init__(self, header: bytes, entries: Mapping[str, tuple[Spec, int]]) -> None:
@@ -520,7 +525,9 @@ class GGUFMetadata(Mapping[str, Any]):
         return MappingProxyType({k: _spell(s) for k, (s, _) in self._entries.items()})
 
     def __repr__(self) -> str:
-        return f"GGUFMetadata({len(self)} keys: {', '.join(list(self)[:4])}{' ...' * (len(self) > 4)})"
+        return (
+            f"GGUFMetadata({len(self)} keys: {', '.join(list(self)[:4])}{' ...' * (len(self) > 4)})"
+        )
 
 
 class GGUFTensorInfo(NamedTuple):
@@ -599,9 +606,13 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
 
     Examples
     --------
-    >>> gguf = read_gguf(_example())
-    >>> [(t.name, t.ggml.name, t.info.shape) for t in gguf.tensors]
-    [('w', 'F32', (2, 3))]
+    >>> import numpy as np, tempfile, os
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = write_gguf(p, {"w": np.zeros((2, 3), np.float32)})
+    ...     gguf = read_gguf(p)
+    >>> [(t.name, t.ggml.name, t.dims, t.info.shape, t.offset) for t in gguf.tensors]
+    [('w', 'F32', (3, 2), (2, 3), 96)]
     """
     first = _read_one(os.path.abspath(check_path(path)))
     count = first.metadata.get("split.count")
@@ -641,12 +652,17 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
             else "an unknown version"
         )
         raise _malformed(
-            where, f"expected GGUF version 2 or 3, found {version}: {why}", expected=3, found=version
+            where,
+            f"expected GGUF version 2 or 3, found {version}: {why}",
+            expected=3,
+            found=version,
         )
     n_tensors = p.u64(8, "tensor count")
     n_kv = p.u64(16, "metadata key/value count")
     # Every key/value takes at least 12 bytes, every tensor info 24: fail before looping.
-    p.need(_HEADER_BYTES, 12 * n_kv + 24 * n_tensors, f"{n_kv} key/values and {n_tensors} tensor infos")
+    p.need(
+        _HEADER_BYTES, 12 * n_kv + 24 * n_tensors, f"{n_kv} key/values and {n_tensors} tensor infos"
+    )
     pos = _HEADER_BYTES
     entries: dict[str, tuple[Spec, int]] = {}
     for i in range(n_kv):
@@ -906,6 +922,9 @@ _INT_RANGES = (
 )
 
 
+_WIDENING = (ValueType.INT32, ValueType.INT64, ValueType.UINT64)
+
+
 def _infer(value: object, where: str) -> Spec:
     """The GGUF type a metadata value carries itself."""
     if isinstance(value, (bool, np.bool_)):
@@ -929,8 +948,8 @@ def _infer(value: object, where: str) -> Spec:
             return ("array", ValueType.STRING)
         if all(not isinstance(i, ValueType) for i in items):
             return ("array", None)
-        if all(i in (ValueType.INT32, ValueType.INT64, ValueType.UINT64) for i in items):
-            return ("array", max(items, key=[ValueType.INT32, ValueType.INT64, ValueType.UINT64].index))
+        if all(i in _WIDENING for i in items):  # Python ints: the widest type they need
+            return ("array", _WIDENING[max(_WIDENING.index(i) for i in items)])
         if len(set(items)) == 1:
             return ("array", items[0])
     raise KilnError(
@@ -942,13 +961,17 @@ def _infer(value: object, where: str) -> Spec:
     )
 
 
-def _encode(value: object, spec: Spec | None, where: str, depth: int = 1) -> tuple[int, bytes]:
+def _encode(
+    value: object, spec: Spec | None, where: str, depth: int = 1
+) -> tuple[ValueType, bytes]:
     """The value type id and the bytes of ``value`` as GGUF type ``spec``."""
     if spec is None:
         spec = _infer(value, where)
     if spec == ValueType.STRING:
         if not isinstance(value, (str, bytes)):
-            raise KilnError("TYPE", f"{where}expected a str for a string, found {show_value(value)}")
+            raise KilnError(
+                "TYPE", f"{where}expected a str for a string, found {show_value(value)}"
+            )
         raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
         return ValueType.STRING, _U64.pack(len(raw)) + raw
     if isinstance(spec, ValueType):
@@ -964,7 +987,8 @@ def _encode(value: object, spec: Spec | None, where: str, depth: int = 1) -> tup
         )
     if not isinstance(value, (list, tuple, np.ndarray)):
         raise KilnError(
-            "TYPE", f"{where}expected a list or 1-D array for {_spell(spec)}, found {show_value(value)}"
+            "TYPE",
+            f"{where}expected a list or 1-D array for {_spell(spec)}, found {show_value(value)}",
         )
     if item is None:
         inferred = _infer(value, where)
@@ -1032,11 +1056,11 @@ def _shards(plans: list[_Planned], max_shard_size: int | None) -> list[list[_Pla
     shards: list[list[_Planned]] = [[]]
     held = 0
     for plan in plans:
-        if shards[-1] and held + plan.info.byte_length > max_shard_size:
+        if shards[-1] and held + plan.source.info.byte_length > max_shard_size:
             shards.append([])
             held = 0
         shards[-1].append(plan)
-        held += plan.info.byte_length
+        held += plan.source.info.byte_length
     return shards
 
 
@@ -1106,7 +1130,9 @@ def write_gguf(
     """
     target = os.path.abspath(check_path(path))
     plans = [_plan(source) for source in tensor_sources(tensors)]
-    limit = None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
+    limit = (
+        None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
+    )
     metadata = {} if metadata is None else metadata
     if metadata_types is None:
         metadata_types = metadata.types if isinstance(metadata, GGUFMetadata) else {}
@@ -1119,7 +1145,7 @@ def write_gguf(
         stem = target[:-5] if target.endswith(".gguf") else target
         names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.gguf" for i in range(len(shards))]
     with contextlib.ExitStack() as stack:
-        for i, (name, shard) in enumerate(zip(names, shards)):
+        for i, (name, shard) in enumerate(zip(names, shards, strict=True)):
             extra = []
             if len(shards) > 1:
                 split = {
@@ -1152,7 +1178,9 @@ def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:
         parts += [
             _U64.pack(len(raw)),
             raw,
-            struct.pack(f"<I{len(plan.dims)}QIQ", len(plan.dims), *plan.dims, plan.ggml.type_id, rel),
+            struct.pack(
+                f"<I{len(plan.dims)}QIQ", len(plan.dims), *plan.dims, plan.ggml.type_id, rel
+            ),
         ]
         rel += -(-plan.source.info.byte_length // alignment) * alignment
     head = b"".join(parts)
@@ -1187,5 +1215,3 @@ def open_gguf(path: str | os.PathLike[str]) -> Weights:
     return Weights(
         tensors, format="gguf", metadata=gguf.metadata, path=gguf.paths[0], files=files.values()
     )
-
-

@@ -14,7 +14,8 @@ of unpacked bytes are checked by the callers; these kernels assume both.
 
 The bulk work runs on ``'<u4'`` lanes (one lane = four unpacked bytes = one
 packed 2-bit byte or one 3-byte 6-bit group) in cache-sized chunks, split
-across the thread pool of :mod:`kiln_np._nibbles`.  Shifts and masks are
+across the thread pool of :mod:`kiln_np._nibbles`, whose ranges start on
+multiples of its ``CHUNK_LANES``.  Shifts and masks are
 replaced by multiplications where the shifted copies cannot overlap (adding
 disjoint bit fields is OR), which saves numpy passes.
 """
@@ -25,18 +26,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._checks import U8
-from ._nibbles import CHUNK_LANES, run_ranges
+from kiln_np import _nibbles
+from kiln_np._checks import U8
 
 __all__ = ["pack2_into", "pack6_into", "unpack2_into", "unpack6_into"]
 
 _LANE = np.dtype("<u4")
-_CHUNK = CHUNK_LANES
-"""Lanes per chunk: 512 KiB of ``'<u4'`` lanes.  Measured on 16 Mi elements
-(2 cores): 64 Ki lanes were 1.4x slower with two threads and 16 Ki lanes 3-4x,
-the ufunc calls per chunk costing more than the cache they save; 256 Ki lanes
-were no faster.  It must divide CHUNK_LANES, on whose multiples ``_run``
-splits work between threads."""
 
 
 def _u4(value: int) -> np.uint32:
@@ -44,12 +39,21 @@ def _u4(value: int) -> np.uint32:
 
 
 def _chunks(lo: int, hi: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
-    """``(start, stop, w, t)`` over ``[lo, hi)`` in chunks of :data:`_CHUNK`
-    lanes; ``w`` and ``t`` are scratch lanes of the chunk's length, reused."""
-    size = min(_CHUNK, hi - lo)
+    """``(start, stop, w, t)`` over ``[lo, hi)`` in chunks of ``CHUNK_LANES``
+    lanes; ``w`` and ``t`` are scratch lanes of the chunk's length, reused.
+
+    The chunk is the nibble kernels' ``CHUNK_LANES`` (2**18 lanes), read at
+    call time: the thread pool's ranges start on its multiples, so they start
+    on chunk boundaries too, and a test can make it tiny.  A ``'<u4'`` lane is
+    four unpacked bytes, so a chunk is 1 MiB unpacked, twice a nibble chunk.
+    Measured on 16 Mi elements (2 cores): 64 Ki-lane chunks were 1.4x slower
+    with two threads and 16 Ki-lane chunks 3-4x, the ufunc calls per chunk
+    costing more than the cache they save."""
+    chunk = _nibbles.CHUNK_LANES
+    size = min(chunk, hi - lo)
     buf, tmp = np.empty(size, _LANE), np.empty(size, _LANE)
-    for start in range(lo, hi, _CHUNK):
-        stop = min(start + _CHUNK, hi)
+    for start in range(lo, hi, chunk):
+        stop = min(start + chunk, hi)
         yield start, stop, buf[: stop - start], tmp[: stop - start]
 
 
@@ -66,7 +70,7 @@ def _unpack2_lanes(src: np.ndarray, dst32: np.ndarray, lo: int, hi: int) -> int:
         # t | t<<6 moves x1 to bit 8 and x3 to bit 24.
         np.multiply(w, _u4(0x41), out=w)
         np.bitwise_and(w, _u4(0x0303_0303), out=dst32[start:stop])
-    return -1  # the _nibbles._run convention: no bad index
+    return -1  # the thread pool's convention: no bad index
 
 
 def _pack2_lanes(src32: np.ndarray, dst: np.ndarray, lo: int, hi: int) -> int:
@@ -105,7 +109,7 @@ def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     full = count // 4
     if full:
         dst32 = dst[: 4 * full].view(_LANE)
-        run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
+        _nibbles.run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
     if count % 4:
         dst[4 * full :] = _tail_fields(int(src[full]), count % 4, 2)
 
@@ -121,7 +125,7 @@ def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
-        run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
+        _nibbles.run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
     if src.size % 4:
         dst[full] = _tail_word(src[4 * full :], 2)
 
@@ -185,7 +189,7 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     if strided:
         groups = np.ndarray((strided,), _LANE, buffer=src, strides=(3,))
         dst32 = dst[: 4 * strided].view(_LANE)
-        run_ranges(lambda lo, hi: _unpack6_lanes(groups, dst32, lo, hi), strided)
+        _nibbles.run_ranges(lambda lo, hi: _unpack6_lanes(groups, dst32, lo, hi), strided)
     rest = count - 4 * strided
     if rest:
         word = int.from_bytes(src[3 * strided :].tobytes(), "little")
@@ -204,7 +208,7 @@ def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
     if full:
         src32 = src[: 4 * full].view(_LANE)
         dst24 = dst[: 3 * full].reshape(full, 3)
-        run_ranges(lambda lo, hi: _pack6_lanes(src32, dst24, lo, hi), full)
+        _nibbles.run_ranges(lambda lo, hi: _pack6_lanes(src32, dst24, lo, hi), full)
     rest = src.size % 4
     if rest:
         word = _tail_word(src[4 * full :], 6)

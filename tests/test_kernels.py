@@ -1,0 +1,290 @@
+"""The compiled kernels (kiln_np._kernels) against the numpy kernels, bit for bit.
+
+The numpy kernels are the reference.  Every test runs the same public call
+twice in one process, once with the compiled kernels and once with numpy
+(``_nibbles.COMPILED`` switched by monkeypatch), and compares the bytes, or the
+error's kind, index and value.  Both runs use the same thread ranges; the
+boundaries hit are the C loops' blocks (4096 lanes for pack, 4096 bytes for
+the byte checks), the GIL-release size, the thread granule and the numpy chunk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kiln_np
+from kiln_np import KilnError, _kernels, _nibbles
+
+BLOCK = 4096  # the C loops' block, in lanes (pack) and in bytes (first_above)
+Outcome = tuple[Any, ...]  # ("array", dtype, shape, bytes), ("error", kind, index, ...)
+
+
+def outcome(call: Callable[[], object]) -> Outcome:
+    """What a call produced, comparable across the two kernels: its bytes, or
+    its error's kind, index, found value and message."""
+    try:
+        result = call()
+    except KilnError as exc:
+        return ("error", exc.kind, exc.index, exc.found, str(exc))
+    if isinstance(result, kiln_np.Payload):
+        return ("payload", bytes(result.data), result.shape)
+    if isinstance(result, np.ndarray):
+        return ("array", result.dtype.str, result.shape, result.view(np.uint8).tobytes())
+    return ("value", result)
+
+
+def both(monkeypatch: pytest.MonkeyPatch, call: Callable[[], object]) -> Outcome:
+    """``call``'s outcome with the compiled kernels; asserts numpy's is the same."""
+    monkeypatch.setattr(_nibbles, "COMPILED", True)
+    fast = outcome(call)
+    monkeypatch.setattr(_nibbles, "COMPILED", False)
+    slow = outcome(call)
+    monkeypatch.undo()
+    assert fast == slow
+    return fast
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda k: f"{k}threads")
+def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    k: int = request.param
+    monkeypatch.setattr(_nibbles, "_threads", lambda: k)
+    return k
+
+
+@pytest.fixture
+def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread ranges from 8 lanes on 4-lane granules and chunks, for both kernels."""
+    for name, value in [
+        ("CHUNK_LANES", 4),
+        ("THREAD_MIN_LANES", 8),
+        ("SMALL_LANES", 2),
+        ("COMPILED_GRANULE", 4),
+        ("COMPILED_THREAD_MIN_LANES", 8),
+    ]:
+        monkeypatch.setattr(_nibbles, name, value)
+
+
+def nibbles(count: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 16, count, dtype=np.uint8)
+
+
+def test_the_default_install_built_the_compiled_kernels() -> None:
+    # CI installs with pip on a machine with gcc: the fast path must be there,
+    # and KILN_NP_PURE is the only way to turn it off.
+    pure = os.environ.get("KILN_NP_PURE", "").strip() not in ("", "0")
+    assert kiln_np.kernel_backend() == ("numpy" if pure else "compiled")
+    assert _nibbles.COMPILED is not pure
+    assert kiln_np.kernel_backend.__module__ == "kiln_np"
+
+
+# -- every byte value ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [511, 512])
+def test_unpack_every_byte_value(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    packed = np.arange(256, dtype=np.uint8)
+    packed[-1] &= 0x0F if count % 2 else 0xFF
+    got = both(monkeypatch, lambda: kiln_np.unpack_nibbles(packed, count))
+    assert got[3] == bytes(v for b in packed.tolist() for v in (b & 15, b >> 4))[:count]
+
+
+def test_pack_every_pair_of_nibbles(monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs = np.stack(np.meshgrid(np.arange(16), np.arange(16)), -1).astype(np.uint8)
+    got = both(monkeypatch, lambda: kiln_np.pack_nibbles(pairs))
+    assert got[3] == bytes(lo | hi << 4 for hi in range(16) for lo in range(16))
+
+
+@pytest.mark.parametrize("position", [0, 1, 2 * BLOCK - 1, 2 * BLOCK, 2 * BLOCK + 1])
+def test_every_byte_value_in_pack_and_the_checks(
+    monkeypatch: pytest.MonkeyPatch, position: int
+) -> None:
+    base = nibbles(4 * BLOCK + 3)
+    for value in range(256):
+        values = base.copy()
+        values[position] = value
+        expected = position if value > 15 else -1
+        assert both(monkeypatch, partial(_nibbles.first_above, values, 15)) == ("value", expected)
+        flags = (values > 7).astype(np.uint8)
+        flags[position] = value
+        bad = position if value > 1 else -1
+        assert both(monkeypatch, partial(_nibbles.first_above, flags, 1)) == ("value", bad)
+        packed = both(monkeypatch, partial(kiln_np.pack_nibbles, values))
+        assert (packed[2] if expected >= 0 else -1) == expected
+
+
+# -- odd counts and every block boundary -----------------------------------------------------
+
+
+def _counts() -> list[int]:
+    around = [2 * BLOCK, 4 * BLOCK, 16384, 2 * 16384, 2 * _nibbles.COMPILED_GRANULE]
+    return sorted(set(range(70)) | {n + d for n in around for d in range(-3, 4)})
+
+
+@pytest.mark.parametrize("count", _counts())
+def test_round_trip_at_every_length(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    values = nibbles(count, seed=count)
+    packed = both(monkeypatch, lambda: kiln_np.pack_nibbles(values))
+    raw = np.frombuffer(packed[3], np.uint8)
+    assert both(monkeypatch, lambda: kiln_np.unpack_nibbles(raw, count))[3] == values.tobytes()
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 2 * BLOCK + 1, 4 * BLOCK + 1])
+@pytest.mark.parametrize("bad", ["first", "middle", "last"])
+def test_the_first_bad_value_is_the_same(
+    monkeypatch: pytest.MonkeyPatch, count: int, bad: str
+) -> None:
+    values = nibbles(count)
+    at = {"first": 0, "middle": count // 2, "last": count - 1}[bad]
+    values[at] = 0x10 | at % 0xEF
+    values[-1] |= 0x20  # a later bad value never wins
+    got = both(monkeypatch, lambda: kiln_np.pack_nibbles(values))
+    assert got[:3] == ("error", "TYPE", at)
+    out = bytearray(b"\xa5" * ((count + 1) // 2))
+    assert both(monkeypatch, lambda: kiln_np.pack_nibbles(values, out=out))[:3] == got[:3]
+    assert out == b"\xa5" * len(out)
+
+
+# -- chunk and thread boundaries ---------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("tiny")
+@pytest.mark.parametrize("count", range(0, 90, 7))
+def test_tiny_thread_ranges(monkeypatch: pytest.MonkeyPatch, threads: int, count: int) -> None:
+    values = nibbles(count, seed=count)
+    packed = both(monkeypatch, lambda: kiln_np.pack_nibbles(values))
+    raw = np.frombuffer(packed[3], np.uint8)
+    assert both(monkeypatch, lambda: kiln_np.unpack_nibbles(raw, count))[3] == values.tobytes()
+    if count:
+        values[count // 3] = 0x40
+        values[-1] = 0x50
+        assert both(monkeypatch, lambda: kiln_np.pack_nibbles(values))[2] == count // 3
+        flags = np.ones(count, np.uint8)
+        flags[count // 2 :] = 9
+        assert both(monkeypatch, lambda: _nibbles.first_above(flags, 1)) == ("value", count // 2)
+
+
+def test_real_thread_ranges(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    count = 2 * (_nibbles.COMPILED_THREAD_MIN_LANES + _nibbles.COMPILED_GRANULE) + 1
+    values = nibbles(count)
+    packed = both(monkeypatch, lambda: kiln_np.pack_nibbles(values))
+    raw = np.frombuffer(packed[3], np.uint8)
+    assert both(monkeypatch, lambda: kiln_np.unpack_nibbles(raw, count))[3] == values.tobytes()
+    values[count - 5] = 0x33  # in the last thread's range
+    assert both(monkeypatch, lambda: kiln_np.pack_nibbles(values))[2] == count - 5
+    flags = (values & 1).astype(np.bool_)
+    flags.view(np.uint8)[count - 2] = 2
+    got = both(monkeypatch, lambda: kiln_np.from_numpy(flags))
+    assert got[:3] == ("error", "TYPE", count - 2)
+
+
+# -- misaligned, overlapping and big-endian buffers ---------------------------------------------
+
+
+@pytest.mark.parametrize("shift", [1, 3, 7])
+def test_misaligned_buffers(monkeypatch: pytest.MonkeyPatch, shift: int) -> None:
+    count = 2 * BLOCK + 5
+    values = np.empty(count + shift, np.uint8)[shift:]
+    values[:] = nibbles(count)
+    out = np.empty((count + 1) // 2 + shift, np.uint8)[shift:]
+    packed = both(monkeypatch, lambda: kiln_np.pack_nibbles(values, out=out))
+    src = np.empty(out.size + shift, np.uint8)[shift:]
+    src[:] = out
+    dst = np.empty(count + shift, np.uint8)[shift:]
+    got = both(monkeypatch, lambda: kiln_np.unpack_nibbles(src, count, out=dst))
+    assert got[3] == values.tobytes()
+    assert packed[3] == src.tobytes()
+
+
+@pytest.mark.parametrize("count", [61, 2 * BLOCK + 3])
+def test_overlapping_buffers(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    values = nibbles(count)
+    packed = kiln_np.pack_nibbles(values).tobytes()
+
+    def expand_and_shrink() -> np.ndarray:
+        work = np.zeros(count, np.uint8)
+        work[: len(packed)] = np.frombuffer(packed, np.uint8)
+        kiln_np.unpack_nibbles(work[: len(packed)], count, out=work)  # in place
+        assert work.tobytes() == values.tobytes()
+        kiln_np.pack_nibbles(work, out=work[1 : len(packed) + 1])  # shifted by one
+        return work
+
+    got = both(monkeypatch, expand_and_shrink)
+    assert got[3][1 : len(packed) + 1] == packed
+
+
+def test_big_endian_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = np.random.default_rng(1).integers(0, 256, 2 * BLOCK, dtype=np.uint8)
+    wide = raw.view(">u2")  # the bytes are what count, whatever the dtype says
+    got = both(monkeypatch, lambda: kiln_np.unpack_nibbles(wide, raw.size * 2))
+    assert got[3] == kiln_np.unpack_nibbles(raw.tobytes(), raw.size * 2).tobytes()
+    values = nibbles(2 * BLOCK + 1).astype(">u2")  # integers by value, any byte order
+    assert (
+        both(monkeypatch, lambda: kiln_np.pack_nibbles(values))[3]
+        == kiln_np.pack_nibbles(values.astype(np.uint8)).tobytes()
+    )
+    values[BLOCK] = 0x100
+    assert both(monkeypatch, lambda: kiln_np.pack_nibbles(values))[:3] == ("error", "TYPE", BLOCK)
+
+
+# -- through the codec -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn])
+def test_codec_round_trips_agree(monkeypatch: pytest.MonkeyPatch, dtype: type) -> None:
+    count = 2 * BLOCK + 1
+    values: np.ndarray = nibbles(count).view(dtype)
+    payload = both(monkeypatch, lambda: kiln_np.from_numpy(values))
+    code = int(kiln_np.code_for_dtype(np.dtype(dtype)))
+    decoded = both(monkeypatch, lambda: kiln_np.to_numpy(code, payload[1], (count,)))
+    assert decoded[3] == values.view(np.uint8).tobytes()
+    bad = bytearray(payload[1])
+    bad[-1] |= 0x10  # the padding nibble of an odd count
+    assert both(monkeypatch, lambda: kiln_np.to_numpy(code, bytes(bad), (count,)))[:2] == (
+        "error",
+        "TYPE",
+    )
+
+
+def test_bool_check_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = np.random.default_rng(2).integers(0, 2, 3 * BLOCK, dtype=np.uint8)
+    assert both(monkeypatch, lambda: kiln_np.to_numpy(7, flags, (flags.size,)))[0] == "array"
+    for at in (0, BLOCK - 1, BLOCK, flags.size - 1):
+        bad = flags.copy()
+        bad[at] = 0x80
+        bad[-1] = 3 if at < flags.size - 1 else 0x80
+        got = both(monkeypatch, partial(kiln_np.to_numpy, 7, bad, (bad.size,)))
+        assert got[:4] == ("error", "TYPE", at, 0x80)
+
+
+# -- the extension's own guards ---------------------------------------------------------------
+
+
+def test_the_extension_refuses_bad_calls() -> None:
+    src = np.zeros(8, np.uint8)
+    dst = np.full(16, 0xA5, np.uint8)
+    with pytest.raises(ValueError, match="range"):
+        _kernels.unpack(src, dst, 1, 4)  # a range starts on a byte
+    with pytest.raises(ValueError, match="range"):
+        _kernels.pack(dst, src, 4, 2)
+    with pytest.raises(ValueError, match="src holds 8 bytes"):
+        _kernels.unpack(src, dst, 0, 17)
+    with pytest.raises(ValueError, match="dst holds 16 bytes"):
+        _kernels.unpack(np.zeros(9, np.uint8), dst, 0, 17)
+    with pytest.raises(ValueError, match="holds 8 bytes"):
+        _kernels.first_above(src, 1, 0, 9)
+    with pytest.raises(ValueError, match="limit"):
+        _kernels.first_above(src, 2, 0, 8)
+    with pytest.raises(TypeError, match="4 arguments"):
+        _kernels.pack(src, dst, 0)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="read-only"):
+        _kernels.unpack(src, np.frombuffer(bytes(16), np.uint8), 0, 16)
+    with pytest.raises(ValueError, match="contiguous"):
+        _kernels.unpack(src, np.zeros(32, np.uint8)[::2], 0, 16)
+    assert dst.tobytes() == b"\xa5" * 16
