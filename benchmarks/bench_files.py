@@ -4,6 +4,7 @@ Run from the repository root::
 
     python benchmarks/bench_files.py              # 64 MiB payloads
     python benchmarks/bench_files.py --mib 256 --rounds 7
+    python benchmarks/bench_files.py --memory     # peak memory of stepped slices
 
 Every row is timed in the same interleaved rounds as ``np.copy`` of a payload-
 sized array (so a noisy machine moves all of them together) and reported as a
@@ -22,6 +23,11 @@ ratio to its plain-numpy counterpart measured in the same rounds:
 
 Files live in a temporary directory and the reads hit the page cache, so the
 read figures measure kiln_np's overhead over numpy's, not the disk.
+
+``--memory`` measures instead what stepped ``LazyPayload`` slices of a sparse
+``--mib`` MiB u4 file allocate (``tracemalloc`` peak: the library's
+allocations, not the mapped file's pages): ``lp[::n-1]`` selects 2 elements
+and must cost about nothing, ``lp[3::1000]`` about its output.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import tracemalloc
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -141,11 +148,44 @@ def run(mib: int, rounds: int, directory: str) -> list[list[object]]:
     return rows
 
 
+def memory(mib: int, directory: str) -> list[list[object]]:
+    """``[slice, elements, output KiB, peak KiB]`` for stepped slices of a u4 file."""
+    path = os.path.join(directory, "u4.bin")
+    with open(path, "wb") as f:
+        f.truncate(mib << 20)  # sparse: only the pages read are ever in memory
+    n = 2 * (mib << 20)
+    lazy = kiln_np.LazyPayload(path, Code.U4, (n,))
+    rows: list[list[object]] = []
+    for text, key in (
+        ("lp[::n-1]", slice(None, None, n - 1)),
+        ("lp[::-(n-1)]", slice(None, None, -(n - 1))),
+        ("lp[3::1000]", slice(3, None, 1000)),
+        ("lp[::2]", slice(None, None, 2)),
+    ):
+        tracemalloc.start()
+        try:
+            out = lazy[key]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        rows.append([text, f"{out.size:,}", f"{out.nbytes / 1024:,.1f}", f"{peak / 1024:,.1f}"])
+        del out
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=64, help="payload size in MiB")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--memory", action="store_true", help="stepped-slice peak memory")
     args = parser.parse_args(argv)
+    if args.memory:
+        with tempfile.TemporaryDirectory() as directory:
+            rows = memory(args.mib, directory)
+        print(f"u4 file: {args.mib} MiB ({2 * (args.mib << 20):,} elements); tracemalloc peak")
+        print()
+        print(markdown_table(["slice", "elements", "output KiB", "peak KiB"], rows))
+        return
     with tempfile.TemporaryDirectory() as directory:
         rows = run(args.mib, args.rounds, directory)
     print(f"payload: {args.mib} MiB; machine: {describe_machine()}")

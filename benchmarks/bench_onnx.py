@@ -12,7 +12,7 @@ For INT4, UINT2 and FLOAT6E2M3 tensors of ``n`` elements with random
   baseline every time is shown against;
 - ``decode_raw``: ``kiln_np.onnx.decode_raw(data_type, raw, (n,))`` on the
   bytes of the tensor;
-- ``to_numpy``: the same from the ``TensorProto`` (includes protobuf
+- ``to_numpy``: ``kiln_np.onnx.to_numpy`` of the ``TensorProto`` (includes protobuf
   handing out ``raw_data``);
 - ``to_array``: ``onnx.numpy_helper.to_array`` of the ``TensorProto``.
 

@@ -5,8 +5,9 @@
     python fuzz/run.py atheris --seconds 600        # needs: pip install atheris
 
 ``hypothesis`` runs the ``test_*_oracle`` properties of tests/test_fuzz.py (the
-core) and tests/test_fuzz_adapters.py (``kiln_np.onnx``, the file functions and
-the explore functions) with many more, non-derandomized examples: the allow-list
+core), tests/test_fuzz_adapters.py (``kiln_np.onnx``, the file functions and
+the explore functions) and tests/test_fuzz_cli.py (``kiln-np`` command lines and
+``.npy`` headers) with many more, non-derandomized examples: the allow-list
 oracle, a result consistent with ``byte_length`` or ``KilnError`` (plus the few
 documented exceptions listed in each file's docstring).  It counts the calls each
 entry point received from the properties, and how each call ended.  The file
@@ -31,11 +32,12 @@ from typing import Any
 import numpy as np
 
 import kiln_np
+import kiln_np.cli
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
-PROPERTY_MODULES = ["test_fuzz", "test_fuzz_adapters"]
+PROPERTY_MODULES = ["test_fuzz", "test_fuzz_adapters", "test_fuzz_cli"]
 
 ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
     (
@@ -58,6 +60,7 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
         ],
     ),
     (kiln_np.Layout, "Layout", ["__init__"]),
+    (kiln_np.cli, "kiln_np.cli", ["main"]),
     (kiln_np.LazyPayload, "LazyPayload", ["__init__", "__getitem__", "iter_chunks"]),
     (
         ko,
@@ -70,8 +73,8 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
             "from_kiln",
             "data_type_info",
             "data_type_for_dtype",
-            "tensor_to_numpy",
-            "numpy_to_tensor",
+            "to_numpy",
+            "from_numpy",
             "model_to_kiln",
         ],
     ),

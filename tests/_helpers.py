@@ -7,13 +7,23 @@ soon as a second test file needs it, instead of copying it.
 from __future__ import annotations
 
 import shutil
+import struct
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["bits", "external_tensor", "kiln_np_exe", "run_command"]
+__all__ = [
+    "bits",
+    "external_tensor",
+    "gguf_bytes",
+    "gguf_info",
+    "gguf_kv",
+    "kiln_np_exe",
+    "run_command",
+]
 
 
 def bits(arr: Any) -> bytes:
@@ -51,9 +61,7 @@ def external_tensor(
 
 def kiln_np_exe() -> list[str]:
     """The installed ``kiln-np`` entry point next to this interpreter, as argv."""
-    exe = shutil.which("kiln-np", path=str(Path(sys.executable).parent)) or shutil.which(
-        "kiln-np"
-    )
+    exe = shutil.which("kiln-np", path=str(Path(sys.executable).parent)) or shutil.which("kiln-np")
     assert exe is not None, "kiln-np is not installed next to this interpreter"
     return [exe]
 
@@ -65,3 +73,37 @@ def run_command(*argv: str) -> Any:
     from kiln_np import cli
 
     return cli.run(list(argv))
+
+
+def gguf_kv(key: str, vtype: int, body: bytes) -> bytes:
+    """One GGUF metadata key/value: the key string, the value type, the value bytes."""
+    raw = key.encode()
+    return struct.pack("<Q", len(raw)) + raw + struct.pack("<I", vtype) + body
+
+
+def gguf_info(name: str, dims: tuple[int, ...] = (2,), type_id: int = 0, offset: int = 0) -> bytes:
+    """One GGUF tensor info (an F32 [2] at data offset 0 by default)."""
+    raw = name.encode()
+    n = len(dims)
+    return struct.pack(f"<Q{len(raw)}sI{n}QIQ", len(raw), raw, n, *dims, type_id, offset)
+
+
+def gguf_bytes(
+    kvs: Sequence[bytes] = (),
+    infos: Sequence[bytes] = (),
+    data: bytes = b"",
+    *,
+    version: int = 3,
+    n_tensors: int | None = None,
+    n_kv: int | None = None,
+) -> bytes:
+    """A GGUF file by hand (counts from the lists unless given), padded to 32
+    bytes before ``data``, for hostile-header tests."""
+    head = b"GGUF" + struct.pack(
+        "<IQQ",
+        version,
+        len(infos) if n_tensors is None else n_tensors,
+        len(kvs) if n_kv is None else n_kv,
+    )
+    body = head + b"".join(kvs) + b"".join(infos)
+    return body + bytes(-len(body) % 32) + data

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import ml_dtypes
@@ -54,12 +53,12 @@ class Run:
 
 
 @pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Iterator[type[Run]]:
+def run(capsys: pytest.CaptureFixture[str]) -> type[Run]:
     class Bound(Run):
         def __init__(self, *argv: str) -> None:
             super().__init__(capsys, *argv)
 
-    yield Bound
+    return Bound
 
 
 @pytest.fixture
@@ -101,7 +100,13 @@ def test_entry_point_encodes_and_decodes(tmp_path: Path) -> None:
             f"--shape '{shape}' {name}.back.npy --json",
         ]
     done = subprocess.run(
-        " && ".join(script), shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        " && ".join(script),
+        check=False,
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert (done.returncode, done.stderr) == (0, "")  # no progress bar: stderr is a pipe
     lines = done.stdout.splitlines()
@@ -127,6 +132,7 @@ def test_entry_point_error_is_one_line_with_status_2(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
@@ -174,7 +180,9 @@ def test_every_code_round_trips(row: kiln_np.DType, work: Path, run: type[Run]) 
     shape = ",".join(map(str, arr.shape))
     run("decode", "a.kiln", "--code", str(int(row.code)), "--shape", shape, "b.npy").ok()
     assert bits(np.load("b.npy").view(row.dtype)) == bits(arr)
-    record = json.loads(run("inspect", "a.kiln", "--code", row.name, "--shape", shape, "--json").ok())
+    record = json.loads(
+        run("inspect", "a.kiln", "--code", row.name, "--shape", shape, "--json").ok()
+    )
     described = kiln_np.describe(arr).to_dict()
     assert {k: record[k] for k in described} == json.loads(json.dumps(described))
 
@@ -218,7 +226,9 @@ def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: type[Run]) 
     assert (back.dtype, back.shape, back.tobytes()) == (np.uint8, (3, 4), bytes(range(12)))
 
 
-def test_decode_reads_in_chunks(work: Path, run: type[Run], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_reads_in_chunks(
+    work: Path, run: type[Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(cli, "_READ_BYTES", 3)  # odd: 4-bit chunks must still start on a byte
     values = np.array([1, 2, 3, 4, 5, 6, 7], ml_dtypes.uint4)
     Path("u4.kiln").write_bytes(bytes(from_numpy(values).data))
@@ -235,15 +245,19 @@ def test_a_file_that_shrinks_while_read_is_a_clean_error(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cli, "_READ_BYTES", 16)
-    args = cli._parser().parse_args(["decode", "f32x12.kiln", "--code", "f32", "--shape", "12", "x"])
+    args = cli._parser().parse_args(
+        ["decode", "f32x12.kiln", "--code", "f32", "--shape", "12", "x"]
+    )
     chunks = cli._chunks(cli._open_input(args, exact=True))
     assert next(chunks).tolist() == [0.0, 1.0, 2.0, 3.0]
     os.truncate("f32x12.kiln", 20)  # another process cuts the file
     with pytest.raises(kiln_np.KilnError) as info:
         next(chunks)
     assert info.value.kind == "LENGTH"
-    assert "the file shrank while read: code 2 (f32) shape (12,): expected 12 x 4 = 48 bytes, " \
+    assert (
+        "the file shrank while read: code 2 (f32) shape (12,): expected 12 x 4 = 48 bytes, "
         "found 20 (short by 28)" in str(info.value)
+    )
 
 
 # -- issue 11.4: a payload is exactly byte_length bytes ---------------------------------
@@ -278,7 +292,11 @@ def test_length_errors_read_as_to_numpys(work: Path, run: type[Run]) -> None:
 
 
 def test_inspect_reports_trailing_bytes_and_offset_past_the_end(work: Path, run: type[Run]) -> None:
-    record = json.loads(run("inspect", "f32x12.kiln", "--code", "u8", "--shape", "4", "--offset", "0x10", "--json").ok())
+    record = json.loads(
+        run(
+            "inspect", "f32x12.kiln", "--code", "u8", "--shape", "4", "--offset", "0x10", "--json"
+        ).ok()
+    )
     assert (record["offset"], record["trailing_bytes"], record["file_bytes"]) == (16, 28, 48)
     run("inspect", "f32x12.kiln", "--code", "u8", "--shape", "1", "--offset", "48").error(
         "LENGTH", "expected 1 x 1 = 1 bytes, found 0 (short by 1)"
@@ -369,7 +387,9 @@ def test_huge_numbers_are_bounded_messages(
     argv = {"--code": "4096" if option == "--layout" else "u8", "--shape": "1", "--offset": "0"}
     argv[option] = value
     flat = [w for k, v in argv.items() for w in (f"{k}={v}",)]
-    err = run("inspect", "f0.kiln", *flat).error(kind, option.lstrip("-") if option != "--shape" else "")
+    err = run("inspect", "f0.kiln", *flat).error(
+        kind, option.lstrip("-") if option != "--shape" else ""
+    )
     assert len(err) < 400
 
 
@@ -397,8 +417,16 @@ HOSTILE_NPY = {
     "float-dim": (_npy(_header(b"(1.5,)")), "TYPE", "found '.'"),
     "call": (_npy(_header(b"(1,)", b"__import__('os')")), "TYPE", "expected a .npy file"),
     "shape-list": (_npy(_header(b"[1]")), "TYPE", "shape as a tuple of integers"),
-    "fortran-int": (_npy(b"{'descr': '<f8', 'fortran_order': 0, 'shape': (1,)}"), "TYPE", "fortran_order"),
-    "extra-key": (_npy(b"{'descr': '<f8', 'fortran_order': False, 'shape': (), 'x': 1}"), "TYPE", "keys"),
+    "fortran-int": (
+        _npy(b"{'descr': '<f8', 'fortran_order': 0, 'shape': (1,)}"),
+        "TYPE",
+        "fortran_order",
+    ),
+    "extra-key": (
+        _npy(b"{'descr': '<f8', 'fortran_order': False, 'shape': (), 'x': 1}"),
+        "TYPE",
+        "keys",
+    ),
     "bad-descr": (_npy(_header(b"(1,)", b"'<q9'")), "TYPE", "expected a .npy file"),
     "version-9": (b"\x93NUMPY\x09\x00\x10\x00" + b" " * 16, "TYPE", "expected a .npy file"),
     "cut-length": (b"\x93NUMPY\x02\x00\x10", "TYPE", "header length"),
@@ -489,10 +517,14 @@ def test_first_zero_shows_no_first_line_and_negative_is_refused(work: Path, run:
         text = run("inspect", "f32x3.kiln", *argv, "--first", "0").ok()
         assert "first" not in text
         assert "\n\n" not in text
-        assert text.endswith("\n") and text.strip()
-        assert json.loads(run("inspect", "f32x3.kiln", *argv, "--first", "0", "--json").ok())[
-            "first_bits"
-        ] == []
+        assert text.endswith("\n")
+        assert text.strip()
+        assert (
+            json.loads(run("inspect", "f32x3.kiln", *argv, "--first", "0", "--json").ok())[
+                "first_bits"
+            ]
+            == []
+        )
         run("inspect", "f32x3.kiln", *argv, "--first", "-1").error("USAGE", "--first")
         run("inspect", "f32x3.kiln", *argv, "--first", "1e3").error("USAGE", "--first")
 
@@ -510,7 +542,9 @@ def test_json_keys_are_the_documented_schemas(work: Path, run: type[Run]) -> Non
     opaque = json.loads(run(*argv).ok())
     assert list(closed) == list(opaque) == _documented_keys("inspect-json")
     encoded = json.loads(run("encode", "f32.npy", "o.kiln", "--json").ok())
-    decoded = json.loads(run("decode", "o.kiln", "--code", "f32", "--shape", "3", "o.npy", "--json").ok())
+    decoded = json.loads(
+        run("decode", "o.kiln", "--code", "f32", "--shape", "3", "o.npy", "--json").ok()
+    )
     assert list(encoded) == list(decoded) == _documented_keys("convert-json")
     golden = json.loads(run("golden", "--json").ok())
     assert list(golden) == _documented_keys("golden-json")
@@ -532,45 +566,68 @@ def test_golden_table_json_and_exit_status(work: Path, run: type[Run]) -> None:
     assert {c["name"] for c in record["cases"]} >= {"kiln-v2-u4", "opaque-rank-64"}
     (work / "cases").mkdir()
     failing = [{"name": "nope", "code": 17, "shape": [3], "payload": "21 03", "elements": ["0"]}]
-    (work / "cases" / "x.json").write_text(json.dumps({"format": "kiln-golden/1", "cases": failing}))
+    (work / "cases" / "x.json").write_text(
+        json.dumps({"format": "kiln-golden/1", "cases": failing})
+    )
     done = run("golden", "cases")
     assert (done.status, done.err) == (1, "")
-    assert "FAIL" in done.out and "0 passed, 1 failed" in done.out
+    assert "FAIL" in done.out
+    assert "0 passed, 1 failed" in done.out
     done = run("golden", "cases", "--json")
     assert done.status == 1
     assert json.loads(done.out)["cases"][0]["ok"] is False
 
 
-@pytest.mark.parametrize(
-    ("content", "text"),
-    [
-        ('{"format": "kiln-golden/1", "cases": [{"name": "big", "code": 1e400, "shape": [1], '
-         '"payload": "00", "error": "TYPE"}]}', "x.json: case 0 ('big'): expected code to be a JSON integer"),
-        ('{"format": "kiln-golden/1", "cases": [{"name": "none", "code": 1, "shape": [1], '
-         '"payload": "00"}]}', "x.json: case 0 ('none'): expected exactly one of elements"),
-        ('{"format": "kiln-golden/1", "cases": [{"name": "ok", "code": 9, "shape": [1], '
-         '"payload": "00", "elements": ["00"]}, {"name": "hex", "code": 9, "shape": [1], '
-         '"payload": "zz", "elements": ["00"]}]}', "x.json: case 1 ('hex'): expected payload to be hex"),
-        ('{"format": "kiln-golden/1", "cases": [{"name": "el", "code": 9, "shape": [1], '
-         '"payload": "00", "elements": ["0x1"]}]}', "case 0 ('el'): expected elements to be a list of hex"),
-        ('{"format": "kiln-golden/1", "cases": [{"name": "lay", "code": 4096, "shape": [1], '
-         '"payload": "00", "layout": {"name": "q", "block_size": 0}, "error": "TYPE"}]}',
-         "case 0 ('lay'): TYPE: expected a layout block_size"),
-        ('{"format": "kiln-golden/1", "cases": [{"name": "t", "code": true, "shape": [1], '
-         '"payload": "00", "error": "TYPE"}]}', "expected code to be a JSON integer, found bool True"),
-        ('{"format": "kiln-golden/1", "cases": [{"name": "k", "code": 1, "shape": [1], '
-         '"payload": "00", "error": "OOPS"}]}', "expected error to be one of TYPE, LENGTH, SHAPE"),
-        ('{"format": "kiln-golden/1", "cases": [7]}', "x.json: case 0: expected a case object"),
-        ('{"format": "kiln-golden/1", "cases": {}}', 'x.json: expected "cases" to be a list'),
-        ('{"format": "kiln-golden/1", "cases": [', "x.json: expected UTF-8 JSON"),
-        ("[" * 100000, "x.json: expected UTF-8 JSON"),
-        ('{"format": "kiln-golden/1", "cases": [{"code": 1' + "0" * 5000 + "}]}", "x.json: expected UTF-8 JSON"),
-        ('{"format": "other"}', "x.json: expected a 'kiln-golden/1' case file"),
-    ],
-    ids=["code-1e400", "neither", "bad-hex", "bad-element", "bad-layout", "bool-code",
-         "bad-kind", "not-object", "cases-not-list", "invalid-json", "deep-json", "huge-int",
-         "format"],
-)  # fmt: skip
+def _cases(*cases: str) -> str:
+    return '{"format": "kiln-golden/1", "cases": [' + ", ".join(cases) + "]}"
+
+
+_F32 = '"name": "c", "code": 2, "shape": [1], "payload": "00 00 80 3f"'
+
+MALFORMED_GOLDEN = {
+    # id: (file content, text of the one-line error)
+    "code-1e400": (
+        _cases('{"name": "big", "code": 1e400, "shape": [1], "payload": "00", "error": "TYPE"}'),
+        "x.json: case 0 ('big'): expected code to be a JSON integer, found float inf",
+    ),
+    "bool-code": (
+        _cases('{"name": "t", "code": true, "shape": [1], "payload": "00", "error": "TYPE"}'),
+        "case 0 ('t'): expected code to be a JSON integer, found bool True",
+    ),
+    "neither": (_cases("{" + _F32 + "}"), "x.json: case 0 ('c'): expected exactly one of"),
+    "both": (
+        _cases("{" + _F32 + ', "elements": ["3f800000"], "error": "TYPE"}'),
+        "case 0 ('c'): expected exactly one of elements",
+    ),
+    "bad-hex": (
+        _cases("{" + _F32 + ', "elements": ["3f800000"]}', '{"name": "h", "code": 9, '
+               '"shape": [1], "payload": "zz", "elements": ["00"]}'),
+        "x.json: case 1 ('h'): expected payload to be hex",
+    ),
+    "bad-element": (
+        _cases("{" + _F32 + ', "elements": ["0x3f800000"]}'),
+        "case 0 ('c'): expected elements to be a list of hex strings",
+    ),
+    "bad-layout": (
+        _cases('{"name": "q", "code": 4096, "shape": [1], "payload": "00", '
+               '"layout": {"name": "q", "block_size": 0}, "error": "TYPE"}'),
+        "case 0 ('q'): TYPE: expected a layout block_size",
+    ),
+    "bad-kind": (_cases("{" + _F32 + ', "error": "OOPS"}'), "expected error to be one of TYPE"),
+    "bad-shape": (
+        _cases('{"name": "s", "code": 2, "shape": 3, "payload": "", "error": "SHAPE"}'),
+        "case 0 ('s'): expected shape to be a list",
+    ),
+    "not-object": (_cases("7"), "x.json: case 0: expected a case object"),
+    "cases-not-list": ('{"format": "kiln-golden/1", "cases": {}}', 'expected "cases" to be a list'),
+    "invalid-json": ('{"format": "kiln-golden/1", "cases": [', "x.json: expected UTF-8 JSON"),
+    "deep-json": ("[" * 100000, "x.json: expected UTF-8 JSON"),
+    "huge-int": (_cases('{"code": 1' + "0" * 5000 + "}"), "x.json: expected UTF-8 JSON"),
+    "format": ('{"format": "other"}', "x.json: expected a 'kiln-golden/1' case file"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("content", "text"), MALFORMED_GOLDEN.values(), ids=MALFORMED_GOLDEN)
 def test_malformed_golden_files_name_the_file_and_case(
     work: Path, run: type[Run], content: str, text: str
 ) -> None:
@@ -578,7 +635,8 @@ def test_malformed_golden_files_name_the_file_and_case(
     (work / "cases" / "x.json").write_text(content)
     done = run("golden", "cases")
     assert (done.status, done.out) == (2, "")
-    assert done.err.startswith("kiln-np: golden: ") and done.err.count("\n") == 1
+    assert done.err.startswith("kiln-np: golden: ")
+    assert done.err.count("\n") == 1
     assert text in done.err
 
 
@@ -850,7 +908,8 @@ def test_onnx_non_utf8_tensor_name_is_one_line(work: Path, run: type[Run]) -> No
     data = helper.make_model(graph).SerializeToString().replace(b"NAME", b"\xff\xfeN\x80")
     Path("bad.onnx").write_bytes(data)
     done = run("onnx", "bad.onnx", "out")
-    assert done.status == 2 and done.err.count("\n") == 1, done.err
+    assert done.status == 2
+    assert done.err.count("\n") == 1, done.err
     assert done.err.startswith("kiln-np: TYPE: ")
 
 

@@ -18,7 +18,15 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from kiln_np import Code, KilnError, PayloadInfo, from_numpy, open_payload, write_payload
+from kiln_np import (
+    Code,
+    KilnError,
+    Layout,
+    PayloadInfo,
+    from_numpy,
+    open_payload,
+    write_payload,
+)
 from kiln_np.dask import from_payload, to_payload
 
 
@@ -163,3 +171,62 @@ def test_local_cluster_with_processes(tmp_path: Path) -> None:
         info = to_payload(x, dst)
     assert (info, info.byte_length) == (PayloadInfo(Code.U4, (63, 5)), 158)
     assert dst.read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "chunks", [0, (0,), ((2, 2),), "lots", 1.5], ids=["0", "(0,)", "not-adding-up", "str", "float"]
+)
+def test_from_payload_chunks_dask_cannot_use_are_shape(tmp_path: Path, chunks: object) -> None:
+    path = tmp_path / "u8.bin"
+    path.write_bytes(bytes(5))
+    with pytest.raises(KilnError, match="expected dask chunks for the decoded shape") as info:
+        from_payload(path, Code.U8, (5,), chunks=chunks)
+    assert info.value.kind == "SHAPE"
+
+
+def test_from_payload_opaque_rank_64_is_shape(tmp_path: Path) -> None:
+    path = tmp_path / "b.bin"
+    path.write_bytes(b"\x01")
+    with pytest.raises(KilnError, match="at most 63 dimensions") as info:
+        from_payload(path, 4100, (1,) * 64, layout=Layout("q", 1))
+    assert info.value.kind == "SHAPE"
+    x = from_payload(path, 4100, (1,) * 31, layout=Layout("q", 1))  # numpy 1.x: 32-D at most
+    assert x.compute(scheduler="sync").shape == (1,) * 32
+
+
+class _FsPath:
+    def __fspath__(self) -> str:
+        raise RuntimeError("no path")
+
+
+def test_paths_whose_fspath_raises_are_type() -> None:
+    for call in (
+        lambda: from_payload(_FsPath(), Code.U8, (1,)),
+        lambda: to_payload(da.zeros(2, dtype=np.uint8), _FsPath()),
+    ):
+        with pytest.raises(KilnError, match="__fspath__ raised") as info:
+            call()
+        assert info.value.kind == "TYPE"
+
+
+@pytest.mark.usefixtures("threads")
+def test_to_payload_replaces_as_write_payload_does(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    target = tmp_path / "data" / "t.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o640)
+    link = tmp_path / "link.bin"
+    link.symlink_to(target)
+    info = to_payload(da.arange(4, dtype="<u2", chunks=3), link)
+    assert (info.byte_length, link.is_symlink()) == (8, True)
+    assert target.read_bytes() == bytes(from_numpy(np.arange(4, dtype="<u2")).data)
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["t.bin"]
+    missing = str(tmp_path / "missing" / "out.bin")
+    with pytest.raises(FileNotFoundError, match="missing") as err:
+        to_payload(da.arange(4, dtype="<u2", chunks=3), missing)
+    assert err.value.filename == missing
+
+
+def test_public_names_live_in_kiln_np_dask() -> None:
+    assert from_payload.__module__ == to_payload.__module__ == "kiln_np.dask"

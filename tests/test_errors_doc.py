@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import shutil
+import struct
 import sys
 import tempfile
 from collections.abc import Callable
@@ -26,10 +27,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import gguf_bytes, gguf_info, gguf_kv, run_command
 
 import kiln_np
+import kiln_np.gguf as kg
 import kiln_np.onnx as ko
-from kiln_np import Code, KilnError, Layout
+from kiln_np import Code, KilnError, Layout, mx
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "errors.md"
@@ -76,6 +79,11 @@ def _released() -> memoryview:
 class _BadSequence(tuple[int, ...]):
     def __iter__(self) -> Any:
         raise RuntimeError("broken shape")
+
+
+class _RaisingArray:
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise RuntimeError("no array today")
 
 
 class _BadLength(tuple[int, ...]):
@@ -140,6 +148,18 @@ def _dask_bad_bool() -> Any:
     return kiln_np.dask.to_payload(darray, _scratch() / "b.kiln")
 
 
+class _FsPath:
+    """An ``os.PathLike`` whose ``__fspath__`` raises ``result`` or returns it."""
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __fspath__(self) -> Any:
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
 def _dask_zero_chunks() -> Any:
     import kiln_np.dask
 
@@ -173,7 +193,14 @@ def _tensor(data_type: int = 1, dims: tuple[int, ...] = (2,), **fields: Any) -> 
 def _segmented() -> Any:
     tensor = _tensor(raw_data=bytes(8))
     tensor.segment.begin, tensor.segment.end = 0, 2
-    return ko.tensor_to_numpy(tensor)
+    return ko.to_numpy(tensor)
+
+
+def _garbled(tensor: Any, text: str) -> Any:
+    """``tensor`` as read from a hostile file: the UTF-8 of ``text`` (a name, a
+    location) replaced by bytes that are not UTF-8, so protobuf hands back bytes."""
+    wire = tensor.SerializeToString().replace(text.encode(), b"\xff" * len(text.encode()))
+    return type(tensor).FromString(wire)
 
 
 def _external(location: str, base: Path | None = None, **entries: str) -> Any:
@@ -184,7 +211,7 @@ def _external(location: str, base: Path | None = None, **entries: str) -> Any:
     for key, value in {"location": location, **entries}.items():
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
-    return ko.tensor_to_numpy(tensor, base)
+    return ko.to_numpy(_garbled(tensor, "\u00e9") if "\u00e9" in location else tensor, base)
 
 
 def _external_symlink_out() -> Any:
@@ -219,10 +246,17 @@ def _string_initializer() -> Any:
 def _cli(*argv: str) -> Any:
     """Run a ``kiln-np`` command as :func:`kiln_np.cli.main` does, minus the
     handler that prints the KilnError."""
-    from kiln_np import cli
+    return run_command(*argv)
 
-    args = cli._parser().parse_args(argv)
-    return args.run(args)
+
+def _fifo() -> str:
+    path = _scratch() / "pipe"
+    os.mkfifo(path)
+    return str(path)
+
+
+def _npy_header(header: bytes) -> str:
+    return _file("h.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header)
 
 
 def _cut_npy() -> str:
@@ -298,6 +332,8 @@ CORE: list[Entry] = [
 
 FILES: list[Entry] = [
     ("open_payload", "path not a str or PathLike", lambda: kiln_np.open_payload(3, 2, (1,))),  # type: ignore[arg-type]
+    ("open_payload", "path whose __fspath__ raises", lambda: kiln_np.open_payload(_FsPath(RuntimeError("gone")), 2, (1,))),
+    ("open_payload", "path whose __fspath__ returns bytes", lambda: kiln_np.open_payload(_FsPath(b"w.kiln"), 2, (1,))),
     ("open_payload", "offset not an integer", lambda: kiln_np.open_payload("w.kiln", 2, (1,), offset=1.0)),  # type: ignore[arg-type]
     ("open_payload", "negative offset", lambda: kiln_np.open_payload("w.kiln", 2, (1,), offset=-1)),
     ("open_payload", "file too short", lambda: kiln_np.open_payload(_file("f32.kiln", bytes(7)), 2, (2,))),
@@ -328,18 +364,30 @@ FILES: list[Entry] = [
     ("kiln_np.dask.to_payload", "bool byte other than 0/1 in a chunk", _dask_bad_bool),
 ]  # fmt: skip
 
+_E2M1_32 = np.zeros(32, ml_dtypes.float4_e2m1fn)
+_E8M0_1 = np.ones(1, ml_dtypes.float8_e8m0fnu)
+
 EXPLORE: list[Entry] = [
-    ("bit_values", "type wider than 8 bits", lambda: kiln_np.bit_values(np.float32)),
-    ("Description.plot", "type wider than 8 bits", lambda: kiln_np.describe(_f4(2)).plot()),
+    ("bit_values", "type wider than 16 bits", lambda: kiln_np.bit_values(np.float32)),
+    ("Description.plot", "pattern histogram of a type wider than 16 bits", lambda: kiln_np.describe(np.zeros(2, np.int32)).plot()),
+    ("Description.plot", "exponent histogram of a type that has none", lambda: kiln_np.describe(_u4(1)).plot(what="exponents")),
+    ("Description.plot", "what neither 'patterns' nor 'exponents'", lambda: kiln_np.describe(_u4(1)).plot(what="values")),  # type: ignore[arg-type]
     ("bit_histogram", "bool byte other than 0/1", lambda: kiln_np.bit_histogram(_bools(0, 1, 2))),
     ("bit_histogram", "not array-like", lambda: kiln_np.bit_histogram([[1], [1, 2]])),
+    ("bit_histogram", "opaque payload", lambda: kiln_np.bit_histogram(kiln_np.Payload(4096, memoryview(bytes(2)), (1,), Layout("pair", 2)))),
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
+    ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
+    ("describe", "block-scaled values not e2m1, f8e4m3, f8e5m2, i8", lambda: kiln_np.describe(_f4(32), _E8M0_1)),
+    ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),
+    ("describe", "scales of the wrong shape", lambda: kiln_np.describe(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu))),
+    ("ScaledDescription.plot", "not three axes", lambda: kiln_np.describe(_E2M1_32, _E8M0_1).plot([])),
 ]  # fmt: skip
 
 ONNX: list[Entry] = [
     ("data_type_info", "not an integer", lambda: ko.data_type_info("FLOAT")),  # type: ignore[arg-type]
     ("data_type_info", "0 (UNDEFINED)", lambda: ko.data_type_info(0)),
     ("data_type_info", "above 28", lambda: ko.data_type_info(29)),
+    ("data_type_info", "an integer of more than 4300 digits", lambda: ko.data_type_info(10**5000)),
     ("OnnxType.byte_length", "STRING", lambda: ko.data_type_info(8).byte_length(1)),
     ("data_type_for_dtype", "not a dtype", lambda: ko.data_type_for_dtype("no-such-dtype")),
     ("data_type_for_dtype", "dtype with no ONNX type", lambda: ko.data_type_for_dtype(ml_dtypes.float8_e3m4)),
@@ -347,6 +395,7 @@ ONNX: list[Entry] = [
     ("decode_raw", "negative dimension", lambda: ko.decode_raw(1, b"", (-1,))),
     ("decode_raw", "raw_data not C-contiguous", lambda: ko.decode_raw(2, memoryview(b"abcd")[::2], (2,))),
     ("decode_raw", "one byte short", lambda: ko.decode_raw(1, bytes(7), (2,))),
+    ("decode_raw", "2-bit raw_data one byte long", lambda: ko.decode_raw(25, b"\x00\x00", (3,))),
     ("decode_raw", "BOOL byte other than 0/1", lambda: ko.decode_raw(9, b"\x01\x02", (2,))),
     ("decode_raw", "nonzero 2-bit padding", lambda: ko.decode_raw(26, b"\x40", (3,))),
     ("decode_field", "values not a flat sequence", lambda: ko.decode_field(1, [[1.0]], (1,))),
@@ -357,6 +406,8 @@ ONNX: list[Entry] = [
     ("decode_field", "double that is not an exact float32", lambda: ko.decode_field(1, [0.1], (1,))),
     ("decode_field", "string that is not UTF-8", lambda: ko.decode_field(8, [b"\xff"], (1,))),
     ("decode_field", "wrong number of values", lambda: ko.decode_field(6, [1], (2,))),
+    ("decode_field", "STRING dims numpy cannot represent", lambda: ko.decode_field(8, [], (0, 2**62))),
+    ("decode_field", "__array__ raising", lambda: ko.decode_field(6, _RaisingArray(), (1,))),
     ("encode_raw", "dtype is not the data_type's", lambda: ko.encode_raw(_f4(2), 11)),
     ("encode_raw", "STRING array", lambda: ko.encode_raw(np.array(["a"]))),
     ("encode_raw", "bool byte other than 0/1", lambda: ko.encode_raw(_bools(0, 2))),
@@ -365,24 +416,29 @@ ONNX: list[Entry] = [
     ("to_kiln", "BOOL byte other than 0/1", lambda: ko.to_kiln(9, b"\x02", (1,))),
     ("from_kiln", "opaque code that is not an ONNX type", lambda: ko.from_kiln(4096, b"\x00", (1,), Layout("x", 1))),
     ("from_kiln", "2-bit block above 0x03", lambda: ko.from_kiln(0x4F19, b"\x04", (1,), Layout("onnx.uint2", 1))),
-    ("tensor_to_numpy", "not a TensorProto", lambda: ko.tensor_to_numpy(b"")),  # type: ignore[arg-type]
-    ("tensor_to_numpy", "data_type 0", lambda: ko.tensor_to_numpy(_tensor(0, raw_data=bytes(8)))),
-    ("tensor_to_numpy", "segmented tensor", _segmented),
-    ("tensor_to_numpy", "values in two places", lambda: ko.tensor_to_numpy(_tensor(raw_data=bytes(8), float_data=[1.0, 2.0]))),
-    ("tensor_to_numpy", "STRING in raw_data", lambda: ko.tensor_to_numpy(_tensor(8, (1,), raw_data=b"a"))),
-    ("tensor_to_numpy", "raw_data one byte short", lambda: ko.tensor_to_numpy(_tensor(raw_data=bytes(7)))),
-    ("tensor_to_numpy", "external data without a location", lambda: _external("")),
-    ("tensor_to_numpy", "external data without base_dir", lambda: _external("w.bin")),
-    ("tensor_to_numpy", "external location leaving base_dir", lambda: _external("../w.bin", Path("model"))),
-    ("tensor_to_numpy", "external location a symlink out of base_dir", _external_symlink_out),
-    ("tensor_to_numpy", "external location not a regular file", _external_dir),
-    ("tensor_to_numpy", "external offset not a decimal integer", lambda: _external("w.bin", Path("model"), offset="0x8")),
-    ("tensor_to_numpy", "external data past the end of its file", _external_short),
-    ("numpy_to_tensor", "STRING element neither str nor bytes", lambda: ko.numpy_to_tensor(np.array([1, "a"], object))),
-    ("numpy_to_tensor", "str element beyond U+10FFFF", lambda: ko.numpy_to_tensor(np.array([0x61, 0x110000], "<u4").view("<U1"))),
-    ("numpy_to_tensor", "name UTF-8 cannot encode", lambda: ko.numpy_to_tensor(_f4(1), name="\udc80")),
+    ("from_kiln", "opaque shape of 64 dimensions", lambda: ko.from_kiln(0x4F19, b"\x00", (1,) * 64, Layout("onnx.uint2", 1))),
+    ("to_numpy", "not a TensorProto", lambda: ko.to_numpy(b"")),  # type: ignore[arg-type]
+    ("to_numpy", "name not UTF-8 (from a hostile file)", lambda: ko.to_numpy(_garbled(_tensor(raw_data=bytes(8)), "w"))),
+    ("to_numpy", "data_type 0", lambda: ko.to_numpy(_tensor(0, raw_data=bytes(8)))),
+    ("to_numpy", "segmented tensor", _segmented),
+    ("to_numpy", "values in two places", lambda: ko.to_numpy(_tensor(raw_data=bytes(8), float_data=[1.0, 2.0]))),
+    ("to_numpy", "STRING in raw_data", lambda: ko.to_numpy(_tensor(8, (1,), raw_data=b"a"))),
+    ("to_numpy", "raw_data one byte short", lambda: ko.to_numpy(_tensor(raw_data=bytes(7)))),
+    ("to_numpy", "external data without a location", lambda: _external("")),
+    ("to_numpy", "external location not UTF-8", lambda: _external("\u00e9.bin", Path("model"))),
+    ("to_numpy", "external data without base_dir", lambda: _external("w.bin")),
+    ("to_numpy", "external location leaving base_dir", lambda: _external("../w.bin", Path("model"))),
+    ("to_numpy", "external location a symlink out of base_dir", _external_symlink_out),
+    ("to_numpy", "external location not a regular file", _external_dir),
+    ("to_numpy", "external offset not a decimal integer", lambda: _external("w.bin", Path("model"), offset="0x8")),
+    ("to_numpy", "external offset of 5000 digits", lambda: _external("w.bin", Path("model"), offset="9" * 5000)),
+    ("to_numpy", "external data past the end of its file", _external_short),
+    ("from_numpy", "STRING element neither str nor bytes", lambda: ko.from_numpy(np.array([1, "a"], object))),
+    ("from_numpy", "str element beyond U+10FFFF", lambda: ko.from_numpy(np.array([0x61, 0x110000], "<u4").view("<U1"))),
+    ("from_numpy", "name UTF-8 cannot encode", lambda: ko.from_numpy(_f4(1), name="\udc80")),
     ("model_to_kiln", "neither a model nor a path", lambda: ko.model_to_kiln(3)),  # type: ignore[arg-type]
     ("model_to_kiln", "a file that is not an ONNX model", lambda: ko.model_to_kiln(_file("m.onnx", b"\xff\xff\xff"))),
+    ("model_to_kiln", "a .json file (read as binary, whatever its name)", lambda: ko.model_to_kiln(_file("m.json", b"{}"))),
     ("model_to_kiln", "STRING initializer (no Kiln form)", _string_initializer),
 ]  # fmt: skip
 
@@ -399,6 +455,117 @@ CLI: list[Entry] = [
     ("kiln-np encode", "ml_dtypes .npy without --code", lambda: _cli("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln")),
     ("kiln-np encode", "--code of another width than the .npy", lambda: _cli("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "f32")),
     ("kiln-np onnx", "not an ONNX model", lambda: _cli_file("onnx", "m.onnx", b"\xff\xff\xff", "outdir")),
+    ("kiln-np inspect", "--offset not a number", lambda: _cli("inspect", "w.kiln", "--code", "f32", "--shape", "3", "--offset", "1.5")),
+    ("kiln-np inspect", "a number of more than 40 digits", lambda: _cli("inspect", "w.kiln", "--code", "f32", "--shape", "1" + "0" * 5000)),
+    ("kiln-np decode", "bytes after the payload (without --embedded)", lambda: _cli_file("decode", "w.kiln", bytes(13), "--code", "f32", "--shape", "3", "out.npy")),
+    ("kiln-np decode", "bad bool byte, found as its chunk is read", lambda: _cli_file("decode", "w.kiln", b"\x00\x01\x07", "--code", "bool", "--shape", "3", "out.npy")),
+    ("kiln-np inspect", "input not a regular file (a FIFO)", lambda: _cli("inspect", _fifo(), "--code", "u8", "--shape", "1")),
+    ("kiln-np encode", ".npy header with an operator", lambda: _cli("encode", _npy_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (1+1,)}"), "out.kiln")),
+    ("kiln-np encode", ".npy shape numpy cannot make", lambda: _cli("encode", _npy_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4611686018427387904)}"), "out.kiln")),
+    ("kiln-np encode", "ml_dtypes .npy with an opaque --code", lambda: _cli("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "4096")),
+]  # fmt: skip
+
+def _gguf(*kvs: bytes, infos: tuple[bytes, ...] = (), data: bytes = b"", **counts: int) -> Any:
+    return kg.read_gguf(_file("m.gguf", gguf_bytes(kvs, infos, data, **counts)))
+
+
+def _gguf_splits(second_no: int, second_tensor: str) -> Any:
+    """Two splits of a checkpoint in one scratch directory, the second as given."""
+    directory = _scratch()
+    for no, tensor in ((0, "a"), (second_no, second_tensor)):
+        split = [
+            gguf_kv("split.no", 2, struct.pack("<H", no)),
+            gguf_kv("split.count", 2, struct.pack("<H", 2)),
+            gguf_kv("split.tensors.count", 5, struct.pack("<i", 2)),
+        ]
+        data = gguf_bytes(split, [gguf_info(tensor)], bytes(32))
+        (directory / f"m-0000{min(no, 1) + 1}-of-00002.gguf").write_bytes(data)
+    return kg.read_gguf(directory / "m-00001-of-00002.gguf")
+
+
+def _gguf_write(tensors: dict[str, Any], metadata: dict[Any, Any] | None = None, **kw: Any) -> Any:
+    return kg.write_gguf(_scratch() / "w.gguf", tensors, metadata, **kw)
+
+
+_F32 = {"w": np.zeros(2, np.float32)}
+_Q8_0_SHORT = kiln_np.Payload(0x4708, memoryview(bytes(32)), (1,), Layout("ggml.q8_0", 32))
+_STRING_COUNT_CUT = gguf_bytes([gguf_kv("k", 9, struct.pack("<IQQ", 8, 2, 8) + b"abcdefgh")])[:69]
+
+GGUF: list[Entry] = [
+    ("read_gguf", "file shorter than the 24-byte header", lambda: kg.read_gguf(_file("m.gguf", b"GGUF"))),
+    ("read_gguf", "not starting with GGUF", lambda: kg.read_gguf(_file("m.gguf", b"GGML" + bytes(20)))),
+    ("read_gguf", "version 1", lambda: _gguf(version=1)),
+    ("read_gguf", "big-endian file", lambda: _gguf(version=3 << 24)),
+    ("read_gguf", "tensor count the file cannot hold", lambda: _gguf(n_tensors=2**60)),
+    ("read_gguf", "key longer than the file", lambda: _gguf(struct.pack("<Q", 2**62) + bytes(8))),
+    ("read_gguf", "duplicate key", lambda: _gguf(gguf_kv("k", 0, b"\x01"), gguf_kv("k", 0, b"\x02"))),
+    ("read_gguf", "unknown value type", lambda: _gguf(gguf_kv("k", 13, b""))),
+    ("read_gguf", "bool byte other than 0/1", lambda: _gguf(gguf_kv("k", 7, b"\x02"))),
+    ("read_gguf", "array longer than the file", lambda: _gguf(gguf_kv("k", 9, struct.pack("<IQ", 4, 2**61)))),
+    ("read_gguf", "string array longer than the file", lambda: _gguf(gguf_kv("k", 9, struct.pack("<IQ", 8, 2**61)))),
+    ("read_gguf", "string in an array past the end", lambda: _gguf(gguf_kv("k", 9, struct.pack("<IQQ", 8, 1, 2**40)))),
+    ("read_gguf", "string count in an array cut off", lambda: kg.read_gguf(_file("m.gguf", _STRING_COUNT_CUT))),
+    ("read_gguf", "unknown array item type", lambda: _gguf(gguf_kv("k", 9, struct.pack("<IQ", 13, 0)))),
+    ("read_gguf", "arrays nested 5 deep", lambda: _gguf(gguf_kv("k", 9, struct.pack("<IQ", 9, 1) * 4 + struct.pack("<IQ", 0, 0)))),
+    ("read_gguf", "general.alignment not a uint32 power of two", lambda: _gguf(gguf_kv("general.alignment", 4, struct.pack("<I", 48)))),
+    ("read_gguf", "duplicate tensor name", lambda: _gguf(infos=(gguf_info("w"), gguf_info("w", offset=32)), data=bytes(64))),
+    ("read_gguf", "more than 4 dims", lambda: _gguf(infos=(gguf_info("w", (1,) * 5),))),
+    ("read_gguf", "unknown GGML type", lambda: _gguf(infos=(gguf_info("w", type_id=4),))),
+    ("read_gguf", "dims whose product passes 2**63-1", lambda: _gguf(infos=(gguf_info("w", (2**32, 2**32)),))),
+    ("read_gguf", "ne[0] not a whole number of blocks", lambda: _gguf(infos=(gguf_info("w", (33, 1), 2),), data=bytes(64))),
+    ("read_gguf", "shape numpy cannot represent", lambda: _gguf(infos=(gguf_info("w", (2**62, 1)),))),
+    ("read_gguf", "offset off the alignment", lambda: _gguf(infos=(gguf_info("w", offset=4),), data=bytes(64))),
+    ("read_gguf", "data past the end of the file", lambda: _gguf(infos=(gguf_info("w", (9,)),), data=bytes(32))),
+    ("read_gguf", "tensors overlap", lambda: _gguf(infos=(gguf_info("a", (16,)), gguf_info("b", offset=32)), data=bytes(64))),
+    ("read_gguf", "split.count not an integer", lambda: _gguf(gguf_kv("split.count", 8, struct.pack("<Q", 1) + b"2"))),
+    ("read_gguf", "a later split opened alone", lambda: kg.read_gguf(_file("m-00002-of-00002.gguf", gguf_bytes([gguf_kv("split.no", 2, b"\x01\x00"), gguf_kv("split.count", 2, b"\x02\x00")])))),
+    ("read_gguf", "a split with another number", lambda: _gguf_splits(3, "b")),
+    ("read_gguf", "splits holding a tensor twice", lambda: _gguf_splits(1, "a")),
+    ("ggml_type", "Kiln code GGUF cannot hold", lambda: kg.ggml_type(Code.U8)),
+    ("write_gguf", "tensor of a type GGUF cannot hold", lambda: _gguf_write({"w": np.zeros(4, ml_dtypes.float4_e2m1fn)})),
+    ("write_gguf", "GGML code with another layout", lambda: _gguf_write({"w": _Q8_0_SHORT})),
+    ("write_gguf", "name longer than llama.cpp loads", lambda: _gguf_write({"n" * 64: np.zeros(1, np.float32)})),
+    ("write_gguf", "more than 4 dims", lambda: _gguf_write({"w": np.zeros((1,) * 5, np.float32)})),
+    ("write_gguf", "empty tensor", lambda: _gguf_write({"w": np.zeros((2, 0), np.float32)})),
+    ("write_gguf", "metadata key not a str", lambda: _gguf_write(_F32, {1: "x"})),
+    ("write_gguf", "metadata type not a GGUF type", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "int128"})),
+    ("write_gguf", "Python float float32 does not hold exactly", lambda: _gguf_write(_F32, {"k": 0.1})),
+    ("write_gguf", "value out of its type's range", lambda: _gguf_write(_F32, {"k": 300}, metadata_types={"k": "uint8"})),
+    ("write_gguf", "string type for a value that is not a str", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "string"})),
+    ("write_gguf", "array type for a value that is not a list", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "array[int32]"})),
+    ("write_gguf", "array type for a 2-D array", lambda: _gguf_write(_F32, {"k": np.zeros((2, 2))}, metadata_types={"k": "array[float64]"})),
+    ("write_gguf", "metadata arrays nested 5 deep", lambda: _gguf_write(_F32, {"k": [[[[["x"]]]]]})),
+    ("write_gguf", "general.alignment not a uint32 power of two", lambda: _gguf_write(_F32, {"general.alignment": 32})),
+]  # fmt: skip
+
+MX: list[Entry] = [
+    ("mx.dequantize", "values payload of another code", lambda: mx.dequantize(kiln_np.from_numpy(_f4(32)), _E8M0_1)),
+    ("mx.dequantize", "values of another dtype", lambda: mx.dequantize(_f4(32), _E8M0_1)),
+    ("mx.dequantize", "e2m1 storage byte above 0x0f", lambda: mx.dequantize(np.full(32, 0x10, np.uint8).view(ml_dtypes.float4_e2m1fn), _E8M0_1)),
+    ("mx.dequantize", "scales payload of another code", lambda: mx.dequantize(_E2M1_32, kiln_np.from_numpy(_f4(1)))),
+    ("mx.dequantize", "scales of another dtype", lambda: mx.dequantize(_E2M1_32, _f4(1))),
+    ("mx.dequantize", "block_size below 1", lambda: mx.dequantize(_E2M1_32, _E8M0_1, block_size=0)),
+    ("mx.dequantize", "not a dtype", lambda: mx.dequantize(_E2M1_32, _E8M0_1, dtype="float33")),
+    ("mx.dequantize", "output dtype not f32, f64, f16, bf16", lambda: mx.dequantize(_E2M1_32, _E8M0_1, dtype=np.int32)),
+    ("mx.dequantize", "0-d values", lambda: mx.dequantize(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),
+    ("mx.dequantize", "axis out of range", lambda: mx.dequantize(_E2M1_32, _E8M0_1, axis=1)),
+    ("mx.dequantize", "scales of the wrong shape", lambda: mx.dequantize(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu))),
+    ("mx.dequantize", "a product the output dtype cannot hold exactly", lambda: mx.dequantize(np.full(32, 6.0, ml_dtypes.float4_e2m1fn), np.array([254], np.uint8))),
+    ("mx.quantize", "input not real floating point", lambda: mx.quantize(np.arange(4))),
+    ("mx.quantize", "unknown element", lambda: mx.quantize(_f4(4), element="i8")),
+    ("mx.quantize", "unknown rule", lambda: mx.quantize(_f4(4), rule="nearest")),  # type: ignore[arg-type]
+    ("mx.quantize", "rule ggml with an element other than e2m1", lambda: mx.quantize(_f4(4), element="f8e4m3", rule="ggml")),
+    ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
+    ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
+    ("mx.to_ggml", "unknown layout", lambda: mx.to_ggml(_E2M1_32, _E8M0_1, layout="ggml.q4_0")),
+    ("mx.to_ggml", "values not e2m1", lambda: mx.to_ggml(_f4(32), _E8M0_1, layout="ggml.mxfp4")),
+    ("mx.to_ggml", "values payload not e2m1", lambda: mx.to_ggml(kiln_np.from_numpy(_f4(32)), _E8M0_1, layout="ggml.mxfp4")),
+    ("mx.to_ggml", "scales of the other type", lambda: mx.to_ggml(np.zeros(64, ml_dtypes.float4_e2m1fn), np.ones(4, ml_dtypes.float8_e8m0fnu), layout="ggml.nvfp4")),
+    ("mx.to_ggml", "values not whole blocks", lambda: mx.to_ggml(np.zeros(16, ml_dtypes.float4_e2m1fn), _E8M0_1, layout="ggml.mxfp4")),
+    ("mx.to_ggml", "scales of the wrong shape", lambda: mx.to_ggml(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu), layout="ggml.mxfp4")),
+    ("mx.from_gpt_oss", "blocks not uint8", lambda: mx.from_gpt_oss(np.zeros((1, 16), np.int8), np.ones(1, np.uint8))),
+    ("mx.from_gpt_oss", "blocks not (..., nblocks, 16)", lambda: mx.from_gpt_oss(np.zeros((1, 8), np.uint8), np.ones(1, np.uint8))),
+    ("mx.from_onnx", "not a FLOAT4E2M1 tensor", lambda: mx.from_onnx(object(), object())),
 ]  # fmt: skip
 
 SECTIONS: list[tuple[str, list[Entry]]] = [
@@ -407,6 +574,8 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Exploring", EXPLORE),
     ("ONNX (`kiln_np.onnx`)", ONNX),
     ("Command line (`kiln-np`)", CLI),
+    ("GGUF (`kiln_np.gguf`)", GGUF),
+    ("Block-scaled weights (`kiln_np.mx`)", MX),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import doctest
+import errno
+import importlib
 import io
 import itertools
 import json
+import os
 import pickle
+import re
+import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,7 @@ from kiln_np import (
     Layout,
     LazyPayload,
     PayloadInfo,
+    _checks,
     _codec,
     _files,
     from_numpy,
@@ -668,3 +676,389 @@ def test_streaming_256_mib_packed_from_chunks_stays_bounded(tmp_path: Path) -> N
     assert out["same"]
     assert out["nbytes"] == BIG_BYTES
     assert out["peak"] < 200
+
+
+# -- replacing a file keeps what it is (issue 11, item 3) -----------------------------
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o751], ids=oct)
+def test_replacing_keeps_the_permission_bits(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(b"old")
+    path.chmod(mode)
+    write_payload(path, u4([1, 2, 3]))
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert path.read_bytes() == bytes.fromhex("21 03")
+
+
+def test_a_new_file_gets_the_mode_open_gives(tmp_path: Path) -> None:
+    reference = tmp_path / "by-open.bin"
+    with open(reference, "wb"):
+        pass
+    write_payload(tmp_path / "new.bin", u4([1]))
+    assert (tmp_path / "new.bin").stat().st_mode == reference.stat().st_mode
+
+
+def test_the_temporary_file_is_private_and_named_for_kiln_np(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(b"old")
+    path.chmod(0o644)
+    seen: list[tuple[str, int]] = []
+
+    def chunks() -> Iterator[np.ndarray]:
+        yield u4([1, 2])
+        seen.extend(
+            (p.name, stat.S_IMODE(p.stat().st_mode)) for p in tmp_path.iterdir() if p != path
+        )
+        yield u4([3])
+
+    write_payload(path, chunks())
+    [(name, mode)] = seen
+    assert re.fullmatch(r"\.p\.bin\.kiln-np-[0-9a-f]{12}\.part", name)
+    assert name.endswith(_files.TEMP_SUFFIX)
+    assert mode == 0o600  # nobody else can open it while the data is written
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert leftovers(tmp_path) == []
+
+
+def test_a_very_long_name_gets_a_temporary_name_the_os_accepts(tmp_path: Path) -> None:
+    path = tmp_path / ("w" * 250)
+    write_payload(path, u4([1, 2, 3]))
+    assert path.read_bytes() == bytes.fromhex("21 03")
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute-link", "relative-link"])
+def test_a_symlink_is_written_through(tmp_path: Path, relative: bool) -> None:
+    (tmp_path / "data").mkdir()
+    target = tmp_path / "data" / "t.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    link = tmp_path / "link.bin"
+    link.symlink_to(Path("data") / "t.bin" if relative else target)
+    write_payload(link, u4([4, 5]))
+    assert link.is_symlink()
+    assert target.read_bytes() == bytes([0x54])
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "link.bin"]
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["t.bin"]
+
+
+def test_a_dangling_symlink_gets_its_target_created(tmp_path: Path) -> None:
+    link = tmp_path / "link.bin"
+    link.symlink_to(tmp_path / "made.bin")
+    write_payload(link, u4([6]))
+    assert link.is_symlink()
+    assert (tmp_path / "made.bin").read_bytes() == b"\x06"
+
+
+def test_other_hard_links_keep_the_old_bytes(tmp_path: Path) -> None:
+    """Documented: the rename gives the path a new file (open(path, "wb") would not)."""
+    path, other = tmp_path / "p.bin", tmp_path / "other.bin"
+    path.write_bytes(b"old")
+    os.link(path, other)
+    write_payload(path, u4([7]))
+    assert (path.read_bytes(), other.read_bytes()) == (b"\x07", b"old")
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["missing-dir/p.bin", "a-file/p.bin"],
+    ids=["missing-directory", "parent-is-a-file"],
+)
+def test_errors_name_the_users_path_not_the_temporary(tmp_path: Path, where: str) -> None:
+    (tmp_path / "a-file").write_bytes(b"")
+    path = str(tmp_path / where)
+    with pytest.raises(OSError, match=re.escape(path)) as info:
+        write_payload(path, u4([1]))
+    assert info.value.filename == path
+    assert ".part" not in str(info.value)
+    assert isinstance(info.value, (FileNotFoundError, NotADirectoryError))
+
+
+def test_a_symlink_loop_is_the_os_error_open_gives(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(OSError, match="symbolic links") as info:
+        write_payload(a, u4([1]))
+    assert (info.value.errno, info.value.filename) == (errno.ELOOP, str(a))
+    assert leftovers(tmp_path) == []
+
+
+def test_a_path_that_is_not_a_regular_file_is_not_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target in (fifo, tmp_path):
+        with pytest.raises(KilnError, match="expected a regular file, found a") as info:
+            write_payload(target, u4([1]))
+        assert info.value.kind == "TYPE"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert leftovers(tmp_path) == []
+
+
+# -- one description, checked once (issue 10) ----------------------------------------
+
+
+def test_shape_is_checked_before_length_everywhere(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(bytes(7))
+    for call in (
+        lambda: to_numpy(Code.F64, bytes(7), (2**62, 4)),
+        lambda: open_payload(path, Code.F64, (2**62, 4)),
+        lambda: LazyPayload(path, Code.F64, (2**62, 4)),
+        lambda: write_payload(io.BytesIO(), [], code=Code.F64, shape=(2**62, 4)),
+    ):
+        with pytest.raises(KilnError) as info:
+            call()
+        assert info.value.kind == "SHAPE"
+
+
+@pytest.mark.parametrize("offset", [0, 3], ids=["at-0", "at-3"])
+def test_exact_refuses_bytes_after_the_payload(tmp_path: Path, offset: int) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(bytes(offset) + bytes.fromhex("21 43 05") + b"\x00")
+    assert open_lazy(path, Code.U4, (5,), offset=offset).shape == (5,)  # default: allowed
+    for exact_call in (open_payload, LazyPayload):
+        with pytest.raises(KilnError) as info:
+            exact_call(path, Code.U4, (5,), offset=offset, exact=True)
+        assert (info.value.kind, info.value.expected, info.value.found) == ("LENGTH", 3, 4)
+        assert info.value.message == (
+            f"{str(path)!r} at offset {offset}: code 17 (u4) shape (5,): "
+            "expected ceil(5 / 2) = 3 bytes, found 4 (long by 1)"
+        )
+    path.write_bytes(bytes(offset) + bytes.fromhex("21 43 05"))
+    assert open_lazy(path, Code.U4, (5,), offset=offset, exact=True).shape == (5,)
+    assert open_mapped(path, Code.U8, (3,), offset=offset, exact=True).tolist() == [33, 67, 5]
+
+
+def test_lazy_payload_exposes_its_description(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(b"xx" + bytes.fromhex("21 43 05"))
+    lazy = LazyPayload(path, "u4", (5,), offset=2)
+    assert lazy.info == PayloadInfo(Code.U4, (5,), offset=2)
+    assert (lazy.payload_byte_length, lazy.nbytes) == (3, 5)
+    assert not hasattr(lazy, "byte_length")
+
+
+def test_content_errors_of_a_lazy_read_name_the_payload_index(tmp_path: Path) -> None:
+    raw = np.zeros(12, np.uint8)
+    raw[7] = 9
+    path = tmp_path / "p.bin"
+    raw.tofile(path)
+    lazy = open_lazy(path, Code.BOOL, (6, 2))
+    assert not lazy[::2].any()  # rows 0, 2, 4: the bad byte is in row 3
+    for key in (slice(3, 5), slice(1, None, 2), slice(None, None, -1)):
+        with pytest.raises(KilnError, match="found 0x09 at element 7 of the payload") as info:
+            lazy[key]
+        assert (info.value.kind, info.value.index, info.value.found) == ("TYPE", 7, 9)
+
+
+# -- non-regular files, huge integers, bad paths (issue 11, items 7, 11, 14) ---------
+
+
+@pytest.mark.parametrize("special", ["fifo", "directory", "/dev/null"])
+def test_only_regular_files_are_opened(tmp_path: Path, special: str) -> None:
+    path = {"fifo": tmp_path / "pipe", "directory": tmp_path}.get(special, Path(special))
+    if special == "fifo":
+        os.mkfifo(path)
+    for call in (
+        lambda: open_payload(path, Code.U8, (0,)),
+        lambda: LazyPayload(path, Code.U4, (0,)),
+        lambda: write_payload(path, u4([1]), offset=1),
+    ):
+        with pytest.raises(KilnError, match="expected a regular file") as info:
+            call()
+        assert info.value.kind == "TYPE"
+
+
+def test_open_regular_refuses_a_file_swapped_after_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The type is checked again on the opened file, which was opened without blocking."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    real = _checks.check_regular_file
+    calls: list[int | None] = []
+
+    def first_look_passes(path: str, fd: int | None = None) -> os.stat_result:
+        calls.append(fd)
+        return os.stat(tmp_path / "p.bin") if fd is None else real(path, fd)
+
+    (tmp_path / "p.bin").write_bytes(b"")
+    monkeypatch.setattr(_files, "check_regular_file", first_look_passes)
+    with pytest.raises(KilnError, match="found a FIFO"):
+        _files.open_regular(str(fifo))
+    assert calls[0] is None  # the path, then the opened file
+    assert calls[1] is not None
+
+
+def test_huge_integers_give_bounded_messages(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(bytes(range(10)))
+    lazy = LazyPayload(path, Code.U8, (10,))
+    huge = 10**5000
+    assert [c.tolist() for c in lazy.iter_chunks(huge)] == [list(range(10))]
+    assert lazy[::huge].tolist() == [0]
+    assert lazy[::-huge].tolist() == [9]
+    assert lazy[huge:].tolist() == []
+    with pytest.raises(IndexError, match="integer of 16610 bits"):
+        lazy[huge]
+    for call, kind in (
+        (lambda: next(lazy.iter_chunks(-huge)), "SHAPE"),
+        (lambda: LazyPayload(path, Code.U8, (10,), offset=huge), "TYPE"),
+        (lambda: open_payload(path, Code.U8, (huge,)), "SHAPE"),
+        (lambda: open_payload(path, huge, (1,)), "TYPE"),
+        (lambda: write_payload(path, u4([1]), offset=-huge), "TYPE"),
+    ):
+        with pytest.raises(KilnError) as info:
+            call()
+        assert info.value.kind == kind
+        assert "bits" in str(info.value)
+        assert len(str(info.value)) < 300
+
+
+class _FsPath:
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __fspath__(self) -> Any:
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+@pytest.mark.parametrize(
+    "result", [RuntimeError("no path"), b"p.bin", 5, None], ids=["raises", "bytes", "int", "none"]
+)
+def test_fspath_that_raises_or_returns_a_non_path_is_type(result: object) -> None:
+    path: Any = _FsPath(result)
+    for call in (
+        lambda: open_payload(path, Code.U8, (1,)),
+        lambda: LazyPayload(path, Code.U8, (1,)),
+        lambda: write_payload(path, u4([1])),
+    ):
+        with pytest.raises(KilnError, match="path") as info:
+            call()
+        assert info.value.kind == "TYPE"
+
+
+# -- opaque rank (issue 11, item 10) -------------------------------------------------
+
+
+def test_opaque_rank_64_is_shape_and_lower_ranks_decode(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(b"\x07")
+    layout = Layout("q", 1)
+    calls: list[Callable[[], object]] = [
+        lambda: open_payload(path, 4100, (1,) * 64, layout=layout),
+        lambda: np.asarray(LazyPayload(path, 4100, (1,) * 64, layout=layout)),
+    ]
+    for call in calls:
+        with pytest.raises(KilnError, match="at most 63 dimensions") as info:
+            call()
+        assert info.value.kind == "SHAPE"
+    # Rank 31 decodes to 32 dimensions, which every supported numpy makes (numpy 1.x
+    # stops at 32 dimensions, numpy 2 at 64).
+    lazy = LazyPayload(path, 4100, (1,) * 31, layout=layout)
+    assert np.asarray(lazy).shape == (1,) * 32
+    assert open_mapped(path, 4100, (1,) * 31, layout=layout).reshape(-1).tolist() == [7]
+
+
+# -- stepped slices read only the rows they select (issue 11, item 16) ---------------
+
+
+@pytest.mark.parametrize(
+    ("code", "shape"),
+    [(Code.U4, (11, 3)), (Code.I4, (10, 4)), (Code.E2M1, (13,)), (Code.BOOL, (9, 2)),
+     (Code.BF16, (7, 3)), (Code.F64, (6,)), (4100, (8, 2))],
+    ids=["u4-odd-rows", "i4-even-rows", "e2m1-1d", "bool", "bf16", "f64", "opaque"],
+)  # fmt: skip
+def test_stepped_slices_match_numpy_for_every_step(
+    tmp_path: Path, code: int, shape: tuple[int, ...]
+) -> None:
+    layout = Layout("q", 3) if code == 4100 else None
+    if layout is None:
+        arr = sample(DTYPES[code - 1], shape, seed=code)
+        data = bytes(from_numpy(arr).data)
+    else:
+        arr = np.arange(np.prod(shape) * 3, dtype=np.uint8).reshape(*shape, 3)
+        data = arr.tobytes()
+    path = tmp_path / "p.bin"
+    path.write_bytes(data)
+    lazy = LazyPayload(path, code, shape, layout=layout)
+    n = shape[0]
+    for step in (2, 3, 4, 5, n - 1, n, -1, -2, -3, -(n - 1)):
+        for start in (None, 1, -2):
+            key = slice(start, None, step)
+            assert bits(lazy[key]) == bits(arr[key]), key
+
+
+def test_stepped_slices_gather_in_bounded_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_files, "_GATHER_BYTES", 7)  # two 3-element u4 rows a batch
+    arr = sample(DTYPES[Code.U4 - 1], (40, 3), seed=3)
+    path = tmp_path / "p.bin"
+    write_payload(path, arr)
+    lazy = open_lazy(path, Code.U4, (40, 3))
+    batches: list[int] = []
+    gather, rows = LazyPayload._gather, LazyPayload._rows
+
+    def spy_gather(self: LazyPayload, selected: range) -> np.ndarray:
+        batches.append(len(selected))
+        return gather(self, selected)
+
+    def spy_rows(self: LazyPayload, r0: int, r1: int) -> np.ndarray:
+        batches.append(r1 - r0)
+        return rows(self, r0, r1)
+
+    monkeypatch.setattr(LazyPayload, "_gather", spy_gather)
+    monkeypatch.setattr(LazyPayload, "_rows", spy_rows)
+    assert bits(lazy[1::3]) == bits(arr[1::3])
+    assert bits(lazy[::-5]) == bits(arr[::-5])
+    assert batches == [2] * 6 + [1] + [2] * 4  # 13 rows, then 8: never the span between
+
+
+# -- pickling (issue 11, item 17) ----------------------------------------------------
+
+
+def test_pickle_keeps_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "p.bin").write_bytes(bytes.fromhex("21 43 05"))
+    (tmp_path / "b" / "p.bin").write_bytes(bytes.fromhex("ff ff 0f"))  # same name, elsewhere
+    monkeypatch.chdir(tmp_path / "a")
+    lazy = LazyPayload("p.bin", Code.U4, (5,), exact=True)
+    assert lazy.path == str(tmp_path / "a" / "p.bin")
+    blob = pickle.dumps(lazy)
+    monkeypatch.chdir(tmp_path / "b")
+    again = pickle.loads(blob)
+    assert (again.path, again.exact) == (lazy.path, True)
+    assert np.asarray(again).view(np.uint8).tolist() == [1, 2, 3, 4, 5]
+
+
+def test_unpickling_checks_the_file_again(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(bytes.fromhex("21 43 05"))
+    blob = pickle.dumps(LazyPayload(path, Code.U4, (5,), exact=True))
+    path.write_bytes(bytes.fromhex("21 43 05 00"))  # grew: exact refuses it now
+    with pytest.raises(KilnError, match="long by 1"):
+        pickle.loads(blob)
+
+
+# -- the documentation's examples clean up after themselves --------------------------
+
+
+@pytest.mark.parametrize("source", ["docs/big-files.md", "kiln_np._files", "kiln_np.dask"])
+def test_doctests_leave_no_temporary_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    if source.endswith(".md"):
+        root = Path(__file__).resolve().parents[1]
+        result = doctest.testfile(str(root / source), module_relative=False, optionflags=flags)
+    else:
+        result = doctest.testmod(importlib.import_module(source), optionflags=flags)
+    assert (result.failed, result.attempted > 0) == (0, True)
+    assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,8 @@ invariant every adapter relies on (one block is one element's numpy storage)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -13,10 +15,15 @@ from kiln_np._foreign import FOREIGN, FOREIGN_BY_CODE, FOREIGN_BY_NAME, foreign_
 
 def test_docstring_table_is_the_registry() -> None:
     doc = _foreign.__doc__ or ""
-    rows = [line.split()[:5] for line in doc.splitlines() if line.startswith("0x")]
+    rows = [line.split(maxsplit=4) for line in doc.splitlines() if line.startswith("0x")]
     assert rows == [
-        [f"0x{f.code:04x}", f"{f.layout.name}/{f.layout.block_size}", f.name, str(f.bits)]
-        + f.element.split()[:1]
+        [
+            f"0x{f.code:04x}",
+            f"{f.layout.name}/{f.layout.block_size}",
+            f.name,
+            str(f.bits),
+            f.element,
+        ]
         for f in FOREIGN
     ]
 
@@ -44,5 +51,5 @@ def test_codes_and_layouts_are_unique() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["<f4", "u1", [("a", "<c8")], ("<c8", (2,)), "O"])
-def test_no_foreign_type(dtype: object) -> None:
+def test_no_foreign_type(dtype: Any) -> None:
     assert foreign_for_dtype(np.dtype(dtype)) is None

@@ -468,26 +468,58 @@ def payload_files(draw: st.DrawFn) -> tuple[bytes, Any, Any, Any, Any]:
     return content, code, shape, offset, layout
 
 
+@functools.cache
+def _fifo() -> str:
+    """A FIFO nobody writes to: opening it for reading would block forever."""
+    path = os.path.join(_file_dir(), "fifo")
+    os.mkfifo(path)
+    return path
+
+
+@contextlib.contextmanager
+def _linked(name: str) -> Iterator[str]:
+    """A symlink to ``name``, removed afterwards."""
+    link = name + ".link"
+    os.symlink(name, link)
+    try:
+        yield link
+    finally:
+        os.unlink(link)
+
+
 @settings(max_examples=FILE_EXAMPLES)
 @given(
     case=payload_files(),
-    path=st.sampled_from(["file"] * 6 + ["missing", "dir", "nul", 5, b"f"]),
+    path=st.sampled_from(["file"] * 6 + ["link", "missing", "dir", "fifo", "nul", 5, b"f"]),
+    exact=st.booleans(),
 )
-def test_open_payload_oracle(case: tuple[bytes, Any, Any, Any, Any], path: Any) -> None:
+def test_open_payload_oracle(
+    case: tuple[bytes, Any, Any, Any, Any], path: Any, exact: bool
+) -> None:
     content, code, shape, offset, layout = case
-    with _temp_file(content) as name:
-        where = {"file": name, "missing": name + ".no", "dir": _file_dir(), "nul": name + "\x00"}
+    with _temp_file(content) as name, _linked(name) as link:
+        where = {
+            "file": name,
+            "link": link,
+            "missing": name + ".no",
+            "dir": _file_dir(),
+            "fifo": _fifo(),
+            "nul": name + "\x00",
+        }
         try:
             arr = kiln_np.open_payload(
-                where.get(path, path), code, shape, offset=offset, layout=layout
+                where.get(path, path), code, shape, offset=offset, layout=layout, exact=exact
             )
         except Exception as exc:
             expect_allowed(exc, os_error=True)
+            if path in ("dir", "fifo"):  # refused by type, before any open (never blocks)
+                _expect_kind(exc, "any")
             return
+        assert path in ("file", "link")
         dims = tuple(int(d) for d in shape)
         n = kiln_np.byte_length(code, dims, layout)
         off = int(offset)
-        assert off + n <= len(content)
+        assert off + n == len(content) if exact else off + n <= len(content)
         expected = _unchecked(int(code), layout, content[off : off + n], dims)
         assert arr.shape == expected.shape
         assert arr.dtype == expected.dtype
@@ -551,20 +583,32 @@ def _expect_index_error(exc: BaseException, reference: np.ndarray, key: Any, val
     shape=st.lists(st.integers(0, 4), max_size=3).map(tuple),
     offset=st.integers(0, 4),
     key=index_keys,
-    rows=st.one_of(st.none(), st.integers(-1, 3), st.sampled_from([1.0, True, "2"])),
+    rows=st.one_of(
+        st.none(), st.integers(-1, 3), st.sampled_from([1.0, True, "2", 10**5000, -(10**5000)])
+    ),
+    extra=st.sampled_from([0, 0, 0, 1]),
+    exact=st.booleans(),
 )
 def test_lazy_payload_oracle(
-    content: bytes, code: int, shape: tuple[int, ...], offset: int, key: Any, rows: Any
+    content: bytes,
+    code: int,
+    shape: tuple[int, ...],
+    offset: int,
+    key: Any,
+    rows: Any,
+    extra: int,
+    exact: bool,
 ) -> None:
     layout = Layout("fuzz", 2) if code == 4096 else None
     n = kiln_np.byte_length(code, shape, layout)
-    content = (content * (n // max(len(content), 1) + 2))[: offset + n] if content else content
+    if content:
+        content = (content * (n // len(content) + 3))[: offset + n + extra]
     with _temp_file(content) as name:
         try:
-            lazy = LazyPayload(name, code, shape, offset=offset, layout=layout)
+            lazy = LazyPayload(name, code, shape, offset=offset, layout=layout, exact=exact)
         except Exception as exc:
             expect_allowed(exc)
-            assert len(content) < offset + n
+            assert len(content) != offset + n if exact else len(content) < offset + n
             return
         reference = _unchecked(code, layout, content[offset : offset + n], shape)
         valid = True
@@ -600,9 +644,14 @@ def test_lazy_payload_oracle(
 
 @contextlib.contextmanager
 def _target(kind: str, prefix: bytes) -> Iterator[Any]:
+    """``path``: the file, mode 0640; ``link``: a symlink to it; ``file``: it, open."""
     with _temp_file(prefix) as name:
+        os.chmod(name, 0o640)
         if kind == "path":
             yield name
+        elif kind == "link":
+            with _linked(name) as link:
+                yield link
         else:
             with open(name, "r+b") as f:
                 yield f
@@ -659,29 +708,33 @@ def write_cases(draw: st.DrawFn) -> tuple[Any, Any, Any, Any, Any, bytes]:
 
 
 @settings(max_examples=FILE_EXAMPLES)
-@given(case=write_cases(), kind=st.sampled_from(["path", "file"]))
+@given(case=write_cases(), kind=st.sampled_from(["path", "path", "link", "file"]))
 def test_write_payload_oracle(case: tuple[Any, Any, Any, Any, Any, bytes], kind: str) -> None:
     source, code, shape, offset, layout, prefix = case
     with _target(kind, prefix) as target:
+        replaced = kind != "file"  # written through a temporary file and a rename
         try:
             info = kiln_np.write_payload(
                 target, source, code=code, shape=shape, offset=offset, layout=layout
             )
         except Exception as exc:
             expect_allowed(exc, os_error=True)
-            if kind == "path":  # nothing lost: a failed write leaves the file as it was
+            if replaced:  # nothing lost: a failed write leaves the file as it was
                 assert Path(target).read_bytes() == prefix
             return
-        name = target if kind == "path" else target.name
+        name = target.name if kind == "file" else os.path.realpath(target)
         if kind == "file":
             target.flush()
-        assert info.nbytes == kiln_np.byte_length(info.code, info.shape, info.layout)
+        else:  # the same file it was: a link stays a link, the mode is kept
+            assert os.path.islink(target) == (kind == "link")
+            assert os.stat(name).st_mode & 0o777 == 0o640
+        assert info.byte_length == kiln_np.byte_length(info.code, info.shape, info.layout)
         assert info.offset == int(offset)
         data = Path(name).read_bytes()
-        if kind == "path":
-            assert len(data) == info.offset + info.nbytes
+        if replaced:
+            assert len(data) == info.offset + info.byte_length
             assert data[: info.offset] == prefix[: info.offset]
-        payload = data[info.offset : info.offset + info.nbytes]
+        payload = data[info.offset : info.offset + info.byte_length]
         decoded = kiln_np.to_numpy(info.code, payload, info.shape, info.layout)
         if isinstance(source, np.ndarray):
             assert _bits(decoded) == _bits(source)
@@ -707,7 +760,7 @@ def test_describe_oracle(arr: Any, first: Any) -> None:
         a = np.asarray(arr)
         assert d.count == a.size
         assert d.shape == a.shape
-        assert d.payload_bytes == kiln_np.byte_length(d.code, d.shape)
+        assert d.byte_length == kiln_np.byte_length(d.code, d.shape)
         assert d.nan + d.inf + d.zero <= d.count
         assert d.first.size == min(int(first), a.size)
         if d.histogram is not None:
@@ -740,7 +793,8 @@ def test_bit_values_oracle(dtype: Any) -> None:
         return
     row = kiln_np.dtype_info(kiln_np.code_for_dtype(dtype))
     assert values.size == (2 if row.code == kiln_np.Code.BOOL else 1 << row.bits)
-    assert values.view(np.uint8).tolist() == list(range(values.size))
+    storage = np.uint16 if row.bits == 16 else np.uint8
+    assert values.view(storage).tolist() == list(range(values.size))
 
 
 # ---------------------------------------------------------------- regressions
@@ -763,8 +817,19 @@ def _f32_file() -> str:
     return path
 
 
+def _lazy_f32() -> LazyPayload:
+    return LazyPayload(_f32_file(), 2, (2,))
+
+
+class _BadPath:
+    def __fspath__(self) -> str:
+        raise RuntimeError("no path")
+
+
 F32 = np.zeros(1, np.float32)
 U8 = np.zeros(2, np.uint8)
+Q1 = Layout("q", 1)
+_write = kiln_np.write_payload
 _open = kiln_np.open_payload
 _tensor: Any = ko.from_numpy  # called with hostile arguments
 _field: Any = ko.decode_field
@@ -796,6 +861,16 @@ REGRESSIONS: list[tuple[str, str, Any]] = [
     # ValueError "cannot fit 'int' into an offset-sized integer" from seek
     ("TYPE", "write offset 2**70", lambda: kiln_np.write_payload(io.BytesIO(), U8, offset=2**70)),
     ("TYPE", "open_payload offset 2**63", lambda: _open(_f32_file(), 2, (2,), offset=2**63)),
+    # ValueError "Exceeds the limit (4300 digits)" from formatting the value
+    ("TYPE", "open_payload offset 10**5000", lambda: _open(_f32_file(), 2, (2,), offset=10**5000)),
+    ("SHAPE", "iter_chunks rows=-10**5000", lambda: next(_lazy_f32().iter_chunks(-(10**5000)))),
+    # ValueError from numpy: the block axis makes 65 dimensions
+    ("SHAPE", "opaque rank 64", lambda: _open(_f32_file(), 4096, (1,) * 64, layout=Q1)),
+    # an open() that blocks forever on a FIFO
+    ("TYPE", "open_payload of a FIFO", lambda: _open(_fifo(), 2, (2,))),
+    ("TYPE", "write_payload offset 1 into a FIFO", lambda: _write(_fifo(), U8, offset=1)),
+    # RuntimeError from __fspath__
+    ("TYPE", "open_payload path whose __fspath__ raises", lambda: _open(_BadPath(), 2, (2,))),
     # TypeError "bad argument type for built-in operation", Unicode errors, from protobuf
     ("TYPE", "tensor name 5", lambda: _tensor(F32, name=5)),
     ("TYPE", "tensor name bytes", lambda: _tensor(F32, name=b"w")),

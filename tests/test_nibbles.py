@@ -117,7 +117,8 @@ def test_real_constants_at_each_boundary(count: int) -> None:
 
 
 def test_results_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    count = 2 * _nibbles.THREAD_MIN_LANES + 2 * _nibbles.CHUNK_LANES + 1
+    least = max(_nibbles.THREAD_MIN_LANES, _nibbles.COMPILED_THREAD_MIN_LANES)
+    count = 2 * least + 2 * _nibbles.CHUNK_LANES + 1
     values = nibbles(count)
     packed = ref_pack(values)
     seen = set()
@@ -144,7 +145,7 @@ def test_split_ranges_are_disjoint_aligned_and_cover(
     monkeypatch.setattr(_nibbles, "_threads", lambda: 3)
     step = _nibbles.COMPILED_GRANULE if compiled else _nibbles.CHUNK_LANES
     least = _nibbles.COMPILED_THREAD_MIN_LANES if compiled else _nibbles.THREAD_MIN_LANES
-    for lanes in (least, 5 * _nibbles.CHUNK_LANES + 7, 40 * _nibbles.CHUNK_LANES + 1):
+    for lanes in (least, least + 5 * step + 7, 3 * least + 1):
         ranges = _nibbles._split(lanes, compiled)
         assert 1 < len(ranges) <= 3
         assert ranges[0][0] == 0

@@ -3,6 +3,7 @@ the places where the seed (the ONNX data-type table) wins over onnx."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from _helpers import bits, external_tensor
 from hypothesis import given
 from hypothesis import strategies as st
 from onnx import numpy_helper
@@ -21,15 +23,12 @@ from onnx import numpy_helper
 import kiln_np
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
+from kiln_np._foreign import FOREIGN_BY_CODE
 from kiln_np._table import code_label
 
 ROWS = ko.DATA_TYPES
 RAW_ROWS = [r for r in ROWS if r.bits is not None]
 OPAQUE_ROWS = [r for r in ROWS if r.layout is not None]
-
-
-def _bits(array: np.ndarray) -> bytes:
-    return np.ascontiguousarray(array).view(np.uint8).tobytes()
 
 
 def _raise(kind: str, call: Any, *args: Any) -> KilnError:
@@ -95,11 +94,14 @@ def test_data_type_must_be_an_integer(value: object) -> None:
 
 
 def test_data_type_for_dtype() -> None:
+    # The ONNX mirror of code_for_dtype / dtype_for_code.
     for row in RAW_ROWS:
-        assert ko.data_type_for_dtype(row.dtype) is row
-        assert ko.data_type_for_dtype(row.dtype.newbyteorder(">")) is row
-    assert ko.data_type_for_dtype(object).name == "STRING"
-    assert ko.data_type_for_dtype("<U3").name == "STRING"
+        assert ko.data_type_for_dtype(row.dtype) is row.data_type
+        assert ko.data_type_for_dtype(row.dtype.newbyteorder(">")) is row.data_type
+        assert ko.dtype_for_data_type(row.data_type) == row.dtype
+    assert ko.data_type_for_dtype(object) is ko.DataType.STRING
+    assert ko.data_type_for_dtype("<U3") is ko.DataType.STRING
+    assert ko.dtype_for_data_type(8) == np.dtype(object)
     for bad in (ml_dtypes.float8_e3m4, ml_dtypes.int1, "M8[s]", [("a", "<f4")], "V3"):
         _raise("TYPE", ko.data_type_for_dtype, bad)
 
@@ -143,10 +145,16 @@ def test_module_docstring_table_matches() -> None:
 
 def test_module_surface() -> None:
     assert ko.__name__ == "kiln_np.onnx"
-    for name in ko.__all__:
-        obj = getattr(ko, name)
-        if callable(obj) and hasattr(obj, "__module__"):
-            assert obj.__module__ == "kiln_np.onnx", name
+    assert sorted(ko.__all__) == sorted(n for n in vars(ko) if not n.startswith("_"))
+    for name in set(ko.__all__) - {"DATA_TYPES", "OPAQUE_BASE"}:
+        assert getattr(ko, name).__module__ == "kiln_np.onnx", name
+
+
+def test_opaque_types_come_from_the_shared_registry() -> None:
+    for row in OPAQUE_ROWS:
+        foreign = FOREIGN_BY_CODE[row.kiln_code or 0]
+        assert (foreign.layout, foreign.dtype, foreign.bits) == (row.layout, row.dtype, row.bits)
+    assert sorted(r.kiln_code or 0 for r in OPAQUE_ROWS) == sorted(FOREIGN_BY_CODE)
 
 
 # ------------------------------------------------------------ seed vectors
@@ -156,7 +164,7 @@ def test_seed_float16_vector() -> None:
     # "64 38 in raw_data is 0x3864, 0.548828"
     value = ko.decode_raw(10, b"\x64\x38", ())
     assert float(value) == 0.548828125
-    assert _bits(ko.decode_field(10, [0x3864], ())) == b"\x64\x38"
+    assert bits(ko.decode_field(10, [0x3864], ())) == b"\x64\x38"
 
 
 def test_seed_int4_vector() -> None:
@@ -175,7 +183,7 @@ def test_seed_bit_layouts() -> None:
     values = np.array([1, 2, 3, 4, 5], np.uint8)
     stream = sum(int(v) << (6 * i) for i, v in enumerate(values))
     raw = stream.to_bytes(4, "little")
-    assert _bits(ko.decode_raw(27, raw, (5,))) == values.tobytes()
+    assert bits(ko.decode_raw(27, raw, (5,))) == values.tobytes()
     assert bytes(ko.encode_raw(values.view(ml_dtypes.float6_e2m3fn))) == raw
     # complex: (real, imag)
     pair = np.array([1.5, -2.0], "<f4").tobytes()
@@ -306,7 +314,7 @@ def test_seed_wins_bool_bytes() -> None:
     # Seed: BOOL is "one byte in raw_data, 0 or 1". onnx returns a bool array
     # whose byte is 2; kiln_np refuses it.
     tensor = onnx.helper.make_tensor("b", onnx.TensorProto.BOOL, [2], b"\x01\x02", raw=True)
-    assert _bits(numpy_helper.to_array(tensor)) == b"\x01\x02"
+    assert bits(numpy_helper.to_array(tensor)) == b"\x01\x02"
     error = _raise("TYPE", ko.to_numpy, tensor)
     assert error.index == 1
     assert "0x02" in str(error)
@@ -460,11 +468,11 @@ def test_random_integer_fields_decode_or_raise(
 
 @given(raw=st.binary(min_size=0, max_size=64))
 def test_random_sub_byte_round_trips(raw: bytes) -> None:
-    for data_type, bits in ((25, 2), (26, 2), (27, 6), (28, 6)):
-        count = len(raw) * 8 // bits
-        if -(-count * bits // 8) != len(raw):
+    for data_type, width in ((25, 2), (26, 2), (27, 6), (28, 6)):
+        count = len(raw) * 8 // width
+        if -(-count * width // 8) != len(raw):
             continue
-        used = count * bits % 8
+        used = count * width % 8
         if used and raw[-1] >> used:  # nonzero padding bits
             _raise("TYPE", ko.decode_raw, data_type, raw, (count,))
             continue
@@ -480,27 +488,14 @@ def test_large_sub_byte_round_trips() -> None:
         values = rng.integers(0, 1 << (row.bits or 0), count, dtype=np.uint8)
         raw = bytes(ko.encode_raw(values.view(row.dtype)))
         assert len(raw) == row.byte_length(count)
-        assert _bits(ko.decode_raw(data_type, raw, (count,))) == values.tobytes()
+        assert bits(ko.decode_raw(data_type, raw, (count,))) == values.tobytes()
         head = numpy_helper.to_array(
             onnx.helper.make_tensor("t", data_type, [count], raw, raw=True)
         )
-        assert _bits(head) == values.tobytes()
+        assert bits(head) == values.tobytes()
 
 
 # ------------------------------------------------------------ protos and models
-
-
-def _external(location: str, **entries: str) -> Any:
-    """A FLOAT [2] tensor whose values are external data at ``location``."""
-    tensor = onnx.TensorProto()
-    tensor.name = "w"
-    tensor.data_type = onnx.TensorProto.FLOAT
-    tensor.dims.append(2)
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in {"location": location, **entries}.items():
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-    return tensor
 
 
 def test_external_data_is_confined(tmp_path: Path) -> None:
@@ -511,8 +506,8 @@ def test_external_data_is_confined(tmp_path: Path) -> None:
     (base / "sub").mkdir()
     os.symlink(base / "w.bin", base / "sub" / "inside.bin")
     os.symlink(tmp_path / "secret.bin", base / "out.bin")
-    assert ko.to_numpy(_external("w.bin"), base).tolist() == [1, 2]
-    assert ko.to_numpy(_external("sub/inside.bin"), base).tolist() == [1, 2]
+    assert ko.to_numpy(external_tensor("w.bin"), base).tolist() == [1, 2]
+    assert ko.to_numpy(external_tensor("sub/inside.bin"), base).tolist() == [1, 2]
     for location in (
         "../secret.bin",
         "sub/../../secret.bin",
@@ -520,29 +515,29 @@ def test_external_data_is_confined(tmp_path: Path) -> None:
         "out.bin",
         "C:\\secret.bin",
     ):
-        error = _raise("TYPE", ko.to_numpy, _external(location), base)
+        error = _raise("TYPE", ko.to_numpy, external_tensor(location), base)
         assert repr(location) in str(error)
-    error = _raise("TYPE", ko.to_numpy, _external("w.bin"))
+    error = _raise("TYPE", ko.to_numpy, external_tensor("w.bin"))
     assert "base_dir" in str(error)
-    _raise("TYPE", ko.to_numpy, _external("sub"), base)
+    _raise("TYPE", ko.to_numpy, external_tensor("sub"), base)
     with pytest.raises(FileNotFoundError):
-        ko.to_numpy(_external("missing.bin"), base)
+        ko.to_numpy(external_tensor("missing.bin"), base)
 
 
 def test_external_data_ranges(tmp_path: Path) -> None:
     (tmp_path / "w.bin").write_bytes(bytes(range(12)))
-    tensor = _external("w.bin", offset="4", length="8")
-    assert _bits(ko.to_numpy(tensor, tmp_path)) == bytes(range(4, 12))
+    tensor = external_tensor("w.bin", offset="4", length="8")
+    assert bits(ko.to_numpy(tensor, tmp_path)) == bytes(range(4, 12))
     error = _raise(
-        "LENGTH", ko.to_numpy, _external("w.bin", offset="8", length="8"), tmp_path
+        "LENGTH", ko.to_numpy, external_tensor("w.bin", offset="8", length="8"), tmp_path
     )
     assert (error.expected, error.found) == (16, 12)
     # Without a length the data runs to the end of the file: 4 bytes, not 8.
-    _raise("LENGTH", ko.to_numpy, _external("w.bin", offset="8"), tmp_path)
-    _raise("LENGTH", ko.to_numpy, _external("w.bin", offset="13"), tmp_path)
-    _raise("TYPE", ko.to_numpy, _external("w.bin", offset="-4"), tmp_path)
-    _raise("TYPE", ko.to_numpy, _external("w.bin", length="0x8"), tmp_path)
-    _raise("TYPE", ko.to_numpy, _external(""), tmp_path)
+    _raise("LENGTH", ko.to_numpy, external_tensor("w.bin", offset="8"), tmp_path)
+    _raise("LENGTH", ko.to_numpy, external_tensor("w.bin", offset="13"), tmp_path)
+    _raise("TYPE", ko.to_numpy, external_tensor("w.bin", offset="-4"), tmp_path)
+    _raise("TYPE", ko.to_numpy, external_tensor("w.bin", length="0x8"), tmp_path)
+    _raise("TYPE", ko.to_numpy, external_tensor(""), tmp_path)
 
 
 def test_model_to_kiln(tmp_path: Path) -> None:
@@ -561,7 +556,7 @@ def test_model_to_kiln(tmp_path: Path) -> None:
     assert list(out) == ["f", "i2", "c", "typed"]
     for name, array in weights.items():
         data_type, raw, dims = ko.from_kiln(*out[name])
-        assert _bits(ko.decode_raw(data_type, raw, dims)) == _bits(array)
+        assert bits(ko.decode_raw(data_type, raw, dims)) == bits(array)
     assert out["typed"].code == kiln_np.Code.I4
     assert bytes(out["typed"].data) == b"\x21\x03"
     in_memory = dict(ko.model_to_kiln(onnx.load(path, load_external_data=False), tmp_path))
@@ -574,6 +569,167 @@ def test_model_to_kiln(tmp_path: Path) -> None:
     error = _raise("TYPE", list, ko.model_to_kiln(model))
     assert "'s'" in str(error)
     assert "STRING" in str(error)
+
+
+def test_external_data_maps_only_the_pages_it_needs(tmp_path: Path) -> None:
+    # 300 tensors of 16 bytes spread over a sparse 1 TiB file: mapping the whole
+    # file per tensor ran out of address space (ENOMEM) after 126 of them.
+    size, count = 1 << 40, 300
+    step = size // count // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+    # An unaligned offset in each; the last tensor ends exactly at the end of the file.
+    offsets = [i * step + 4093 for i in range(count - 1)] + [size - 16]
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.truncate(size)
+        for i, offset in enumerate(offsets):
+            os.pwrite(f.fileno(), np.arange(4, dtype="<f4").tobytes() + bytes([i % 256]), offset)
+    held = []
+    for offset in offsets:
+        tensor = external_tensor("big.bin", dims=(4,), offset=str(offset), length="16")
+        held.append(ko.to_numpy(tensor, tmp_path))
+        assert held[-1].tolist() == [0, 1, 2, 3]
+    assert all(a.base is not None for a in held)  # views of the maps, still alive
+    # A variant through model_to_kiln, which keeps every payload it yields.
+    inits = [
+        external_tensor("big.bin", name=f"t{i}", dims=(4,), offset=str(o), length="16")
+        for i, o in enumerate(offsets)
+    ]
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], initializer=inits))
+    payloads = dict(ko.model_to_kiln(model, tmp_path))
+    assert len(payloads) == count
+    assert {bytes(p.data)[:4] for p in payloads.values()} == {bytes(4)}
+
+
+def _garbled(tensor: Any, text: str) -> Any:
+    """``tensor`` as a hostile file holds it: the UTF-8 of ``text`` replaced by
+    bytes that are not UTF-8 (protobuf then hands back ``bytes``)."""
+    wire = tensor.SerializeToString().replace(text.encode(), b"\xff" * len(text.encode()))
+    return onnx.TensorProto.FromString(wire)
+
+
+def test_hostile_external_data_entries_are_type_errors(tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(bytes(8))
+    assert ko.to_numpy(external_tensor("w.bin"), tmp_path).tolist() == [0, 0]
+    cases = {
+        "location not UTF-8": _garbled(external_tensor("\u00e9.bin"), "\u00e9"),
+        "offset not UTF-8": _garbled(external_tensor("w.bin", offset="\u00e9"), "\u00e9"),
+        "offset of 5000 digits": external_tensor("w.bin", offset="9" * 5000),
+        "length of 5000 digits": external_tensor("w.bin", length="1" * 5000),
+        "offset 2**63": external_tensor("w.bin", offset=str(2**63)),
+    }
+    for what, tensor in cases.items():
+        error = _raise("TYPE", ko.to_numpy, tensor, tmp_path)
+        assert len(str(error)) < 400, what
+        assert "expected" in str(error), what
+    # Leading zeros are still a decimal integer, however many.
+    tensor = external_tensor("w.bin", offset="0" * 5000, length="0" * 30 + "8")
+    assert ko.to_numpy(tensor, tmp_path).tolist() == [0, 0]
+
+
+def test_names_that_are_not_utf8_are_type_errors(tmp_path: Path) -> None:
+    tensor = _garbled(ko.from_numpy(np.zeros(2, "<f4"), name="\u00e9"), "\u00e9")
+    assert isinstance(tensor.name, bytes)  # what protobuf hands back
+    error = _raise("TYPE", ko.to_numpy, tensor)
+    assert "UTF-8" in str(error)
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], initializer=[tensor]))
+    _raise("TYPE", list, ko.model_to_kiln(model))
+    # The variant from a file: the same bytes read back by model_to_kiln(path).
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    _raise("TYPE", list, ko.model_to_kiln(tmp_path / "m.onnx"))
+
+
+@pytest.mark.parametrize("suffix", [".json", ".textproto", ".onnxtxt", ".txt"])
+def test_model_files_are_binary_whatever_their_name(tmp_path: Path, suffix: str) -> None:
+    # onnx.load picks a text parser by extension; kiln_np reads the binary format.
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph([], "g", [], [], initializer=[ko.from_numpy(np.ones(2, "<f4"))])
+    )
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(model.SerializeToString())
+    [(_, payload)] = list(ko.model_to_kiln(path))
+    assert kiln_np.to_numpy(*payload).tolist() == [1, 1]
+    path.write_text('{"irVersion": "7"}' if suffix == ".json" else "ir_version: 7")
+    error = _raise("TYPE", ko.model_to_kiln, path)
+    assert "ModelProto" in str(error)
+
+
+def test_opaque_forms_have_at_most_63_dimensions() -> None:
+    uint2 = ko.data_type_info(25)
+    for call, args in (
+        (ko.from_kiln, (uint2.kiln_code, b"\x00", (1,) * 64, uint2.layout)),
+        (ko.to_kiln, (25, b"\x00", (1,) * 64)),
+        (ko.from_kiln, (0x4F0E, bytes(8), (1,) * 64, ko.data_type_info(14).layout)),
+    ):
+        error = _raise("SHAPE", call, *args)
+        assert "63" in str(error)
+    assert ko.to_kiln(25, b"\x00", (1,) * 63).shape == (1,) * 63
+    assert ko.decode_raw(1, bytes(4), (1,) * 64).shape == (1,) * 64  # closed: 64 is fine
+
+
+@pytest.mark.parametrize("huge", [10**5000, -(10**5000), 2**64], ids=["big", "negative", "2**64"])
+def test_unbounded_integers_are_never_formatted(huge: int) -> None:
+    for call, args in (
+        (ko.data_type_info, (huge,)),
+        (ko.decode_raw, (huge, b"", (0,))),
+        (ko.decode_field, (huge, [], (0,))),
+        (ko.dtype_for_data_type, (huge,)),
+    ):
+        error = _raise("TYPE", call, *args)
+        assert len(str(error)) < 300
+    error = _raise("SHAPE", ko.decode_raw, 1, b"", (huge,))
+    assert len(str(error)) < 300
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_ndarray_subclasses_as_bytes_give_plain_arrays() -> None:
+    matrix = np.matrix(np.arange(4, dtype=np.uint8))
+    for data_type, dims in ((2, (2, 2)), (22, (8,)), (25, (16,))):
+        out = ko.decode_raw(data_type, matrix, dims)
+        assert type(out) is np.ndarray
+        assert out.shape == dims
+        payload = ko.to_kiln(data_type, matrix, dims)
+        assert bytes(ko.from_kiln(*payload)[1]) == bytes(range(4))
+    masked = np.ma.masked_array(np.arange(4, dtype=np.uint8), mask=[True, False, False, False])
+    out = ko.decode_raw(2, masked, (4,))
+    assert type(out) is np.ndarray
+    assert out.tolist() == [0, 1, 2, 3]  # bytes are bytes: no mask
+    _, raw, _ = ko.from_kiln(9, masked, (4,))
+    assert bytes(raw) == bytes(range(4))
+
+
+class _RaisingArray:
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise RuntimeError("no array today")
+
+
+def test_array_raising_in_encode_paths_is_type() -> None:
+    for call in (ko.encode_raw, ko.from_numpy):
+        error = _raise("TYPE", call, _RaisingArray())
+        assert "no array today" in str(error)
+    _raise("TYPE", ko.decode_field, 6, _RaisingArray(), (1,))
+    _raise("TYPE", ko.encode_raw, [[1.0], [1.0, 2.0]])  # the ragged variant
+
+
+@pytest.mark.parametrize(
+    ("code", "size", "shape"),
+    [(2, 7, (2,)), (2, 9, (2,)), (17, 3, (3,)), (1, 0, (2**62, 4))],
+    ids=["short", "long", "long-packed", "unrepresentable"],
+)
+def test_bridge_errors_read_as_kiln_errors(code: int, size: int, shape: tuple[int, ...]) -> None:
+    # The same payload gives the same error at every door; the ONNX bridge adds
+    # only its prefix (the ONNX type, the tensor name).
+    with pytest.raises(KilnError) as core:
+        kiln_np.to_numpy(code, bytes(size), shape)
+    data_type = next(r.data_type for r in ROWS if r.kiln_code == code and r.layout is None)
+    tensor = onnx.TensorProto(name="w", data_type=data_type, dims=shape, raw_data=bytes(size))
+    for call, args in (
+        (ko.from_kiln, (code, bytes(size), shape)),
+        (ko.decode_raw, (data_type, bytes(size), shape)),
+        (ko.to_kiln, (data_type, bytes(size), shape)),
+        (ko.to_numpy, (tensor,)),
+    ):
+        error = _raise(core.value.kind, call, *args)
+        assert error.message.endswith(core.value.message), call
+        assert (error.expected, error.found) == (core.value.expected, core.value.found)
 
 
 # ------------------------------------------------------------ without onnx

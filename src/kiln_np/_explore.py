@@ -65,6 +65,7 @@ added once per chunk, so chunks are larger (``np.bincount`` widens a chunk to
 8-byte indices: 4 MiB)."""
 
 _F64 = np.dtype(np.float64)
+_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 _U16 = np.dtype(np.uint16)
 _COUNTED_BITS = 16  # types up to this width get exact bit-pattern counts
 _STORAGE: dict[int, np.dtype[Any]] = {32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
@@ -324,6 +325,15 @@ def bit_histogram(array: Source) -> np.ndarray:
 # -- statistics ------------------------------------------------------------------
 
 
+def _times_power_of_two(x: np.ndarray, shift: int) -> np.ndarray:
+    """``x * 2**shift`` for ``|shift|`` up to 1100 (``np.ldexp`` is several times
+    slower): one or two multiplications by exact powers of two."""
+    if abs(shift) <= 1000:
+        return x * math.ldexp(1.0, shift)
+    step = 1000 if shift > 0 else -1000
+    return x * math.ldexp(1.0, step) * math.ldexp(1.0, shift - step)
+
+
 class _Moments:
     """Count, mean and sum of squared deviations of finite float64 values.
 
@@ -347,11 +357,12 @@ class _Moments:
         top = float(np.max(np.abs(x)))
         k = math.frexp(top)[1] if top else self.k  # every |x| < 2**k
         with np.errstate(under="ignore"):  # tiny values beside huge ones: negligible
-            y = np.ldexp(x, -k)
+            y = _times_power_of_two(x, -k)
             w = None if weights is None else weights.astype(_F64)
-            mean = float(y.sum() if w is None else np.dot(w, y)) / n
+            # Plain sums, not np.dot: a BLAS call stalls on a busy machine.
+            mean = float(y.sum() if w is None else (w * y).sum()) / n
             d = y - mean
-            m2 = float(np.dot(d, d) if w is None else np.dot(w, d * d))
+            m2 = float((d * d).sum() if w is None else (w * d * d).sum())
         self._merge(n, mean, m2, k)
 
     def _merge(self, n: int, mean: float, m2: float, k: int) -> None:
@@ -447,14 +458,16 @@ class _Summary:
         if self.taken < self.first:
             self.heads.append(chunk[: self.first - self.taken].astype(self.row.dtype))
             self.taken += self.heads[-1].size
+        # A caller's chunk may be large (a lazily decoded file): bounded pieces.
         if self.patterns is not None:
-            self.patterns.add(chunk)
+            for lo in range(0, chunk.size, _COUNT_CHUNK):
+                self.patterns.add(chunk[lo : lo + _COUNT_CHUNK])
             return
-        if self.exponents is not None:
-            self.exponents.add(chunk)
-        # A caller's chunk may be large (a lazily decoded file): widen CHUNK at a time.
         for lo in range(0, chunk.size, CHUNK):
-            self.stats.add(self.stats.widen(chunk[lo : lo + CHUNK]))
+            piece = chunk[lo : lo + CHUNK]
+            if self.exponents is not None:
+                self.exponents.add(piece)
+            self.stats.add(self.stats.widen(piece))
 
     def result(self) -> Description:
         row, stats = self.row, self.stats
@@ -525,6 +538,18 @@ def _python_values(first: np.ndarray) -> list[object]:
     return list(first.astype(_F64).tolist())
 
 
+def _shown(first: np.ndarray) -> list[object]:
+    """Values to print: f32 as float32 (its shortest repr, not float64's)."""
+    return list(first) if first.dtype == np.float32 else list(first.tolist())
+
+
+def _pattern_floats(dtype: np.dtype[Any]) -> np.ndarray:
+    """The float64 value of every bit pattern (casting a NaN pattern of an ml_dtypes
+    type warns on some platforms; NaN is the answer)."""
+    with np.errstate(invalid="ignore"):
+        return bit_values(dtype).astype(_F64)
+
+
 def _share(count: int, total: int) -> str:
     return f"{100 * count / total:.1f}%"
 
@@ -535,7 +560,7 @@ def _figure(size: tuple[float, float], panels: int = 1) -> tuple[Figure, list[Ax
     try:
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError("Description.plot needs matplotlib: pip install 'kiln-np[plot]'") from exc
+        raise ImportError("plot() needs matplotlib: pip install 'kiln-np[plot]'") from exc
     fig = plt.figure(figsize=size, layout="constrained")
     return fig, [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
 
@@ -628,7 +653,7 @@ class Description:
             ("min / max", f"{_show(self.min)} / {_show(self.max)}"),
             ("absmax", _show(self.absmax)),
             ("mean / std", f"{_show(self.mean)} / {_show(self.std)}"),
-            ("first", " ".join(map(str, self.first.tolist())) + more),
+            ("first", " ".join(map(str, _shown(self.first))) + more),
         ]
         return rows
 
@@ -866,7 +891,7 @@ class Description:
         ------
         KilnError
             TYPE for a histogram the type does not have (the 32- and 64-bit
-            integers have none).
+            integers have none), or another ``what``.
         ImportError
             When matplotlib is not installed.
 
@@ -884,6 +909,10 @@ class Description:
         """
         if what is None:
             what = "exponents" if self.exponents is not None else "patterns"
+        if what not in ("patterns", "exponents"):
+            raise KilnError(
+                "TYPE", f"expected what='patterns' or 'exponents', found {show_value(what)}"
+            )
         if what == "exponents":
             if self.exponents is None:
                 raise KilnError(
@@ -912,8 +941,8 @@ class Description:
         patterns = np.arange(counts.size)
         if counts.size <= 256:
             ax.bar(patterns, counts, width=0.85, log=log)
-        else:  # 65,536 bars would be 65,536 patches: one outline instead
-            ax.stairs(counts, np.arange(counts.size + 1) - 0.5, fill=True)
+        else:  # 65,536 bars would be 65,536 patches: one filled outline instead
+            ax.fill_between(patterns, counts, step="mid", linewidth=0)
             if log:
                 ax.set_yscale("log")
         values = bit_values(self.dtype)
@@ -959,13 +988,10 @@ _SCALES = {Code.E8M0: 32, Code.F8E4M3: 16}  # scale code -> default block size
 
 def _dequantize(values: np.ndarray, scales: np.ndarray, block_size: int) -> np.ndarray:
     """The exact float64 values of ``(r, c)`` elements with ``(r, ceil(c / block_size))``
-    scales: the one place describe dequantizes."""
-    x = values.astype(_F64)
-    if values.dtype == np.int8:
-        x = np.ldexp(x, -6)  # MXINT8: the OCP spec's implicit 2^-6
-    with np.errstate(invalid="ignore"):  # a NaN scale or element is NaN: the answer
-        s = scales.astype(_F64)
-        return x * np.repeat(s, block_size, axis=-1)[:, : x.shape[-1]]
+    scales: the one place describe dequantizes, with the MX codec's own rule."""
+    from . import mx  # the codec imports the GGUF adapter: loaded when first needed
+
+    return mx.dequantize(values, scales, block_size=block_size, axis=-1, dtype=_F64)
 
 
 def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType]:
@@ -981,13 +1007,15 @@ def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType
         arr = x
     else:
         arr = _array(x)
+    if what == "scales" and isinstance(arr, np.ndarray) and arr.dtype == U8:
+        arr = arr.view(_E8M0)  # raw scale bytes are e8m0, as the MX codec reads them
     row = row_for_dtype(arr.dtype)
     allowed = _ELEMENTS if what == "values" else tuple(_SCALES)
     if row.code not in allowed:
         kinds = (
             "e2m1, f8e4m3, f8e5m2 or i8 elements (MXFP4, MXFP8, MXINT8)"
             if what == "values"
-            else "e8m0 scales (MX) or f8e4m3 scales (NVFP4-style)"
+            else "e8m0 scales (MX; raw uint8 bytes too) or f8e4m3 scales (NVFP4-style)"
         )
         raise KilnError(
             "TYPE",
@@ -1036,7 +1064,7 @@ def _rows_reader(
 
 def _saturating(row: DType) -> np.ndarray:
     """By storage byte: the element is at an end of its type's finite range."""
-    values = bit_values(row.dtype).astype(_F64)
+    values = _pattern_floats(row.dtype)
     finite = values[np.isfinite(values)]
     table = (values == finite.max()) | (values == finite.min())
     return np.resize(table, 256)  # the bytes past a 4-bit type's 16 never occur
@@ -1101,8 +1129,7 @@ class ScaledDescription:
         """
         histogram = self.scales.histogram
         assert histogram is not None
-        with np.errstate(invalid="ignore"):
-            values = bit_values(self.scales.dtype).astype(_F64)
+        values = _pattern_floats(self.scales.dtype)
         usable = np.isfinite(values) & (values != 0) & (histogram > 0)
         exponents = np.frexp(values[usable])[1] - 1
         counts = histogram[usable]
@@ -1122,8 +1149,8 @@ class ScaledDescription:
         >>> describe(values, scales).rows()[0]
         ('blocks', '2 of 32 elements each, along axis 0')
         """
-        top = bit_values(self.values.dtype).astype(_F64)
-        largest = float(np.nanmax(np.abs(top[np.isfinite(top)])))
+        top = _pattern_floats(self.values.dtype)
+        largest = float(np.max(np.abs(top[np.isfinite(top)])))
         exponents = self.scale_exponents()
         spread = (
             f"{exponents[0][0]} .. {exponents[-1][0]}; most common: "
@@ -1289,9 +1316,8 @@ def _describe_scaled(
     dsum = _Summary(dtype_info(Code.F64), moved, first)
     read_v, read_s = _rows_reader(v, ax), _rows_reader(s, ax)
     saturating = _saturating(vrow)
-    zero = np.resize(bit_values(vrow.dtype).astype(_F64) == 0, 256)
-    with np.errstate(invalid="ignore"):
-        nan_scale = np.isnan(bit_values(srow.dtype).astype(_F64))
+    zero = np.resize(_pattern_floats(vrow.dtype) == 0, 256)
+    nan_scale = np.isnan(_pattern_floats(srow.dtype))
     saturated = zero_blocks = nan_blocks = 0
     step = max(1, CHUNK // max(n, 1))  # rows per chunk
     cols = n if step > 1 else bs * max(1, CHUNK // bs)
@@ -1334,7 +1360,7 @@ def describe(
     scales: Source,
     *,
     block_size: int | None = None,
-    axis: int = -1,
+    axis: int | None = None,
     first: int = 8,
 ) -> ScaledDescription: ...
 
@@ -1345,7 +1371,7 @@ def describe(
     scales: Source | None = None,
     *,
     block_size: int | None = None,
-    axis: int = -1,
+    axis: int | None = None,
     first: int = 8,
 ) -> Description | ScaledDescription:
     """Summarize an array of any Kiln dtype, or a block-scaled tensor, without
@@ -1362,12 +1388,16 @@ def describe(
         array costs no extra memory.  With ``scales``: the elements of a
         block-scaled tensor, e2m1, f8e4m3, f8e5m2 or i8 (MXINT8).
     scales : array_like, Payload or LazyPayload, optional
-        One scale per block: e8m0 (MX) or f8e4m3 (NVFP4-style).  Their shape
-        is the array's with ``axis`` divided by ``block_size``, rounded up.
+        One scale per block: e8m0 (MX; raw uint8 bytes are read as e8m0) or
+        f8e4m3 (NVFP4-style).  Their shape is the array's with ``axis``
+        divided by ``block_size``, rounded up (the last block may be
+        partial).  Read a chunk of blocks at a time; a :class:`LazyPayload`
+        is read lazily when the blocks run along its last axis, decoded
+        whole otherwise.
     block_size : int, optional
         Elements per block; by default 32 for e8m0 scales, 16 for f8e4m3.
-    axis : int
-        The axis the blocks run along.
+    axis : int, optional
+        The axis the blocks run along; by default the last.
     first : int
         How many leading elements (C order) to keep.
 
@@ -1392,7 +1422,8 @@ def describe(
         bool above 0x01), element or scale types that are not block-scaled
         ones; SHAPE for ``first`` that is not an integer in 0..2**63-1, a
         ``block_size`` below 1, an ``axis`` out of range, or scales whose
-        shape does not match; a payload's own LENGTH and SHAPE errors.
+        shape does not match, ``block_size`` or ``axis`` without ``scales``;
+        a payload's own LENGTH and SHAPE errors.
 
     Examples
     --------
@@ -1407,12 +1438,13 @@ def describe(
     """
     head = check_int(first, "first", kind="SHAPE", maximum=MAX_INT64)
     if scales is not None:
-        return _describe_scaled(array, scales, block_size, axis, head)
-    if block_size is not None:
+        return _describe_scaled(array, scales, block_size, -1 if axis is None else axis, head)
+    if block_size is not None or axis is not None:
+        given = "block_size" if block_size is not None else "axis"
         raise KilnError(
             "SHAPE",
-            "block_size is for block-scaled tensors: expected scales with it, found "
-            f"block_size={show_value(block_size)} and no scales",
+            f"{given} is for block-scaled tensors: expected scales with it, found "
+            f"{given}={show_value(block_size if block_size is not None else axis)} and no scales",
         )
     row, shape, chunks = _source(array)
     return summarize(row, shape, chunks, head)

@@ -99,7 +99,7 @@ def open_regular(path: str) -> io.BufferedReader:
     The file type is checked before opening (opening a FIFO blocks until a
     writer comes; a device may never end), and again on the opened file in
     case the path was swapped in between; the open itself does not block.
-    Used by every kiln_np command and function that reads a named file.
+    :func:`open_payload`, :class:`LazyPayload` and :func:`replacing` read through it.
 
     Raises
     ------
@@ -403,8 +403,8 @@ class LazyPayload:
 
     def _stepped(self, rows: range) -> np.ndarray:
         """Decode the rows of ``rows`` (a step other than 1) into a new array,
-        reading only those rows: ascending batches of at most ``CHUNK_BYTES``
-        decoded bytes (1 MiB), gathered from strided views of the map."""
+        reading only those rows: ascending batches of about 1 MiB of decoded
+        rows, each gathered from a strided view of the map."""
         out = np.empty((len(rows), *self.shape[1:]), self.dtype)
         if not len(rows) or not self._row_elems:
             return out
@@ -416,8 +416,12 @@ class LazyPayload:
         batch = max(1, _GATHER_BYTES // (self._row_elems * self.dtype.itemsize))
         for k in range(0, len(up), batch):
             part = up[k : k + batch]
-            # One row needs no step (which may be any size): it is a contiguous read.
-            got = self._gather(part) if len(part) > 1 else self._rows(part[0], part[0] + 1)
+            # Consecutive rows (p[::-1]), or one row whose step may be any size: a
+            # contiguous read.
+            if part.step == 1 or len(part) == 1:
+                got = self._rows(part[0], part[-1] + 1)
+            else:
+                got = self._gather(part)
             flat[k : k + len(part)] = got.reshape(len(part), -1)
         return out
 

@@ -12,18 +12,18 @@ block is ``dtype.itemsize`` bytes (8 for complex64, 1 for the 8-, 6- and
 2-bit types, whose element bits sit in the low bits of the byte with the
 other bits 0), so the payload's blocks viewed as ``dtype`` are the elements.
 
-====== ========================== =================== ===== ====================
-code   layout                     numpy dtype         bits  element
-====== ========================== =================== ===== ====================
-0x4f0e onnx.complex64/8           complex64           64    two IEEE binary32
-0x4f0f onnx.complex128/16         complex128          128   two IEEE binary64
-0x4f12 onnx.float8e4m3fnuz/1      float8_e4m3fnuz     8     E4M3, no -0, bias 8
-0x4f14 onnx.float8e5m2fnuz/1      float8_e5m2fnuz     8     E5M2, no -0, bias 16
-0x4f19 onnx.uint2/1               uint2               2     unsigned 2-bit
-0x4f1a onnx.int2/1                int2                2     signed 2-bit
-0x4f1b onnx.float6e2m3/1          float6_e2m3fn       6     OCP MX FP6 E2M3
-0x4f1c onnx.float6e3m2/1          float6_e3m2fn       6     OCP MX FP6 E3M2
-====== ========================== =================== ===== ====================
+====== ====================== =============== ==== ================================================
+code   layout                 numpy dtype     bits element
+====== ====================== =============== ==== ================================================
+0x4f0e onnx.complex64/8       complex64       64   two IEEE binary32, (real, imaginary)
+0x4f0f onnx.complex128/16     complex128      128  two IEEE binary64, (real, imaginary)
+0x4f12 onnx.float8e4m3fnuz/1  float8_e4m3fnuz 8    E4M3 with no negative zero, 0x80 is NaN, bias 8
+0x4f14 onnx.float8e5m2fnuz/1  float8_e5m2fnuz 8    E5M2 with no negative zero, 0x80 is NaN, bias 16
+0x4f19 onnx.uint2/1           uint2           2    unsigned 2-bit, in the low bits
+0x4f1a onnx.int2/1            int2            2    two's-complement 2-bit, in the low bits
+0x4f1b onnx.float6e2m3/1      float6_e2m3fn   6    OCP MX FP6 E2M3, in the low bits
+0x4f1c onnx.float6e3m2/1      float6_e3m2fn   6    OCP MX FP6 E3M2, in the low bits
+====== ====================== =============== ==== ================================================
 
 The codes are ``0x4f00`` plus the ONNX ``data_type`` and the layouts are
 named ``onnx.*`` because the ONNX bridge introduced them first; they are

@@ -244,19 +244,21 @@ def run_case(case: Case) -> CaseResult:
     return CaseResult(case, True, "decoded and encoded")
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def format_table(results: Sequence[CaseResult]) -> str:
     """A plain-text table: case, code, dtype, shape, payload hex, result."""
     rows = [("case", "code", "dtype", "shape", "payload", "result")]
     for r in results:
-        hexed = r.case.payload.hex(" ")
-        if len(hexed) > 35:
-            hexed = hexed[:32] + "..."
+        hexed = _cut(r.case.payload.hex(" "), 35)
         rows.append(
             (
                 r.case.name,
                 show_int(r.case.code),
                 r.dtype_name,
-                "x".join(map(show_int, r.case.shape)) or "()",
+                _cut("x".join(map(show_int, r.case.shape)) or "()", 20),
                 hexed or "(empty)",
                 ("ok: " if r.ok else "FAIL: ") + r.detail,
             )

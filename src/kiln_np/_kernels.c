@@ -278,7 +278,15 @@ static PyModuleDef_Slot slots[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kiln_np._kernels",
-    .m_doc = "Fused single-pass 4-bit and byte-check kernels (see kiln_np._nibbles).",
+    .m_doc = "Fused single-pass 4-bit and byte-check kernels behind kiln_np._nibbles.\n\n"
+             "Each works on one range [lo, hi) of flat C-contiguous buffers:\n\n"
+             ">>> import numpy as np\n"
+             ">>> out = np.zeros(3, np.uint8)\n"
+             ">>> unpack(b'\\x21\\x03', out, 0, 3)\n"
+             ">>> out.tolist()\n"
+             "[1, 2, 3]\n"
+             ">>> pack(out, np.zeros(2, np.uint8), 0, 3), first_above(b'\\x01\\x00\\x07', 1, 0, 3)\n"
+             "(-1, 2)\n",
     .m_size = 0,
     .m_methods = methods,
     .m_slots = slots,

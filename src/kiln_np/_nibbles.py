@@ -107,9 +107,11 @@ THREAD_MIN_LANES = 1 << 19
 """The numpy kernels run inputs with fewer lanes (1 MiB unpacked) on the
 calling thread only."""
 
-COMPILED_THREAD_MIN_LANES = 1 << 18
-"""The same for the compiled kernels (512 KiB unpacked): below it, handing a
-range to a pool thread costs more than the second core saves."""
+COMPILED_THREAD_MIN_LANES = 1 << 21
+"""The same for the compiled kernels (4 Mi elements, 2 MiB packed).  A single
+thread unpacks that in about 80 us; waking a pool thread and handing it a range
+costs 10-30 us on a 2-core machine, more when other processes keep the second
+core busy, so smaller inputs run on the calling thread only."""
 
 COMPILED_GRANULE = 1 << 12
 """The compiled kernels' thread ranges start on multiples of this many lanes."""

@@ -1004,12 +1004,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
 def _open_gguf(path: str) -> Weights:
     from . import gguf
 
-    parsed = gguf.read_gguf(path)
-    files = {p: MappedFile.open(p) for p in parsed.paths}
-    tensors = [WeightTensor(t.name, t.info, files[t.path], t.ggml.name) for t in parsed.tensors]
-    return Weights(
-        tensors, format="gguf", metadata=parsed.metadata, path=path, files=files.values()
-    )
+    return gguf.open_gguf(path)
 
 
 def _open_onnx(path: str, head: bytes) -> Weights:
@@ -1320,10 +1315,13 @@ def save_weights(
 
         types = getattr(metadata, "types", None)
         gguf.write_gguf(
-            target, tensors, metadata, metadata_types=types, max_shard_size=max_shard_size
+            target,
+            tensors,
+            metadata,
+            metadata_types=types,
+            max_shard_size=max_shard_size,
+            progress=progress,
         )
-        if progress is not None and isinstance(tensors, Weights):
-            progress(tensors.byte_length)  # write_gguf reports nothing on the way
         return
     if format == "safetensors":
         from .safetensors import save_safetensors

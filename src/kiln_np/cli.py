@@ -247,7 +247,9 @@ def _open_input(args: argparse.Namespace, *, exact: bool) -> _Input:
 
 def _open_read(path: str) -> IO[bytes]:
     try:
-        return open(path, "rb")
+        # Unbuffered: readinto fills the chunk buffer straight from the file, and
+        # what it returns is what the file holds now.
+        return open(path, "rb", buffering=0)
     except OSError as exc:
         raise _file_error("read", path, exc) from exc
 
@@ -452,8 +454,10 @@ def _load_npy(path: str, code: int | None) -> _Npy:
             header = _read_npy_header(f)
     except OSError as exc:
         raise _file_error("read", path, exc) from exc
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
-        # What numpy's own readers raise for a header they cannot take.
+    except Exception as exc:
+        # Untrusted bytes through numpy's readers (read_magic, descr_to_dtype, the
+        # dtype constructor): ValueError, TypeError, OverflowError, KeyError... all
+        # mean "not a .npy file kiln-np can read".
         raise KilnError("TYPE", f"{path}: expected a .npy file: {exc}") from None
     stored = _storage_code(path, header.dtype, code)
     try:
@@ -650,6 +654,10 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+_NUMERIC_KEYS = ("nan", "inf", "zero", "subnormal", "min", "max", "absmax", "mean", "std")
+"""The ``inspect --json`` keys that mean nothing for uninterpreted blocks."""
+
+
 def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
     info = opened.info
     blocks: list[str] = []
@@ -657,6 +665,7 @@ def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
         blocks += [bytes(b).hex() for b in chunk[: first - len(blocks)]]
         if len(blocks) >= first:
             break
+    nothing = dict.fromkeys(_NUMERIC_KEYS)
     return {
         "code": int(info.code),
         "name": None,
@@ -664,16 +673,15 @@ def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
         "shape": list(info.shape),
         "count": info.count,
         "byte_length": info.byte_length,
-        "nan": None,
-        "inf": None,
-        "zero": None,
-        "min": None,
-        "max": None,
-        "mean": None,
+        **nothing,
         "first": None,
         "first_bits": blocks,
         "histogram": None,
+        "exponents": None,
     }
+
+
+_MOST_COMMON = 16  # histogram rows shown for a 16-bit type
 
 
 def _inspect_text(record: dict[str, Any], described: Description | None, first: int) -> str:
@@ -695,14 +703,19 @@ def _inspect_text(record: dict[str, Any], described: Description | None, first: 
     lines += [f"{k:<17} {v}" for k, v in described.rows() if first or k != "first"]
     if described.histogram is not None:
         used = int(np.count_nonzero(described.histogram))
+        # Every pattern of an 8-bit (or smaller) type; the most common of a 16-bit one.
+        wide = described.histogram.size > 256
+        shown = (
+            described.histogram_rows(_MOST_COMMON)
+            if wide
+            else described.histogram_rows(order="pattern")
+        )
+        order = f"the {len(shown)} most common: " if wide and used > len(shown) else ""
         lines.append(
             f"histogram         {used} of {described.histogram.size} bit patterns used "
-            "(pattern, value, count, share)"
+            f"({order}pattern, value, count, share)"
         )
-        lines += [
-            f"  {p}  {v:>14}  {c:>14}  {s:>6}"
-            for p, v, c, s in described.histogram_rows(order="pattern")
-        ]
+        lines += [f"  {p}  {v:>14}  {c:>14}  {s:>6}" for p, v, c, s in shown]
     return "\n".join(lines)
 
 
@@ -998,6 +1011,9 @@ def run(argv: Sequence[str]) -> int:
     return status
 
 
+_UTF8 = frozenset({"utf-8", "utf8"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -1007,6 +1023,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     {"format": "kiln-np-golden/1", ...}
     0
     """
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.encoding.lower() in _UTF8:
+        # A path from argv may hold undecodable bytes (as surrogates): print them
+        # back as the bytes they were, as ls does, instead of failing to encode.
+        sys.stdout.reconfigure(errors="surrogateescape")
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except KilnError as exc:

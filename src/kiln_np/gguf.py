@@ -393,7 +393,7 @@ class _Parser:
         return pos + _NUMERIC[t].itemsize, t
 
     def bools(self, pos: int, n: int, what: str) -> None:
-        raw = np.frombuffer(self.buf, U8, n, pos)
+        raw = np.frombuffer(self.buf[pos : pos + n], U8)  # a copy: the map must close
         bad = np.flatnonzero(raw > 1)
         if bad.size:
             i = int(bad[0])
@@ -466,9 +466,11 @@ def _decode(buf: bytes, spec: Spec, pos: int) -> tuple[Any, int]:
     pos += 12
     if item == ValueType.STRING:
         out: list[Any] = []
+        unpack, append = _U64.unpack_from, out.append
         for _ in range(n):
-            text, pos = _decode(buf, ValueType.STRING, pos)
-            out.append(text)
+            end = pos + 8 + unpack(buf, pos)[0]
+            append(buf[pos + 8 : end].decode("utf-8", "surrogateescape"))
+            pos = end
         return out, pos
     if item == ValueType.ARRAY:
         out = []
@@ -722,8 +724,8 @@ def _alignment_of(metadata: GGUFMetadata, where: str) -> int:
     if kind != "uint32" or value == 0 or value & (value - 1):
         raise _malformed(
             where,
-            f"key 'general.alignment': expected a uint32 power of two, found {kind} "
-            f"{show_value(value)}",
+            f"key 'general.alignment': expected a uint32 power of two, found "
+            f"{show_value(value)} (GGUF {kind})",
             expected="uint32 power of two",
             found=value,
         )
@@ -800,9 +802,10 @@ def _split_value(gguf: GGUFFile, key: str) -> int:
     value = gguf.metadata.get(key)
     kind = gguf.metadata.types.get(key, "missing")
     if not isinstance(value, np.integer):
+        found = "no such key" if key not in gguf.metadata else f"{show_value(value)} (GGUF {kind})"
         raise _malformed(
             f"{gguf.paths[0]!r}: ",
-            f"key {key!r}: expected an integer, found {kind} {show_value(value)}",
+            f"key {key!r}: expected an integer, found {found}",
             expected="integer",
             found=kind,
         )
@@ -1008,7 +1011,8 @@ def _encode(
 def _numbers(value: object, t: ValueType, where: str, *, scalar: bool = False) -> bytes:
     dtype = _NUMERIC[t]
     arr = np.asarray(value)
-    ok = arr.dtype.kind in ("b" if t == ValueType.BOOL else "biu" if dtype.kind in "iu" else "biuf")
+    kinds = "b" if t == ValueType.BOOL else "biu" if dtype.kind in "iu" else "biuf"
+    ok = arr.dtype.kind in kinds or (arr.size == 0 and not scalar)  # [] is float64 to numpy
     if ok and arr.dtype.kind in "iu" and dtype.kind in "iu" and arr.size:
         info = np.iinfo(dtype)
         ok = info.min <= int(arr.min()) and int(arr.max()) <= info.max

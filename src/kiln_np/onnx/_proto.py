@@ -80,14 +80,16 @@ def _external_int(entries: Mapping[object, object], key: str, where: str, defaul
     if key not in entries:
         return default
     text = _text(entries[key], f"{where}: {key}")
-    # 19 digits hold 2**63-1; longer text is never formatted or converted in full.
-    if not (text.isascii() and text.isdigit() and len(text) <= 19) or int(text) > MAX_INT64:
+    # 19 digits hold 2**63-1: longer text (leading zeros aside) is never
+    # converted or shown in full (Python refuses int() of 4300 digits).
+    digits = text.lstrip("0") or "0"
+    if not (text.isascii() and text.isdigit() and len(digits) <= 19) or int(digits) > MAX_INT64:
         raise KilnError(
             "TYPE",
             f"{where}: expected {key} to be a decimal integer in 0..2**63-1, found "
             + (show_value(text) if len(text) <= 60 else f"a str of {len(text)} characters"),
         )
-    return int(text)
+    return int(digits)
 
 
 def _location(entries: Mapping[object, object], where: str) -> str:
