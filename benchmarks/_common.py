@@ -153,13 +153,16 @@ def _cpu_model() -> str:
 
 
 def describe_machine() -> dict[str, object]:
-    """What the figures depend on: cores, CPU, Python, numpy, kiln_np's threads."""
+    """What the figures depend on: cores, CPU, Python, numpy, kiln_np's threads
+    and kernels."""
+    import kiln_np
     from kiln_np import _nibbles
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "cores": cores,
         "kiln_np_threads": _nibbles._threads(),
+        "kernels": kiln_np.kernel_backend(),
         "cpu": _cpu_model(),
         "python": sys.version.split()[0],
         "numpy": np.__version__,

@@ -35,11 +35,14 @@ from _common import (
     describe_machine,
     format_size,
     markdown_table,
+    peak_bytes,
     time_interleaved,
 )
 
 import kiln_np
-from kiln_np import Code
+from kiln_np import Code, _nibbles, mx, to_numpy
+
+U4, F32, BOOL = int(Code.U4), int(Code.F32), int(Code.BOOL)  # int codes: the common case
 
 
 def zero_copy(large: int, rounds: int) -> list[list[object]]:
@@ -109,26 +112,143 @@ def bool_validation(large: int, rounds: int) -> list[list[object]]:
 
 
 def small_calls(rounds: int) -> list[list[object]]:
-    """Microseconds per call for three elements."""
+    """Microseconds per call of small decodes and encodes, as ratios to
+    ``np.frombuffer`` of the same payload (issue 14's targets)."""
+    u4_100 = bytes(range(50))
+    f32_100 = np.arange(100, dtype="<f4")
+    f32_bytes = f32_100.tobytes()
     u4 = np.array([1, 2, 3], np.uint8).view(ml_dtypes.uint4)
-    functions: dict[str, Callable[[], object]] = {
-        "np.frombuffer(b'\\x21\\x03', uint8)": partial(np.frombuffer, b"\x21\x03", np.uint8),
-        "to_numpy(17, b'\\x21\\x03', (3,))  [u4]": partial(
-            kiln_np.to_numpy, Code.U4, b"\x21\x03", (3,)
+    rows: list[tuple[str, Callable[[], object], str]] = [
+        ("np.frombuffer(400 bytes, uint8)", partial(np.frombuffer, f32_bytes, np.uint8), ""),
+        ("to_numpy(17, 50 bytes, (100,))  [u4]", partial(to_numpy, U4, u4_100, (100,)), "<= 6"),
+        (
+            "to_numpy(2, 400 bytes, (100,))  [f32]",
+            partial(to_numpy, F32, f32_bytes, (100,)),
+            "<= 4",
         ),
-        "unpack_nibbles(b'\\x21\\x03', 3)": partial(kiln_np.unpack_nibbles, b"\x21\x03", 3),
-        "to_numpy(9, b'\\x01\\x02\\x03', (3,))  [u8]": partial(
-            kiln_np.to_numpy, Code.U8, b"\x01\x02\x03", (3,)
-        ),
-        "from_numpy(3 x uint4)": partial(kiln_np.from_numpy, u4),
-        "pack_nibbles([1, 2, 3] as uint8)": partial(kiln_np.pack_nibbles, u4.view(np.uint8)),
-    }
-    baseline = next(iter(functions))
+        ("from_numpy(100 x f32)", partial(kiln_np.from_numpy, f32_100), "<= 6"),
+        ("to_numpy(17, b'\\x21\\x03', (3,))  [u4]", partial(to_numpy, U4, b"\x21\x03", (3,)), ""),
+        ("unpack_nibbles(b'\\x21\\x03', 3)", partial(kiln_np.unpack_nibbles, b"\x21\x03", 3), ""),
+        ("from_numpy(3 x uint4)", partial(kiln_np.from_numpy, u4), ""),
+        ("pack_nibbles([1, 2, 3] as uint8)", partial(kiln_np.pack_nibbles, u4.view(np.uint8)), ""),
+    ]
+    functions = {name: fn for name, fn, _ in rows}
+    baseline = rows[0][0]
     timing = time_interleaved(functions, baseline, rounds)
     return [
-        [name, f"{timing.median(name) * 1e6:.2f} µs", timing.ratio(name, baseline), ""]
-        for name in functions
+        [name, f"{timing.median(name) * 1e6:.2f} µs", timing.ratio(name, baseline), target]
+        for name, _, target in rows
     ]
+
+
+def error_memory(mib: int) -> list[list[object]]:
+    """Peak extra memory (tracemalloc) of rejecting a bad payload of ``mib`` MiB
+    whose every element is bad, the input allocated before the measurement."""
+    n = mib << 20
+    bad_bool = b"\x02" * n
+    bad_u8 = np.full(n, 0x10, np.uint8)
+    bad_i16 = np.full(n, 16, np.int16)
+    out = np.empty(n // 2, np.uint8)
+    cases: list[tuple[str, Callable[[], object]]] = [
+        (f"to_numpy(7, {mib} MiB of 0x02, ...)  [bool]", partial(to_numpy, BOOL, bad_bool, (n,))),
+        (
+            f"from_numpy({mib} Mi bools stored as 0x02)",
+            partial(kiln_np.from_numpy, np.frombuffer(bad_bool, np.bool_)),
+        ),
+        (f"pack_nibbles({mib} Mi x 0x10 uint8, out=)", partial(pack_out, bad_u8, out)),
+        (f"pack_nibbles({mib} Mi x 16 int16, out=)", partial(pack_out, bad_i16, out)),
+        (
+            f"from_numpy({mib} Mi uint4 stored as 0x10, out=)",
+            partial(kiln_np.from_numpy, bad_u8.view(ml_dtypes.uint4), out=out),
+        ),
+    ]
+    rows: list[list[object]] = []
+    for name, call in cases:
+        peak = peak_bytes(partial(expect_type_error, call))
+        rows.append([name, f"{peak / 2**20:.2f} MiB", peak / n])
+    return rows
+
+
+def mxfp4_kernel(elements: int, rounds: int) -> list[list[object]]:
+    """The compiled MXFP4 dequantize kernel alone (``_nibbles.mxfp4_to_float32_into``,
+    what :mod:`kiln_np.mx` calls for float32 output) on ``elements`` e2m1 elements
+    with e8m0 scales per 32, against ``np.copy`` of the float32 output, ``mx.dequantize``
+    and, when gguf imports, ``gguf.quants.dequantize`` of the same blocks."""
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 16, elements, dtype=np.uint8)
+    scales = rng.integers(110, 140, elements // 32, dtype=np.uint8)
+    packed = kiln_np.pack_nibbles(codes)
+    reference = np.empty(elements, np.float32)
+    if not _nibbles.mxfp4_to_float32_into(packed, scales, reference, 32, packed=True):
+        return [["mxfp4 kernel", "not built (numpy kernels)", "", ""]]
+
+    def kernel() -> np.ndarray:
+        out = np.empty(elements, np.float32)
+        _nibbles.mxfp4_to_float32_into(packed, scales, out, 32, packed=True)
+        return out
+
+    functions: dict[str, Callable[[], object]] = {
+        "np.copy": partial(np.copy, reference),
+        "kernel": kernel,
+        "mx.dequantize": partial(
+            mx.dequantize,
+            codes.view(ml_dtypes.float4_e2m1fn),
+            scales.view(ml_dtypes.float8_e8m0fnu),
+        ),
+    }
+    try:
+        import gguf  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        pass
+    else:
+        blocks = np.concatenate([scales[:, None], packed.reshape(-1, 16)], axis=1)
+        # GGUF's block: scale byte, then elements 0-15 in low nibbles, 16-31 in high ones.
+        halves = codes.reshape(-1, 2, 16)
+        blocks[:, 1:] = halves[:, 0] | halves[:, 1] << 4
+        functions["gguf"] = partial(gguf.quants.dequantize, blocks, gguf.GGMLQuantizationType.MXFP4)
+    timing = time_interleaved(functions, "np.copy", rounds)
+    ms = f"{timing.median('np.copy') * 1e3:.2f} ms"
+    rows: list[list[object]] = [
+        [
+            f"MXFP4 kernel, {format_size(elements)} elements to float32, / np.copy ({ms})",
+            f"{timing.median('kernel') * 1e3:.2f} ms",
+            timing.ratio("kernel", "np.copy"),
+            "<= 2.5",
+        ],
+        [
+            "mx.dequantize (as it is now), same input, / np.copy",
+            f"{timing.median('mx.dequantize') * 1e3:.2f} ms",
+            timing.ratio("mx.dequantize", "np.copy"),
+            "",
+        ],
+    ]
+    if "gguf" in functions:
+        rows.append(
+            [
+                "speedup of the kernel over gguf.quants.dequantize",
+                f"{timing.median('gguf') * 1e3:.2f} ms",
+                timing.ratio("gguf", "kernel"),
+                ">= 6",
+            ]
+        )
+    return rows
+
+
+def pack_out(values: np.ndarray, out: np.ndarray) -> object:
+    return kiln_np.pack_nibbles(values, out=out)
+
+
+def expect_type_error(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except kiln_np.KilnError as exc:
+        if exc.kind != "TYPE":
+            raise
+    else:
+        raise SystemExit("a bad payload was accepted")
+
+
+SECTIONS = ("zero-copy", "bool", "small", "error-memory", "mxfp4")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,25 +256,57 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--large-mib", type=int, default=256, help="size of the large payloads (default 256)"
     )
+    parser.add_argument(
+        "--error-mib", type=int, default=64, help="size of the rejected payloads (default 64)"
+    )
+    parser.add_argument(
+        "--mx-elements", type=int, default=16 << 20, help="MXFP4 elements (default 16 Mi)"
+    )
     parser.add_argument("--rounds", type=int, default=11, help="timing rounds (default 11)")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)",
+    )
     args = parser.parse_args(argv)
+    sections = set(args.sections.split(","))
     large = args.large_mib << 20
     machine = describe_machine()
     print(
         f"cores: {machine['cores']} (kiln_np threads: {machine['kiln_np_threads']}), "
         f"{machine['cpu']}, Python {machine['python']}, numpy {machine['numpy']}; "
-        f"median of {args.rounds} interleaved rounds\n"
+        f"kernels: {machine['kernels']}; median of {args.rounds} interleaved rounds\n"
     )
-    rows = zero_copy(large, args.rounds) + bool_validation(large, args.rounds)
-    print(markdown_table(["measurement", "time", "ratio", "target"], rows))
-    print()
-    print(
-        markdown_table(
-            ["call (3 elements)", "per call", "ratio to np.frombuffer", ""],
-            small_calls(args.rounds),
+    rows = zero_copy(large, args.rounds) if "zero-copy" in sections else []
+    rows += bool_validation(large, args.rounds) if "bool" in sections else []
+    if rows:
+        print(markdown_table(["measurement", "time", "ratio", "target"], rows))
+        print()
+    if "small" in sections:
+        print(
+            markdown_table(
+                ["call", "per call", "ratio to np.frombuffer", "target"],
+                small_calls(args.rounds),
+            )
         )
-    )
-    print(f"\nCPU pressure (avg60) at the end: {cpu_pressure()}")
+        print()
+    if "mxfp4" in sections:
+        print(
+            markdown_table(
+                ["measurement", "time", "ratio", "target"],
+                mxfp4_kernel(args.mx_elements, args.rounds),
+            )
+        )
+        print()
+    if "error-memory" in sections:
+        print(
+            markdown_table(
+                ["rejected call (TYPE error)", "peak extra memory", "/ input elements"],
+                error_memory(args.error_mib),
+            )
+        )
+        print()
+    print(f"CPU pressure (avg60) at the end: {cpu_pressure()}")
 
 
 if __name__ == "__main__":

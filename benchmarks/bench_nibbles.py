@@ -1,10 +1,11 @@
-"""4-bit unpack and pack: kiln_np against naive numpy and onnx, as ratios to np.copy.
+"""4-bit unpack and pack: kiln_np (compiled and numpy kernels) against naive numpy and
+onnx, as ratios to np.copy.
 
 Run from the repository root::
 
-    python benchmarks/bench_nibbles.py                  # 1 Ki .. 64 Mi elements
+    python benchmarks/bench_nibbles.py                  # 2^6 .. 2^28 elements, x4 steps
     python benchmarks/bench_nibbles.py --json benchmarks/results/nibbles.json
-    python benchmarks/bench_nibbles.py --min-elements 67108864 --rounds 21  # 64 Mi only
+    python benchmarks/bench_nibbles.py --min-elements 67108864 --max-elements 67108864
 
 For each size ``n`` (elements) the rows time, interleaved in the same rounds:
 
@@ -14,11 +15,15 @@ For each size ``n`` (elements) the rows time, interleaved in the same rounds:
 - pack: a new packed buffer from the ``n``-element array.
 
 kiln_np unpacks with ``to_numpy(17, buf, (n,))`` and packs with
-``from_numpy(uint4_array)``; "naive" is the strided numpy of the issue
-(``o[0::2] = b & 15; o[1::2] = b >> 4``); "onnx" is ``numpy_helper.to_array``
-of a UINT4 ``TensorProto`` and ``numpy_helper.from_array`` (only when onnx is
-installed).  The peak-memory columns are tracemalloc peaks over the output
-size, at the largest size.
+``from_numpy(uint4_array)``, once on the compiled kernels ("kiln_np") and once
+on the numpy kernels ("kiln_np numpy", the fallback that ``KILN_NP_PURE=1``
+selects), switched per call in the same process.  "naive" is the strided numpy
+of the issue (``o[0::2] = b & 15; o[1::2] = b >> 4``); "onnx" is
+``numpy_helper.to_array`` of a UINT4 ``TensorProto`` and
+``numpy_helper.from_array`` (only when onnx is installed).  The peak-memory
+columns are tracemalloc peaks over the output size, at
+``--memory-elements``.  Sizes of ``--few-rounds-from`` elements and more get
+``--few-rounds`` rounds, so the whole run stays near three minutes.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from _common import (
 )
 
 import kiln_np
+from kiln_np import _nibbles
 
 U4 = kiln_np.Code.U4
 
@@ -79,13 +85,25 @@ def naive_pack(values: np.ndarray) -> np.ndarray:
     return o
 
 
-def kiln_unpack(job: tuple[bytes, int]) -> np.ndarray:
-    packed, n = job
-    return kiln_np.to_numpy(U4, packed, (n,))
+def kiln_row(compiled: bool) -> Impl:
+    """kiln_np on one kernel path, chosen per call (setting a module flag costs
+    tens of nanoseconds)."""
+
+    def unpack(job: tuple[bytes, int]) -> np.ndarray:
+        _nibbles.COMPILED = compiled
+        packed, n = job
+        return kiln_np.to_numpy(U4, packed, (n,))
+
+    def pack(values: np.ndarray) -> kiln_np.Payload:
+        _nibbles.COMPILED = compiled
+        return kiln_np.from_numpy(values)
+
+    return Impl(lambda p, n: (p, n), unpack, pack)
 
 
 def implementations() -> dict[str, Impl]:
-    """The rows, in table order; onnx only when it imports."""
+    """The rows, in table order; onnx only when it imports, the compiled kernels
+    only when they were built."""
     impls = {"naive numpy": Impl(lambda p, n: (p, n), naive_unpack, naive_pack)}
     try:
         import onnx
@@ -98,7 +116,9 @@ def implementations() -> dict[str, Impl]:
             numpy_helper.to_array,
             numpy_helper.from_array,
         )
-    impls["kiln_np"] = Impl(lambda p, n: (p, n), kiln_unpack, kiln_np.from_numpy)
+    impls["kiln_np numpy"] = kiln_row(compiled=False)
+    if kiln_np.kernel_backend() == "compiled":
+        impls["kiln_np"] = kiln_row(compiled=True)
     return impls
 
 
@@ -131,7 +151,13 @@ def check_outputs(impls: dict[str, Impl], values: np.ndarray, packed: bytes) -> 
             raise SystemExit(f"{name}: pack disagrees with the reference")
 
 
-def run(min_elements: int, max_elements: int, rounds: int) -> dict[str, Any]:
+def run(
+    min_elements: int,
+    max_elements: int,
+    rounds: int,
+    few_rounds: tuple[int, int],
+    memory_elements: int,
+) -> dict[str, Any]:
     impls = implementations()
     rng = np.random.default_rng(0)
     results: list[dict[str, Any]] = []
@@ -144,7 +170,9 @@ def run(min_elements: int, max_elements: int, rounds: int) -> dict[str, Any]:
             job = impl.prepare(packed, n)
             functions[f"{name} unpack"] = partial(impl.unpack, job)
             functions[f"{name} pack"] = partial(impl.pack, values)
-        timing = time_interleaved(functions, "np.copy", rounds)
+        timing = time_interleaved(
+            functions, "np.copy", few_rounds[1] if n >= few_rounds[0] else rounds
+        )
         row: dict[str, Any] = {"elements": n, "copy_seconds": timing.median("np.copy")}
         for name in impls:
             for op in ("unpack", "pack"):
@@ -154,9 +182,11 @@ def run(min_elements: int, max_elements: int, rounds: int) -> dict[str, Any]:
                     "seconds": timing.median(key),
                 }
         results.append(row)
+        del values, packed, functions, job
         print(f"{format_size(n):>7} elements: done", file=sys.stderr, flush=True)
 
-    n = sizes(min_elements, max_elements)[-1]
+    measured = sizes(min_elements, max_elements)
+    n = max((m for m in measured if m <= memory_elements), default=measured[0])
     values = rng.integers(0, 16, n, dtype=np.uint8).view(ml_dtypes.uint4)
     packed = bytes(kiln_np.pack_nibbles(values.view(np.uint8)).data)
     memory = {}
@@ -171,6 +201,7 @@ def run(min_elements: int, max_elements: int, rounds: int) -> dict[str, Any]:
         "machine": describe_machine(),
         "cpu_pressure_avg60": cpu_pressure(),
         "rounds": rounds,
+        "few_rounds": list(few_rounds),
         "implementations": list(impls),
         "sizes": results,
         "memory_elements": n,
@@ -180,14 +211,15 @@ def run(min_elements: int, max_elements: int, rounds: int) -> dict[str, Any]:
 
 def report(data: dict[str, Any]) -> str:
     impls: list[str] = data["implementations"]
-    last = data["sizes"][-1]
-    n = last["elements"]
+    n = data["memory_elements"]
+    last = next(row for row in data["sizes"] if row["elements"] == n)
     machine = data["machine"]
     parts = [
         f"cores: {machine['cores']} (kiln_np threads: {machine['kiln_np_threads']}), "
         f"{machine['cpu']}, Python {machine['python']}, numpy {machine['numpy']}; "
-        f"median of {data['rounds']} interleaved rounds; CPU pressure (avg60) at the end: "
-        f"{data['cpu_pressure_avg60']}",
+        f"kernels: {machine['kernels']}; median of {data['rounds']} interleaved rounds "
+        f"({data['few_rounds'][1]} from {format_size(data['few_rounds'][0])} elements); "
+        f"CPU pressure (avg60) at the end: {data['cpu_pressure_avg60']}",
         "",
         f"At {format_size(n)} elements ({format_size(n // 2)}B packed), ratio to np.copy of the "
         f"unpacked array ({last['copy_seconds'] * 1e3:.1f} ms):",
@@ -235,15 +267,36 @@ def report(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--max-elements", type=int, default=64 << 20, help="largest size (default 64 Mi)"
+        "--max-elements", type=int, default=1 << 28, help="largest size (default 256 Mi)"
     )
     parser.add_argument(
-        "--min-elements", type=int, default=1 << 10, help="smallest size (default 1 Ki)"
+        "--min-elements", type=int, default=1 << 6, help="smallest size (default 64)"
     )
     parser.add_argument("--rounds", type=int, default=11, help="timing rounds (default 11)")
+    parser.add_argument(
+        "--few-rounds", type=int, default=3, help="rounds of the largest sizes (default 3)"
+    )
+    parser.add_argument(
+        "--few-rounds-from",
+        type=int,
+        default=1 << 26,
+        help="sizes from here get --few-rounds (default 64 Mi)",
+    )
+    parser.add_argument(
+        "--memory-elements",
+        type=int,
+        default=1 << 26,
+        help="size of the peak-memory columns (default 64 Mi)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args(argv)
-    data = run(args.min_elements, args.max_elements, args.rounds)
+    data = run(
+        args.min_elements,
+        args.max_elements,
+        args.rounds,
+        (args.few_rounds_from, args.few_rounds),
+        args.memory_elements,
+    )
     print(report(data))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -35,9 +35,16 @@ import kiln_np
 import kiln_np.cli
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
+from kiln_np import safetensors as kst
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
-PROPERTY_MODULES = ["test_fuzz", "test_fuzz_adapters", "test_fuzz_cli"]
+PROPERTY_MODULES = [
+    "test_fuzz",
+    "test_fuzz_adapters",
+    "test_fuzz_cli",
+    "test_safetensors",
+    "test_weights",
+]
 
 ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
     (
@@ -49,7 +56,7 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
             "byte_length",
             "pack_nibbles",
             "unpack_nibbles",
-            "code_kind",
+            "code_range",
             "dtype_for_code",
             "code_for_dtype",
             "open_payload",
@@ -60,6 +67,8 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
         ],
     ),
     (kiln_np.Layout, "Layout", ["__init__"]),
+    (kiln_np, "kiln_np (weights)", ["open_weights", "save_weights"]),
+    (kst, "kiln_np.safetensors", ["open_safetensors", "save_safetensors"]),
     (kiln_np.cli, "kiln_np.cli", ["main"]),
     (kiln_np.LazyPayload, "LazyPayload", ["__init__", "__getitem__", "iter_chunks"]),
     (

@@ -147,7 +147,8 @@ ENCODE_DTYPES = [
 
 ONNX_ONLY_DTYPES = [
     "<c16", ">c8", ml_dtypes.float8_e5m2fnuz, ml_dtypes.uint2, ml_dtypes.float6_e2m3fn,
-    ml_dtypes.float6_e3m2fn, ml_dtypes.float8_e3m4, ml_dtypes.int1, ">u2", "<i2", ">i8", "<u8",
+    ml_dtypes.float6_e3m2fn, ml_dtypes.float8_e3m4, ml_dtypes.float8_e4m3b11fnuz,
+    ">u2", "<i2", ">i8", "<u8",
 ]  # fmt: skip
 """With ENCODE_DTYPES: every dtype of the ONNX table, and some near misses."""
 

@@ -7,12 +7,14 @@ exit status and one-line error, and a closed stdout.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
@@ -52,13 +54,13 @@ class Run:
         return self.err
 
 
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> type[Run]:
-    class Bound(Run):
-        def __init__(self, *argv: str) -> None:
-            super().__init__(capsys, *argv)
+Runner = Callable[..., Run]
 
-    return Bound
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Runner:
+    """``run(*argv)``: one command in process, as a :class:`Run`."""
+    return functools.partial(Run, capsys)
 
 
 @pytest.fixture
@@ -112,7 +114,8 @@ def test_entry_point_encodes_and_decodes(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     for i, (name, (arr, _)) in enumerate(ROUND_TRIPS.items()):
         payload = from_numpy(arr)
-        assert lines[2 * i].startswith(f"{name}.kiln: {cli.code_label(int(payload.code))}, ")
+        label = kiln_np._table.code_label(int(payload.code))
+        assert lines[2 * i].startswith(f"{name}.kiln: {label}, ")
         assert json.loads(lines[2 * i + 1])["output"] == f"{name}.back.npy"
         assert (tmp_path / f"{name}.kiln").read_bytes() == bytes(payload.data)
         back = np.load(tmp_path / f"{name}.back.npy")
@@ -172,7 +175,7 @@ def _sample(row: kiln_np.DType) -> np.ndarray:
 
 
 @pytest.mark.parametrize("row", DTYPES, ids=[r.name for r in DTYPES])
-def test_every_code_round_trips(row: kiln_np.DType, work: Path, run: type[Run]) -> None:
+def test_every_code_round_trips(row: kiln_np.DType, work: Path, run: Runner) -> None:
     arr = _sample(row)
     np.save("a.npy", arr)
     run("encode", "a.npy", "a.kiln", "--code", row.name).ok()
@@ -187,7 +190,7 @@ def test_every_code_round_trips(row: kiln_np.DType, work: Path, run: type[Run]) 
     assert {k: record[k] for k in described} == json.loads(json.dumps(described))
 
 
-def test_encode_and_decode_json_records(work: Path, run: type[Run]) -> None:
+def test_encode_and_decode_json_records(work: Path, run: Runner) -> None:
     arr = np.array([[True, False], [False, True]])
     np.save("b.npy", arr)
     record = json.loads(run("encode", "b.npy", "b.kiln", "--json").ok())
@@ -206,7 +209,7 @@ def test_encode_and_decode_json_records(work: Path, run: type[Run]) -> None:
     assert text == "c.npy: code 7 (bool), dtype bool, shape 2x2, 4 payload bytes\n"
 
 
-def test_codes_by_name_are_the_python_apis(work: Path, run: type[Run]) -> None:
+def test_codes_by_name_are_the_python_apis(work: Path, run: Runner) -> None:
     # --code takes exactly the spellings to_numpy takes: the spec's and Code's names.
     for spelling in ("f32", "F32", "2", "0x02", "0X2"):
         run("inspect", "f32x3.kiln", "--code", spelling, "--shape", "3").ok()
@@ -217,7 +220,7 @@ def test_codes_by_name_are_the_python_apis(work: Path, run: type[Run]) -> None:
             kiln_np.to_numpy(spelling, bytes(12), (3,))
 
 
-def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: type[Run]) -> None:
+def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: Runner) -> None:
     Path("blob.bin").write_bytes(b"HEADER" + bytes(range(12)) + b"tail")
     argv = ["decode", "blob.bin", "--code", "4100", "--layout", "q:4", "--shape", "3"]
     run(*argv, "--offset", "6", "q.npy").error("LENGTH", "long by 4")
@@ -226,9 +229,7 @@ def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: type[Run]) 
     assert (back.dtype, back.shape, back.tobytes()) == (np.uint8, (3, 4), bytes(range(12)))
 
 
-def test_decode_reads_in_chunks(
-    work: Path, run: type[Run], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_decode_reads_in_chunks(work: Path, run: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "_READ_BYTES", 3)  # odd: 4-bit chunks must still start on a byte
     values = np.array([1, 2, 3, 4, 5, 6, 7], ml_dtypes.uint4)
     Path("u4.kiln").write_bytes(bytes(from_numpy(values).data))
@@ -239,6 +240,20 @@ def test_decode_reads_in_chunks(
     assert "'bool.kiln' at offset 0: code 7 (bool) shape (7,): " in err
     assert "found 0x02 at element 5" in err  # the payload's index, not the chunk's
     assert not Path("b.npy").exists()
+    # Opaque blocks larger than a chunk are read as bytes: any block size, bounded reads.
+    Path("q.kiln").write_bytes(bytes(range(15)))
+    argv = ["--code", "4096", "--layout", "q:5", "--shape", "3"]
+    run("decode", "q.kiln", *argv, "q.npy").ok()
+    assert np.load("q.npy").tobytes() == bytes(range(15))
+    record = json.loads(run("inspect", "q.kiln", *argv, "--first", "2", "--json").ok())
+    assert record["first_bits"] == ["0001020304", "0506070809"]
+    Path("pad.kiln").write_bytes(b"\x21\x43\x65\xf7")  # 7 elements, padding nibble f
+    with pytest.raises(kiln_np.KilnError) as whole:
+        kiln_np.to_numpy("u4", Path("pad.kiln").read_bytes(), (7,))
+    err = run("decode", "pad.kiln", "--code", "u4", "--shape", "7", "p.npy").error("TYPE")
+    assert err == f"kiln-np: TYPE: 'pad.kiln' at offset 0: {whole.value.message}\n"
+    assert "odd count 7" in err
+    assert "at byte offset 3" in err  # the payload's count and byte, not the last chunk's
 
 
 def test_a_file_that_shrinks_while_read_is_a_clean_error(
@@ -266,15 +281,13 @@ def test_a_file_that_shrinks_while_read_is_a_clean_error(
 @pytest.mark.parametrize(
     ("shape", "found"), [("()", "long by 44"), ("2,4", "long by 16"), ("4,4", "short by 16")]
 )
-def test_decode_shape_must_cover_the_file(
-    work: Path, run: type[Run], shape: str, found: str
-) -> None:
+def test_decode_shape_must_cover_the_file(work: Path, run: Runner, shape: str, found: str) -> None:
     err = run("decode", "f32x12.kiln", "--code", "f32", "--shape", shape, "o.npy").error("LENGTH")
     assert found in err
     assert not Path("o.npy").exists()
 
 
-def test_length_errors_read_as_to_numpys(work: Path, run: type[Run]) -> None:
+def test_length_errors_read_as_to_numpys(work: Path, run: Runner) -> None:
     data = Path("f32x12.kiln").read_bytes()
     for shape in ((2, 4), (4, 4)):
         with pytest.raises(kiln_np.KilnError) as info:
@@ -291,7 +304,7 @@ def test_length_errors_read_as_to_numpys(work: Path, run: type[Run]) -> None:
             )
 
 
-def test_inspect_reports_trailing_bytes_and_offset_past_the_end(work: Path, run: type[Run]) -> None:
+def test_inspect_reports_trailing_bytes_and_offset_past_the_end(work: Path, run: Runner) -> None:
     record = json.loads(
         run(
             "inspect", "f32x12.kiln", "--code", "u8", "--shape", "4", "--offset", "0x10", "--json"
@@ -306,7 +319,7 @@ def test_inspect_reports_trailing_bytes_and_offset_past_the_end(work: Path, run:
 # -- issue 11.2 and 11.3: never over an input; outputs keep what they are -----------------
 
 
-def test_no_command_writes_over_its_input(work: Path, run: type[Run]) -> None:
+def test_no_command_writes_over_its_input(work: Path, run: Runner) -> None:
     os.link("f32x12.kiln", "hard.kiln")
     os.symlink("f32.npy", "link.npy")
     before = _listing(work)
@@ -319,7 +332,7 @@ def test_no_command_writes_over_its_input(work: Path, run: type[Run]) -> None:
     assert not [p for p in os.listdir(work) if p.endswith(".part")]
 
 
-def test_outputs_keep_permissions_and_symlinks(work: Path, run: type[Run]) -> None:
+def test_outputs_keep_permissions_and_symlinks(work: Path, run: Runner) -> None:
     Path("out.kiln").write_bytes(b"old")
     os.chmod("out.kiln", 0o600)
     os.symlink("out.kiln", "via.kiln")
@@ -337,7 +350,7 @@ def test_outputs_keep_permissions_and_symlinks(work: Path, run: type[Run]) -> No
 # -- issue 11.7: FIFOs and other non-regular files -------------------------------------
 
 
-def test_non_regular_inputs_are_refused_before_opening(work: Path, run: type[Run]) -> None:
+def test_non_regular_inputs_are_refused_before_opening(work: Path, run: Runner) -> None:
     os.mkfifo("pipe")
     os.mkdir("adir")
     payload = ["--code", "u8", "--shape", "1"]
@@ -353,7 +366,7 @@ def test_non_regular_inputs_are_refused_before_opening(work: Path, run: type[Run
 # -- issue 11.10 and 11.11: rank 64, huge numbers ---------------------------------------
 
 
-def test_opaque_rank_64_is_shape_and_writes_nothing(work: Path, run: type[Run]) -> None:
+def test_opaque_rank_64_is_shape_and_writes_nothing(work: Path, run: Runner) -> None:
     ones = ",".join(["1"] * 64)
     argv = ["--code", "4096", "--layout", "q:1", "--shape", ones]
     run("decode", "f0.kiln", *argv, "o.npy").error("SHAPE", "at most 63 dimensions")
@@ -382,7 +395,7 @@ HUGE = "1" + "0" * 5000
     ids=lambda v: v if len(v) < 12 else f"{v[:6]}..{len(v)}",
 )
 def test_huge_numbers_are_bounded_messages(
-    work: Path, run: type[Run], option: str, value: str, kind: str
+    work: Path, run: Runner, option: str, value: str, kind: str
 ) -> None:
     argv = {"--code": "4096" if option == "--layout" else "u8", "--shape": "1", "--offset": "0"}
     argv[option] = value
@@ -450,15 +463,15 @@ HOSTILE_NPY = {
 
 
 @pytest.mark.parametrize("name", HOSTILE_NPY)
-def test_hostile_npy_headers_are_one_clean_error(work: Path, run: type[Run], name: str) -> None:
+def test_hostile_npy_headers_are_one_clean_error(work: Path, run: Runner, name: str) -> None:
     data, kind, text = HOSTILE_NPY[name]
     Path("h.npy").write_bytes(data)
     err = run("encode", "h.npy", "o.kiln").error(kind, text)
-    assert err.startswith(f"kiln-np: {kind}: h.npy: ")
+    assert err.startswith(f"kiln-np: {kind}: 'h.npy': ")
     assert not Path("o.kiln").exists()
 
 
-def test_subarray_dtype_npy_adds_its_axes(work: Path, run: type[Run]) -> None:
+def test_subarray_dtype_npy_adds_its_axes(work: Path, run: Runner) -> None:
     arr = np.arange(6, dtype="<f4").reshape(2, 3)
     np.save("sub.npy", np.frombuffer(arr.tobytes(), np.dtype(("<f4", (3,)))))
     assert "shape 2x3, 24 payload bytes" in run("encode", "sub.npy", "s.kiln").ok()
@@ -468,7 +481,7 @@ def test_subarray_dtype_npy_adds_its_axes(work: Path, run: type[Run]) -> None:
 # -- inspect --------------------------------------------------------------------------
 
 
-def test_inspect_reads_only_the_payload_of_a_huge_sparse_file(work: Path, run: type[Run]) -> None:
+def test_inspect_reads_only_the_payload_of_a_huge_sparse_file(work: Path, run: Runner) -> None:
     # 16 GiB of holes, then the payload, then 3 bytes: reading the holes would take
     # far longer than the test.
     values = np.array([1.0, 1.0, -2.0, np.nan, 448.0, 0.0], ml_dtypes.float8_e4m3fn)
@@ -498,7 +511,7 @@ def test_inspect_reads_only_the_payload_of_a_huge_sparse_file(work: Path, run: t
     assert re.search(r"^min / max +-2\.0 / 448\.0$", text, re.M)
 
 
-def test_inspect_opaque_payload(work: Path, run: type[Run]) -> None:
+def test_inspect_opaque_payload(work: Path, run: Runner) -> None:
     Path("q.bin").write_bytes(bytes(range(10)))
     argv = ["inspect", "q.bin", "--code", "4096", "--layout", "q4:5", "--shape", "2"]
     record = json.loads(run(*argv, "--json").ok())
@@ -509,7 +522,7 @@ def test_inspect_opaque_payload(work: Path, run: type[Run]) -> None:
     assert json.loads(run(*argv, "--json", "--first", "1").ok())["first_bits"] == ["0001020304"]
 
 
-def test_first_zero_shows_no_first_line_and_negative_is_refused(work: Path, run: type[Run]) -> None:
+def test_first_zero_shows_no_first_line_and_negative_is_refused(work: Path, run: Runner) -> None:
     for argv in (
         ["--code", "f32", "--shape", "3"],
         ["--code", "4096", "--layout", "q:4", "--shape", "3"],
@@ -525,6 +538,8 @@ def test_first_zero_shows_no_first_line_and_negative_is_refused(work: Path, run:
             ]
             == []
         )
+        empty = run("inspect", "f32x3.kiln", *argv[:-1], "0", "--offset", "12").ok()
+        assert "first" not in empty  # nothing to show: no empty line either
         run("inspect", "f32x3.kiln", *argv, "--first", "-1").error("USAGE", "--first")
         run("inspect", "f32x3.kiln", *argv, "--first", "1e3").error("USAGE", "--first")
 
@@ -535,7 +550,7 @@ def _documented_keys(section: str) -> list[str]:
     return re.findall(r"^\| `(\w+)` \|", block, re.M)
 
 
-def test_json_keys_are_the_documented_schemas(work: Path, run: type[Run]) -> None:
+def test_json_keys_are_the_documented_schemas(work: Path, run: Runner) -> None:
     Path("a.bin").write_bytes(b"\x00\x3c" * 3)
     closed = json.loads(run("inspect", "a.bin", "--code", "f16", "--shape", "3", "--json").ok())
     argv = ["inspect", "a.bin", "--code", "5000", "--layout", "x:2", "--shape", "3", "--json"]
@@ -554,7 +569,7 @@ def test_json_keys_are_the_documented_schemas(work: Path, run: type[Run]) -> Non
 # -- golden ---------------------------------------------------------------------------
 
 
-def test_golden_table_json_and_exit_status(work: Path, run: type[Run]) -> None:
+def test_golden_table_json_and_exit_status(work: Path, run: Runner) -> None:
     from kiln_np._golden import load_cases
 
     count = len(load_cases())
@@ -629,7 +644,7 @@ MALFORMED_GOLDEN = {
 
 @pytest.mark.parametrize(("content", "text"), MALFORMED_GOLDEN.values(), ids=MALFORMED_GOLDEN)
 def test_malformed_golden_files_name_the_file_and_case(
-    work: Path, run: type[Run], content: str, text: str
+    work: Path, run: Runner, content: str, text: str
 ) -> None:
     (work / "cases").mkdir()
     (work / "cases" / "x.json").write_text(content)
@@ -734,7 +749,7 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
         "no-kiln-code",
         ["encode", "c64.npy", "out.kiln"],
         "TYPE",
-        "c64.npy: dtype complex64 (<c8) has no Kiln code",
+        "'c64.npy': dtype complex64 (<c8) has no Kiln code",
     ),
     ("object-npy", ["encode", "obj.npy", "out.kiln"], "TYPE", "holds Python objects"),
     ("not-npy", ["encode", "f32x3.kiln", "out.kiln"], "TYPE", "expected a .npy file"),
@@ -761,7 +776,7 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
 
 @pytest.mark.parametrize(("case", "argv", "kind", "text"), ERRORS, ids=[e[0] for e in ERRORS])
 def test_errors_are_one_clean_line(
-    work: Path, run: type[Run], case: str, argv: list[str], kind: str, text: str
+    work: Path, run: Runner, case: str, argv: list[str], kind: str, text: str
 ) -> None:
     np.save("bf16.npy", np.ones(3, ml_dtypes.bfloat16))
     np.save("e5m2.npy", np.ones(3, ml_dtypes.float8_e5m2))  # descr '<f1'
@@ -775,7 +790,7 @@ def test_errors_are_one_clean_line(
     assert not [p.name for p in work.iterdir() if p.name.endswith(".part")]  # no temp file
 
 
-def test_version(run: type[Run]) -> None:
+def test_version(run: Runner) -> None:
     assert run("--version").ok() == f"kiln-np {kiln_np.__version__}\n"
 
 
@@ -783,7 +798,7 @@ def test_version(run: type[Run]) -> None:
 
 
 @pytest.mark.parametrize("command", ["golden", "encode", "decode", "inspect", "onnx"])
-def test_help_shows_an_example(command: str, run: type[Run]) -> None:
+def test_help_shows_an_example(command: str, run: Runner) -> None:
     assert f"example:\n  kiln-np {command} " in run(command, "--help").ok()
 
 
@@ -833,7 +848,7 @@ def _model(directory: Path, location: str = "model.data") -> tuple[Path, list[on
     return path, inits
 
 
-def test_onnx_export_manifest_and_payloads(work: Path, run: type[Run]) -> None:
+def test_onnx_export_manifest_and_payloads(work: Path, run: Runner) -> None:
     from onnx import numpy_helper
 
     path, inits = _model(work)
@@ -868,9 +883,7 @@ def test_onnx_export_manifest_and_payloads(work: Path, run: type[Run]) -> None:
 
 
 @pytest.mark.parametrize("location", ["0006_big.kiln", "manifest.json"])
-def test_onnx_export_never_writes_a_file_it_reads(
-    work: Path, run: type[Run], location: str
-) -> None:
+def test_onnx_export_never_writes_a_file_it_reads(work: Path, run: Runner, location: str) -> None:
     # The external data file has the name an output would get, in the output folder.
     path, _ = _model(work, location)
     before = _listing(work)
@@ -880,7 +893,7 @@ def test_onnx_export_never_writes_a_file_it_reads(
     run("onnx", path.name, "elsewhere").ok()
 
 
-def test_onnx_export_never_writes_over_the_model(work: Path, run: type[Run]) -> None:
+def test_onnx_export_never_writes_over_the_model(work: Path, run: Runner) -> None:
     from onnx import helper
 
     graph = helper.make_graph([], "g", [], [], [helper.make_tensor("m", 1, [1], [1.0])])
@@ -892,7 +905,7 @@ def test_onnx_export_never_writes_over_the_model(work: Path, run: type[Run]) -> 
 
 @pytest.mark.parametrize("suffix", [".json", ".textproto", ".onnxtxt"])
 def test_onnx_model_path_suffix_does_not_pick_a_parser(
-    work: Path, run: type[Run], suffix: str
+    work: Path, run: Runner, suffix: str
 ) -> None:
     path, _ = _model(work)
     os.rename(path, work / f"model{suffix}")
@@ -901,7 +914,7 @@ def test_onnx_model_path_suffix_does_not_pick_a_parser(
     run("onnx", f"text{suffix}", "out2").error("TYPE", "expected an ONNX model")
 
 
-def test_onnx_non_utf8_tensor_name_is_one_line(work: Path, run: type[Run]) -> None:
+def test_onnx_non_utf8_tensor_name_is_one_line(work: Path, run: Runner) -> None:
     from onnx import helper
 
     graph = helper.make_graph([], "g", [], [], [helper.make_tensor("NAME", 1, [1], [1.0])])
@@ -914,7 +927,7 @@ def test_onnx_non_utf8_tensor_name_is_one_line(work: Path, run: type[Run]) -> No
 
 
 def test_onnx_progress_bar_on_a_terminal(
-    work: Path, run: type[Run], monkeypatch: pytest.MonkeyPatch
+    work: Path, run: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, _ = _model(work)
     terminal = _Terminal()

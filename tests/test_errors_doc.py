@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import pickle
 import shutil
@@ -32,6 +33,7 @@ from _helpers import gguf_bytes, gguf_info, gguf_kv, run_command
 import kiln_np
 import kiln_np.gguf as kg
 import kiln_np.onnx as ko
+import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,12 +245,6 @@ def _string_initializer() -> Any:
 # -- the command line ------------------------------------------------------------
 
 
-def _cli(*argv: str) -> Any:
-    """Run a ``kiln-np`` command as :func:`kiln_np.cli.main` does, minus the
-    handler that prints the KilnError."""
-    return run_command(*argv)
-
-
 def _fifo() -> str:
     path = _scratch() / "pipe"
     os.mkfifo(path)
@@ -266,7 +262,7 @@ def _cut_npy() -> str:
 
 
 def _cli_file(command: str, name: str, data: bytes, *options: str) -> Any:
-    return _cli(command, _file(name, data), *options)
+    return run_command(command, _file(name, data), *options)
 
 
 # -- the catalogue ---------------------------------------------------------------
@@ -443,26 +439,26 @@ ONNX: list[Entry] = [
 ]  # fmt: skip
 
 CLI: list[Entry] = [
-    ("kiln-np inspect", "--code not a code or name", lambda: _cli("inspect", "w.kiln", "--code", "f33", "--shape", "3")),
-    ("kiln-np inspect", "--layout not NAME:BLOCK_SIZE", lambda: _cli("inspect", "w.kiln", "--code", "4100", "--layout", "q4k", "--shape", "3")),
-    ("kiln-np inspect", "opaque --code without --layout", lambda: _cli("inspect", "w.kiln", "--code", "4100", "--shape", "3")),
-    ("kiln-np inspect", "--shape not integers", lambda: _cli("inspect", "w.kiln", "--code", "f32", "--shape", "3x4")),
-    ("kiln-np inspect", "--offset not a byte offset", lambda: _cli("inspect", "w.kiln", "--code", "f32", "--shape", "3", "--offset", "-1")),
+    ("kiln-np inspect", "--code not a code or name", lambda: run_command("inspect", "w.kiln", "--code", "f33", "--shape", "3")),
+    ("kiln-np inspect", "--layout not NAME:BLOCK_SIZE", lambda: run_command("inspect", "w.kiln", "--code", "4100", "--layout", "q4k", "--shape", "3")),
+    ("kiln-np inspect", "opaque --code without --layout", lambda: run_command("inspect", "w.kiln", "--code", "4100", "--shape", "3")),
+    ("kiln-np inspect", "--shape not integers", lambda: run_command("inspect", "w.kiln", "--code", "f32", "--shape", "3x4")),
+    ("kiln-np inspect", "--offset not a byte offset", lambda: run_command("inspect", "w.kiln", "--code", "f32", "--shape", "3", "--offset", "-1")),
     ("kiln-np decode", "file too short", lambda: _cli_file("decode", "w.kiln", bytes(11), "--code", "f32", "--shape", "3", "out.npy")),
     ("kiln-np encode", "not a .npy file", lambda: _cli_file("encode", "w.npy", b"\x93NUMPY", "out.kiln")),
-    ("kiln-np encode", ".npy of Python objects", lambda: _cli("encode", _npy("obj.npy", np.array([None])), "out.kiln")),
-    ("kiln-np encode", ".npy data cut short", lambda: _cli("encode", _cut_npy(), "out.kiln")),
-    ("kiln-np encode", "ml_dtypes .npy without --code", lambda: _cli("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln")),
-    ("kiln-np encode", "--code of another width than the .npy", lambda: _cli("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "f32")),
+    ("kiln-np encode", ".npy of Python objects", lambda: run_command("encode", _npy("obj.npy", np.array([None])), "out.kiln")),
+    ("kiln-np encode", ".npy data cut short", lambda: run_command("encode", _cut_npy(), "out.kiln")),
+    ("kiln-np encode", "ml_dtypes .npy without --code", lambda: run_command("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln")),
+    ("kiln-np encode", "--code of another width than the .npy", lambda: run_command("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "f32")),
     ("kiln-np onnx", "not an ONNX model", lambda: _cli_file("onnx", "m.onnx", b"\xff\xff\xff", "outdir")),
-    ("kiln-np inspect", "--offset not a number", lambda: _cli("inspect", "w.kiln", "--code", "f32", "--shape", "3", "--offset", "1.5")),
-    ("kiln-np inspect", "a number of more than 40 digits", lambda: _cli("inspect", "w.kiln", "--code", "f32", "--shape", "1" + "0" * 5000)),
+    ("kiln-np inspect", "--offset not a number", lambda: run_command("inspect", "w.kiln", "--code", "f32", "--shape", "3", "--offset", "1.5")),
+    ("kiln-np inspect", "a number of more than 40 digits", lambda: run_command("inspect", "w.kiln", "--code", "f32", "--shape", "1" + "0" * 5000)),
     ("kiln-np decode", "bytes after the payload (without --embedded)", lambda: _cli_file("decode", "w.kiln", bytes(13), "--code", "f32", "--shape", "3", "out.npy")),
     ("kiln-np decode", "bad bool byte, found as its chunk is read", lambda: _cli_file("decode", "w.kiln", b"\x00\x01\x07", "--code", "bool", "--shape", "3", "out.npy")),
-    ("kiln-np inspect", "input not a regular file (a FIFO)", lambda: _cli("inspect", _fifo(), "--code", "u8", "--shape", "1")),
-    ("kiln-np encode", ".npy header with an operator", lambda: _cli("encode", _npy_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (1+1,)}"), "out.kiln")),
-    ("kiln-np encode", ".npy shape numpy cannot make", lambda: _cli("encode", _npy_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4611686018427387904)}"), "out.kiln")),
-    ("kiln-np encode", "ml_dtypes .npy with an opaque --code", lambda: _cli("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "4096")),
+    ("kiln-np inspect", "input not a regular file (a FIFO)", lambda: run_command("inspect", _fifo(), "--code", "u8", "--shape", "1")),
+    ("kiln-np encode", ".npy header with an operator", lambda: run_command("encode", _npy_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (1+1,)}"), "out.kiln")),
+    ("kiln-np encode", ".npy shape numpy cannot make", lambda: run_command("encode", _npy_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4611686018427387904)}"), "out.kiln")),
+    ("kiln-np encode", "ml_dtypes .npy with an opaque --code", lambda: run_command("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "4096")),
 ]  # fmt: skip
 
 def _gguf(*kvs: bytes, infos: tuple[bytes, ...] = (), data: bytes = b"", **counts: int) -> Any:
@@ -568,6 +564,131 @@ MX: list[Entry] = [
     ("mx.from_onnx", "not a FLOAT4E2M1 tensor", lambda: mx.from_onnx(object(), object())),
 ]  # fmt: skip
 
+# -- weight files ----------------------------------------------------------------
+
+
+def _st(header: object, data: bytes = b"", raw: bytes | None = None) -> str:
+    """A safetensors file: the size, the header (JSON of ``header`` or ``raw``), the data."""
+    text = raw if raw is not None else json.dumps(header).encode()
+    return _file("w.safetensors", struct.pack("<Q", len(text)) + text + data)
+
+
+def _st_open(header: object, data: bytes = b"", raw: bytes | None = None) -> Any:
+    return kst.open_safetensors(_st(header, data, raw))
+
+
+def _st_entry(dtype: str = "F32", shape: object = (2,), offsets: object = (0, 8)) -> dict[str, Any]:
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}  # type: ignore[call-overload]
+
+
+def _shrunk() -> Any:
+    """A tensor whose file was cut short after it was opened, before it was mapped."""
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.zeros(4)}, format="safetensors")
+    weights = kiln_np.open_weights(path)
+    os.truncate(path, 40)
+    return weights["w"].payload()
+
+
+def _index(weight_map: dict[str, str], shards: dict[str, dict[str, Any]]) -> Any:
+    directory = _scratch()
+    for name, tensors in shards.items():
+        kiln_np.save_weights(directory / name, tensors, format="safetensors")
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return kiln_np.open_weights(directory)
+
+
+def _kiln_dir(edit: Callable[[dict[str, Any]], None], verify: bool = False) -> Any:
+    """A Kiln payload directory of one i32 tensor, its manifest edited."""
+    directory = _scratch() / "dir"
+    kiln_np.save_weights(directory, {"w": np.arange(4, dtype=np.int32)}, format="kiln")
+    doc = json.loads((directory / "manifest.json").read_text())
+    edit(doc)
+    (directory / "manifest.json").write_text(json.dumps(doc))
+    return kiln_np.open_weights(directory, verify=verify)
+
+
+def _entry_edit(**entry: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda doc: doc["tensors"][0].update(entry)
+
+
+def _tampered() -> Any:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["tensors"][0]["sha256"] = "0" * 64
+
+    return _kiln_dir(edit, verify=True)
+
+
+def _save(tensors: Any, fmt: str = "kiln", **kw: Any) -> Any:
+    return kiln_np.save_weights(_scratch() / "out", tensors, format=fmt, **kw)
+
+
+_ONE = {"w": np.zeros(2, np.float32)}
+
+WEIGHTS: list[Entry] = [
+    ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"PK\x03\x04 not a weight file"))),
+    ("open_weights", "a directory with no manifest or index", lambda: kiln_np.open_weights(_scratch())),
+    ("open_weights", "verify not a bool", lambda: kiln_np.open_weights(_scratch(), verify="yes")),  # type: ignore[arg-type]
+    ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
+    ("WeightTensor.payload", "file cut short since it was opened", _shrunk),
+    ("open_safetensors", "file shorter than the 8-byte size", lambda: kst.open_safetensors(_file("w.safetensors", b"\x02\x00"))),
+    ("open_safetensors", "header size above 100 MB", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 10**9) + b"{}"))),
+    ("open_safetensors", "header longer than the file", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 9) + b"{}"))),
+    ("open_safetensors", "header not JSON", lambda: _st_open(None, raw=b"{'a': 1}")),
+    ("open_safetensors", "header with a key twice", lambda: _st_open(None, raw=b'{"a": {}, "a": {}}')),
+    ("open_safetensors", "header nested too deep", lambda: _st_open(None, raw=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")),
+    ("open_safetensors", "header not an object", lambda: _st_open([1, 2])),
+    ("open_safetensors", "tensor name escaping half a character", lambda: _st_open(None, raw=b'{"\\ud800": {}}')),
+    ("open_safetensors", "__metadata__ not str to str", lambda: _st_open({"__metadata__": {"a": 1}})),
+    ("open_safetensors", "tensor entry not an object", lambda: _st_open({"w": [1]})),
+    ("open_safetensors", "unknown dtype", lambda: _st_open({"w": _st_entry("F33")}, bytes(8))),
+    ("open_safetensors", "F6 (bit order undocumented)", lambda: _st_open({"w": _st_entry("F6_E2M3", (4,), (0, 3))}, bytes(3))),
+    ("open_safetensors", "shape not a list", lambda: _st_open({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]}}, bytes(8))),
+    ("open_safetensors", "negative dimension", lambda: _st_open({"w": _st_entry(shape=(-2,))}, bytes(8))),
+    ("open_safetensors", "odd F4 count", lambda: _st_open({"w": _st_entry("F4", (3,), (0, 2))}, bytes(2))),
+    ("open_safetensors", "data_offsets not two integers", lambda: _st_open({"w": _st_entry(offsets=(0,))}, bytes(8))),
+    ("open_safetensors", "tensors not contiguous", lambda: _st_open({"a": _st_entry(), "b": _st_entry(offsets=(12, 20))}, bytes(20))),
+    ("open_safetensors", "span not the tensor's bytes", lambda: _st_open({"w": _st_entry(offsets=(0, 12))}, bytes(12))),
+    ("open_safetensors", "bytes after the last tensor", lambda: _st_open({"w": _st_entry()}, bytes(9))),
+    ("open_safetensors", "index not an index", lambda: kst.open_safetensors(_file("m.safetensors.index.json", b"[]"))),
+    ("open_weights", "shard holds a tensor the index does not list", lambda: _index({"a": "a.safetensors"}, {"a.safetensors": {"a": np.ones(1), "b": np.ones(1)}})),
+    ("open_weights", "index lists a tensor its shard lacks", lambda: _index({"a": "a.safetensors", "c": "a.safetensors"}, {"a.safetensors": {"a": np.ones(1)}})),
+    ("open_weights", "shard outside the index's directory", lambda: _index({"a": "../a.safetensors"}, {})),
+    ("open_weights", "manifest of another format", lambda: _kiln_dir(lambda doc: doc.update(format="kiln-np-weights/9"))),
+    ("open_weights", "manifest tensors not a list", lambda: _kiln_dir(lambda doc: doc.update(tensors={}))),
+    ("open_weights", "manifest metadata_types not str values", lambda: _kiln_dir(lambda doc: doc.update(metadata_types={"a": 1}))),
+    ("open_weights", "manifest metadata not an object", lambda: _kiln_dir(lambda doc: doc.update(metadata=[]))),
+    ("open_weights", "manifest metadata value not [tag, value]", lambda: _kiln_dir(lambda doc: doc.update(metadata={"a": "x"}))),
+    ("open_weights", "manifest metadata value unreadable", lambda: _kiln_dir(lambda doc: doc.update(metadata={"a": ["float", "zz"]}))),
+    ("open_weights", "manifest metadata tag unknown", lambda: _kiln_dir(lambda doc: doc.update(metadata={"a": ["nope", 1]}))),
+    ("open_weights", "manifest metadata of a non-numeric numpy type", lambda: _kiln_dir(lambda doc: doc.update(metadata={"a": ["np.str_", 1]}))),
+    ("open_weights", "manifest entry missing keys", lambda: _kiln_dir(lambda doc: doc["tensors"][0].pop("sha256"))),
+    ("open_weights", "manifest tensor name not a str", lambda: _kiln_dir(_entry_edit(name=3))),
+    ("open_weights", "manifest tensor name twice", lambda: _kiln_dir(lambda doc: doc["tensors"].append(doc["tensors"][0]))),
+    ("open_weights", "manifest file not a plain name", lambda: _kiln_dir(_entry_edit(file="../w.kiln"))),
+    ("open_weights", "manifest layout not {name, block_size}", lambda: _kiln_dir(_entry_edit(layout={"name": "x"}))),
+    ("open_weights", "manifest byte_length not an integer", lambda: _kiln_dir(_entry_edit(byte_length="16"))),
+    ("open_weights", "manifest byte_length not the shape's", lambda: _kiln_dir(_entry_edit(byte_length=15))),
+    ("open_weights", "manifest sha256 not hex", lambda: _kiln_dir(_entry_edit(sha256="xyz"))),
+    ("open_weights", "payload file of the wrong size", lambda: _kiln_dir(_entry_edit(shape=[5], byte_length=20))),
+    ("open_weights", "payload hash mismatch (verify=True)", _tampered),
+    ("save_weights", "unknown format", lambda: _save(_ONE, "npz")),
+    ("save_weights", "tensors not a mapping", lambda: _save([np.ones(2)])),
+    ("save_weights", "tensor name not a str", lambda: _save({1: np.ones(2)})),
+    ("save_weights", "tensor of another type", lambda: _save({"w": "text"})),
+    ("save_weights", "max_shard_size for a Kiln directory", lambda: _save(_ONE, max_shard_size=8)),
+    ("save_weights", "metadata key not a str", lambda: _save(_ONE, metadata={1: "x"})),
+    ("save_weights", "metadata value of no JSON form", lambda: _save(_ONE, metadata={"k": {1, 2}})),
+    ("save_weights", "metadata array of strings", lambda: _save(_ONE, metadata={"k": np.array(["s"])})),
+    ("save_weights", "safetensors: a type it cannot hold", lambda: _save({"q": np.zeros(2, ml_dtypes.uint4)}, "safetensors")),
+    ("save_weights", "safetensors: odd F4 count", lambda: _save({"q": np.zeros(3, ml_dtypes.float4_e2m1fn)}, "safetensors")),
+    ("save_weights", "safetensors: tensor named __metadata__", lambda: _save({"__metadata__": np.ones(1)}, "safetensors")),
+    ("save_weights", "safetensors: name UTF-8 cannot encode", lambda: _save({"\ud800": np.ones(1)}, "safetensors")),
+    ("save_weights", "safetensors: metadata not str to str", lambda: _save(_ONE, "safetensors", metadata={"k": 1})),
+    ("save_weights", "safetensors: metadata UTF-8 cannot encode", lambda: _save(_ONE, "safetensors", metadata={"k": "\udcff"})),
+    ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
+]  # fmt: skip
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -576,6 +697,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Command line (`kiln-np`)", CLI),
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
+    ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -37,7 +37,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from _helpers import external_tensor
+from _helpers import bits, external_tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -68,13 +68,6 @@ from kiln_np import onnx as ko
 FILE_EXAMPLES = max(1, settings().max_examples // 2)
 """File properties create and map a file per example: half the profile's examples
 (100 in the ``ci`` profile; ``fuzz/run.py`` loads its profile before importing)."""
-
-
-def _bits(arr: Any) -> bytes:
-    a = np.ascontiguousarray(arr)
-    if a.dtype.kind == "O":
-        return repr(a.tolist()).encode()
-    return a.astype(a.dtype.newbyteorder("=")).view(np.uint8).tobytes()
 
 
 # ---------------------------------------------------------------- onnx: bytes
@@ -108,12 +101,12 @@ def test_decode_field_oracle(case: tuple[Any, Any, Any]) -> None:
     assert arr.dtype == row.dtype
     if row.bits is not None:  # the same bits as the same tensor in raw_data
         again = ko.decode_raw(data_type, ko.encode_raw(arr, data_type), arr.shape)
-        assert _bits(again) == _bits(arr)
+        assert bits(again) == bits(arr)
 
 
 @given(arr=arrays(ONNX_DTYPES), data_type=st.one_of(st.none(), data_types))
 def test_encode_raw_oracle(arr: Any, data_type: Any) -> None:
-    before = _bits(arr) if isinstance(arr, np.ndarray) else None
+    before = bits(arr) if isinstance(arr, np.ndarray) else None
     try:
         raw = ko.encode_raw(arr, data_type)
     except Exception as exc:
@@ -124,9 +117,9 @@ def test_encode_raw_oracle(arr: Any, data_type: Any) -> None:
         assert data_type is None or int(data_type) == row.data_type
         assert raw.readonly
         assert raw.nbytes == row.byte_length(a.size)
-        assert _bits(ko.decode_raw(row.data_type, raw, a.shape)) == _bits(a)
+        assert bits(ko.decode_raw(row.data_type, raw, a.shape)) == bits(a)
     if before is not None:  # the input is never written
-        assert _bits(arr) == before
+        assert bits(arr) == before
 
 
 @given(data_type=data_types)
@@ -335,7 +328,7 @@ def _base_dir(choice: Any) -> Any:
 
 @settings(max_examples=FILE_EXAMPLES)
 @given(tensor=tensor_protos(), base=base_dirs)
-def test_to_numpy_oracle(tensor: Any, base: Any) -> None:
+def test_onnx_to_numpy_oracle(tensor: Any, base: Any) -> None:
     try:
         arr = ko.to_numpy(tensor, _base_dir(base))
     except Exception as exc:
@@ -345,7 +338,7 @@ def test_to_numpy_oracle(tensor: Any, base: Any) -> None:
     assert arr.shape == tuple(tensor.dims)
     assert arr.dtype == row.dtype
     assert isinstance(tensor.name, str)
-    assert _bits(ko.to_numpy(ko.from_numpy(arr))) == _bits(arr)
+    assert bits(ko.to_numpy(ko.from_numpy(arr))) == bits(arr)
 
 
 @settings(max_examples=FILE_EXAMPLES)
@@ -399,7 +392,7 @@ names: st.SearchStrategy[Any] = st.one_of(
     ),
     name=names,
 )
-def test_from_numpy_oracle(arr: Any, name: Any) -> None:
+def test_onnx_from_numpy_oracle(arr: Any, name: Any) -> None:
     try:
         t = ko.from_numpy(arr, name)
     except Exception as exc:
@@ -413,7 +406,7 @@ def test_from_numpy_oracle(arr: Any, name: Any) -> None:
         items = [v.decode() if isinstance(v, bytes) else v for v in a.reshape(-1).tolist()]
         assert back.reshape(-1).tolist() == items
     else:
-        assert _bits(back) == _bits(a)
+        assert bits(back) == bits(a)
 
 
 # ---------------------------------------------------------------- files
@@ -531,7 +524,7 @@ def test_open_payload_oracle(
             with pytest.raises(KilnError):
                 kiln_np.to_numpy(code, content[off : off + n], dims, layout)
             return
-        assert _bits(decoded) == _bits(expected)
+        assert bits(decoded) == bits(expected)
         del arr, decoded
 
 
@@ -623,7 +616,7 @@ def test_lazy_payload_oracle(
         else:
             expected = reference[key]
             assert np.shape(got) == np.shape(expected)
-            assert _bits(got) == _bits(expected)
+            assert bits(got) == bits(expected)
         try:
             chunks = list(lazy.iter_chunks(rows))
         except Exception as exc:
@@ -631,7 +624,7 @@ def test_lazy_payload_oracle(
             _expect_kind(exc, "SHAPE" if valid else "any")
         else:
             whole = np.concatenate(chunks or [reference]) if lazy.shape else chunks[0]
-            assert _bits(whole) == _bits(reference)
+            assert bits(whole) == bits(reference)
         try:
             d = kiln_np.describe(lazy)
         except Exception as exc:
@@ -737,7 +730,7 @@ def test_write_payload_oracle(case: tuple[Any, Any, Any, Any, Any, bytes], kind:
         payload = data[info.offset : info.offset + info.byte_length]
         decoded = kiln_np.to_numpy(info.code, payload, info.shape, info.layout)
         if isinstance(source, np.ndarray):
-            assert _bits(decoded) == _bits(source)
+            assert bits(decoded) == bits(source)
 
 
 # ---------------------------------------------------------------- explore
@@ -751,7 +744,7 @@ def test_write_payload_oracle(case: tuple[Any, Any, Any, Any, Any, bytes], kind:
     first=st.one_of(st.integers(0, 10), st.sampled_from([-1, 2**70, 1.5, "2", None, True])),
 )
 def test_describe_oracle(arr: Any, first: Any) -> None:
-    before = _bits(arr) if isinstance(arr, np.ndarray) else None
+    before = bits(arr) if isinstance(arr, np.ndarray) else None
     try:
         d = kiln_np.describe(arr, first=first)
     except Exception as exc:
@@ -768,7 +761,7 @@ def test_describe_oracle(arr: Any, first: Any) -> None:
         repr(d)
         d.to_dict()
     if before is not None:
-        assert _bits(arr) == before
+        assert bits(arr) == before
 
 
 @given(arr=st.one_of(arrays(ONNX_DTYPES), st.sampled_from([[[1], [1, 2]], [True, 2], "x"])))

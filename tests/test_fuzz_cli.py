@@ -90,9 +90,7 @@ def _clean() -> None:
 
 # -- random command lines --------------------------------------------------------------
 
-_TEXT = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12
-)
+_TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
 _NUMBERS = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
     st.integers(0, 2**64).map(hex),
@@ -196,7 +194,7 @@ def command_lines(draw: st.DrawFn) -> tuple[list[str], bytes]:
 
 @settings(max_examples=EXAMPLES)
 @given(case=command_lines(), values=st.binary(max_size=32))
-def test_command_line_oracle(case: tuple[list[str], bytes], values: bytes) -> None:
+def test_cli_command_line_oracle(case: tuple[list[str], bytes], values: bytes) -> None:
     argv, payload = case
     (SCRATCH / "p.bin").write_bytes(payload)
     np.save(SCRATCH / "x.npy", np.frombuffer(values, np.uint8))
@@ -243,7 +241,7 @@ def npy_headers(draw: st.DrawFn) -> bytes:
 
 @settings(max_examples=EXAMPLES)
 @given(content=npy_headers(), code=st.one_of(st.none(), st.none(), st.just("bf16"), _CODES))
-def test_npy_header_oracle(content: bytes, code: str | None) -> None:
+def test_cli_npy_header_oracle(content: bytes, code: str | None) -> None:
     (SCRATCH / "h.npy").write_bytes(content)
     argv = ["encode", "h.npy", "out.kiln", *([] if code is None else [f"--code={code}"])]
     status, out, err = run_cli(argv)

@@ -802,3 +802,42 @@ def test_metadata_pickles_and_survives_the_file(tmp_path: Path) -> None:
     again = pickle.loads(pickle.dumps(meta))
     assert again["tokenizer.ggml.tokens"] == ["tok0", "tok1", "tok2"]
     assert dict(again.types) == {"tokenizer.ggml.tokens": "array[string]"}
+
+
+# -- through the other formats (kiln_np.save_weights) ------------------------------------
+
+
+def test_gguf_to_kiln_directory_to_gguf(oracle: Path, tmp_path: Path) -> None:
+    directory, back = tmp_path / "dir", tmp_path / "back.gguf"
+    with kiln_np.open_weights(oracle) as weights:
+        kiln_np.save_weights(directory, weights, format="kiln", metadata=weights.metadata)
+    with kiln_np.open_weights(directory) as middle:
+        kiln_np.save_weights(back, middle, format="gguf", metadata=middle.metadata)
+    before, after = kg.read_gguf(oracle), kg.read_gguf(back)
+    assert dict(after.metadata.types) == dict(before.metadata.types)
+    for key in before.metadata:
+        assert _value_bits(after.metadata[key]) == _value_bits(before.metadata[key]), key
+    with kiln_np.open_weights(oracle) as a, kiln_np.open_weights(back) as b:
+        assert list(a) == list(b)
+        for name in a:
+            assert a[name].layout == b[name].layout
+            assert bytes(a[name].payload().data) == bytes(b[name].payload().data)
+
+
+def test_safetensors_to_gguf_to_safetensors(tmp_path: Path) -> None:
+    tensors = {name: arr for name, arr, raw in ORACLE_TENSORS if raw in (None, Q.BF16)}
+    first, middle, last = (
+        tmp_path / "a.safetensors",
+        tmp_path / "m.gguf",
+        tmp_path / "b.safetensors",
+    )
+    kiln_np.save_weights(first, tensors, format="safetensors")
+    with kiln_np.open_weights(first) as a:
+        kiln_np.save_weights(middle, a, format="gguf")
+    with kiln_np.open_weights(middle) as m:
+        kiln_np.save_weights(last, m, format="safetensors")
+    with kiln_np.open_weights(last) as b:
+        assert sorted(b) == sorted(tensors)
+        for name, arr in tensors.items():
+            assert b[name].shape == arr.shape
+            assert bits(b[name].numpy()) == bits(arr), name

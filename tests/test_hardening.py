@@ -6,6 +6,9 @@ import hashlib
 import math
 import mmap
 import os
+import signal
+import subprocess
+import sys
 import threading
 import tracemalloc
 from collections.abc import Callable
@@ -238,3 +241,35 @@ def test_a_stepped_slice_allocates_what_it_selects(
     assert got.shape == (len(range(n)[key]),)
     assert not got.view(np.uint8).any()
     assert peak < limit + got.nbytes
+
+
+_TRUNCATE_UNDER_A_MAP = """
+import os, sys, kiln_np
+path, lazy = sys.argv[1], sys.argv[2] == "lazy"
+n = 3 * os.sysconf("SC_PAGE_SIZE")
+with open(path, "wb") as f:
+    f.write(bytes(n))
+opened = kiln_np.LazyPayload(path, 9, (n,)) if lazy else kiln_np.open_payload(path, 9, (n,))
+os.truncate(path, 0)  # another process shrinking the file in place
+print("read", int(opened[n - 1]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["memmap", "lazy"])
+def test_truncating_a_mapped_file_is_sigbus_as_documented(tmp_path: Path, how: str) -> None:
+    """docs/safety.md: a concurrent truncation kills the reader of a map; no
+    exception can be raised, so the documentation must say so."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE_UNDER_A_MAP, str(tmp_path / "p.bin"), how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGBUS
+    assert "read" not in done.stdout
+    section = (Path(__file__).resolve().parents[1] / "docs" / "safety.md").read_text()
+    section = section.split("## Memory maps and SIGBUS")[1].split("\n## ")[0]
+    for name in ("`open_payload`", "`LazyPayload`", "`kiln_np.dask.from_payload`",
+                 "ONNX external data", "`kiln_np.safetensors`", "`kiln-np decode`"):  # fmt: skip
+        assert name in section

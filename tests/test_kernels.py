@@ -288,3 +288,46 @@ def test_the_extension_refuses_bad_calls() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         _kernels.unpack(src, np.zeros(32, np.uint8)[::2], 0, 16)
     assert dst.tobytes() == b"\xa5" * 16
+
+
+# -- MXFP4 dequantize (for kiln_np.mx) ----------------------------------------------------------
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-per-byte"])
+def test_mxfp4_every_code_and_scale_against_the_definition(
+    monkeypatch: pytest.MonkeyPatch, packed: bool, threads: int
+) -> None:
+    monkeypatch.setattr(_nibbles, "COMPILED_THREAD_MIN_LANES", 16)
+    monkeypatch.setattr(_nibbles, "COMPILED_GRANULE", 4)
+    block = 32
+    scales = np.repeat(np.arange(256, dtype=np.uint8), 3)  # 3 blocks per scale byte
+    codes = np.random.default_rng(3).integers(0, 16, scales.size * block, dtype=np.uint8)
+    codes[: 16 * 256] = np.tile(np.arange(16, dtype=np.uint8), 256)  # every code, every scale
+    values = kiln_np.pack_nibbles(codes) if packed else codes
+    out = np.full(codes.size, 7.0, np.float32)
+    assert _nibbles.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
+    exact = E2M1[codes] * np.ldexp(1.0, np.repeat(scales.astype(int) - 127, block))
+    with np.errstate(over="ignore"):
+        fits = exact.astype(np.float32).astype(np.float64) == exact
+    nan_block = np.repeat(scales == 0xFF, block)
+    assert same_float_bits(out[fits & ~nan_block], exact[fits & ~nan_block].astype(np.float32))
+    assert (out[nan_block].view(np.uint32) == 0x7FC00000).all()  # canonical quiet NaN
+    monkeypatch.setattr(_nibbles, "COMPILED", False)
+    assert not _nibbles.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
+
+
+def same_float_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+
+
+def test_mxfp4_kernel_refuses_bad_calls() -> None:
+    scales = np.zeros(2, np.uint8)
+    out = np.zeros(64, np.float32)
+    with pytest.raises(ValueError, match="block size"):
+        _kernels.mxfp4_to_float32(np.zeros(32, np.uint8), scales, out, 31, 1, 0, 2)
+    with pytest.raises(ValueError, match="values holds 31 bytes"):
+        _kernels.mxfp4_to_float32(np.zeros(31, np.uint8), scales, out, 32, 1, 0, 2)
+    with pytest.raises(ValueError, match="out holds 252 bytes"):
+        _kernels.mxfp4_to_float32(np.zeros(32, np.uint8), scales, out[1:], 32, 1, 0, 2)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def test_data_type_for_dtype() -> None:
     assert ko.data_type_for_dtype(object) is ko.DataType.STRING
     assert ko.data_type_for_dtype("<U3") is ko.DataType.STRING
     assert ko.dtype_for_data_type(8) == np.dtype(object)
-    for bad in (ml_dtypes.float8_e3m4, ml_dtypes.int1, "M8[s]", [("a", "<f4")], "V3"):
+    for bad in (ml_dtypes.float8_e3m4, ml_dtypes.float8_e4m3b11fnuz, "M8[s]", [("a", "<f4")], "V3"):
         _raise("TYPE", ko.data_type_for_dtype, bad)
 
 
@@ -694,6 +695,25 @@ def test_ndarray_subclasses_as_bytes_give_plain_arrays() -> None:
     assert out.tolist() == [0, 1, 2, 3]  # bytes are bytes: no mask
     _, raw, _ = ko.from_kiln(9, masked, (4,))
     assert bytes(raw) == bytes(range(4))
+
+
+@pytest.mark.parametrize("where", [0, -1], ids=["first", "last"])
+def test_rejecting_sub_byte_storage_costs_a_chunk(where: int) -> None:
+    storage = np.zeros(64 << 20, np.uint8)
+    storage[where] = 4  # bits above a 2-bit element
+    uint2 = ko.data_type_info(25)
+    tracemalloc.start()
+    try:
+        for call, args in (
+            (ko.encode_raw, (storage.view(ml_dtypes.uint2),)),
+            (ko.from_kiln, (uint2.kiln_code, storage, (storage.size,), uint2.layout)),
+        ):
+            error = _raise("TYPE", call, *args)
+            assert error.index == storage.size - 1 if where else error.index == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # a mask of the whole input would be 64 MiB
 
 
 class _RaisingArray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import tempfile
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from kiln_np import safetensors as kst
 from kiln_np._foreign import FOREIGN_BY_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
+st_deserialize: Any = safetensors.deserialize  # the package ships no annotations for it
 
 # safetensors name -> (the package's TensorSpec dtype, bytes per element or None for F4)
 SPEC_NAMES = {
@@ -62,14 +64,20 @@ def _raise(kind: str, call: Any, *args: Any, **kwargs: Any) -> KilnError:
 
 def serialize(tensors: dict[str, tuple[str, list[int], bytes]], metadata: Any = None) -> bytes:
     """The safetensors package's own writer (torch-free): name -> (dtype, shape, bytes)."""
-    keep = {name: np.frombuffer(data, np.uint8) if data else np.zeros(1, np.uint8) for name, (_, _, data) in tensors.items()}
+    keep = {
+        name: np.frombuffer(data, np.uint8) if data else np.zeros(1, np.uint8)
+        for name, (_, _, data) in tensors.items()
+    }
     specs = {}
     for name, (dtype, shape, data) in tensors.items():
         storage = list(shape)
         if dtype == "F4":  # the package takes torch's storage shape: two F4 per byte
             storage[-1] //= 2
         specs[name] = safetensors.TensorSpec(
-            dtype=SPEC_NAMES[dtype], shape=storage, data_ptr=keep[name].ctypes.data, data_len=len(data)
+            dtype=SPEC_NAMES[dtype],
+            shape=storage,
+            data_ptr=keep[name].ctypes.data,
+            data_len=len(data),
         )
     return bytes(safetensors.serialize(specs, metadata=metadata))
 
@@ -77,7 +85,7 @@ def serialize(tensors: dict[str, tuple[str, list[int], bytes]], metadata: Any = 
 def deserialize(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
     return {
         name: (t["dtype"], list(t["shape"]), bytes(t["data"]))
-        for name, t in safetensors.deserialize(path.read_bytes())
+        for name, t in st_deserialize(path.read_bytes())
     }
 
 
@@ -90,7 +98,9 @@ def random_payload(name: str, shape: tuple[int, ...], seed: int = 0) -> bytes:
     return raw.tobytes()
 
 
-def header_file(tmp_path: Path, header: object, data: bytes = b"", raw: bytes | None = None) -> Path:
+def header_file(
+    tmp_path: Path, header: object, data: bytes = b"", raw: bytes | None = None
+) -> Path:
     text = raw if raw is not None else json.dumps(header).encode()
     path = tmp_path / "h.safetensors"
     path.write_bytes(struct.pack("<Q", len(text)) + text + data)
@@ -102,13 +112,9 @@ def header_file(tmp_path: Path, header: object, data: bytes = b"", raw: bytes | 
 
 def test_table_is_the_issue_mapping() -> None:
     closed = {r.name: int(r.code) for r in kst.DTYPES if r.layout is None}
-    assert closed == dict(
-        zip(
-            "BOOL U8 I8 I16 U16 I32 U32 I64 U64 F16 BF16 F32 F64 F8_E4M3 F8_E5M2 F8_E8M0 F4".split(),
-            [7, 9, 8, 10, 11, 12, 13, 14, 15, 3, 4, 2, 1, 5, 6, 19, 18],
-            strict=True,
-        )
-    )
+    names = "BOOL U8 I8 I16 U16 I32 U32 I64 U64 F16 BF16 F32 F64 F8_E4M3 F8_E5M2 F8_E8M0 F4"
+    codes = [7, 9, 8, 10, 11, 12, 13, 14, 15, 3, 4, 2, 1, 5, 6, 19, 18]
+    assert closed == dict(zip(names.split(), codes, strict=True))
     assert sorted(kst.REFUSED) == ["F6_E2M3", "F6_E3M2"]
 
 
@@ -154,7 +160,12 @@ def test_reads_what_the_package_writes(tmp_path: Path, name: str) -> None:
         row = kst._BY_NAME[name]
         for key, (_, shape, data) in tensors.items():
             t = weights[key]
-            assert (t.code, t.shape, t.layout, t.format_dtype) == (row.code, tuple(shape), row.layout, name)
+            assert (t.code, t.shape, t.layout, t.format_dtype) == (
+                row.code,
+                tuple(shape),
+                row.layout,
+                name,
+            )
             assert t.byte_length == len(data)
             assert bytes(t.payload().data) == data
             decoded = t.numpy()
@@ -186,9 +197,14 @@ def test_torch_fixtures_bit_for_bit() -> None:
             assert t.format_dtype == want["dtype"]
             assert list(t.shape) == want["shape"]
             assert bytes(t.payload().data).hex() == want["bytes"]
-            # torch's own decode, as float32 bits, against kiln_np's (ml_dtypes)
-            values = t.numpy().astype(np.float32)
-            assert bits(values).hex() == want["float32"], name
+            # torch's own decode, as float32 bits, against kiln_np's (ml_dtypes).  The
+            # bits of a widened NaN are each library's policy (torch makes e8m0 0xff
+            # 0x7f800001, ml_dtypes 0x7fc00000): NaN where torch has NaN, else every bit.
+            ours = t.numpy().astype(np.float32).reshape(-1)
+            theirs = np.frombuffer(bytes.fromhex(want["float32"]), "<f4")
+            assert (np.isnan(ours) == np.isnan(theirs)).all(), name
+            keep = ~np.isnan(theirs)
+            assert bits(ours[keep]) == bits(theirs[keep]), name
 
 
 # ------------------------------------------------- files kiln_np writes, read by the package
@@ -220,7 +236,10 @@ def test_header_is_padded_with_spaces_and_data_aligned(tmp_path: Path) -> None:
     n = struct.unpack_from("<Q", raw)[0]
     assert n % 8 == 0
     text = raw[8 : 8 + n]
-    assert text.rstrip(b" ") != text or json.dumps(json.loads(text), separators=(",", ":")).encode() == text
+    assert (
+        text.rstrip(b" ") != text
+        or json.dumps(json.loads(text), separators=(",", ":")).encode() == text
+    )
     header = json.loads(text)
     assert list(header) == ["d", "h", "u"]  # widest first, the given order within a width
     for t in kiln_np.open_weights(path).values():
@@ -265,7 +284,9 @@ def test_safetensors_to_kiln_dir_to_safetensors(tmp_path: Path) -> None:
     with kiln_np.open_weights(src) as a:
         kiln_np.save_weights(tmp_path / "dir", a, format="kiln", metadata=a.metadata)
     with kiln_np.open_weights(tmp_path / "dir", verify=True) as d:
-        kiln_np.save_weights(tmp_path / "b.safetensors", d, format="safetensors", metadata=d.metadata)
+        kiln_np.save_weights(
+            tmp_path / "b.safetensors", d, format="safetensors", metadata=d.metadata
+        )
     before, after = deserialize(src), deserialize(tmp_path / "b.safetensors")
     assert before == after
     with safetensors.safe_open(tmp_path / "b.safetensors", framework="numpy") as f:
@@ -283,7 +304,11 @@ def test_safetensors_to_gguf_to_safetensors(tmp_path: Path) -> None:
         for name in sorted(GGUF_SHARED)
         for i, s in enumerate([(), (3,), (5, 4), (1, 1, 7, 2)])
     }
-    tensors |= {k: kiln_np.from_numpy(v) for k, v in _special_floats().items() if k in ("f32 nan payloads", "f64 snan", "f16", "bf16", "scalar")}
+    tensors |= {
+        k: kiln_np.from_numpy(v)
+        for k, v in _special_floats().items()
+        if k in ("f32 nan payloads", "f64 snan", "f16", "bf16", "scalar")
+    }
     src = tmp_path / "a.safetensors"
     kiln_np.save_weights(src, tensors, format="safetensors")
     with kiln_np.open_weights(src) as a:
@@ -296,7 +321,9 @@ def test_safetensors_to_gguf_to_safetensors(tmp_path: Path) -> None:
 
 def test_gguf_refuses_what_it_cannot_hold_before_writing(tmp_path: Path) -> None:
     src = tmp_path / "a.safetensors"
-    kiln_np.save_weights(src, {"ok": np.ones(2, np.float32), "e": np.zeros((0, 2), np.float32)}, format="safetensors")
+    kiln_np.save_weights(
+        src, {"ok": np.ones(2, np.float32), "e": np.zeros((0, 2), np.float32)}, format="safetensors"
+    )
     with kiln_np.open_weights(src) as a:
         err = _raise("SHAPE", kiln_np.save_weights, tmp_path / "m.gguf", a, format="gguf")
     assert "'e'" in str(err)
@@ -311,23 +338,34 @@ def test_refuses_codes_before_writing(tmp_path: Path) -> None:
     good = np.ones(4, np.float32)
     u4 = np.array([1, 2], ml_dtypes.uint4)
     err = _raise("TYPE", kiln_np.save_weights, path, {"a": good, "q": u4}, format="safetensors")
-    assert "'q'" in str(err) and "u4" in str(err)
+    assert "'q'" in str(err)
+    assert "u4" in str(err)
     odd = np.zeros(3, ml_dtypes.float4_e2m1fn)
     err = _raise("TYPE", kiln_np.save_weights, path, {"a": good, "f": odd}, format="safetensors")
-    assert "'f'" in str(err) and "even" in str(err)
+    assert "'f'" in str(err)
+    assert "even" in str(err)
     opaque = kiln_np.Payload(0x4702, memoryview(bytes(18)), (1,), Layout("ggml.q4_0", 18))
     _raise("TYPE", kiln_np.save_weights, path, {"g": opaque}, format="safetensors")
     _raise("TYPE", kiln_np.save_weights, path, {"__metadata__": good}, format="safetensors")
     _raise("TYPE", kiln_np.save_weights, path, {"\ud800": good}, format="safetensors")
     _raise("TYPE", kiln_np.save_weights, path, {"a": good}, format="safetensors", metadata={"a": 1})
-    _raise("TYPE", kiln_np.save_weights, path, {"a": good}, format="safetensors", metadata={"\udcff": "x"})
+    _raise(
+        "TYPE",
+        kiln_np.save_weights,
+        path,
+        {"a": good},
+        format="safetensors",
+        metadata={"\udcff": "x"},
+    )
     short = kiln_np.Payload(2, memoryview(bytes(7)), (2,), None)
     _raise("LENGTH", kiln_np.save_weights, path, {"s": short}, format="safetensors")
     assert os.listdir(tmp_path) == []
 
 
 def test_f6_is_refused_with_why(tmp_path: Path) -> None:
-    path = header_file(tmp_path, {"x": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [0, 3]}}, bytes(3))
+    path = header_file(
+        tmp_path, {"x": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [0, 3]}}, bytes(3)
+    )
     err = _raise("TYPE", kiln_np.open_weights, path)
     assert "does not document" in str(err)
 
@@ -375,7 +413,7 @@ def test_header_rules(tmp_path: Path, kind: str, header: object, data: bytes, wo
     assert repr(str(path)) in str(err)
     # the crate agrees that these files are broken
     with pytest.raises(Exception):  # noqa: B017, PT011 - the package has one error type
-        safetensors.deserialize(path.read_bytes())
+        st_deserialize(path.read_bytes())
 
 
 @pytest.mark.parametrize(
@@ -411,7 +449,7 @@ def test_header_sizes(tmp_path: Path) -> None:
 def test_metadata_null_and_unknown_entry_keys_as_the_crate(tmp_path: Path) -> None:
     header = {"__metadata__": None, "x": {**_entry(), "extra": [1]}}
     path = header_file(tmp_path, header, bytes(8))
-    safetensors.deserialize(path.read_bytes())
+    st_deserialize(path.read_bytes())
     with kst.open_safetensors(path) as w:
         assert dict(w.metadata) == {}
         assert w["x"].shape == (2,)
@@ -438,27 +476,28 @@ def _valid_file() -> bytes:
 
 
 @given(
-    edits=st.lists(
-        st.tuples(st.integers(0, 300), st.integers(0, 255)), min_size=1, max_size=4
-    ),
+    edits=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), min_size=1, max_size=4),
     cut=st.one_of(st.none(), st.integers(0, 300)),
 )
-def test_mutated_files_open_or_raise_kiln_error(tmp_path_factory: Any, edits: list[tuple[int, int]], cut: int | None) -> None:
+def test_safetensors_header_oracle(edits: list[tuple[int, int]], cut: int | None) -> None:
+    """A valid file with bytes changed or cut: kiln_np opens it or raises KilnError,
+    and what it opens the safetensors crate opens too, with the same bytes."""
     raw = bytearray(_valid_file())
     for pos, value in edits:
         if pos < len(raw):
             raw[pos] = value
     data = bytes(raw if cut is None else raw[:cut])
-    path = tmp_path_factory.mktemp("m") / "m.safetensors"
-    path.write_bytes(data)
-    try:
-        weights = kst.open_safetensors(path)
-    except KilnError:
-        return
-    # What kiln_np accepts, the crate accepts, with the same bytes.
-    theirs = {name: bytes(t["data"]) for name, t in safetensors.deserialize(data)}
-    with weights:
-        assert {n: bytes(t.payload().data) for n, t in weights.items()} == theirs
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.safetensors"
+        path.write_bytes(data)
+        try:
+            weights = kst.open_safetensors(path)
+        except KilnError:
+            return
+        with weights:
+            ours = {n: bytes(t.payload().data) for n, t in weights.items()}
+    theirs = {name: bytes(t["data"]) for name, t in st_deserialize(data)}
+    assert ours == theirs
 
 
 # ------------------------------------------------------------------------- shards
@@ -466,7 +505,10 @@ def test_mutated_files_open_or_raise_kiln_error(tmp_path_factory: Any, edits: li
 
 def _hf_checkpoint(directory: Path, weight_map: dict[str, str] | None = None) -> dict[str, Any]:
     shards = {
-        "model-00001-of-00002.safetensors": {"a": ("F32", [2], bytes(8)), "b": ("I8", [1], b"\x07")},
+        "model-00001-of-00002.safetensors": {
+            "a": ("F32", [2], bytes(8)),
+            "b": ("I8", [1], b"\x07"),
+        },
         "model-00002-of-00002.safetensors": {"c": ("BF16", [3], bytes(range(6)))},
     }
     for name, tensors in shards.items():
@@ -487,20 +529,25 @@ def test_sharded_checkpoint_opens_as_one(tmp_path: Path) -> None:
             assert list(w) == ["a", "b", "c"]
             assert dict(w.metadata) == {"format": "pt"}
             assert Path(str(w["c"].path)).name == "model-00002-of-00002.safetensors"
-            assert bytes(w["c"].payload().data) == shards["model-00002-of-00002.safetensors"]["c"][2]
+            assert (
+                bytes(w["c"].payload().data) == shards["model-00002-of-00002.safetensors"]["c"][2]
+            )
 
 
 @pytest.mark.parametrize(
     ("weight_map", "words"),
     [
-        ({"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"}, "does not list"),
+        (
+            {"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"},
+            "does not list",
+        ),
         (
             {
                 "a": "model-00001-of-00002.safetensors",
                 "b": "model-00002-of-00002.safetensors",
                 "c": "model-00002-of-00002.safetensors",
             },
-            "lists it in",
+            "lists in",
         ),
         (
             {
@@ -509,13 +556,15 @@ def test_sharded_checkpoint_opens_as_one(tmp_path: Path) -> None:
                 "c": "model-00002-of-00002.safetensors",
                 "d": "model-00002-of-00002.safetensors",
             },
-            "does not hold it",
+            "to hold tensor 'd'",
         ),
         ({"a": "../model-00001-of-00002.safetensors"}, "inside"),
         ({"a": "/etc/passwd"}, "inside"),
     ],
 )
-def test_index_and_shards_must_agree(tmp_path: Path, weight_map: dict[str, str], words: str) -> None:
+def test_index_and_shards_must_agree(
+    tmp_path: Path, weight_map: dict[str, str], words: str
+) -> None:
     _hf_checkpoint(tmp_path, weight_map)
     assert words in str(_raise("TYPE", kiln_np.open_weights, tmp_path))
 
@@ -543,16 +592,22 @@ def test_index_json_rules(tmp_path: Path) -> None:
 def test_writes_shards_as_transformers_does(tmp_path: Path) -> None:
     tensors = {f"t{i}": np.full(i + 1, i, np.float32) for i in range(5)}  # 4..20 bytes
     out = tmp_path / "ckpt"
-    kiln_np.save_weights(out, tensors, format="safetensors", max_shard_size=24, metadata={"format": "pt"})
+    kiln_np.save_weights(
+        out, tensors, format="safetensors", max_shard_size=24, metadata={"format": "pt"}
+    )
     names = sorted(os.listdir(out))
     assert names[-1] == "model.safetensors.index.json"
-    assert names[:-1] == [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
+    assert names[:-1] == [f"model-0000{i}-of-00003.safetensors" for i in range(1, 4)]
     text = (out / names[-1]).read_text()
     index = json.loads(text)
     assert text == json.dumps(index, indent=2, sort_keys=True) + "\n"
     assert index["metadata"] == {"total_size": 60}
     assert index["weight_map"] == {
-        "t0": names[0], "t1": names[0], "t2": names[1], "t3": names[2], "t4": names[3]
+        "t0": names[0],
+        "t1": names[0],
+        "t2": names[0],  # 4 + 8 + 12 bytes fill the first 24-byte shard
+        "t3": names[1],
+        "t4": names[2],
     }
     for name in names[:-1]:
         with safetensors.safe_open(out / name, framework="numpy") as f:
@@ -563,7 +618,10 @@ def test_writes_shards_as_transformers_does(tmp_path: Path) -> None:
         assert list(w) == list(tensors)
         # writing the checkpoint over itself, from itself, replaces it whole
         kiln_np.save_weights(out, w, format="safetensors", max_shard_size=1000)
-    assert sorted(os.listdir(out)) == ["model-00001-of-00001.safetensors", "model.safetensors.index.json"]
+    assert sorted(os.listdir(out)) == [
+        "model-00001-of-00001.safetensors",
+        "model.safetensors.index.json",
+    ]
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
 
 
@@ -594,7 +652,8 @@ def test_convert_memory_is_bounded(tmp_path: Path) -> None:
         finally:
             tracemalloc.stop()
     assert peak < 12 << 20, peak
-    assert (tmp_path / "copy.safetensors").stat().st_size == src.stat().st_size
+    with kiln_np.open_weights(tmp_path / "copy.safetensors") as copy:
+        assert copy["w"].byte_length == big  # and the reader checked the file ends there
 
 
 def test_a_source_that_shrinks_leaves_nothing(tmp_path: Path) -> None:
@@ -603,6 +662,8 @@ def test_a_source_that_shrinks_leaves_nothing(tmp_path: Path) -> None:
     weights = kiln_np.open_weights(src)
     with open(src, "r+b") as f:
         f.truncate(500)
-    _raise("LENGTH", kiln_np.save_weights, tmp_path / "b.safetensors", weights, format="safetensors")
+    _raise(
+        "LENGTH", kiln_np.save_weights, tmp_path / "b.safetensors", weights, format="safetensors"
+    )
     _raise("LENGTH", kiln_np.save_weights, tmp_path / "d", weights, format="kiln")
     assert sorted(os.listdir(tmp_path)) == ["a.safetensors"]

@@ -59,7 +59,8 @@ What this module does with them
 -------------------------------
 :func:`to_numpy` checks code, layout, shape (representability included),
 buffer type, length, content, in that order (the order of
-:class:`~kiln_np.PayloadInfo`, which every entry point shares), and returns a zero-copy little-endian view for whole-byte codes;
+:class:`~kiln_np.PayloadInfo`, which every entry point shares), and returns
+a zero-copy little-endian view for whole-byte codes;
 4-bit codes unpack to one element per byte (ml_dtypes ``int4``/``uint4``/
 ``float4_e2m1fn``, high nibble 0).  :func:`from_numpy` is the inverse and
 never casts: a NaN's payload, a signalling NaN, -0.0 and subnormals are
@@ -97,6 +98,7 @@ __all__ = [
     "Payload",
     "as_array",
     "check_bool_bytes",
+    "check_content",
     "decode",
     "encode",
     "from_numpy",
@@ -189,6 +191,17 @@ def check_bool_bytes(src: np.ndarray, info: PayloadInfo) -> None:
         )
 
 
+def check_content(info: PayloadInfo, src: np.ndarray) -> None:
+    """What Kiln requires of a payload's bytes beyond their count, checked
+    without decoding: bool bytes 0 or 1, and the padding nibble of an odd 4-bit
+    count 0 (TYPE).  ``src`` is already exactly ``info.byte_length`` bytes."""
+    if info.element.packed:
+        if info.count % 2:  # only an odd count has a padding nibble to check
+            _nibbles.check_padding(src, info.count, info.context)
+    elif info.code == Code.BOOL:
+        check_bool_bytes(src, info)
+
+
 def host_order(src: np.ndarray, row: DType) -> np.ndarray:
     """View little-endian bytes as ``row.dtype``; swapped copy where it must be."""
     if BIG_ENDIAN_HOST and native_only(row.dtype):
@@ -270,15 +283,11 @@ def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndar
     if isinstance(element, Layout):
         blocks = src.reshape(info.decoded_shape)
         return blocks.copy() if copy else blocks
+    check_content(info, src)
     if element.packed:
-        count = info.count
-        if count % 2:  # only an odd count has a padding nibble to check
-            _nibbles.check_padding(src, count, info.context)
-        out = np.empty(count, U8)
-        _nibbles.unpack_into(src, out, count)
+        out = np.empty(info.count, U8)
+        _nibbles.unpack_into(src, out, info.count)
         return out.view(element.dtype).reshape(info.shape)
-    if element.code == Code.BOOL:
-        check_bool_bytes(src, info)
     arr = host_order(src, element).reshape(info.shape)
     return arr.copy() if copy else arr
 
@@ -331,7 +340,7 @@ def _payload_from_bytes(
 
 def readonly_view(arr: np.ndarray) -> memoryview:
     """A read-only flat ``"B"`` memoryview of the C-contiguous array ``arr``."""
-    return memoryview(arr.reshape(-1).view(U8)).toreadonly()
+    return arr.reshape(-1).view(U8).data.toreadonly()
 
 
 def _out_view(out: object, info: PayloadInfo) -> np.ndarray:

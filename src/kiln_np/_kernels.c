@@ -148,6 +148,48 @@ static Py_ssize_t pack_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_s
     return -1;
 }
 
+/* MXFP4 dequantize: e2m1 element codes times 2**(e8m0 byte - 127), exact in float32
+ * for every pair the caller's exactness check lets through.  The scale is built from
+ * its bits (byte e >= 1: exponent field e; e == 0: the subnormal 2**-127), so there is
+ * no pow/ldexp; a scale byte 0xff makes its block the canonical quiet NaN. */
+static const float E2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+static float bits_to_float(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+VECTOR_CLONES
+static void mxfp4_loop(const uint8_t *restrict v, const uint8_t *restrict s, float *restrict out,
+                       Py_ssize_t blocks, Py_ssize_t block, int packed) {
+    const float nan = bits_to_float(0x7FC00000u);
+    const Py_ssize_t stride = packed ? block / 2 : block;
+    for (Py_ssize_t k = 0; k < blocks; k++) {
+        const uint8_t e = s[k];
+        float *restrict o = out + k * block;
+        const uint8_t *restrict b = v + k * stride;
+        if (e == 0xFF) {
+            for (Py_ssize_t j = 0; j < block; j++) {
+                o[j] = nan;
+            }
+            continue;
+        }
+        const float scale = bits_to_float(e ? (uint32_t)e << 23 : 0x00400000u);
+        if (packed) {
+            for (Py_ssize_t j = 0; j < block / 2; j++) {
+                o[2 * j] = E2M1[b[j] & 0x0F] * scale;
+                o[2 * j + 1] = E2M1[b[j] >> 4] * scale;
+            }
+        } else {
+            for (Py_ssize_t j = 0; j < block; j++) {
+                o[j] = E2M1[b[j] & 0x0F] * scale;
+            }
+        }
+    }
+}
+
 /* ---- the Python functions --------------------------------------------------------- */
 
 PyDoc_STRVAR(unpack_doc,
@@ -258,10 +300,67 @@ static PyObject *first_above(PyObject *Py_UNUSED(module), PyObject *const *args,
     return PyLong_FromSsize_t(bad < 0 ? -1 : lo + bad);
 }
 
+PyDoc_STRVAR(mxfp4_doc,
+    "mxfp4_to_float32(values, scales, out, block, packed, lo, hi)\n--\n\n"
+    "Blocks [lo, hi) of an MXFP4 tensor into the float32 buffer out (4 * block bytes per\n"
+    "block): element code (low nibble of each values byte, or both nibbles, low first,\n"
+    "when packed) times 2**(scales[k] - 127); scale byte 0xff gives NaN.  block is even\n"
+    "when packed.  The caller checks exactness and the codes (0-15).");
+
+static PyObject *mxfp4_to_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                  Py_ssize_t nargs) {
+    Py_ssize_t block, packed, lo, hi;
+    Py_buffer values, scales, out;
+    if (check_nargs("mxfp4_to_float32", nargs, 7) < 0 || get_index(args[3], &block) < 0 ||
+        get_index(args[4], &packed) < 0 || get_index(args[5], &lo) < 0 ||
+        get_index(args[6], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (block < 1 || (packed && (block & 1)) || block > PY_SSIZE_T_MAX / 4 / (hi ? hi : 1)) {
+        PyErr_Format(PyExc_ValueError, "bad block size %zd", block);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &values, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &scales, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&values);
+        PyBuffer_Release(&scales);
+        return NULL;
+    }
+    const Py_ssize_t stride = packed ? block / 2 : block;
+    PyObject *result = NULL;
+    if (check_fits("values", hi * stride, values.len) == 0 &&
+        check_fits("scales", hi, scales.len) == 0 &&
+        check_fits("out", 4 * hi * block, out.len) == 0) {
+        const uint8_t *v = (const uint8_t *)values.buf + lo * stride;
+        const uint8_t *s = (const uint8_t *)scales.buf + lo;
+        float *o = (float *)out.buf + lo * block;
+        if ((hi - lo) * block > GIL_FREE_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            mxfp4_loop(v, s, o, hi - lo, block, packed != 0);
+            Py_END_ALLOW_THREADS
+        } else {
+            mxfp4_loop(v, s, o, hi - lo, block, packed != 0);
+        }
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&scales);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
     {"first_above", (PyCFunction)(void (*)(void))first_above, METH_FASTCALL, first_above_doc},
+    {"mxfp4_to_float32", (PyCFunction)(void (*)(void))mxfp4_to_float32, METH_FASTCALL,
+     mxfp4_doc},
     {NULL, NULL, 0, NULL},
 };
 

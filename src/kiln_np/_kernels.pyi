@@ -5,3 +5,13 @@ import numpy as np
 def unpack(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
 def pack(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> int: ...
 def first_above(src: np.ndarray, limit: int, lo: int, hi: int, /) -> int: ...
+def mxfp4_to_float32(
+    values: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    block: int,
+    packed: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...

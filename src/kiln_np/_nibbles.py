@@ -63,8 +63,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +72,9 @@ import numpy.typing as npt
 from ._checks import MAX_INT64, U8, byte_view, check_int, set_module, short_or_long
 from ._errors import KilnError
 from ._table import Code, dtype_info
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 try:
     from . import _kernels
@@ -163,6 +166,9 @@ def _threads() -> int:
 
 @cache
 def _pool() -> ThreadPoolExecutor:
+    # Imported here, not at the top: most imports of kiln_np never need a thread.
+    from concurrent.futures import ThreadPoolExecutor
+
     # The calling thread takes one range itself, so the pool needs one fewer.
     return ThreadPoolExecutor(max_workers=max(1, _threads() - 1), thread_name_prefix="kiln_np")
 
@@ -198,6 +204,8 @@ def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = 
     ranges = _split(lanes, compiled)
     if len(ranges) == 1:
         return [task(*ranges[0])]
+    from concurrent.futures import wait
+
     futures: list[Future[int]] = []
     try:
         pool = _pool()
@@ -346,6 +354,38 @@ def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
         run_ranges(lambda lo, hi: _unpack_lanes(src, dst16, lo, hi), lanes)
     if count % 2:
         dst[-1] = src[-1]
+
+
+def mxfp4_to_float32_into(
+    values: np.ndarray, scales: np.ndarray, out: np.ndarray, block: int, *, packed: bool
+) -> bool:
+    """MXFP4 dequantize on the compiled kernels, for :mod:`kiln_np.mx`.
+
+    ``values``: e2m1 codes as uint8, two per byte (low nibble first) when
+    ``packed``, else one per byte (0-15); ``scales``: one e8m0 byte per block of
+    ``block`` consecutive elements; ``out``: a float32 array of
+    ``scales.size * block`` elements.  Writes ``code value * 2**(scale - 127)``
+    (NaN for scale byte 0xff) and returns True, or returns False, writing
+    nothing, when the compiled kernels are not active.  The caller has checked
+    the codes, the shapes and that every product is exact in float32."""
+    if not COMPILED:
+        return False
+    blocks = scales.size
+    lanes = blocks * block // 2
+
+    def part(lo: int, hi: int) -> int:
+        # Lane boundaries mapped to block boundaries by one monotonic rule:
+        # the block ranges stay disjoint and cover every block.
+        b0 = 2 * lo // block
+        b1 = blocks if hi == lanes else 2 * hi // block
+        _kernels.mxfp4_to_float32(values, scales, out, block, int(packed), b0, b1)
+        return -1
+
+    if lanes < COMPILED_THREAD_MIN_LANES:
+        part(0, lanes)
+    else:
+        run_ranges(part, lanes, compiled=True)
+    return True
 
 
 def check_padding(src: np.ndarray, count: int, context: str = "") -> None:

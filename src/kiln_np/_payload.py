@@ -108,10 +108,9 @@ class PayloadInfo:
     >>> info = PayloadInfo(17, (3,))
     >>> info.byte_length, info.dtype, info.context
     (2, dtype(uint4), 'code 17 (u4) shape (3,): ')
-    >>> info.check_length(3)
-    Traceback (most recent call last):
-    ...
-    kiln_np.KilnError: LENGTH: code 17 (u4) shape (3,): expected ceil(3 / 2) = 2 bytes, found 3 (long by 1)
+    >>> info.length_error(3).message
+    'code 17 (u4) shape (3,): expected ceil(3 / 2) = 2 bytes, found 3 (long by 1)'
+
     """
 
     __slots__ = (
@@ -272,6 +271,7 @@ _CACHE: dict[tuple[int, tuple[int, ...], Layout | None, bool], PayloadInfo] = {}
 _CACHE_LIMIT = 4096
 
 
+@set_module("kiln_np")
 def payload_info(
     code: CodeLike, shape: ShapeLike, layout: Layout | None = None, *, decodable: bool = True
 ) -> PayloadInfo:

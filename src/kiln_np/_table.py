@@ -24,6 +24,7 @@ from ._errors import KilnError
 __all__ = [
     "DTYPES",
     "MAX_RANK",
+    "NEEDS_OPAQUE",
     "OPAQUE_MAX",
     "OPAQUE_MIN",
     "Code",
@@ -32,7 +33,6 @@ __all__ = [
     "DType",
     "Element",
     "Layout",
-    "NEEDS_OPAQUE",
     "ShapeLike",
     "as_code",
     "check_shape",
@@ -48,7 +48,19 @@ __all__ = [
 
 OPAQUE_MIN = 4096
 OPAQUE_MAX = 32767
-MAX_RANK = 64  # numpy's NPY_MAXDIMS: a deeper array cannot exist
+
+
+def _numpy_max_rank() -> int:
+    """numpy's NPY_MAXDIMS, which numpy 2 raised from 32 to 64 without a public name."""
+    try:
+        np.empty((1,) * 64, np.uint8)
+    except ValueError:
+        return 32
+    return 64
+
+
+MAX_RANK = _numpy_max_rank()
+"""The most dimensions an array can have in the running numpy (64; 32 before numpy 2)."""
 
 
 @set_module("kiln_np")
@@ -166,7 +178,9 @@ def native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 _BY_CODE: Mapping[int, DType] = MappingProxyType({int(r.code): r for r in DTYPES})
-_BY_DTYPE: Mapping[np.dtype[Any], DType] = MappingProxyType({native_dtype(r.dtype): r for r in DTYPES})
+_BY_DTYPE: Mapping[np.dtype[Any], DType] = MappingProxyType(
+    {native_dtype(r.dtype): r for r in DTYPES}
+)
 # A code may be named as the spec spells it ("bf16") or as the Code member ("BF16").
 _BY_NAME: Mapping[str, DType] = MappingProxyType(
     {r.name: r for r in DTYPES} | {r.code.name: r for r in DTYPES}
@@ -286,7 +300,8 @@ def as_code(code: object) -> int:
         if row is None:
             raise KilnError(
                 "TYPE",
-                f"expected an integer dtype code or one of the names {', '.join(r.name for r in DTYPES)} "
+                "expected an integer dtype code or one of the names "
+                f"{', '.join(r.name for r in DTYPES)} "
                 f"(or {', '.join(r.code.name for r in DTYPES)}), found {show_value(code)}",
             )
         return int(row.code)
@@ -364,7 +379,7 @@ def resolve(code: object, layout: object) -> Element:
         why = _REJECTED_WHY["high"]
     else:
         why = _REJECTED_WHY["negative"]
-    shown = f"0x{c:04x}" if 0 <= c and c.bit_length() <= 128 else show_int(c)
+    shown = f"0x{c:04x}" if c >= 0 and c.bit_length() <= 128 else show_int(c)
     raise KilnError(
         "TYPE",
         f"expected a dtype code in 1-19 or {OPAQUE_MIN}-{OPAQUE_MAX}, found {show_int(c)} "
@@ -407,7 +422,7 @@ def check_shape(shape: object, context: str = "") -> tuple[int, ...]:
         if isinstance(shape, np.ndarray):
             items = tuple(shape[: MAX_RANK + 1].tolist())
         else:
-            items = tuple(v for _, v in zip(range(MAX_RANK + 1), shape))
+            items = tuple(v for _, v in zip(range(MAX_RANK + 1), shape, strict=False))
     except Exception as exc:
         raise KilnError(
             "SHAPE", f"{context}expected a sequence of integers; reading it raised {exc!r}"

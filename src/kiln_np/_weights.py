@@ -99,6 +99,7 @@ __all__ = [
     "building_directory",
     "decode_metadata",
     "encode_metadata",
+    "open_regular",
     "open_weights",
     "parse_json",
     "save_weights",
@@ -121,6 +122,19 @@ Progress = Callable[[int], None]
 
 
 # -- maps ---------------------------------------------------------------------------
+
+
+def open_regular(path: str) -> io.FileIO:
+    """Open ``path`` for reading, unbuffered, only if it is a regular file (TYPE
+    otherwise): checked before opening (opening a FIFO blocks) and after."""
+    check_regular_file(path)
+    f = open(path, "rb", buffering=0)  # noqa: SIM115 - returned to a with block
+    try:
+        check_regular_file(path, f.fileno())
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 class MappedFile:
@@ -161,8 +175,7 @@ class MappedFile:
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset``, read (not mapped): for headers.  Fewer
         come back when the file ends first."""
-        with open(self.path, "rb") as f:
-            check_regular_file(self.path, f.fileno())
+        with open_regular(self.path) as f:
             return os.pread(f.fileno(), length, offset)
 
     def view(self, offset: int, length: int) -> memoryview:
@@ -179,8 +192,8 @@ class MappedFile:
     def _map_file(self, needed: int) -> None:
         if self.closed:
             raise ValueError(f"{self.path!r}: the weight file was closed")
-        with open(self.path, "rb") as f:
-            size = check_regular_file(self.path, f.fileno()).st_size
+        with open_regular(self.path) as f:
+            size = os.fstat(f.fileno()).st_size
             if size < max(needed, self.stop):
                 raise KilnError(
                     "LENGTH",
@@ -330,6 +343,8 @@ class WeightTensor:
         return to_numpy(*self.payload())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False and self.info.element.packed:
+            raise ValueError("4-bit payloads unpack into a new array: copy=False is impossible")
         arr = self.numpy()
         if dtype is not None:
             arr = arr.astype(dtype, copy=bool(copy))
@@ -517,8 +532,7 @@ class TensorSource(NamedTuple):
                     progress(len(piece))
             return
         assert self.path is not None
-        with open(self.path, "rb", buffering=0) as src:
-            check_regular_file(self.path, src.fileno())
+        with open_regular(self.path) as src:
             done = 0
             if hasher is None:
                 done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
@@ -659,7 +673,11 @@ def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Ite
         if old:
             aside = os.path.join(parent, f".{stem}.kiln-np-{secrets.token_hex(6)}.old")
             os.rename(target, aside)
-            os.rename(tmp, target)
+            try:
+                os.rename(tmp, target)
+            except BaseException:
+                os.rename(aside, target)  # put the old one back
+                raise
             shutil.rmtree(aside)
         else:
             os.rename(tmp, target)  # an empty directory is replaced by rename itself
@@ -826,7 +844,7 @@ def decode_metadata(encoded: object, where: str = "") -> dict[str, Any]:
     Examples
     --------
     >>> v = decode_metadata(encode_metadata({"x": np.float32("-0.0")}))["x"]
-    >>> type(v).__name__, np.signbit(v)
+    >>> type(v).__name__, bool(np.signbit(v))
     ('float32', True)
     """
     if not isinstance(encoded, dict):
@@ -948,6 +966,8 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     OSError
         When a file cannot be read: ``FileNotFoundError`` names a missing
         file or shard.
+    ImportError
+        For a file that starts like an ONNX model when onnx is not installed.
 
     Examples
     --------
@@ -978,8 +998,8 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
             f"or one *{safetensors.INDEX_SUFFIX} (a sharded safetensors checkpoint), "
             f"found {found}",
         )
-    size = check_regular_file(name).st_size
-    with open(name, "rb") as f:
+    with open_regular(name) as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(_HEAD)
     base = os.path.basename(name)
     if base == MANIFEST:
@@ -1012,10 +1032,9 @@ def _open_onnx(path: str, head: bytes) -> Weights:
         import onnx
         from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
     except ImportError as exc:
-        raise KilnError(
-            "TYPE",
-            f"{path!r}: starts like an ONNX model (byte 0x08), but reading ONNX needs onnx: "
-            "pip install 'kiln-np[onnx]'",
+        raise ImportError(
+            f"{path!r} starts like an ONNX model (byte 0x08); reading ONNX needs onnx: "
+            "pip install 'kiln-np[onnx]'"
         ) from exc
     from .onnx import model_to_kiln
 
@@ -1059,8 +1078,7 @@ def _open_onnx(path: str, head: bytes) -> Weights:
 def _open_kiln(directory: str, verify: bool) -> Weights:
     manifest = os.path.join(directory, MANIFEST)
     where = f"{manifest!r}: "
-    check_regular_file(manifest)
-    with open(manifest, "rb") as f:
+    with open_regular(manifest) as f:
         doc = parse_json(f.read(), where)
     if not isinstance(doc, dict) or doc.get("format") not in (
         _MANIFEST_FORMAT,
@@ -1160,7 +1178,7 @@ def _kiln_tensor(
     info.check_length(mapped.size, f"{at}file {file!r}: ")
     if verify:
         hasher = hashlib.sha256()
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             while block := f.read(_COPY_CHUNK):
                 hasher.update(block)
         if hasher.hexdigest() != digest:
@@ -1178,10 +1196,10 @@ def _kiln_tensor(
 def _kiln_files(directory: str) -> set[str] | None:
     """What a previous Kiln directory save wrote (its manifest and payload files)."""
     try:
-        with open(os.path.join(directory, MANIFEST), "rb") as f:
+        with open_regular(os.path.join(directory, MANIFEST)) as f:
             doc = json.loads(f.read())
         return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # KilnError too
         return None
 
 
@@ -1233,7 +1251,8 @@ def _save_kiln(
         # One line per tensor: readable, and diffable.
         head = json.dumps({k: v for k, v in manifest.items() if k != "tensors"}, allow_nan=False)
         rows = ",\n".join("  " + json.dumps(e, allow_nan=False) for e in entries)
-        text = f'{head[:-1]}, "tensors": [\n{rows}\n]}}\n' if entries else head[:-1] + ', "tensors": []}\n'
+        body = f"\n{rows}\n" if entries else ""
+        text = f'{head[:-1]}, "tensors": [{body}]}}\n'
 
         with open(os.path.join(tmp, MANIFEST), "x", encoding="utf-8") as f:
             f.write(text)

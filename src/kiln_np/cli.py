@@ -18,20 +18,18 @@ through :func:`~kiln_np._files.replacing`, never over a file they read.
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import io
 import json
 import os
 import re
-import struct
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Literal, NamedTuple, NoReturn, TextIO
+from typing import Any, Literal, NamedTuple, NoReturn, TextIO
 
 import numpy as np
 
@@ -42,8 +40,10 @@ from ._errors import ErrorKind, KilnError
 from ._explore import Description, summarize
 from ._files import replacing, write_payload
 from ._golden import CaseResult, format_table, load_cases, run_case
+from ._nibbles import check_padding
+from ._npy import npy_header, read_npy_header
 from ._payload import PayloadInfo, payload_info
-from ._table import DType, Layout, as_code, code_label, code_range, row_for_dtype
+from ._table import Code, DType, Layout, as_code, code_label, code_range, row_for_dtype
 
 __all__ = ["main", "run"]
 
@@ -71,7 +71,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 _SHAPE_HELP = "comma-separated non-negative integers such as 3,4, or () for a scalar"
-_NUMBER = r"[+-]?(?:0x[0-9a-f]+|\d+)"
+_NUMBER = r"[+-]?(?:0x[0-9a-f]+|[0-9]+)"
 _MAX_DIGITS = 40  # far past any valid value; longer numbers are shown by their length
 
 
@@ -139,7 +139,7 @@ def _parse_offset(text: str) -> int:
 def _parse_first(text: str) -> int:
     """``--first``: how many leading elements ``inspect`` shows, 0 or more."""
     word = text.strip()
-    if not re.fullmatch(r"\+?\d{1,18}", word):
+    if not re.fullmatch(r"\+?[0-9]{1,18}", word):
         raise argparse.ArgumentTypeError(
             f"expected a count of elements >= 0 (at most 18 digits), got {_shown(text)}"
         )
@@ -245,7 +245,7 @@ def _open_input(args: argparse.Namespace, *, exact: bool) -> _Input:
     return opened
 
 
-def _open_read(path: str) -> IO[bytes]:
+def _open_read(path: str) -> io.FileIO:
     try:
         # Unbuffered: readinto fills the chunk buffer straight from the file, and
         # what it returns is what the file holds now.
@@ -254,21 +254,30 @@ def _open_read(path: str) -> IO[bytes]:
         raise _file_error("read", path, exc) from exc
 
 
-def _read_into(f: IO[bytes], view: memoryview) -> int:
+def _read_into(f: io.FileIO, view: memoryview) -> int:
     got = 0
     while got < len(view):
-        n = f.readinto(view[got:])  # type: ignore[attr-defined]
+        n = f.readinto(view[got:])
         if not n:
             break
         got += n
     return got
 
 
+def _reading(whole: PayloadInfo) -> PayloadInfo:
+    """What :func:`_chunks` reads the payload as: itself, or for an opaque code
+    its bytes (blocks Kiln does not interpret), so that a chunk stays bounded
+    whatever the block size."""
+    return payload_info(Code.U8, (whole.byte_length,)) if whole.layout else whole
+
+
 def _chunks(opened: _Input) -> Iterator[np.ndarray]:
-    """Decoded 1-D chunks of the payload (opaque: ``(blocks, block_size)``), in
-    order, each checked as it is read.  A chunk is a view of a reused buffer:
-    use it before asking for the next."""
-    info = opened.info
+    """Decoded 1-D chunks of the payload (an opaque one as its bytes), in order,
+    each checked as it is read; :func:`_reading` says how many elements in
+    all.  A chunk is a view of a reused buffer: use it before asking for the
+    next."""
+    whole = opened.info
+    info = _reading(whole)
     element = info.element
     step = max(1, 8 * _READ_BYTES // element.bits)
     if element.packed:
@@ -276,7 +285,7 @@ def _chunks(opened: _Input) -> Iterator[np.ndarray]:
     buf = bytearray(element.byte_length(min(step, info.count)))
     with _open_read(opened.path) as f:
         check_regular_file(opened.path, f.fileno())  # in case it was swapped since
-        f.seek(info.offset)
+        f.seek(whole.offset)
         for start in range(0, info.count, step):
             part = payload_info(info.code, (min(step, info.count - start),), info.layout)
             view = memoryview(buf)[: part.byte_length]
@@ -286,18 +295,31 @@ def _chunks(opened: _Input) -> Iterator[np.ndarray]:
                 raise _file_error("read", opened.path, exc) from exc
             if got < part.byte_length:
                 found = element.byte_length(start) + got
-                raise info.length_error(found, f"{opened.where()}the file shrank while read: ")
+                raise whole.length_error(found, f"{opened.where()}the file shrank while read: ")
+            src = np.frombuffer(view, U8)
             try:
-                yield decode(part, np.frombuffer(view, U8))
+                if element.packed and start + part.count == info.count:
+                    _check_padding(src, info)
+                chunk = decode(part, src)
             except KilnError as exc:
                 raise _in_payload(exc, part, opened, start) from None
+            yield chunk
+
+
+def _check_padding(last_chunk: np.ndarray, info: PayloadInfo) -> None:
+    """The padding nibble, checked in the whole payload's terms (its count, the
+    byte offset of its last byte), not the last chunk's: the check reads only
+    the last byte and the size, so a zero-stride view of that byte stands in
+    for the payload."""
+    whole = np.lib.stride_tricks.as_strided(last_chunk[-1:], (info.byte_length,), (0,))
+    check_padding(whole, info.count, info.context)
 
 
 def _in_payload(exc: KilnError, part: PayloadInfo, opened: _Input, start: int) -> KilnError:
     """A chunk's content error, re-aimed at the whole payload: its context and
     the element index in the payload, not in the chunk."""
     shifted = exc.shifted(start)
-    rest = shifted.message.removeprefix(part.context)
+    rest = shifted.message.removeprefix(part.context).removeprefix(opened.info.context)
     info = opened.info
     return KilnError(
         shifted.kind,
@@ -312,117 +334,30 @@ def _in_payload(exc: KilnError, part: PayloadInfo, opened: _Input, start: int) -
 
 # -- .npy files -----------------------------------------------------------------------
 
-_NPY_HEADER_MAX = 10_000  # numpy's own cap (read_array_header's max_header_size)
-_NPY_NESTING_MAX = 16
-_NPY_KEYS = frozenset({"descr", "fortran_order", "shape"})
-_NPY_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
-# Outside its strings a header is a dict of tuples, lists, numbers and names:
-# no operator, so literal_eval has nothing to recurse on ("(1+1+...)",
-# "(------1,)" exhaust the stack or the memory of numpy's own reader).
-_NPY_OUTSIDE = re.compile(r"[\s{}()\[\]:,\w]*")
-_NPY_DIGITS = re.compile(r"\d{20,}")
-# ml_dtypes' float8_e5m2 says it is kind 'f', so np.save writes the descr '<f1',
-# which numpy itself cannot load; like the void ones it is read as 'V1' + --code.
-_ML_DTYPES_F1 = re.compile(r"[<>|=]f1")
-
-
-class _NpyHeader(NamedTuple):
-    shape: tuple[int, ...]
-    fortran: bool
-    dtype: np.dtype[Any]
-    start: int  # where the data begins
-
-
-def _vet_npy_header(text: str) -> None:
-    """Refuse, before parsing, what numpy's parser would choke on: operators,
-    deep nesting, numbers past 19 digits (any dimension is below 2**63)."""
-    outside = _NPY_STRING.sub("_", text)  # a string stands as one word
-    if not _NPY_OUTSIDE.fullmatch(outside):
-        bad = re.search(r"[^\s{}()\[\]:,\w]", outside)
-        assert bad is not None
-        raise ValueError(
-            f"expected a header dict of strings, numbers and tuples, found {bad.group()!r} "
-            f"at character {bad.start()}"
-        )
-    depth = deepest = 0
-    for char in re.sub(r"[^()\[\]{}]", "", outside):
-        depth += 1 if char in "([{" else -1
-        deepest = max(deepest, depth)
-    if deepest > _NPY_NESTING_MAX:
-        raise ValueError(
-            f"expected a header nested at most {_NPY_NESTING_MAX} deep, found {deepest}"
-        )
-    long = _NPY_DIGITS.search(outside)
-    if long:
-        raise ValueError(f"expected numbers of at most 19 digits, found one of {len(long.group())}")
-
-
-def _parse_npy_header(text: str) -> tuple[Any, object, object]:
-    header = ast.literal_eval(text)  # safe: vetted, bounded, no operators
-    if not isinstance(header, dict) or set(header) != _NPY_KEYS:
-        raise ValueError(
-            f"expected a header dict with keys {sorted(_NPY_KEYS)}, found {text[:80]!r}"
-        )
-    return header["descr"], header["fortran_order"], header["shape"]
-
-
-def _read_npy_header(f: IO[bytes]) -> _NpyHeader:
-    """Shape, order, dtype and data offset of a .npy file (format 1-3); every
-    failure is ``ValueError`` naming what was expected."""
-    version = np.lib.format.read_magic(f)
-    if version not in {(1, 0), (2, 0), (3, 0)}:
-        raise ValueError(f"expected format version 1.0, 2.0 or 3.0, found {version}")
-    width = 2 if version == (1, 0) else 4
-    raw_length = f.read(width)
-    if len(raw_length) != width:
-        raise ValueError("expected the header length, found the end of the file")
-    (length,) = struct.unpack("<H" if width == 2 else "<I", raw_length)
-    if length > _NPY_HEADER_MAX:
-        raise ValueError(
-            f"expected a header of at most {_NPY_HEADER_MAX} bytes (numpy's limit), found {length}"
-        )
-    raw = f.read(length)
-    if len(raw) != length:
-        raise ValueError(f"expected a header of {length} bytes, found {len(raw)}")
-    text = raw.decode("utf-8" if version == (3, 0) else "latin-1")
-    _vet_npy_header(text)
-    descr, fortran, shape = _parse_npy_header(text)
-    if type(fortran) is not bool:
-        raise ValueError(f"expected fortran_order True or False, found {fortran!r}")
-    if type(shape) is not tuple or not all(type(d) is int for d in shape):
-        raise ValueError(f"expected the shape as a tuple of integers, found {shape!r}")
-    if isinstance(descr, str) and _ML_DTYPES_F1.fullmatch(descr):
-        dtype = np.dtype("V1")
-    else:
-        dtype = np.lib.format.descr_to_dtype(descr)
-    if dtype.subdtype is not None:  # a subarray dtype: numpy adds its axes to the shape
-        dtype, shape = dtype.base, shape + dtype.shape
-    return _NpyHeader(shape, fortran, dtype, f.tell())
-
 
 def _storage_code(path: str, dtype: np.dtype[Any], code: int | None) -> int:
     """The Kiln code of the elements a .npy stores: its dtype's own, or
     ``--code`` for the void elements numpy's format stores ml_dtypes types as."""
     if dtype.hasobject:
         raise KilnError(
-            "TYPE", f"{path}: holds Python objects ({dtype}); expected a dtype with a Kiln code"
+            "TYPE", f"{path!r}: holds Python objects ({dtype}); expected a dtype with a Kiln code"
         )
     if dtype.kind != "V" or dtype.fields is not None:
         try:
             return int(row_for_dtype(dtype).code)
         except KilnError as exc:
-            raise exc.prefixed(f"{path}: ") from None
+            raise exc.prefixed(f"{path!r}: ") from None
     if code is None:
         raise KilnError(
             "TYPE",
-            f"{path}: holds void '{dtype.str[1:]}' elements, which is how numpy's .npy "
+            f"{path!r}: holds void '{dtype.str[1:]}' elements, which is how numpy's .npy "
             "format stores ml_dtypes types (bfloat16, float8, int4, ...); expected --code "
             "to say which (e.g. --code bf16)",
         )
     if code_range(code) != "closed":
         raise KilnError(
             "TYPE",
-            f"{path}: holds void '{dtype.str[1:]}' elements: expected the --code of a "
+            f"{path!r}: holds void '{dtype.str[1:]}' elements: expected the --code of a "
             f"closed type (1-19) to say which, found {code_label(code)}",
             code=code,
         )
@@ -430,7 +365,7 @@ def _storage_code(path: str, dtype: np.dtype[Any], code: int | None) -> int:
     if element.dtype.itemsize != dtype.itemsize:
         raise KilnError(
             "TYPE",
-            f"{path}: {code_label(code)} elements are {element.dtype.itemsize} byte(s) each in "
+            f"{path!r}: {code_label(code)} elements are {element.dtype.itemsize} byte(s) each in "
             f"numpy, found void elements of {dtype.itemsize}: expected the --code of a "
             f"{dtype.itemsize}-byte type",
             code=code,
@@ -451,26 +386,26 @@ def _load_npy(path: str, code: int | None) -> _Npy:
     try:
         with open(path, "rb") as f:
             check_regular_file(path, f.fileno())
-            header = _read_npy_header(f)
+            header = read_npy_header(f)
     except OSError as exc:
         raise _file_error("read", path, exc) from exc
     except Exception as exc:
         # Untrusted bytes through numpy's readers (read_magic, descr_to_dtype, the
         # dtype constructor): ValueError, TypeError, OverflowError, KeyError... all
         # mean "not a .npy file kiln-np can read".
-        raise KilnError("TYPE", f"{path}: expected a .npy file: {exc}") from None
+        raise KilnError("TYPE", f"{path!r}: expected a .npy file: {exc}") from None
     stored = _storage_code(path, header.dtype, code)
     try:
         info = payload_info(stored, header.shape)
     except KilnError as exc:  # SHAPE: an array numpy could not make
-        raise exc.prefixed(f"{path}: ") from None
+        raise exc.prefixed(f"{path!r}: ") from None
     dtype = info.dtype  # the void elements of an ml_dtypes .npy, typed
     expected = info.count * dtype.itemsize  # numpy's data size, not the payload's
     found = st.st_size - header.start
     if found != expected:
         raise KilnError(
             "LENGTH",
-            f"{path}: expected {show_int(expected)} data bytes for shape {info.shape} of "
+            f"{path!r}: expected {show_int(expected)} data bytes for shape {info.shape} of "
             f"{dtype}, found {found} ({short_or_long(expected, found)})",
             expected=expected,
             found=found,
@@ -483,25 +418,6 @@ def _load_npy(path: str, code: int | None) -> _Npy:
     except OSError as exc:
         raise _file_error("map", path, exc) from exc
     return _Npy(arr, st)
-
-
-def _npy_header(info: PayloadInfo) -> bytes:
-    """The .npy header for the decoded array ``info`` describes."""
-    dtype = info.dtype
-    # ml_dtypes types have no .npy descr numpy can load: store them as void bytes.
-    stored = np.dtype(f"V{dtype.itemsize}") if dtype.isbuiltin == 2 else dtype
-    header = {
-        "descr": np.lib.format.dtype_to_descr(stored),
-        "fortran_order": False,
-        "shape": info.decoded_shape,
-    }
-    buf = io.BytesIO()
-    try:
-        np.lib.format.write_array_header_1_0(buf, header)
-    except ValueError:  # a header over 64 KiB needs format 2.0
-        buf = io.BytesIO()
-        np.lib.format.write_array_header_2_0(buf, header)
-    return buf.getvalue()
 
 
 # -- output files ---------------------------------------------------------------------
@@ -639,12 +555,12 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     opened = _open_input(args, exact=not args.embedded)
     _refuse_overwrite(args.output, {_identity(opened.stat): args.input})
     info = opened.info
-    with _Progress(max(info.count, 1), f"decode {args.input}") as bar:
+    with _Progress(max(_reading(info).count, 1), f"decode {args.input}") as bar:
 
         def pieces() -> Iterator[Any]:
-            yield _npy_header(info)
+            yield npy_header(info.dtype, info.decoded_shape)
             for chunk in _chunks(opened):
-                bar.advance(len(chunk))
+                bar.advance(chunk.size)
                 yield chunk.reshape(-1).view(U8).data
 
         # A bad bool byte or padding nibble found mid-way leaves no output file.
@@ -660,11 +576,14 @@ _NUMERIC_KEYS = ("nan", "inf", "zero", "subnormal", "min", "max", "absmax", "mea
 
 def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
     info = opened.info
-    blocks: list[str] = []
+    size = info.element.byte_length(1)
+    wanted = min(first, info.count) * size
+    head = bytearray()
     for chunk in _chunks(opened):
-        blocks += [bytes(b).hex() for b in chunk[: first - len(blocks)]]
-        if len(blocks) >= first:
+        if len(head) >= wanted:
             break
+        head += chunk[: wanted - len(head)].tobytes()
+    blocks = [head[i : i + size].hex() for i in range(0, len(head), size)]
     nothing = dict.fromkeys(_NUMERIC_KEYS)
     return {
         "code": int(info.code),
@@ -685,6 +604,7 @@ _MOST_COMMON = 16  # histogram rows shown for a 16-bit type
 
 
 def _inspect_text(record: dict[str, Any], described: Description | None, first: int) -> str:
+    """The text ``inspect`` prints: the file, then :meth:`Description.rows`."""
     lines = [
         f"file              {record['file']} ({record['file_bytes']} bytes; payload at offset "
         f"{record['offset']}, {record['trailing_bytes']} bytes after it)"
@@ -697,10 +617,11 @@ def _inspect_text(record: dict[str, Any], described: Description | None, first: 
             f"shape             {_shape_text(record['shape'])} ({record['count']} blocks)",
             f"payload           {record['byte_length']} bytes",
         ]
-        if first:
+        if record["first_bits"]:
             lines.append("first blocks      " + " ".join(record["first_bits"]))
         return "\n".join(lines)
-    lines += [f"{k:<17} {v}" for k, v in described.rows() if first or k != "first"]
+    shows_first = first > 0 and described.first.size > 0  # never an empty "first" line
+    lines += [f"{k:<17} {v}" for k, v in described.rows() if shows_first or k != "first"]
     if described.histogram is not None:
         used = int(np.count_nonzero(described.histogram))
         # Every pattern of an 8-bit (or smaller) type; the most common of a 16-bit one.
@@ -735,7 +656,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if isinstance(row, Layout):
         record = head | _opaque_summary(opened, args.first)
     else:
-        with _Progress(max(info.count, 1), f"inspect {args.input}") as bar:
+        with _Progress(max(_reading(info).count, 1), f"inspect {args.input}") as bar:
 
             def chunks() -> Iterator[np.ndarray]:
                 for chunk in _chunks(opened):
@@ -797,7 +718,7 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
         # External data stays on disk: model_to_kiln maps it tensor by tensor.
         model = onnx.load_model_from_string(data)
     except (DecodeError, ValueError, RuntimeError) as exc:
-        raise KilnError("TYPE", f"{model_path}: expected an ONNX model: {exc}") from exc
+        raise KilnError("TYPE", f"{model_path!r}: expected an ONNX model: {exc}") from exc
     base_dir = os.path.dirname(os.path.abspath(model_path))
     out = Path(args.outdir)
     names = [_safe_name(i, t.name) for i, t in enumerate(model.graph.initializer)]

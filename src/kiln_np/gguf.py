@@ -106,6 +106,7 @@ __all__ = [
     "DEFAULT_ALIGNMENT",
     "MAX_ARRAY_DEPTH",
     "MAX_DIMS",
+    "MAX_NAME_BYTES",
     "TYPES",
     "GGMLType",
     "GGUFFile",
@@ -118,7 +119,7 @@ __all__ = [
     "write_gguf",
 ]
 
-MAGIC = b"GGUF"
+_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 """Data alignment when ``general.alignment`` is absent."""
 MAX_DIMS = 4
@@ -636,11 +637,11 @@ def _read_one(path: str) -> GGUFFile:
 def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
     p = _Parser(mm, size, where)
     magic = bytes(mm[:4])
-    if magic != MAGIC:
+    if magic != _MAGIC:
         raise _malformed(
             where,
             f"expected the GGUF magic 47 47 55 46 ('GGUF'), found {magic.hex(' ')}",
-            expected=MAGIC,
+            expected=_MAGIC,
             found=magic,
         )
     version = p.u32(4, "version")
@@ -1175,7 +1176,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:
-    parts = [MAGIC, _U32.pack(3), _U64.pack(len(shard)), _U64.pack(len(kv)), *kv]
+    parts = [_MAGIC, _U32.pack(3), _U64.pack(len(shard)), _U64.pack(len(kv)), *kv]
     rel = 0
     for plan in shard:
         raw = plan.source.name.encode("utf-8", "surrogateescape")

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ._checks import check_int, check_path, check_regular_file, set_module, show_value
+from ._checks import check_int, check_path, set_module, show_value
 from ._errors import KilnError
 from ._files import replacing
 from ._foreign import FOREIGN_BY_NAME
@@ -77,6 +77,7 @@ from ._weights import (
     Weights,
     WeightTensor,
     building_directory,
+    open_regular,
     parse_json,
     tensor_sources,
 )
@@ -206,8 +207,8 @@ def safetensors_dtype(info: PayloadInfo) -> SafetensorsDType:
     if row is _F4 and info.count % 2:
         raise KilnError(
             "TYPE",
-            f"{info.context}safetensors F4 holds an even number of elements (two per byte), "
-            f"found {info.count}",
+            f"{info.context}expected an even number of F4 elements (safetensors packs two "
+            f"per byte and refuses a tensor that ends mid-byte), found {info.count}",
             code=int(info.code),
             shape=info.shape,
         )
@@ -264,7 +265,7 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
     ...                      format="safetensors")
     >>> w = open_safetensors(d + "/a.safetensors")
     >>> w["x"].format_dtype, w["x"].offset
-    ('I16', 80)
+    ('I16', 64)
     >>> w.close(); import shutil; shutil.rmtree(d)
     """
     name = os.path.abspath(check_path(path))
@@ -276,8 +277,8 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
 
 def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str]]:
     where = f"{path!r}: "
-    with open(path, "rb") as f:
-        size = check_regular_file(path, f.fileno()).st_size
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
         first = f.read(_SIZE_BYTES)
         if len(first) < _SIZE_BYTES:
             raise KilnError(
@@ -352,13 +353,27 @@ def _metadata(value: object, where: str) -> dict[str, str]:
             "TYPE",
             f"{where}expected __metadata__ to map str to str, found {show_value(value)}",
         )
+    for key, text in value.items():
+        _check_unicode(key, f"{where}__metadata__ key")
+        _check_unicode(text, f"{where}__metadata__ {key!r}")
     return value
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """JSON lets ``\\ud800`` escape half a character; the crate (serde) refuses it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise KilnError(
+            "TYPE", f"{what}: expected text, found a lone surrogate escape in {text!r}"
+        ) from None
 
 
 def _entry(
     name: str, value: object, where: str
 ) -> tuple[int, int, str, SafetensorsDType, PayloadInfo]:
     at = f"{where}tensor {name!r}: "
+    _check_unicode(name, f"{where}tensor name")
     if not isinstance(value, dict):
         raise KilnError(
             "TYPE",
@@ -378,7 +393,7 @@ def _entry(
             "SHAPE", f"{at}expected shape as a list of integers, found {show_value(shape)}"
         )
     try:
-        info = payload_info(row.code, tuple(shape), row.layout)
+        info = payload_info(int(row.code), tuple(shape), row.layout)
         safetensors_dtype(info)  # an odd F4 count
     except KilnError as exc:
         raise exc.prefixed(at) from None
@@ -397,14 +412,13 @@ def _entry(
 
 def _open_index(path: str) -> Weights:
     where = f"{path!r}: "
-    check_regular_file(path)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         index = parse_json(f.read(), where)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not (
         isinstance(weight_map, dict)
         and all(isinstance(v, str) for v in weight_map.values())
-        and isinstance(index.get("metadata", {}), dict)
+        and isinstance(index.get("metadata"), (dict, type(None)))
     ):
         raise KilnError(
             "TYPE",
@@ -423,10 +437,11 @@ def _open_index(path: str) -> Weights:
         for t in held:
             listed = weight_map.get(t.name)
             if listed != shard:
-                said = "does not list it" if listed is None else f"lists it in {listed!r}"
+                said = "does not list" if listed is None else f"lists in {listed!r}"
                 raise KilnError(
                     "TYPE",
-                    f"{where}shard {shard!r} holds tensor {t.name!r}, but the index {said}",
+                    f"{where}expected the index to list every tensor of shard {shard!r} "
+                    f"there, found tensor {t.name!r}, which the index {said}",
                 )
         tensors += held
     if len(tensors) != len(weight_map):
@@ -434,8 +449,8 @@ def _open_index(path: str) -> Weights:
         missing = next(n for n in weight_map if n not in found)
         raise KilnError(
             "TYPE",
-            f"{where}the index lists tensor {missing!r} in shard {weight_map[missing]!r}, "
-            "which does not hold it",
+            f"{where}expected shard {weight_map[missing]!r} to hold tensor {missing!r}, as "
+            "the index lists, found no such tensor there",
         )
     return Weights(tensors, format="safetensors", metadata=metadata, path=path, files=files)
 
@@ -510,7 +525,7 @@ def save_safetensors(
     >>> save_safetensors(d + "/f4.safetensors", {"q": fp4}, metadata={"format": "pt"})
     >>> with open_safetensors(d + "/f4.safetensors") as w:
     ...     print(w["q"].format_dtype, bytes(w["q"].payload().data).hex())
-    F4 c1
+    F4 f1
     >>> import shutil; shutil.rmtree(d)
     """
     target = os.path.abspath(check_path(path))
@@ -571,7 +586,7 @@ def _check_metadata(metadata: object) -> dict[str, str] | None:
     ):
         raise KilnError(
             "TYPE",
-            "safetensors metadata maps str to str (such as {'format': 'pt'}), "
+            "expected safetensors metadata to map str to str (such as {'format': 'pt'}), "
             f"found {show_value(metadata)}",
         )
     try:
@@ -629,7 +644,7 @@ def _shard(
 def _index_files(directory: str) -> set[str] | None:
     """What a previous sharded save wrote: the index and the shards it names."""
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
-        with open(os.path.join(directory, "model" + INDEX_SUFFIX), "rb") as f:
+        with open_regular(os.path.join(directory, "model" + INDEX_SUFFIX)) as f:
             weight_map = json.loads(f.read())["weight_map"]
         return {"model" + INDEX_SUFFIX, *map(str, weight_map.values())}
     return None

@@ -69,17 +69,17 @@ def _onnx() -> Any:
     return onnx
 
 
-def _text(value: object, what: str) -> str:
+def _text(value: object, what: str, where: str = "") -> str:
     """A string field of a proto: protobuf hands back ``bytes`` when it is not UTF-8."""
     if not isinstance(value, str):
-        raise KilnError("TYPE", f"expected {what} as UTF-8 text, found {show_value(value)}")
+        raise KilnError("TYPE", f"{where}expected {what} as UTF-8 text, found {show_value(value)}")
     return value
 
 
 def _external_int(entries: Mapping[object, object], key: str, where: str, default: int) -> int:
     if key not in entries:
         return default
-    text = _text(entries[key], f"{where}: {key}")
+    text = _text(entries[key], key, f"{where}: ")
     # 19 digits hold 2**63-1: longer text (leading zeros aside) is never
     # converted or shown in full (Python refuses int() of 4300 digits).
     digits = text.lstrip("0") or "0"
@@ -100,7 +100,7 @@ def _location(entries: Mapping[object, object], where: str) -> str:
             f"{where}: expected a 'location' entry naming a file, found "
             + ("none" if location is None else repr(location)),
         )
-    location = _text(location, f"{where}: the location")
+    location = _text(location, "the location", f"{where}: ")
     parts = location.replace("\\", "/").split("/")
     if (
         os.path.isabs(location)
@@ -346,8 +346,8 @@ def _tensor_to_kiln(tensor: onnx.TensorProto, base_dir: str | os.PathLike[str] |
     if values.kiln is None:
         raise KilnError(
             "TYPE",
-            f"{where}{values.row.label} has no Kiln form: its elements are strings, not bits "
-            "(read it with kiln_np.onnx.to_numpy)",
+            f"{where}expected a type with a Kiln form, found {values.row.label}, whose "
+            "elements are strings, not bits (read it with kiln_np.onnx.to_numpy)",
         )
     raw, info = values.kiln
     try:

@@ -17,10 +17,10 @@ import numpy.typing as npt
 
 from kiln_np import _nibbles
 from kiln_np._checks import U8, byte_view, set_module, short_or_long, show_int
-from kiln_np._codec import Payload, as_array, check_bool_bytes, decode, encode
+from kiln_np._codec import Payload, as_array, check_content, decode, encode, readonly_view
 from kiln_np._errors import KilnError
 from kiln_np._payload import PayloadInfo, payload_info
-from kiln_np._table import Code, Layout
+from kiln_np._table import Layout
 
 from . import _subbyte
 from ._types import DataType, RawType, raw_type, row_for_dtype, type_for_kiln
@@ -42,11 +42,6 @@ _UNPACK: Mapping[int, Callable[[np.ndarray, np.ndarray, int], None]] = MappingPr
 _PACK: Mapping[int, Callable[[np.ndarray, np.ndarray], None]] = MappingProxyType(
     {2: _subbyte.pack2_into, 6: _subbyte.pack6_into}
 )
-
-
-def _readonly(arr: np.ndarray) -> memoryview:
-    """A read-only ``"B"`` memoryview of the flat uint8 ``arr``."""
-    return arr.data.toreadonly()
 
 
 def _raw_bytes(raw: RawType, info: PayloadInfo, raw_data: object) -> np.ndarray:
@@ -72,15 +67,6 @@ def _raw_bytes(raw: RawType, info: PayloadInfo, raw_data: object) -> np.ndarray:
     return src
 
 
-def _check_content(info: PayloadInfo, src: np.ndarray) -> None:
-    """What Kiln requires of a closed payload's bytes (the padding nibble, bool
-    bytes), checked without decoding: a payload handed out is a valid one."""
-    if info.element.packed and info.count % 2:
-        _nibbles.check_padding(src, info.count, info.context)
-    elif info.code == Code.BOOL:
-        check_bool_bytes(src, info)
-
-
 def _unpack_sub_byte(raw: RawType, src: np.ndarray, info: PayloadInfo) -> np.ndarray:
     """2- or 6-bit ``raw_data`` (length checked) to one uint8 per element; the
     bits after the last element must be 0."""
@@ -103,22 +89,10 @@ def _unpack_sub_byte(raw: RawType, src: np.ndarray, info: PayloadInfo) -> np.nda
     return out
 
 
-def _first_above(values: np.ndarray, limit: int) -> int:
-    """Index of the first byte of ``values`` above ``limit``, or -1.  Scanned a
-    chunk at a time, so rejecting a huge input costs one chunk's mask, not
-    one of the whole input."""
-    step = 4 * _nibbles.CHUNK_LANES
-    for start in range(0, values.size, step):
-        chunk = values[start : start + step]
-        if int(chunk.max()) > limit:
-            return start + int(np.argmax(chunk > limit))
-    return -1
-
-
 def _pack_sub_byte(raw: RawType, values: np.ndarray, context: str) -> np.ndarray:
     """One uint8 per 2- or 6-bit element to packed bytes; bits above the element are TYPE."""
     limit = (1 << raw.bits) - 1
-    index = _first_above(values, limit)
+    index = _nibbles.first_above(values, limit)  # bounded extra memory, even when bad
     if index >= 0:
         found = int(values[index])
         raise KilnError(
@@ -251,9 +225,9 @@ def encode_array(arr: np.ndarray, raw: RawType) -> memoryview:
             raise exc.prefixed(f"{raw.label} as Kiln ") from None
     if raw.sub_byte:
         storage = np.ascontiguousarray(arr).reshape(-1).view(U8)
-        return _readonly(_pack_sub_byte(raw, storage, f"{raw.label} shape {arr.shape}: "))
+        return readonly_view(_pack_sub_byte(raw, storage, f"{raw.label} shape {arr.shape}: "))
     # Complex and the FNUZ float8s: their little-endian storage, as it is.
-    return _readonly(np.ascontiguousarray(arr, dtype=raw.row.dtype).reshape(-1).view(U8))
+    return readonly_view(np.ascontiguousarray(arr, dtype=raw.row.dtype).reshape(-1).view(U8))
 
 
 @set_module("kiln_np.onnx")
@@ -303,10 +277,10 @@ def to_payload(raw: RawType, info: PayloadInfo, raw_data: object) -> Payload:
         src = _unpack_sub_byte(raw, src, info)
     else:
         try:
-            _check_content(info, src)
+            check_content(info, src)
         except KilnError as exc:
             raise exc.prefixed(f"{raw.label} as Kiln ") from None
-    return Payload(info.code, _readonly(src), info.shape, info.layout)
+    return Payload(info.code, readonly_view(src), info.shape, info.layout)
 
 
 @set_module("kiln_np.onnx")
@@ -357,5 +331,5 @@ def from_kiln(
     if raw.sub_byte:
         src = _pack_sub_byte(raw, src, info.context)
     else:
-        _check_content(info, src)
-    return raw.row.data_type, _readonly(src), info.shape
+        check_content(info, src)
+    return raw.row.data_type, readonly_view(src), info.shape

@@ -12,7 +12,7 @@ facts are never None.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -172,11 +172,11 @@ class RawType:
         """True for the 2- and 6-bit types."""
         return self.bits in (2, 6)
 
-    def kiln(self, dims: object) -> PayloadInfo:
+    def kiln(self, dims: Sequence[int]) -> PayloadInfo:
         """The checked description of the Kiln form of ``dims`` elements (SHAPE
         for bad dims, as Kiln checks them), its context naming the ONNX type."""
         try:
-            return payload_info(self.code, dims, self.layout)  # type: ignore[arg-type]
+            return payload_info(self.code, dims, self.layout)
         except KilnError as exc:
             raise exc.prefixed(f"{self.label} as Kiln ") from exc.__cause__
 

@@ -1,0 +1,659 @@
+"""open_weights / save_weights: recognising formats, the tensor and mapping
+classes (laziness, closing, pickling by reference), the Kiln payload
+directory, ONNX and GGUF through the one door, typed metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any, cast
+
+import gguf
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from _helpers import bits
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import numpy_helper
+
+import kiln_np
+from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
+from kiln_np import gguf as kgguf
+from kiln_np import onnx as konnx
+from kiln_np._weights import decode_metadata, encode_metadata
+
+
+def _raise(kind: str, call: Any, *args: Any, **kwargs: Any) -> KilnError:
+    with pytest.raises(KilnError) as info:
+        call(*args, **kwargs)
+    assert info.value.kind == kind, str(info.value)
+    return info.value
+
+
+def every_code() -> dict[str, Any]:
+    """One tensor per closed code, an opaque one, odd shapes, empties, scalars."""
+    rng = np.random.default_rng(5)
+    tensors: dict[str, Any] = {}
+    for row in kiln_np.DTYPES:
+        if row.packed:
+            raw = rng.integers(0, 16, 7, dtype=np.uint8)
+            tensors[row.name] = raw.view(row.dtype)
+        elif row.name == "bool":
+            tensors[row.name] = rng.integers(0, 2, (2, 3)).astype(bool)
+        else:
+            raw = rng.integers(0, 256, 6 * row.dtype.itemsize, dtype=np.uint8)
+            tensors[row.name] = raw.view(row.dtype).reshape(3, 2)
+    tensors["empty"] = np.zeros((0, 4), np.float32)
+    tensors["scalar"] = np.array(-0.0, np.float64)
+    tensors["snan"] = np.array([0x7F800001, 0xFFC00001], np.uint32).view("<f4")
+    tensors["q4"] = Payload(0x4702, memoryview(bytes(range(36))), (2, 1), Layout("ggml.q4_0", 18))
+    return tensors
+
+
+def payload_bytes(value: Any) -> bytes:
+    if isinstance(value, Payload):
+        return bytes(value.data)
+    return bytes(kiln_np.from_numpy(value).data)
+
+
+# ------------------------------------------------------------- recognising formats
+
+
+def test_unknown_file_shows_its_first_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(range(0x20, 0x40)))
+    err = _raise("TYPE", kiln_np.open_weights, path)
+    assert "20 21 22 23 24 25 26 27 28 29 2a 2b 2c 2d 2e 2f ..." in str(err)
+    path.write_bytes(b"")
+    assert "an empty file" in str(_raise("TYPE", kiln_np.open_weights, path))
+    # 8 bytes of size that do not fit the file are not safetensors
+    path.write_bytes((100).to_bytes(8, "little") + b"{}")
+    _raise("TYPE", kiln_np.open_weights, path)
+    assert "neither" in str(_raise("TYPE", kiln_np.open_weights, tmp_path))
+
+
+def test_paths_that_are_not_files(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        kiln_np.open_weights(tmp_path / "missing.safetensors")
+    os.mkfifo(tmp_path / "fifo")
+    assert "FIFO" in str(_raise("TYPE", kiln_np.open_weights, tmp_path / "fifo"))
+    _raise("TYPE", kiln_np.open_weights, 3)
+    _raise("TYPE", kiln_np.open_weights, tmp_path, verify=1)
+
+
+def test_each_format_is_recognised(tmp_path: Path) -> None:
+    arr = np.arange(4, dtype=np.float32)
+    kiln_np.save_weights(tmp_path / "a.bin", {"w": arr}, format="safetensors")
+    kiln_np.save_weights(tmp_path / "b.bin", {"w": arr}, format="gguf")
+    kiln_np.save_weights(tmp_path / "c", {"w": arr}, format="kiln")
+    graph = onnx.helper.make_graph(
+        [], "g", [], [], initializer=[numpy_helper.from_array(arr, name="w")]
+    )
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "d.json", format="protobuf")
+    found = {}
+    for name in ("a.bin", "b.bin", "c", "c/manifest.json", "d.json"):
+        with kiln_np.open_weights(tmp_path / name) as w:
+            found[name] = w.format
+            assert bits(w["w"].numpy()) == bits(arr)
+    assert found == {
+        "a.bin": "safetensors",
+        "b.bin": "gguf",
+        "c": "kiln",
+        "c/manifest.json": "kiln",
+        "d.json": "onnx",
+    }
+
+
+def test_a_file_that_starts_like_onnx_but_is_not(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"\x08\x07\x12\xff\xff\xff")
+    err = _raise("TYPE", kiln_np.open_weights, path)
+    assert "08 07 12 ff" in str(err)
+
+
+# --------------------------------------------------------------- tensors and maps
+
+
+def test_public_names() -> None:
+    for obj in (kiln_np.open_weights, kiln_np.save_weights, Weights, WeightTensor):
+        assert obj.__module__ == "kiln_np"
+
+
+def test_weights_is_a_read_only_mapping(tmp_path: Path) -> None:
+    kiln_np.save_weights(
+        tmp_path / "a.st", {"b": np.ones(1), "a": np.ones(2)}, format="safetensors"
+    )
+    w = kiln_np.open_weights(tmp_path / "a.st")
+    assert list(w) == ["b", "a"]
+    assert len(w) == 2
+    assert "a" in w
+    assert cast(Any, 3) not in w
+    assert w.byte_length == 24
+    with pytest.raises(TypeError):
+        w["c"] = w["a"]  # type: ignore[index]
+    with pytest.raises(TypeError):
+        w.metadata["x"] = "y"  # type: ignore[index]
+    assert repr(w).startswith("Weights('safetensors', ")
+    assert pickle.loads(pickle.dumps(w)).keys() == w.keys()
+
+
+def test_tensor_attributes_and_array(tmp_path: Path) -> None:
+    arr = np.arange(6, dtype=np.int16).reshape(2, 3)
+    kiln_np.save_weights(tmp_path / "a.st", {"w": arr}, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as w:
+        t = w["w"]
+        assert (t.name, t.code, t.shape, t.layout, t.byte_length) == ("w", 10, (2, 3), None, 12)
+        assert t.path == str(tmp_path / "a.st")
+        assert t.offset % 8 == 0
+        view = np.asarray(t)
+        assert not view.flags.writeable
+        assert bits(view) == bits(arr)
+        assert np.asarray(t, dtype=np.float64).dtype == np.float64
+        copied = np.array(t, copy=True)
+        assert copied.flags.writeable
+        assert t.info.context == "code 10 (i16) shape (2, 3): "
+
+
+def test_payloads_outlive_close(tmp_path: Path) -> None:
+    kiln_np.save_weights(
+        tmp_path / "a.st", {"a": np.arange(4.0), "b": np.ones(2)}, format="safetensors"
+    )
+    w = kiln_np.open_weights(tmp_path / "a.st")
+    payload = w["a"].payload()
+    arr = w["a"].numpy()
+    w.close()
+    assert bytes(payload.data) == np.arange(4.0).tobytes()  # still mapped: it is referenced
+    assert arr[3] == 3.0
+    with pytest.raises(ValueError, match="closed"):
+        w["b"].payload()  # the map is gone: payload() refuses once nothing holds it
+    del payload, arr
+
+
+def test_closing_releases_unreferenced_maps(tmp_path: Path) -> None:
+    kiln_np.save_weights(tmp_path / "a.st", {"a": np.arange(4.0)}, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as w:
+        w["a"].numpy().sum()  # mapped, then dropped
+        file = w._files[0]
+        assert "not mapped" not in repr(file)
+    assert repr(file).endswith("closed)")
+    assert file._map is None
+
+
+def test_tensors_pickle_by_reference(tmp_path: Path) -> None:
+    big = np.arange(1 << 18, dtype=np.float64)
+    kiln_np.save_weights(tmp_path / "a.st", {"big": big}, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as w:
+        blob = pickle.dumps(w["big"])
+    assert len(blob) < 1000
+    # unpickled elsewhere (another working directory, another process): same bytes
+    script = textwrap.dedent(
+        f"""
+        import os, pickle, sys
+        os.chdir({str(tmp_path.parent)!r})
+        t = pickle.loads(sys.stdin.buffer.read())
+        sys.stdout.write(t.numpy()[-3:].tobytes().hex() + " " + str(t.path))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], input=blob, capture_output=True, check=True
+    ).stdout.decode()
+    assert out == f"{big[-3:].tobytes().hex()} {tmp_path / 'a.st'}"
+
+
+def test_unpickled_tensor_maps_only_its_range(tmp_path: Path) -> None:
+    tensors = {f"t{i}": np.full(50_000, i, np.float64) for i in range(4)}
+    kiln_np.save_weights(tmp_path / "a.st", tensors, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as w:
+        t = pickle.loads(pickle.dumps(w["t2"]))
+    assert bits(t.numpy()) == bits(tensors["t2"])
+    assert t._file is not None
+    assert t._file._map is not None
+    assert len(t._file._map) < 2 * 400_000
+
+
+def test_onnx_tensors_pickle_their_bytes(tmp_path: Path) -> None:
+    arr = np.arange(3, dtype=np.float32)
+    graph = onnx.helper.make_graph(
+        [], "g", [], [], initializer=[numpy_helper.from_array(arr, name="w")]
+    )
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "m.onnx")
+    with kiln_np.open_weights(tmp_path / "m.onnx") as w:
+        t = pickle.loads(pickle.dumps(w["w"]))
+    assert t.path is None
+    assert bits(t.numpy()) == bits(arr)
+
+
+# ---------------------------------------------------------------------------- ONNX
+
+
+def test_onnx_as_model_to_kiln_gives_it(tmp_path: Path) -> None:
+    tensors = [
+        numpy_helper.from_array(np.arange(6, dtype=np.float16).reshape(2, 3), name="h"),
+        numpy_helper.from_array(np.array([1 + 2j], np.complex64), name="c"),
+        numpy_helper.from_array(np.array([True, False]), name="b"),
+    ]
+    graph = onnx.helper.make_graph([], "g", [], [], initializer=tensors)
+    model = onnx.helper.make_model(graph, producer_name="me")
+    onnx.save(model, tmp_path / "m.onnx")
+    with kiln_np.open_weights(tmp_path / "m.onnx") as w:
+        assert w.format == "onnx"
+        assert w.metadata["producer_name"] == "me"
+        assert [t.format_dtype for t in w.values()] == ["FLOAT16", "COMPLEX64", "BOOL"]
+        for (name, p), t in zip(konnx.model_to_kiln(model), w.values(), strict=True):
+            assert (name, p.code, p.shape, p.layout, bytes(p.data)) == (
+                t.name,
+                t.code,
+                t.shape,
+                t.layout,
+                bytes(t.payload().data),
+            )
+        # and the complex tensor goes to safetensors C64
+        kiln_np.save_weights(tmp_path / "c.st", w, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "c.st") as s:
+        assert s["c"].format_dtype == "C64"
+
+
+# ---------------------------------------------------------------------------- GGUF
+
+
+def test_reads_what_gguf_py_writes(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("n", 7)
+    writer.add_array("tokens", ["a", "b", "c"])
+    f32 = np.arange(64, dtype=np.float32).reshape(2, 32)
+    writer.add_tensor("w", f32)
+    q = np.arange(36, dtype=np.uint8).reshape(2, 18)
+    writer.add_tensor("q", q, raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with kiln_np.open_weights(path) as w:
+        assert w.format == "gguf"
+        assert w.metadata["n"] == 7
+        assert cast(Any, w.metadata).types["n"] == "uint32"
+        assert bits(w["w"].numpy()) == bits(f32)
+        t = w["q"]
+        assert (t.code, t.shape, t.layout, t.format_dtype) == (
+            0x4702,
+            (2, 1),
+            Layout("ggml.q4_0", 18),
+            "Q4_0",
+        )
+        assert bytes(t.payload().data) == q.tobytes()
+
+
+def test_gguf_to_kiln_dir_to_gguf_keeps_key_types_and_bits(tmp_path: Path) -> None:
+    metadata = {
+        "general.alignment": np.uint32(64),
+        "snan": np.array([0x7F800001], np.uint32).view("<f4")[0],
+        "i8": np.int8(-3),
+        "u64": np.uint64(2**64 - 1),
+        "flag": False,
+        "name": "caf\udcc3",  # bytes that are not UTF-8 survive as surrogates
+        "tokens": ["a", "bb", ""],
+        "scores": np.array([-0.0, np.inf], np.float32),
+        "nested": [np.array([1, 2], np.int32), np.array([3], np.int32)],
+        "empty": [],
+    }
+    types = {"empty": "array[int16]"}
+    tensors = {
+        "f": np.array([[0x7F800001, 0x80000000]], np.uint32).view("<f4"),
+        "h": np.ones((3, 2), np.float16),
+        "s": np.array(2.5, np.float64),
+        "q": Payload(0x4708, memoryview(bytes(range(68))), (2, 1), Layout("ggml.q8_0", 34)),
+    }
+    kgguf.write_gguf(tmp_path / "a.gguf", tensors, metadata, metadata_types=types)
+    with kiln_np.open_weights(tmp_path / "a.gguf") as a:
+        kiln_np.save_weights(tmp_path / "dir", a, format="kiln", metadata=a.metadata)
+        types_a = dict(cast(Any, a.metadata).types)
+        values_a = {k: a.metadata[k] for k in a.metadata}
+    with kiln_np.open_weights(tmp_path / "dir") as d:
+        kiln_np.save_weights(tmp_path / "b.gguf", d, format="gguf", metadata=d.metadata)
+    b = kgguf.read_gguf(tmp_path / "b.gguf")
+    assert dict(b.metadata.types) == types_a
+    assert b.metadata.types["empty"] == "array[int16]"
+    for key, value in values_a.items():
+        got = b.metadata[key]
+        assert type(got) is type(value), key
+        if isinstance(value, list):
+            assert [bits(v) for v in got] == [bits(v) for v in value], key
+        else:
+            assert bits(np.asarray(got)) == bits(np.asarray(value)), key
+    with kiln_np.open_weights(tmp_path / "b.gguf") as w:
+        for name, value in tensors.items():
+            assert bytes(w[name].payload().data) == payload_bytes(value)
+    # and gguf-py itself reads the signalling NaN's bits
+    field = gguf.GGUFReader(tmp_path / "b.gguf").fields["snan"]
+    assert bytes(field.parts[-1]).hex() == "0100807f"
+
+
+def test_gguf_refuses_e2m1(tmp_path: Path) -> None:
+    fp4 = np.zeros(4, ml_dtypes.float4_e2m1fn)
+    err = _raise(
+        "TYPE",
+        kiln_np.save_weights,
+        tmp_path / "m.gguf",
+        {"a": np.ones(2, np.float32), "x": fp4},
+        format="gguf",
+    )
+    assert "'x'" in str(err)
+    assert "e2m1" in str(err)
+    assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------- the Kiln payload directory
+
+
+def test_kiln_dir_round_trip_every_code(tmp_path: Path) -> None:
+    tensors = every_code()
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, tensors, format="kiln", metadata={"step": 3, "lr": 0.5})
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == "kiln-np-weights/1"
+    assert [t["name"] for t in manifest["tensors"]] == list(tensors)
+    entry = manifest["tensors"][-1]
+    assert entry["layout"] == {"name": "ggml.q4_0", "block_size": 18}
+    assert entry["dtype"] is None
+    assert sorted(os.listdir(out)) == sorted(
+        ["manifest.json", *(t["file"] for t in manifest["tensors"])]
+    )
+    with kiln_np.open_weights(out, verify=True) as w:
+        assert dict(w.metadata) == {"step": 3, "lr": 0.5}
+        for name, value in tensors.items():
+            t = w[name]
+            assert bytes(t.payload().data) == payload_bytes(value), name
+            assert os.path.getsize(str(t.path)) == t.byte_length
+
+
+def test_kiln_dir_checks_sizes_and_hashes(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"w": np.arange(4, dtype=np.int32)}, format="kiln")
+    manifest = json.loads((out / "manifest.json").read_text())
+    payload = out / manifest["tensors"][0]["file"]
+    payload.write_bytes(b"\x01" + payload.read_bytes()[1:])
+    kiln_np.open_weights(out).close()  # sizes only, by default
+    err = _raise("TYPE", kiln_np.open_weights, out, verify=True)
+    assert "SHA-256" in str(err)
+    payload.write_bytes(bytes(15))
+    assert "short by 1" in str(_raise("LENGTH", kiln_np.open_weights, out))
+    payload.unlink()
+    with pytest.raises(FileNotFoundError):
+        kiln_np.open_weights(out)
+
+
+def _manifest(tmp_path: Path, **entry: Any) -> Path:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"w": np.arange(4, dtype=np.int32)}, format="kiln")
+    doc = json.loads((out / "manifest.json").read_text())
+    doc["tensors"][0].update(entry)
+    (out / "manifest.json").write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "entry", "words"),
+    [
+        ("TYPE", {"file": "../x"}, "plain file name"),
+        ("TYPE", {"file": "."}, "plain file name"),
+        ("TYPE", {"name": 3}, "str name"),
+        ("TYPE", {"code": 20}, "reserved"),
+        ("TYPE", {"layout": {"name": "x"}}, "layout"),
+        ("TYPE", {"code": 4096, "layout": {"name": "x", "block_size": 0}}, "block_size"),
+        ("SHAPE", {"shape": [-1]}, "shape"),
+        ("LENGTH", {"byte_length": 15}, "byte_length in the manifest"),
+        ("TYPE", {"byte_length": "16"}, "integer"),
+        ("TYPE", {"sha256": "ABC"}, "hex"),
+    ],
+)
+def test_kiln_manifest_rules(tmp_path: Path, kind: str, entry: dict[str, Any], words: str) -> None:
+    out = _manifest(tmp_path, **entry)
+    assert words in str(_raise(kind, kiln_np.open_weights, out))
+
+
+def test_kiln_manifest_document_rules(tmp_path: Path) -> None:
+    out = _manifest(tmp_path)
+    manifest = out / "manifest.json"
+    for text, words in [
+        ('{"format": "kiln-np-weights/2", "tensors": []}', "kiln-np-weights/1"),
+        ('{"format": "kiln-np-weights/1", "tensors": {}}', "list"),
+        ('{"format": "kiln-np-weights/1", "tensors": [1]}', "keys"),
+        ('{"format": "kiln-np-weights/1", "format": "x"}', "twice"),
+        ('{"format": "kiln-np-weights/1", "tensors": [], "metadata": {"a": ["bad"]}}', "tag"),
+        (
+            '{"format": "kiln-np-weights/1", "tensors": [], "metadata_types": {"a": 1}}',
+            "metadata_types",
+        ),
+        ("[", "JSON"),
+    ]:
+        manifest.write_text(text)
+        assert words in str(_raise("TYPE", kiln_np.open_weights, out)), text
+    doc = {"format": "kiln-np-weights/1", "tensors": [json.loads(json.dumps(_entry(out)))] * 2}
+    manifest.write_text(json.dumps(doc))
+    assert "twice" in str(_raise("TYPE", kiln_np.open_weights, out))
+
+
+def _entry(out: Path) -> dict[str, Any]:
+    f = next(p.name for p in out.iterdir() if p.name != "manifest.json")
+    import hashlib
+
+    data = (out / f).read_bytes()
+    return {
+        "name": "w",
+        "file": f,
+        "code": 12,
+        "layout": None,
+        "shape": [4],
+        "byte_length": 16,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def test_reads_the_manifest_kiln_np_onnx_wrote(tmp_path: Path) -> None:
+    (tmp_path / "0000_w.kiln").write_bytes(np.arange(3, dtype=np.float32).tobytes())
+    import hashlib
+
+    doc = {
+        "format": "kiln-np-onnx/1",
+        "model": "m.onnx",
+        "tensors": [
+            {
+                "name": "w",
+                "file": "0000_w.kiln",
+                "code": 2,
+                "dtype": "float32",
+                "layout": None,
+                "shape": [3],
+                "payload_bytes": 12,
+                "sha256": hashlib.sha256((tmp_path / "0000_w.kiln").read_bytes()).hexdigest(),
+            }
+        ],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    with kiln_np.open_weights(tmp_path, verify=True) as w:
+        assert w.metadata["model"] == "m.onnx"
+        assert w["w"].numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_kiln_dir_is_replaced_whole_and_only_when_it_is_ours(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.ones(3), "b": np.zeros(2)}, format="kiln")
+    with kiln_np.open_weights(out) as w:  # over itself, from itself
+        kiln_np.save_weights(out, {"b": w["b"]}, format="kiln")
+    assert sorted(os.listdir(out)) == ["0000_b.kiln", "manifest.json"]
+    assert os.listdir(tmp_path) == ["dir"]
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(out, {"a": np.ones(1)}, format="kiln")
+    assert (out / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(tmp_path / "file", {"a": np.ones(1)}, format="kiln")
+    (tmp_path / "empty").mkdir()
+    kiln_np.save_weights(tmp_path / "empty", {"a": np.ones(1)}, format="kiln")
+    assert len(kiln_np.open_weights(tmp_path / "empty")) == 1
+
+
+def test_a_failed_directory_write_leaves_nothing(tmp_path: Path) -> None:
+    class BoomError(Exception):
+        pass
+
+    def progress(n: int) -> None:
+        raise BoomError
+
+    with pytest.raises(BoomError):
+        kiln_np.save_weights(tmp_path / "dir", {"a": np.ones(3)}, format="kiln", progress=progress)
+    assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------ typed metadata
+
+
+def test_metadata_encoding_keeps_types_and_bits() -> None:
+    values = {
+        "s": "x",
+        "i": 2**70,
+        "b": True,
+        "f": -0.0,
+        "nan": float("nan"),
+        "u8": np.uint8(255),
+        "bool": np.bool_(False),
+        "f16": np.array([0x7C01], np.uint16).view("<f2")[0],
+        "c": np.complex64(1 - 2j),
+        "arr": np.arange(4, dtype=">i4").reshape(2, 2),
+        "raw": b"\x00\xff",
+        "list": [1, ["a", np.float64(2.0)]],
+        "dict": {"k": np.int16(-1)},
+    }
+    back = decode_metadata(json.loads(json.dumps(encode_metadata(values))))
+    for key, value in values.items():
+        assert type(back[key]) is type(value), key
+        if isinstance(value, (np.generic, np.ndarray, float)):
+            assert bits(np.asarray(back[key])) == bits(np.asarray(value)), key
+        elif key != "list":
+            assert back[key] == value
+    assert back["list"][1][1] == 2.0
+    assert type(back["list"][1][1]) is np.float64
+    assert back["arr"].dtype == np.dtype("<i4")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {1: "x"},
+        {"a": object()},
+        {"a": np.array(["s"])},
+        {"a": np.datetime64(1, "s")},
+        {"a": {2: 1}},
+    ],
+)
+def test_metadata_encoding_refuses(bad: dict[Any, Any]) -> None:
+    _raise("TYPE", encode_metadata, bad)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {"a": "x"},
+        {"a": []},
+        {"a": ["float", 1.5]},
+        {"a": ["float", "ff"]},
+        {"a": ["float", "0x" + "f" * 20]},
+        {"a": ["np.float32", 1]},
+        {"a": ["np.object", 1]},
+        {"a": ["np.ndarray", "<f4", [2], "AAAA"]},
+        {"a": ["np.ndarray", "<f4", [-1], ""]},
+        {"a": ["bytes", "!!"]},
+        {"a": ["int", True]},
+        {"a": ["nope", 1]},
+    ],
+)
+def test_metadata_decoding_refuses(bad: object) -> None:
+    _raise("TYPE", decode_metadata, bad)
+
+
+@given(edits=st.lists(st.tuples(st.integers(0, 600), st.integers(0, 255)), min_size=1, max_size=3))
+def test_kiln_manifest_oracle(edits: list[tuple[int, int]]) -> None:
+    """A Kiln directory whose manifest has bytes changed: it opens, every tensor's
+    file holding exactly its byte_length, or it raises KilnError (or the OS's
+    FileNotFoundError when a file name changed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "dir"
+        tensors = {"w": np.arange(4, dtype=np.int32), "q": MANIFEST_Q4}
+        kiln_np.save_weights(out, tensors, format="kiln", metadata={"n": np.uint8(3)})
+        raw = bytearray((out / "manifest.json").read_bytes())
+        for pos, value in edits:
+            if pos < len(raw):
+                raw[pos] = value
+        (out / "manifest.json").write_bytes(bytes(raw))
+        try:
+            weights = kiln_np.open_weights(out, verify=True)
+        except (KilnError, FileNotFoundError):
+            return
+        with weights:
+            for t in weights.values():
+                assert len(t.payload().data) == t.byte_length
+
+
+MANIFEST_Q4 = Payload(0x4702, memoryview(bytes(range(36))), (2, 1), Layout("ggml.q4_0", 18))
+
+
+# --------------------------------------------------------------------- save_weights
+
+
+def test_save_weights_checks_its_arguments(tmp_path: Path) -> None:
+    t = {"a": np.ones(2)}
+    assert "format" in str(_raise("TYPE", kiln_np.save_weights, tmp_path / "x", t, format="npz"))
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", [np.ones(2)], format="kiln")
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", {1: np.ones(2)}, format="kiln")
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", {"a": "text"}, format="kiln")
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", {"a": np.array(["s"])}, format="kiln")
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", t, format="kiln", max_shard_size=10)
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", t, format="safetensors", max_shard_size=0)
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "x", t, format="kiln", metadata={"a": object()})
+    assert os.listdir(tmp_path) == []
+
+
+def test_progress_counts_every_payload_byte(tmp_path: Path) -> None:
+    tensors = {"a": np.ones(1000), "b": np.ones(3, np.int8)}
+    for fmt in ("safetensors", "kiln"):
+        seen: list[int] = []
+        kiln_np.save_weights(tmp_path / fmt, tensors, format=fmt, progress=seen.append)
+        assert sum(seen) == 8003
+        with kiln_np.open_weights(tmp_path / fmt) as w:
+            seen.clear()
+            kiln_np.save_weights(tmp_path / (fmt + "2"), w, format=fmt, progress=seen.append)
+            assert sum(seen) == 8003
+
+
+# ------------------------------------------------------------------------- the docs
+
+
+def test_weights_md_safetensors_table_is_the_code_table() -> None:
+    from kiln_np import safetensors as kst
+    from kiln_np._table import code_label
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "weights.md").read_text()
+    block = text.split("<!-- safetensors-dtypes")[1].split("<!-- /safetensors-dtypes -->")[0]
+    rows = [line for line in block.splitlines() if line.startswith("| ") and "---" not in line]
+    expected = ["| safetensors | bits | Kiln code | layout |"]
+    for r in kst.DTYPES:
+        if r.layout is None:
+            code = f"{int(r.code)} ({code_label(int(r.code)).split('(')[1][:-1]})"
+            expected.append(f"| {r.name} | {r.bits} | {code} | |")
+        else:
+            layout = f"`{r.layout.name}`, {r.layout.block_size}-byte blocks"
+            expected.append(f"| {r.name} | {r.bits} | 0x{int(r.code):04x} | {layout} |")
+    assert rows == expected
+    for name in kst.REFUSED:
+        assert f"**{name}" in text or f", {name}**" in text, name
