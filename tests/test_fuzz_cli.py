@@ -252,11 +252,10 @@ def test_cli_npy_header_oracle(content: bytes, code: str | None) -> None:
 # -- regressions: each once escaped as a traceback ----------------------------------------
 
 
-def test_non_utf8_path_prints_on_a_strict_stdout(monkeypatch: object) -> None:
+def test_non_utf8_path_prints_on_a_strict_stdout() -> None:
     # argv holds undecodable bytes as surrogates; printing them on a strict UTF-8
     # stdout raised UnicodeEncodeError.
     name = os.fsdecode(b"\xff.kiln")
-    (SCRATCH / "f32.npy").write_bytes(b"")
     np.save(SCRATCH / "f32.npy", np.ones(2, np.float32))
     raw = io.BytesIO()
     stdout = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
