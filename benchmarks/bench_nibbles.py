@@ -54,7 +54,7 @@ from _common import (
 import kiln_np
 from kiln_np import _nibbles
 
-U4 = kiln_np.Code.U4
+U4 = int(kiln_np.Code.U4)  # an int code: the common case the small-call path is for
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ def plot(data: dict[str, Any], target: Path) -> None:
                 n / row[f"{name} {op}"]["seconds"] / 1e9
                 for n, row in zip(elements, rows, strict=True)
             ]
-            style = "o-" if name == "kiln_np" else ".-"
-            ax.plot(elements, rate, style, label=name, linewidth=2.2 if name == "kiln_np" else 1.2)
+            style = {"kiln_np": "o-", "kiln_np numpy": "s-"}.get(name, ".-")
+            label = {"kiln_np": "kiln_np (compiled kernels)"}.get(name, name)
+            ax.plot(elements, rate, style, label=label, linewidth=2.2 if "kiln" in name else 1.2)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("elements (one byte each unpacked)")
@@ -43,8 +44,8 @@ def plot(data: dict[str, Any], target: Path) -> None:
     axes[0].legend(loc="lower right", fontsize=8)
     machine = data["machine"]
     fig.suptitle(
-        f"kiln_np 4-bit kernels: {machine['cores']} cores, {machine['cpu']}, "
-        f"numpy {machine['numpy']}",
+        f"kiln_np 4-bit kernels (to_numpy / from_numpy): {machine['cores']} cores, "
+        f"{machine['cpu']}, numpy {machine['numpy']}; higher is faster",
         fontsize=9,
     )
     fig.tight_layout()

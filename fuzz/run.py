@@ -34,6 +34,7 @@ import numpy as np
 import kiln_np
 import kiln_np.cli
 from kiln_np import KilnError, Layout
+from kiln_np import gguf as kgg
 from kiln_np import onnx as ko
 from kiln_np import safetensors as kst
 
@@ -42,6 +43,7 @@ PROPERTY_MODULES = [
     "test_fuzz",
     "test_fuzz_adapters",
     "test_fuzz_cli",
+    "test_fuzz_gguf",
     "test_safetensors",
     "test_weights",
 ]
@@ -69,6 +71,7 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
     (kiln_np.Layout, "Layout", ["__init__"]),
     (kiln_np, "kiln_np (weights)", ["open_weights", "save_weights"]),
     (kst, "kiln_np.safetensors", ["open_safetensors", "save_safetensors"]),
+    (kgg, "kiln_np.gguf", ["read_gguf", "open_gguf", "write_gguf"]),
     (kiln_np.cli, "kiln_np.cli", ["main"]),
     (kiln_np.LazyPayload, "LazyPayload", ["__init__", "__getitem__", "iter_chunks"]),
     (

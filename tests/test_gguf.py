@@ -540,6 +540,9 @@ def test_refused_before_writing(tmp_path: Path, value: Any, kind: str, match: st
         ({"general.alignment": 32}, {}, "uint32 power of two"),
         ({"general.alignment": np.uint32(48)}, {}, "uint32 power of two"),
         ({1: 2}, {}, "expected metadata keys as str"),
+        ({"k": "\ud800"}, {}, "expected text UTF-8 can encode"),
+        ([("k", 1)], {}, "expected metadata as a Mapping"),
+        ({}, [("k", "int8")], "expected metadata_types as a Mapping"),
     ],
 )
 def test_metadata_refused_before_writing(
@@ -548,6 +551,12 @@ def test_metadata_refused_before_writing(
     with pytest.raises(KilnError, match=match) as info:
         kg.write_gguf(tmp_path / "x.gguf", {}, metadata, metadata_types=types)
     assert info.value.kind == "TYPE"
+    assert os.listdir(tmp_path) == []
+
+
+def test_name_utf8_cannot_encode_refused(tmp_path: Path) -> None:
+    with pytest.raises(KilnError, match=r"tensor '\\ud800': its name: expected text UTF-8"):
+        kg.write_gguf(tmp_path / "x.gguf", {"\ud800": np.zeros(1, np.float32)})
     assert os.listdir(tmp_path) == []
 
 
@@ -841,3 +850,15 @@ def test_safetensors_to_gguf_to_safetensors(tmp_path: Path) -> None:
         for name, arr in tensors.items():
             assert b[name].shape == arr.shape
             assert bits(b[name].numpy()) == bits(arr), name
+
+
+def test_version_2_reads_as_version_3(tmp_path: Path) -> None:
+    path = tmp_path / "v2.gguf"
+    kg.write_gguf(path, {"w": F32_SPECIAL}, {"k": np.int8(-1)})
+    data = bytearray(path.read_bytes())
+    data[4:8] = struct.pack("<I", 2)  # version 2 has version 3's layout
+    path.write_bytes(bytes(data))
+    found = kg.read_gguf(path)
+    assert found.version == 2
+    with kg.open_gguf(path) as w:
+        assert bytes(w["w"].payload().data) == bits(F32_SPECIAL)

@@ -233,6 +233,22 @@ def test_big_endian_views(monkeypatch: pytest.MonkeyPatch) -> None:
     assert both(monkeypatch, lambda: kiln_np.pack_nibbles(values))[:3] == ("error", "TYPE", BLOCK)
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (3, 5), (2, 1, 7)], ids=str)
+def test_unpack_into_a_destination_of_any_shape(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
+) -> None:
+    count = int(np.prod(shape))
+    values = nibbles(count)
+    packed = kiln_np.pack_nibbles(values)
+
+    def unpack() -> np.ndarray:
+        out = np.empty(shape, np.uint8)
+        _nibbles.unpack_into(packed, out, count)
+        return out
+
+    assert both(monkeypatch, unpack)[2:] == (shape, values.tobytes())
+
+
 # -- through the codec -----------------------------------------------------------------------------
 
 
@@ -295,10 +311,15 @@ def test_the_extension_refuses_bad_calls() -> None:
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
 
+def same_float_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-per-byte"])
 def test_mxfp4_every_code_and_scale_against_the_definition(
     monkeypatch: pytest.MonkeyPatch, packed: bool, threads: int
 ) -> None:
+    monkeypatch.setattr(_nibbles, "COMPILED", True)  # also under KILN_NP_PURE=1
     monkeypatch.setattr(_nibbles, "COMPILED_THREAD_MIN_LANES", 16)
     monkeypatch.setattr(_nibbles, "COMPILED_GRANULE", 4)
     block = 32
@@ -316,10 +337,6 @@ def test_mxfp4_every_code_and_scale_against_the_definition(
     assert (out[nan_block].view(np.uint32) == 0x7FC00000).all()  # canonical quiet NaN
     monkeypatch.setattr(_nibbles, "COMPILED", False)
     assert not _nibbles.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
-
-
-def same_float_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
 
 
 def test_mxfp4_kernel_refuses_bad_calls() -> None:

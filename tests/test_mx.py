@@ -54,6 +54,14 @@ CANONICAL_NAN = {
 }
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on the compiled MXFP4 kernel (when built) and on the numpy path."""
+    if request.param == "numpy":
+        monkeypatch.setattr(kiln_np._nibbles, "COMPILED", False)
+    return str(request.param)
+
+
 # -- the independent reference, from the specs' definitions --------------------------------
 
 
@@ -107,7 +115,9 @@ def expected_bits(exact: np.ndarray, out: np.dtype[Any]) -> tuple[np.ndarray, np
 @pytest.mark.parametrize("scale", ["e8m0", "f8e4m3"])
 @pytest.mark.parametrize("kind", list(ELEMENTS))
 @pytest.mark.parametrize("out", OUTS, ids=lambda d: d.name)
-def test_every_scale_byte_times_every_element(kind: str, scale: str, out: np.dtype[Any]) -> None:
+def test_every_scale_byte_times_every_element(
+    kind: str, scale: str, out: np.dtype[Any], kernels: str
+) -> None:
     dtype, n = ELEMENTS[kind]
     exact = ref_table(kind, scale)
     want, ok = expected_bits(exact, out)
@@ -160,7 +170,7 @@ def test_the_first_offending_block_is_named() -> None:
     assert bits(mx.dequantize(z, np.array([[0xFE]], np.uint8), dtype=np.float16)) == bytes(64)
 
 
-def test_nan_scale_and_nan_elements_are_canonical() -> None:
+def test_nan_scale_and_nan_elements_are_canonical(kernels: str) -> None:
     v = np.array([0x7F, 0xFF, 0x00, 0x80], np.uint8).view(E4M3)
     for out in OUTS:
         got = mx.dequantize(v, np.array([1.0, 2.0**-127], E8M0), block_size=2, dtype=out)
@@ -203,7 +213,7 @@ def expand(values: np.ndarray, scales_f64: np.ndarray, block_size: int, axis: in
 )
 @pytest.mark.parametrize("packed", [False, True])
 def test_axes_and_partial_blocks(
-    shape: tuple[int, ...], axis: int, block_size: int, packed: bool
+    shape: tuple[int, ...], axis: int, block_size: int, packed: bool, kernels: str
 ) -> None:
     rng = np.random.default_rng(sum(shape) + axis)
     codes = rng.integers(0, 16, shape, dtype=np.uint8).view(E2M1)
@@ -222,7 +232,7 @@ def test_axes_and_partial_blocks(
         assert bits(got) == bits(want.astype(out))
 
 
-def test_strided_and_odd_inputs() -> None:
+def test_strided_and_odd_inputs(kernels: str) -> None:
     rng = np.random.default_rng(7)
     codes = rng.integers(0, 16, (64, 6), dtype=np.uint8).view(E2M1)
     s = rng.integers(120, 130, (2, 6), dtype=np.uint8)
@@ -266,6 +276,35 @@ def test_other_value_types_and_payloads() -> None:
     # NVFP4 style: f8e4m3 scales default to blocks of 16
     s = np.array([1.5, -0.25], E4M3)
     assert mx.dequantize(np.ones(32, E2M1), s).tolist() == [1.5] * 16 + [-0.25] * 16
+
+
+@given(
+    data=st.binary(min_size=1, max_size=96),
+    scale_bytes=st.binary(min_size=1, max_size=12),
+    kind=st.sampled_from(["e2m1", "f8e4m3", "i8"]),
+    scale=st.sampled_from(["e8m0", "f8e4m3"]),
+    out=st.sampled_from(OUTS[1:]),
+)
+def test_raises_if_and_only_if_some_product_is_inexact(
+    data: bytes, scale_bytes: bytes, kind: str, scale: str, out: np.dtype[Any]
+) -> None:
+    dtype, n = ELEMENTS[kind]
+    codes = (np.frombuffer(data, np.uint8).astype(np.intp) % n).astype(np.uint8)
+    block_size = -(-codes.size // len(scale_bytes))
+    sb = np.frombuffer(scale_bytes, np.uint8)[: -(-codes.size // block_size)]
+    table = ref_table(kind, scale)
+    exact = table[np.repeat(sb, block_size)[: codes.size], codes]
+    want, ok = expected_bits(exact, out)
+    sdtype = E8M0 if scale == "e8m0" else E4M3
+    args = (codes.view(dtype), sb.view(sdtype))
+    if ok.all():
+        got = mx.dequantize(*args, block_size=block_size, dtype=out)
+        assert got.view(want.dtype).tobytes() == want.tobytes()
+    else:
+        first = int(np.flatnonzero(~ok)[0])
+        with pytest.raises(KilnError, match=rf"^TYPE: block \({first // block_size},\)") as e:
+            mx.dequantize(*args, block_size=block_size, dtype=out)
+        assert e.value.index == first
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -327,7 +366,7 @@ def nvfp4_payload(blocks: np.ndarray) -> Payload:
     return Payload(0x4728, memoryview(blocks.tobytes()), blocks.shape[:-1], NVFP4)
 
 
-def test_mxfp4_against_gguf_py() -> None:
+def test_mxfp4_against_gguf_py(kernels: str) -> None:
     rng = np.random.default_rng(10)
     blocks = rng.integers(0, 256, (6, 200, 17), dtype=np.uint8)
     blocks[..., 0] = rng.integers(0, 0xFD, (6, 200))  # exclusions 2 and 4: 0xfd-0xff below
@@ -725,6 +764,29 @@ def test_weights_tensors_in_one_call(tmp_path: Path) -> None:
         got = mx.dequantize_ggml(t)
         keep = kiln_np.to_numpy(*values).view(np.uint8) != 8
         assert np.array_equal(got.view(np.uint32)[keep], want.view(np.uint32)[keep])
+
+
+def test_gpt_oss_and_onnx_weight_files_in_one_call(tmp_path: Path) -> None:
+    rng = np.random.default_rng(17)
+    blocks = rng.integers(0, 256, (2, 3, 16), dtype=np.uint8)
+    scales = rng.integers(110, 140, (2, 3), dtype=np.uint8)
+    want = gpt_oss_reference(blocks, scales).astype(np.float32)
+    path = tmp_path / "model.safetensors"
+    tensors = {"mlp.experts.down_proj_blocks": blocks, "mlp.experts.down_proj_scales": scales}
+    kiln_np.save_weights(path, tensors, format="safetensors")
+    with kiln_np.open_weights(path) as weights:
+        b, s = weights["mlp.experts.down_proj_blocks"], weights["mlp.experts.down_proj_scales"]
+        values, scale_payload = mx.from_gpt_oss(b, s)
+        assert (values.code, values.shape, scale_payload.shape) == (18, (2, 96), (2, 3))
+        assert bits(mx.dequantize_gpt_oss(b, s)) == bits(want)
+    # an ONNX model's FLOAT4E2M1 + FLOAT8E8M0 initializers are Kiln payloads already
+    x, sc = mx.to_onnx(*mx.from_gpt_oss(blocks, scales))
+    graph = onnx.helper.make_graph([], "g", [], [], initializer=[x, sc])
+    model = tmp_path / "model.onnx"
+    onnx.save(onnx.helper.make_model(graph), model)
+    with kiln_np.open_weights(model) as weights:
+        got = mx.dequantize(weights["x"], weights["x_scale"])
+        assert bits(got) == bits(want)
 
 
 # -- the layouts table, names ------------------------------------------------------------------

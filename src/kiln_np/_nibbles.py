@@ -333,8 +333,9 @@ def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bo
 
 def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     """Unpack ``count`` nibbles of ``src`` (exactly ``ceil(count/2)`` bytes,
-    padding already checked, not overlapping ``dst``) into the uint8 array
-    ``dst`` of ``count`` bytes."""
+    padding already checked, not overlapping ``dst``) into the C-contiguous
+    uint8 array ``dst`` of ``count`` bytes, of any shape (so a caller can
+    allocate the decoded shape at once)."""
     lanes = count // 2
     if COMPILED:
         if lanes < COMPILED_THREAD_MIN_LANES:
@@ -347,6 +348,7 @@ def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
 
             run_ranges(part, lanes, compiled=True)
         return
+    dst = dst.reshape(-1)
     if lanes and lanes < SMALL_LANES:
         np.take(_PAIRS, src[:lanes], axis=0, out=dst[: 2 * lanes].reshape(lanes, 2), mode="clip")
     elif lanes:

@@ -870,7 +870,7 @@ def _plan(source: TensorSource) -> _Planned:
     """Check that GGUF (and llama.cpp) can hold one tensor, before anything is written."""
     what = f"tensor {source.name!r}: "
     info = source.info
-    raw = source.name.encode("utf-8", "surrogateescape")
+    raw = _utf8(source.name, f"{what}its name: ")
     if len(raw) > MAX_NAME_BYTES:
         raise KilnError(
             "TYPE",
@@ -976,7 +976,7 @@ def _encode(
             raise KilnError(
                 "TYPE", f"{where}expected a str for a string, found {show_value(value)}"
             )
-        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+        raw = _utf8(value, where) if isinstance(value, str) else value
         return ValueType.STRING, _U64.pack(len(raw)) + raw
     if isinstance(spec, ValueType):
         return spec, _numbers(value, spec, where, scalar=True)
@@ -1046,9 +1046,22 @@ def _metadata_bytes(
                     f"{_spell(t)} {show_value(value)}",
                 )
             alignment = int(np.asarray(value))
-        raw = key.encode("utf-8", "surrogateescape")
+        raw = _utf8(key, f"{where}its key: ")
         parts.append(_U64.pack(len(raw)) + raw + _U32.pack(t) + body)
     return parts, alignment
+
+
+def _utf8(text: str, where: str) -> bytes:
+    """``text`` as UTF-8; the lone surrogates that stand for undecodable bytes
+    (``errors="surrogateescape"``, as the reader makes them) become those bytes."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise KilnError(
+            "TYPE",
+            f"{where}expected text UTF-8 can encode, found {exc.object[exc.start : exc.end]!r} "
+            f"at index {exc.start}",
+        ) from None
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -1139,6 +1152,9 @@ def write_gguf(
         None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
     )
     metadata = {} if metadata is None else metadata
+    for what, given in (("metadata", metadata), ("metadata_types", metadata_types or {})):
+        if not isinstance(given, Mapping):
+            raise KilnError("TYPE", f"expected {what} as a Mapping, found {show_value(given)}")
     if metadata_types is None:
         metadata_types = metadata.types if isinstance(metadata, GGUFMetadata) else {}
     meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
@@ -1179,7 +1195,7 @@ def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:
     parts = [_MAGIC, _U32.pack(3), _U64.pack(len(shard)), _U64.pack(len(kv)), *kv]
     rel = 0
     for plan in shard:
-        raw = plan.source.name.encode("utf-8", "surrogateescape")
+        raw = _utf8(plan.source.name, "")  # checked by _plan
         parts += [
             _U64.pack(len(raw)),
             raw,

@@ -102,6 +102,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from . import _nibbles
 from ._checks import byte_view, check_int, set_module, show_value
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
@@ -565,6 +566,23 @@ def _decode_rows(
             np.multiply(chunk, np.repeat(svalues[r0:r1], reps, axis=1), out=chunk)
 
 
+def _compiled_mxfp4(
+    src: _Source, sk: _Kind, out: np.dtype[Any], dims: tuple[int, int, int], block_size: int
+) -> bool:
+    """Can the compiled MXFP4 kernel (``_nibbles.mxfp4_to_float32_into``) decode this:
+    e2m1 times e8m0 into float32, whole blocks one after another in memory?"""
+    p, n, q = dims
+    return (
+        src.kind is _E2M1
+        and sk is _E8M0
+        and out == np.float32
+        and q == 1
+        and n == block_size
+        and p * n > 0
+        and not (src.packed and block_size % 2)
+    )
+
+
 # -- dequantize --------------------------------------------------------------------------------
 
 
@@ -668,6 +686,10 @@ def dequantize(
             raise _inexact_error(
                 src.kind, sk, out_dtype, codes, flat_scales, where, shape, expected
             )
+    if _compiled_mxfp4(src, sk, out_dtype, dims, bs):
+        out = np.empty(math.prod(shape), np.float32)
+        if _nibbles.mxfp4_to_float32_into(src.data, flat_scales, out, bs, packed=src.packed):
+            return out.reshape(shape)
     out = _decode(src, sk, flat_scales, dims, bs, compute)
     if out_dtype != compute:
         out = out.astype(out_dtype)
@@ -834,7 +856,8 @@ _GGML_NAMES = (
 )
 
 _REPACK_BLOCKS = 1 << 13  # blocks per step: the step's temporaries stay in cache
-_HALF: dict[int, np.dtype[Any]] = {8: np.dtype("<u4"), 16: np.dtype("<u8")}  # half a group's bytes, as one lane
+# Half a nibble group's bytes as one integer lane, by group size.
+_HALF: dict[int, np.dtype[Any]] = {8: np.dtype("<u4"), 16: np.dtype("<u8")}
 
 
 def _split_to_kiln(q: np.ndarray, group: int) -> np.ndarray:
