@@ -660,6 +660,19 @@ def test_quantize_errors(kwargs: dict[str, Any], kind: str, message: str) -> Non
     assert e.value.kind == kind
 
 
+def test_quantize_along_any_axis() -> None:
+    x = np.random.default_rng(18).standard_normal((5, 7, 3))
+    for rule in ("ocp", "ggml"):
+        v, s = mx.quantize(x, block_size=3, axis=1, rule=rule)  # type: ignore[arg-type]
+        vt, st_ = mx.quantize(np.moveaxis(x, 1, -1), block_size=3, rule=rule)  # type: ignore[arg-type]
+        assert v.shape == x.shape
+        assert s.shape == (5, 3, 3)
+        assert bits(v) == bits(np.moveaxis(vt, -1, 1))
+        assert bits(s) == bits(np.moveaxis(st_, -1, 1))
+        back = mx.dequantize(v, s, block_size=3, axis=1, dtype=np.float64)
+        assert np.abs(back - x).max() <= np.abs(x).max() / 4
+
+
 def test_quantize_takes_only_real_floats() -> None:
     for bad in (np.arange(4), np.ones(4, np.complex64), np.ones(4, np.longdouble)):
         if bad.dtype == np.longdouble and bad.dtype.itemsize == 8:

@@ -191,7 +191,9 @@ def test_largest_block_size_has_a_repr() -> None:
     ids=["matrix", "masked"],
 )
 @pytest.mark.parametrize(("code", "shape"), [(9, (1, 2, 2)), (17, (7,)), (7, (4,))])
-def test_subclass_buffers_decode_as_their_bytes(make: Any, code: int, shape: tuple[int, ...]) -> None:
+def test_subclass_buffers_decode_as_their_bytes(
+    make: Any, code: int, shape: tuple[int, ...]
+) -> None:
     raw = np.array([1, 0, 1, 1], np.uint8)
     out = to_numpy(code, make(raw), shape)
     assert type(out) is np.ndarray
@@ -255,7 +257,9 @@ def test_shifted_moves_the_index_and_says_where() -> None:
      (ml_dtypes.float4_e2m1fn, [-6.0, 0.5, -0.0])],
     ids=["int4", "uint4", "e2m1"],
 )  # fmt: skip
-def test_pack_nibbles_of_ml_dtypes_packs_their_storage_nibbles(dtype: Any, values: list[Any]) -> None:
+def test_pack_nibbles_of_ml_dtypes_packs_their_storage_nibbles(
+    dtype: Any, values: list[Any]
+) -> None:
     arr = np.array(values, dtype)
     assert kiln_np.pack_nibbles(arr).tobytes() == bytes(kiln_np.from_numpy(arr).data)
 
