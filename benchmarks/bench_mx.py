@@ -4,6 +4,7 @@ Run from the repository root::
 
     python benchmarks/bench_mx.py
     python benchmarks/bench_mx.py --elements-mi 4 --rounds 3   # shorter
+    KILN_NP_PURE=1 python benchmarks/bench_mx.py                # the numpy kernels
 
 The figures of issue 14's table (targets in brackets; a fused compiled kernel is
 expected to reach them, the numpy path is measured here):
@@ -109,7 +110,11 @@ def main() -> None:
     args = parser.parse_args()
     values, scales, blocks = tensors(args.elements_mi << 20)
     rows = decode(values, scales, blocks, args.rounds) + repack(values, scales, blocks, args.rounds)
-    print(describe_machine(), f"cpu pressure (avg60): {cpu_pressure()}")
+    print(
+        describe_machine(),
+        f"kernels: {kiln_np.kernel_backend()}",
+        f"cpu pressure (avg60): {cpu_pressure()}",
+    )
     print(markdown_table(["figure", "time", "ratio", "target"], rows))
 
 

@@ -662,9 +662,10 @@ def test_quantize_errors(kwargs: dict[str, Any], kind: str, message: str) -> Non
 
 def test_quantize_along_any_axis() -> None:
     x = np.random.default_rng(18).standard_normal((5, 7, 3))
-    for rule in ("ocp", "ggml"):
-        v, s = mx.quantize(x, block_size=3, axis=1, rule=rule)  # type: ignore[arg-type]
-        vt, st_ = mx.quantize(np.moveaxis(x, 1, -1), block_size=3, rule=rule)  # type: ignore[arg-type]
+    rules: tuple[Literal["ocp", "ggml"], ...] = ("ocp", "ggml")
+    for rule in rules:
+        v, s = mx.quantize(x, block_size=3, axis=1, rule=rule)
+        vt, st_ = mx.quantize(np.moveaxis(x, 1, -1), block_size=3, rule=rule)
         assert v.shape == x.shape
         assert s.shape == (5, 3, 3)
         assert bits(v) == bits(np.moveaxis(vt, -1, 1))

@@ -855,7 +855,7 @@ _GGML_NAMES = (
     f"ggml.nvfp4 (code 0x{_NVFP4.code:04x}, {_NVFP4.layout!r})"
 )
 
-_REPACK_BLOCKS = 1 << 13  # blocks per step: the step's temporaries stay in cache
+_REPACK_BLOCKS = 1 << 15  # blocks per step: the step's temporaries stay in L2
 # Half a nibble group's bytes as one integer lane, by group size.
 _HALF: dict[int, np.dtype[Any]] = {8: np.dtype("<u4"), 16: np.dtype("<u8")}
 
@@ -876,8 +876,14 @@ def _split_to_kiln(q: np.ndarray, group: int) -> np.ndarray:
     even = pairs.astype(_U8).view(lane)
     odd = (pairs >> 8).astype(_U8).view(lane)
     out = np.empty((even.size, 2), lane)
-    out[:, 0] = (even & mask) | ((odd & mask) << 4)
-    out[:, 1] = ((even >> 4) & mask) | (odd & ~mask)
+    low = even & mask
+    low |= (odd & mask) << 4
+    out[:, 0] = low
+    even >>= 4
+    even &= mask
+    odd &= ~mask
+    even |= odd
+    out[:, 1] = even
     result: np.ndarray = out.view(_U8).reshape(q.shape)
     return result
 
