@@ -50,7 +50,11 @@ class Timing:
 
 
 def _calls_per_sample(fn: Callable[[], object]) -> int:
-    """Calls of ``fn`` that take at least :data:`MIN_SAMPLE_SECONDS` together."""
+    """Calls of ``fn`` that take at least :data:`MIN_SAMPLE_SECONDS` together.
+
+    One call first, untimed: a first call that pays a one-time cost (a lazy
+    import, a cache filled) would otherwise make every sample a single cold call."""
+    fn()
     calls = 1
     while True:
         start = time.perf_counter()
@@ -162,7 +166,8 @@ def describe_machine() -> dict[str, object]:
     return {
         "cores": cores,
         "kiln_np_threads": _nibbles._threads(),
-        "kernels": kiln_np.kernel_backend(),
+        # kernel_backend() is new: an older tree (a "before" run) has only numpy kernels.
+        "kernels": getattr(kiln_np, "kernel_backend", lambda: "numpy")(),
         "cpu": _cpu_model(),
         "python": sys.version.split()[0],
         "numpy": np.__version__,

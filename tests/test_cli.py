@@ -328,6 +328,9 @@ def test_no_command_writes_over_its_input(work: Path, run: Runner) -> None:
         run("decode", "f32x12.kiln", *argv, output).error("FILE", "it is the input file")
     run("encode", "f32.npy", "f32.npy").error("FILE", "it is the input file 'f32.npy'")
     run("encode", "f32.npy", "link.npy").error("FILE", "same device and inode")
+    # A path through a folder that does not exist is refused by the OS, never
+    # tidied by name into the input.
+    run("decode", "f32x12.kiln", *argv, "nosuch/../f32x12.kiln").error("FILE", "cannot write")
     assert _listing(work) == before
     assert not [p for p in os.listdir(work) if p.endswith(".part")]
 
@@ -889,6 +892,8 @@ def test_onnx_export_never_writes_a_file_it_reads(work: Path, run: Runner, locat
     before = _listing(work)
     run("onnx", path.name, ".").error("FILE", f"cannot write '{location}': it is the input file")
     run("onnx", path.name, str(work)).error("FILE", "same device and inode")
+    # An output folder that does not exist yet but will be this one.
+    run("onnx", path.name, "new/..").error("FILE", "same device and inode")
     assert _listing(work) == before
     run("onnx", path.name, "elsewhere").ok()
 

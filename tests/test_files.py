@@ -785,6 +785,37 @@ def test_a_symlink_loop_is_the_os_error_open_gives(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "where",
+    ["missing/../p.bin", "dangling.bin", "p.bin/"],
+    ids=["dotdot-past-a-missing-directory", "dangling-link-through-missing", "trailing-slash"],
+)
+def test_a_path_open_refuses_is_refused_not_normalised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # A lexical '..' is not the kernel's: 'missing/../p.bin' is ENOENT for
+    # open(), and was p.bin for write_payload (kiln-np decode X ... missing/../X
+    # replaced its own input X).
+    monkeypatch.chdir(tmp_path)
+    Path("p.bin").write_bytes(b"input")
+    Path("dangling.bin").symlink_to("missing/../p.bin")
+    with pytest.raises(OSError, match=re.escape(repr(where))) as info:
+        write_payload(where, u4([1]))
+    assert isinstance(info.value, (FileNotFoundError, NotADirectoryError))
+    assert Path("p.bin").read_bytes() == b"input"
+    assert sorted(os.listdir()) == ["dangling.bin", "p.bin"]
+
+
+def test_dotdot_after_a_symlinked_directory_goes_where_the_kernel_goes(tmp_path: Path) -> None:
+    (tmp_path / "deep" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "deep" / "sub")
+    write_payload(str(tmp_path / "link" / ".." / "p.bin"), u4([1, 2]))
+    with open(tmp_path / "link" / ".." / "p.bin", "rb") as f:  # deep/p.bin, as open() resolves it
+        assert f.read() == b"\x21"
+    assert not (tmp_path / "p.bin").exists()
+    assert leftovers(tmp_path / "deep") == []
+
+
 def test_a_path_that_is_not_a_regular_file_is_not_replaced(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -1035,6 +1066,22 @@ def test_pickle_keeps_an_absolute_path(tmp_path: Path, monkeypatch: pytest.Monke
     again = pickle.loads(blob)
     assert (again.path, again.exact) == (lazy.path, True)
     assert np.asarray(again).view(np.uint8).tolist() == [1, 2, 3, 4, 5]
+
+
+def test_pickle_keeps_the_file_a_dotdot_after_a_symlink_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 'link/../p.bin' is deep/p.bin for the kernel; abspath made it ./p.bin,
+    # another file, which the unpickled copy (a dask worker) then read.
+    (tmp_path / "deep" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "deep" / "sub")
+    (tmp_path / "deep" / "p.bin").write_bytes(bytes.fromhex("21 43"))
+    (tmp_path / "p.bin").write_bytes(bytes.fromhex("ff ff"))
+    monkeypatch.chdir(tmp_path)
+    lazy = LazyPayload(os.path.join("link", "..", "p.bin"), Code.U4, (4,))
+    assert lazy.path == str(tmp_path / "deep" / "p.bin")
+    again = pickle.loads(pickle.dumps(lazy))
+    assert np.asarray(again).view(np.uint8).tolist() == [1, 2, 3, 4]
 
 
 def test_unpickling_checks_the_file_again(tmp_path: Path) -> None:

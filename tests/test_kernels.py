@@ -233,20 +233,27 @@ def test_big_endian_views(monkeypatch: pytest.MonkeyPatch) -> None:
     assert both(monkeypatch, lambda: kiln_np.pack_nibbles(values))[:3] == ("error", "TYPE", BLOCK)
 
 
+@pytest.mark.parametrize("source", ["array", "bytes"])
 @pytest.mark.parametrize("shape", [(), (1,), (3, 5), (2, 1, 7)], ids=str)
 def test_unpack_into_a_destination_of_any_shape(
-    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...], source: str
 ) -> None:
     count = int(np.prod(shape))
     values = nibbles(count)
     packed = kiln_np.pack_nibbles(values)
+    src = packed.tobytes() if source == "bytes" else packed
 
     def unpack() -> np.ndarray:
         out = np.empty(shape, np.uint8)
-        _nibbles.unpack_into(packed, out, count)
+        _nibbles.check_padding(src, count)
+        _nibbles.unpack_into(src, out, count)
         return out
 
     assert both(monkeypatch, unpack)[2:] == (shape, values.tobytes())
+    if count % 2:
+        bad = bytes(src[:-1]) + bytes([src[-1] | 0x30])
+        got = both(monkeypatch, lambda: _nibbles.check_padding(bad, count))
+        assert got[:4] == ("error", "TYPE", count, bad[-1])
 
 
 # -- through the codec -----------------------------------------------------------------------------

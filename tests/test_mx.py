@@ -147,7 +147,12 @@ def test_every_scale_byte_times_every_element(
         assert e.value.index == 0
 
 
-def test_the_first_offending_block_is_named() -> None:
+@pytest.mark.parametrize("chunk", [None, 8])
+def test_the_first_offending_block_is_named(
+    chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if chunk is not None:  # the check runs a chunk of rows at a time: rows of 64 here
+        monkeypatch.setattr(mx, "_CHUNK_ELEMENTS", chunk)
     v = np.full((3, 64), 6.0, E2M1)
     s = np.full((3, 2), 127, np.uint8)
     s[1, 1] = s[2, 0] = 0xFE  # 6 x 2**127 overflows float32
@@ -308,6 +313,52 @@ def test_raises_if_and_only_if_some_product_is_inexact(
 
 
 # -- errors ----------------------------------------------------------------------------------
+
+
+def outcome(call: Any) -> Any:
+    """What ``call()`` returns, or the KilnError it raises (anything else propagates)."""
+    try:
+        return call()
+    except KilnError as exc:
+        return exc
+
+
+@given(
+    vdtype=st.sampled_from([E2M1, E4M3, E5M2, np.dtype(np.int8), np.dtype(np.float32)]),
+    sdtype=st.sampled_from([E8M0, E4M3, np.dtype(np.uint8), np.dtype(np.int8)]),
+    shape=st.lists(st.integers(0, 5), max_size=3),
+    sshape=st.lists(st.integers(0, 3), max_size=3),
+    block_size=st.one_of(st.none(), st.integers(-1, 6)),
+    axis=st.integers(-4, 3),
+    out=st.sampled_from([*OUTS, np.dtype(np.int16)]),
+    payloads=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_any_input_decodes_or_raises_kiln_error(
+    vdtype: np.dtype[Any],
+    sdtype: np.dtype[Any],
+    shape: list[int],
+    sshape: list[int],
+    block_size: int | None,
+    axis: int,
+    out: np.dtype[Any],
+    payloads: bool,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    n = 16 if vdtype == E2M1 else 256
+    raw = rng.integers(0, n, shape, dtype=np.uint8)
+    values = raw.view(vdtype) if vdtype.itemsize == 1 else raw.astype(vdtype)
+    scales = rng.integers(0, 256, sshape, dtype=np.uint8).view(sdtype)
+    args: tuple[Any, Any] = (values, scales)
+    if payloads and vdtype != np.float32 and sdtype != np.int8:
+        args = (from_numpy(values), from_numpy(scales))
+    got = outcome(lambda: mx.dequantize(*args, block_size=block_size, axis=axis, dtype=out))
+    if isinstance(got, KilnError):
+        assert got.kind in ("TYPE", "SHAPE")
+    else:
+        assert got.shape == tuple(shape)
+        assert got.dtype == out
 
 
 @pytest.mark.parametrize(
@@ -593,6 +644,10 @@ def test_ggml_rule_clamps_where_gguf_py_wraps() -> None:
 
 def test_non_finite_blocks_get_the_nan_scale() -> None:
     x = np.array([[1.0, np.nan, 2.0, 3.0], [np.inf, 1, 1, 1], [1, 1, 1, -np.inf], [1, 2, 3, 4]])
+    # the ggml rule rounds to float32 first: 1e39 is inf there, so its block is NaN too
+    big = np.array([[1e39, 1, 1, 1]])
+    assert mx.quantize(big, block_size=4, rule="ggml")[1].view(np.uint8).tolist() == [[0xFF]]
+    assert mx.quantize(big, block_size=4)[1].view(np.uint8).tolist() == [[127 + 127]]
     rules: tuple[Literal["ocp", "ggml"], ...] = ("ocp", "ggml")
     for rule in rules:
         v, s = mx.quantize(x, block_size=4, rule=rule)
@@ -605,7 +660,7 @@ def test_non_finite_blocks_get_the_nan_scale() -> None:
     codes=st.lists(st.integers(0, 15), min_size=1, max_size=80),
     scale_bytes=st.lists(st.integers(0, 255), min_size=20, max_size=20),
     block_size=st.integers(1, 9),
-    rule=st.sampled_from(["ocp", "ggml"]),
+    rule=st.sampled_from(["ocp", "ceil", "ggml"]),
 )
 def test_round_trip_e2m1(
     codes: list[int], scale_bytes: list[int], block_size: int, rule: str
@@ -642,13 +697,57 @@ def test_f8e4m3_saturation_breaks_the_round_trip_as_the_rule_says() -> None:
     assert float(v2[0]) == 448.0
     assert s2.view(np.uint8)[0] == 126
     assert mx.dequantize(v2, s2, block_size=1)[0] == 224.0
+    # the ceil rule never saturates: 240 keeps its exponent
+    v3, s3 = mx.quantize(once, element="f8e4m3", block_size=1, rule="ceil")
+    assert bits(mx.dequantize(v3, s3, block_size=1, dtype=np.float64)) == bits(once)
+
+
+@given(
+    codes=st.lists(st.integers(0, 255).filter(lambda c: c & 0x7F != 0x7F), min_size=1, max_size=64),
+    scale=st.integers(0, 254),
+)
+def test_round_trip_f8e4m3_under_the_ceil_rule(codes: list[int], scale: int) -> None:
+    v = np.array(codes, np.uint8).view(E4M3)
+    s = np.full(-(-len(codes) // 32), scale, np.uint8)
+    once = mx.dequantize(v, s, dtype=np.float64)
+    v2, s2 = mx.quantize(once, element="f8e4m3", rule="ceil")
+    assert bits(mx.dequantize(v2, s2, dtype=np.float64)) == bits(once)
+
+
+@pytest.mark.parametrize("kind", ["e2m1", "f8e4m3", "f8e5m2"])
+def test_ceil_rule_against_the_reference(kind: str) -> None:
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((60, 8)) * np.exp2(rng.integers(-140, 140, (60, 1)))
+    top = max(v for c in range(ELEMENTS[kind][1]) if math.isfinite(v := ref_element(kind, c)))
+    x[:4] = 0.0
+    x[1, 0] = top * 4  # exactly the max times a power of two: that power, no rounding up
+    x[2, 0] = np.nextafter(top * 4, np.inf)  # just above: the next power
+    x[3, 0] = np.nextafter(top * 4, 0)
+    values, scales = mx.quantize(x, element=kind, block_size=8, rule="ceil")
+    for b in range(60):
+        amax = float(np.max(np.abs(x[b])))
+        e = -127
+        if amax:
+            e = math.frexp(amax / top)[1] - 2  # one below the answer, or two
+            while math.ldexp(top, e) < amax:
+                e += 1
+            e = max(-127, min(127, e))
+        assert int(scales.view(np.uint8)[b, 0]) == e + 127, b
+        for i in range(8):
+            got = int(values.view(np.uint8)[b, i])
+            assert got == ref_round(kind, math.ldexp(x[b, i], -e)), (b, i)
+    assert scales.view(np.uint8)[1:4, 0].tolist() == [
+        int(scales.view(np.uint8)[1, 0]),
+        int(scales.view(np.uint8)[1, 0]) + 1,
+        int(scales.view(np.uint8)[1, 0]),
+    ]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "kind", "message"),
     [
         ({"element": "i8"}, "TYPE", "expected element 'e2m1'"),
-        ({"rule": "nearest"}, "TYPE", "expected rule 'ocp' or 'ggml'"),
+        ({"rule": "nearest"}, "TYPE", "expected rule 'ocp', 'ceil' or 'ggml'"),
         ({"element": "f8e4m3", "rule": "ggml"}, "TYPE", "GGML's MXFP4 rule"),
         ({"block_size": 0}, "SHAPE", "block_size"),
         ({"axis": 2}, "SHAPE", "axis in -1..0"),
@@ -708,6 +807,27 @@ def test_nvfp4_repack_is_a_bit_move(data: bytes) -> None:
     back = mx.to_ggml(values, scales, layout="ggml.nvfp4")
     assert bytes(back.data) == data
     assert back.shape == (2,)
+
+
+@given(
+    n=st.integers(0, 130),
+    rows=st.integers(0, 2),
+    scale_count=st.integers(0, 9),
+    sdtype=st.sampled_from([E8M0, E4M3, np.dtype(np.uint8)]),
+    layout=st.sampled_from(["ggml.mxfp4", "ggml.nvfp4"]),
+)
+def test_to_ggml_packs_or_raises_kiln_error(
+    n: int, rows: int, scale_count: int, sdtype: np.dtype[Any], layout: str
+) -> None:
+    values = (np.arange(rows * n, dtype=np.uint8) % 16).view(E2M1).reshape(rows, n)
+    scales = np.full((rows, scale_count), 0x38, np.uint8).view(sdtype)
+    got = outcome(lambda: mx.to_ggml(values, scales, layout=layout))
+    if isinstance(got, KilnError):
+        assert got.kind in ("TYPE", "SHAPE")
+    else:
+        back_values, back_scales = mx.from_ggml(got)
+        assert bits(kiln_np.to_numpy(*back_values)) == bits(values)
+        assert bytes(back_scales.data) == scales.tobytes()
 
 
 def test_repack_element_order() -> None:

@@ -398,10 +398,19 @@ def test_encode_into_refuses_read_only_and_strided_out() -> None:
 
 # -- fork, interpreter exit, and the memory of the error path (issue 11 items 5, 6, 15) ---------
 
+# Large enough for the pool with either kernels.
+_LARGE = 4 * max(_nibbles.THREAD_MIN_LANES, _nibbles.COMPILED_THREAD_MIN_LANES) + 1
+
+
+def _pool_size_and_large_job(seed: int) -> tuple[int, bytes, bytes, int | None]:
+    """Whether a pool exists yet (0 or 1), then a decode, an encode and a bool
+    check, each large enough for the pool."""
+    return (_nibbles._pool.cache_info().currsize, *_large_job(seed))
+
 
 def _large_job(seed: int) -> tuple[bytes, bytes, int | None]:
     """A decode, an encode and a bool check, each large enough for the pool."""
-    count = 4 * _nibbles.THREAD_MIN_LANES + 1
+    count = _LARGE
     values = nibbles(count, seed)
     packed = kiln_np.from_numpy(values.view(ml_dtypes.uint4))
     decoded = kiln_np.to_numpy(kiln_np.Code.U4, packed.data, (count,))
@@ -417,17 +426,20 @@ def _large_job(seed: int) -> tuple[bytes, bytes, int | None]:
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # 3.12+: fork with threads
 def test_a_forked_child_gets_its_own_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_nibbles, "_threads", lambda: 2)
-    expected = [_large_job(seed) for seed in (1, 2, 3)]  # the parent's pool now runs
+    expected = [_large_job(seed) for seed in (1, 2, 3)]
+    assert _nibbles._pool.cache_info().currsize == 1  # the parent's pool has run
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(2)
     try:
-        got = pool.map_async(_large_job, [1, 2, 3]).get(timeout=120)  # hung forever before
+        got = pool.map_async(_pool_size_and_large_job, [1, 2, 3]).get(timeout=120)
     finally:
         pool.terminate()
         pool.join()
-    assert got == expected
-    count = 4 * _nibbles.THREAD_MIN_LANES + 1
-    assert {index for _, _, index in got} == {count - 7}
+    # Each child started without the parent's pool (whose threads do not exist
+    # there: it hung forever before) and made its own.
+    assert got[0][0] == 0  # the first task runs first in a fresh child
+    assert [tuple(rest) for _, *rest in got] == expected
+    assert {index for *_, index in got} == {_LARGE - 7}
 
 
 _AT_EXIT = """
@@ -437,7 +449,7 @@ import kiln_np
 from kiln_np import _nibbles
 
 _nibbles._threads = lambda: 2
-count = 4 * _nibbles.THREAD_MIN_LANES + 3
+count = 4 * max(_nibbles.THREAD_MIN_LANES, _nibbles.COMPILED_THREAD_MIN_LANES) + 3
 values = (np.arange(count) % 16).astype(np.uint8)
 if sys.argv[1] == "used":
     kiln_np.unpack_nibbles(kiln_np.pack_nibbles(values), count)  # the pool exists

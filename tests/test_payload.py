@@ -284,3 +284,10 @@ def test_array_making_failures_are_type_errors(call: Any) -> None:
     with pytest.raises(KilnError) as caught:
         call()
     assert caught.value.kind == "TYPE"
+
+
+def test_prefixed_and_shifted_keep_notes() -> None:
+    err = KilnError("TYPE", "expected 0 or 1, found 2 at element 3", index=3)
+    err.add_note("in tensor 'mask'")
+    assert err.prefixed("file: ").__notes__ == ["in tensor 'mask'"]
+    assert err.shifted(10).__notes__ == ["in tensor 'mask'"]

@@ -75,14 +75,16 @@ class KilnError(ValueError):
         """The same error with ``prefix`` before its message: a caller that knows
         more context (the code, the shape, the tensor) re-raises it with that.
         ``code`` and ``shape`` replace the attributes when given."""
-        return KilnError(
-            self.kind,
-            prefix + self.message,
-            code=self.code if code is None else code,
-            shape=self.shape if shape is None else shape,
-            expected=self.expected,
-            found=self.found,
-            index=self.index,
+        return self._with_notes(
+            KilnError(
+                self.kind,
+                prefix + self.message,
+                code=self.code if code is None else code,
+                shape=self.shape if shape is None else shape,
+                expected=self.expected,
+                found=self.found,
+                index=self.index,
+            )
         )
 
     def shifted(self, by: int, where: str = "") -> KilnError:
@@ -98,15 +100,23 @@ class KilnError(ValueError):
         index = self.index + by
         old, new = f"at element {self.index}", f"at element {index}"
         message = self.message.replace(old, new + (f" of the payload, {where}" if where else ""), 1)
-        return KilnError(
-            self.kind,
-            message,
-            code=self.code,
-            shape=self.shape,
-            expected=self.expected,
-            found=self.found,
-            index=index,
+        return self._with_notes(
+            KilnError(
+                self.kind,
+                message,
+                code=self.code,
+                shape=self.shape,
+                expected=self.expected,
+                found=self.found,
+                index=index,
+            )
         )
+
+    def _with_notes(self, other: KilnError) -> KilnError:
+        notes = getattr(self, "__notes__", None)
+        if notes:
+            other.__notes__ = list(notes)
+        return other
 
     def __reduce__(self) -> tuple[object, ...]:
         # Keep the attributes and any notes across pickling (multiprocessing, dask).

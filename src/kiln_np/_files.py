@@ -180,8 +180,9 @@ class LazyPayload:
     Parameters
     ----------
     path : str or os.PathLike
-        The file, a regular file.  Kept as an absolute path, so a pickled
-        ``LazyPayload`` reopens the same file from any working directory.
+        The file, a regular file.  Kept as its absolute path with symlinks
+        resolved (``link/..`` as the kernel resolves it, not lexically), so a
+        pickled ``LazyPayload`` reopens the same file from any working directory.
     code : int or str
         The dtype code, or a closed code's name (``"u4"``).
     shape : sequence of int
@@ -199,7 +200,7 @@ class LazyPayload:
     info : PayloadInfo
         The payload's checked description, with its ``offset``.
     path : str
-        The absolute path.
+        The absolute path, symlinks resolved.
     code : int
     layout : Layout or None
     offset : int
@@ -249,7 +250,7 @@ class LazyPayload:
         self.info = info.with_offset(check_offset(offset))
         mapped = _map(name, self.info, exact, U8, (info.byte_length,))
         self._map = mapped.view(np.ndarray)
-        self.path = os.path.abspath(name)
+        self.path = os.path.realpath(name)  # not abspath: 'link/../p' is not './p'
         self.code = self.info.code
         self.layout = layout
         self.offset = self.info.offset
@@ -613,7 +614,7 @@ def replacing(path: str, offset: int = 0) -> Iterator[tuple[str, IO[bytes]]]:
     ...     print(Path(path).read_bytes(), os.listdir(tmp))
     b'new' ['p.bin']
     """
-    target = os.path.realpath(path)  # through symlinks, as open() goes
+    target = _written_file(path)
     try:
         mode: int | None = check_regular_file(path).st_mode
     except FileNotFoundError:
@@ -647,6 +648,28 @@ def replacing(path: str, offset: int = 0) -> Iterator[tuple[str, IO[bytes]]]:
         if isinstance(exc, OSError) and tmp in (exc.filename, exc.filename2):
             raise _naming(exc.errno, path) from None
         raise
+
+
+def _written_file(path: str) -> str:
+    """The file ``open(path, "wb")`` writes, as an absolute path: ``path`` with
+    its final symlinks followed, each target joined to its link's directory and
+    never normalised.  A lexical ``..`` is not the kernel's: ``missing/../x``
+    must stay the ENOENT that ``open()`` gives, not become ``x`` (a command's
+    own input)."""
+    try:
+        target = os.path.join(os.getcwd(), path)  # absolute, and still unnormalised
+    except OSError as exc:  # the working directory was removed
+        raise _naming(exc.errno, path) from None
+    for _ in range(_MAX_SYMLINKS):
+        try:
+            link = os.readlink(target)
+        except OSError:  # not a symlink, or missing: the file itself
+            return target
+        target = os.path.join(os.path.dirname(target), link)
+    raise _naming(errno.ELOOP, path)
+
+
+_MAX_SYMLINKS = 40  # Linux's limit on symlinks followed in one lookup
 
 
 def _naming(code: int | None, path: str) -> OSError:

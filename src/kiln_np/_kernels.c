@@ -105,39 +105,6 @@ static void unpack_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_ssize
     }
 }
 
-/* Outputs this large (per call) are written with non-temporal stores where the CPU has
- * them (SSE2: every x86-64): they bypass the cache instead of reading each line before
- * writing it, about a third less memory traffic, and an output this size would not
- * stay in cache for its next reader anyway. */
-#define STREAM_BYTES (1 << 23)
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-
-/* unpack_loop with 16-byte aligned streaming stores; d must be even (checked by the
- * caller), so that d + 2i reaches a 16-byte boundary. */
-static void unpack_stream(const uint8_t *s, uint8_t *d, Py_ssize_t nbytes) {
-    Py_ssize_t i = 0;
-    for (; i < nbytes && ((uintptr_t)(d + 2 * i) & 15); i++) {
-        d[2 * i] = s[i] & 0x0F;
-        d[2 * i + 1] = s[i] >> 4;
-    }
-    const __m128i low = _mm_set1_epi8(0x0F);
-    for (; i + 16 <= nbytes; i += 16) {
-        const __m128i b = _mm_loadu_si128((const __m128i *)(s + i));
-        const __m128i lo = _mm_and_si128(b, low);
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
-        _mm_stream_si128((__m128i *)(d + 2 * i), _mm_unpacklo_epi8(lo, hi));
-        _mm_stream_si128((__m128i *)(d + 2 * i + 16), _mm_unpackhi_epi8(lo, hi));
-    }
-    _mm_sfence();
-    unpack_loop(s + i, d + 2 * i, nbytes - i);
-}
-#define HAVE_STREAM 1
-#else
-#define HAVE_STREAM 0
-#endif
-
 /* Index of the first byte above `limit` in s[0, n), or -1; `limit` is 2^k - 1,
  * so an OR over a block exceeds it exactly when one of its bytes does.  A block
  * at a time: the OR (vectorized), then a scan of the one block that fails. */
@@ -246,13 +213,7 @@ static PyObject *unpack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     const uint8_t *s = (const uint8_t *)v.src.buf + lo / 2;
     uint8_t *d = (uint8_t *)v.dst.buf + lo;
     const Py_ssize_t whole = (hi - lo) / 2;
-    if (HAVE_STREAM && hi - lo >= STREAM_BYTES && !((uintptr_t)d & 1)) {
-#if HAVE_STREAM
-        Py_BEGIN_ALLOW_THREADS
-        unpack_stream(s, d, whole);
-        Py_END_ALLOW_THREADS
-#endif
-    } else if (hi - lo > GIL_FREE_BYTES) {
+    if (hi - lo > GIL_FREE_BYTES) {
         Py_BEGIN_ALLOW_THREADS
         unpack_loop(s, d, whole);
         Py_END_ALLOW_THREADS

@@ -270,6 +270,8 @@ def first_above(src: np.ndarray, limit: int) -> int:
     n = src.size
     lanes = n // 2
     compiled = COMPILED
+    if compiled and lanes < COMPILED_THREAD_MIN_LANES:
+        return _kernels.first_above(src, limit, 0, n)  # the common case, in one call
 
     def scan(lo: int, hi: int) -> int:
         stop = n if hi == lanes else 2 * hi
@@ -278,16 +280,8 @@ def first_above(src: np.ndarray, limit: int) -> int:
         bad = _first_above_chunked(src[2 * lo : stop], limit)
         return bad if bad < 0 else 2 * lo + bad
 
-    if lanes < (COMPILED_THREAD_MIN_LANES if compiled else THREAD_MIN_LANES):
-        return scan(0, lanes)  # the common small case, without the pool's bookkeeping
     bad = [r for r in run_ranges(scan, lanes, compiled=compiled) if r >= 0]
     return min(bad) if bad else -1
-
-
-def max_byte(src: np.ndarray) -> int:
-    """1 + 254 * (a byte above 1): kept for the codec's bool check until it calls
-    :func:`first_above` directly."""
-    return 2 if first_above(src, 1) >= 0 else 0
 
 
 def first_above_15(src: np.ndarray) -> int:
@@ -331,11 +325,12 @@ def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bo
     return -1
 
 
-def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
-    """Unpack ``count`` nibbles of ``src`` (exactly ``ceil(count/2)`` bytes,
-    padding already checked, not overlapping ``dst``) into the C-contiguous
-    uint8 array ``dst`` of ``count`` bytes, of any shape (so a caller can
-    allocate the decoded shape at once)."""
+def unpack_into(src: np.ndarray | bytes, dst: np.ndarray, count: int) -> None:
+    """Unpack ``count`` nibbles of ``src`` (a flat uint8 array or ``bytes``,
+    exactly ``ceil(count/2)`` bytes, padding already checked, not overlapping
+    ``dst``) into the C-contiguous uint8 array ``dst`` of ``count`` bytes, of
+    any shape (so a caller can allocate the decoded shape at once and skip a
+    view of its bytes)."""
     lanes = count // 2
     if COMPILED:
         if lanes < COMPILED_THREAD_MIN_LANES:
@@ -348,6 +343,8 @@ def unpack_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
 
             run_ranges(part, lanes, compiled=True)
         return
+    if isinstance(src, bytes):
+        src = np.frombuffer(src, U8)
     dst = dst.reshape(-1)
     if lanes and lanes < SMALL_LANES:
         np.take(_PAIRS, src[:lanes], axis=0, out=dst[: 2 * lanes].reshape(lanes, 2), mode="clip")
@@ -390,16 +387,17 @@ def mxfp4_to_float32_into(
     return True
 
 
-def check_padding(src: np.ndarray, count: int, context: str = "") -> None:
+def check_padding(src: np.ndarray | bytes, count: int, context: str = "") -> None:
     """An odd count must leave the last high nibble 0 (case kiln-v2-high-nibble).
 
-    ``context`` prefixes the message (the caller's code and shape)."""
+    ``src``: the payload, a flat uint8 array or ``bytes``; ``context``
+    prefixes the message (the caller's code and shape)."""
     if count % 2 and src[-1] >> 4:
         last = int(src[-1])
         raise KilnError(
             "TYPE",
             f"{context}odd count {count}: expected the padding (high) nibble of the last "
-            f"byte to be 0, found byte 0x{last:02x} at byte offset {src.size - 1} "
+            f"byte to be 0, found byte 0x{last:02x} at byte offset {len(src) - 1} "
             "(case kiln-v2-high-nibble)",
             expected=0,
             found=last,

@@ -379,11 +379,11 @@ def resolve(code: object, layout: object) -> Element:
         why = _REJECTED_WHY["high"]
     else:
         why = _REJECTED_WHY["negative"]
-    shown = f"0x{c:04x}" if c >= 0 and c.bit_length() <= 128 else show_int(c)
+    shown = f" (0x{c:04x})" if c >= 0 and c.bit_length() <= 128 else ""
     raise KilnError(
         "TYPE",
-        f"expected a dtype code in 1-19 or {OPAQUE_MIN}-{OPAQUE_MAX}, found {show_int(c)} "
-        f"({shown}): {why}",
+        f"expected a dtype code in 1-19 or {OPAQUE_MIN}-{OPAQUE_MAX}, found {show_int(c)}"
+        f"{shown}: {why}",
         code=c,
     )
 

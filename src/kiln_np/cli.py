@@ -427,11 +427,14 @@ def _identity(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _refuse_overwrite(output: str, inputs: dict[tuple[int, int], str]) -> None:
+def _refuse_overwrite(
+    output: str, inputs: dict[tuple[int, int], str], *, where: str | None = None
+) -> None:
     """FILE when ``output`` (through symlinks, as writing it would go) is one of
-    the ``inputs`` (device and inode: another name or a hard link counts)."""
+    the ``inputs`` (device and inode: another name or a hard link counts).
+    ``where`` is the path to look at, when it differs from the one to show."""
     try:
-        st = os.stat(output)
+        st = os.stat(output if where is None else where)
     except OSError:
         return  # nothing there yet (or unreadable: writing will say so)
     source = inputs.get(_identity(st))
@@ -723,8 +726,11 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
     out = Path(args.outdir)
     names = [_safe_name(i, t.name) for i, t in enumerate(model.graph.initializer)]
     inputs = _onnx_inputs(model_path, model, base_dir)
+    # The folder may not exist yet: check where its files will be once it does
+    # (mkdir makes real folders, so "new/.." will be the folder "." is).
+    will_be = os.path.realpath(out)
     for name in [*names, "manifest.json"]:
-        _refuse_overwrite(str(out / name), inputs)
+        _refuse_overwrite(str(out / name), inputs, where=os.path.join(will_be, name))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -98,6 +98,7 @@ import numpy as np
 from ._checks import MAX_INT64, U8, check_int, check_path, check_regular_file, show_value
 from ._errors import KilnError
 from ._files import replacing
+from ._nibbles import first_above
 from ._payload import PayloadInfo, payload_info
 from ._table import Code, Layout, code_label
 from ._weights import MappedFile, TensorSource, Weights, WeightTensor, tensor_sources
@@ -395,9 +396,8 @@ class _Parser:
 
     def bools(self, pos: int, n: int, what: str) -> None:
         raw = np.frombuffer(self.buf[pos : pos + n], U8)  # a copy: the map must close
-        bad = np.flatnonzero(raw > 1)
-        if bad.size:
-            i = int(bad[0])
+        i = first_above(raw, 1)  # no mask of the whole array on the error path
+        if i >= 0:
             raise _malformed(
                 self.where,
                 f"{what}: expected bool bytes 0x00 or 0x01, found 0x{int(raw[i]):02x} "
@@ -617,7 +617,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     >>> [(t.name, t.ggml.name, t.dims, t.info.shape, t.offset) for t in gguf.tensors]
     [('w', 'F32', (3, 2), (2, 3), 96)]
     """
-    first = _read_one(os.path.abspath(check_path(path)))
+    first = _read_one(os.path.realpath(check_path(path)))
     count = first.metadata.get("split.count")
     if count is None:
         return first

@@ -71,8 +71,8 @@ in every layout (an NVFP4 scale of 0xff or 0x7f is an E4M3 NaN).
   it ignores the sign bit and reads 0x7f as 0 (kiln_np: NaN).
 - **gpt-oss** (OpenAI's checkpoints): ``*_blocks`` uint8 ``(..., nblocks,
   16)`` holding exactly Kiln's e2m1 bytes, and ``*_scales`` uint8 ``(...,
-  nblocks)`` holding e8m0 bytes (gpt-oss computes ``ldexp(x, s - 127)``, so
-  0xff gives inf, or NaN for a zero element).
+  nblocks)`` holding e8m0 bytes (gpt-oss computes ``ldexp(x, s - 127)``, which
+  overflows to inf for 0xff).
 - **onnx**: ``FLOAT4E2M1`` and ``FLOAT8E8M0`` tensors hold Kiln's bytes; the
   block size and axis are ``DequantizeLinear``'s attributes.
 
@@ -82,13 +82,14 @@ Quantization rules
 ``floor(log2(max |x|)) - emax`` (emax 2 for e2m1, 8 for f8e4m3, 15 for
 f8e5m2), clamped to [-127, 127] (an all-zero block gets 2**-127); elements
 ``x / 2**exponent`` rounded to nearest, ties to even, saturating at the
-element's largest finite value.  ``rule="ggml"`` (e2m1 only): what gguf-py's
-``quantize`` and llama.cpp produce for MXFP4: the input is rounded to float32
+element's largest finite value.  ``rule="ggml"`` (e2m1 only): the bytes of
+gguf-py's (ggml's Python) MXFP4 ``quantize``: the input is rounded to float32
 first, the exponent is the floor of the float32-rounded ``log2`` of the
 float32 block max (so 1023.99994 gives 10), elements are the nearest value
 with ties toward zero, and zero is +0.  A block holding a NaN or an infinity
-gets the NaN scale 0xff and +0 elements under both rules (the OCP reference
-code, microxcaling, also gives such a block a NaN scale).
+gets the NaN scale 0xff and +0 elements under every rule (the OCP reference
+code, microxcaling, also gives such a block a NaN scale).  ``rule="ceil"``
+picks the smallest exponent that does not saturate, exactly.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ __all__ = [
 _MODULE = "kiln_np.mx"
 _U8 = np.dtype(np.uint8)
 
-Rule = Literal["ocp", "ggml"]
+Rule = Literal["ocp", "ceil", "ggml"]
 
 # -- elements and scales as data ---------------------------------------------------------
 
@@ -413,22 +414,31 @@ def _first_inexact(
     block_size: int,
 ) -> tuple[int, int] | None:
     """(flat block index in C order of the (P, nb, Q) scales, flat element index in
-    C order of the (P, n, Q) values) of the first bad product, or None."""
+    C order of the (P, n, Q) values) of the first bad product, or None.
+
+    Looks a chunk of rows at a time (rows are the outermost axis, so the first
+    chunk holding a bad product holds the first bad block), with each pair's
+    entry of ``ok`` found by one ``take`` at ``scale << 8 | code``."""
     p, n, q = dims
     nb = -(-n // block_size)
     s3 = sbytes.reshape(p, nb, q)
-    rep = np.repeat(s3, _repeats(n, block_size), axis=1)
-    bad = ~ok[rep, codes.reshape(p, n, q)]
-    if not bad.any():
-        return None
-    starts = np.arange(0, n, block_size)
-    per_block = np.logical_or.reduceat(bad, starts, axis=1)
-    block = int(np.flatnonzero(per_block)[0])
-    bp, bb, bq = np.unravel_index(block, (p, nb, q))
-    lo = int(bb) * block_size
-    hi = min(lo + block_size, n)
-    inside = int(np.flatnonzero(bad[bp, lo:hi, bq])[0])
-    return block, int(np.ravel_multi_index((int(bp), lo + inside, int(bq)), (p, n, q)))
+    c3 = codes.reshape(p, n, q)
+    table = ok.reshape(-1)
+    reps = _repeats(n, block_size)
+    rows = max(1, _CHUNK_ELEMENTS // max(1, n * q))
+    for r0 in range(0, p, rows):
+        r1 = min(p, r0 + rows)
+        index = np.repeat(s3[r0:r1], reps, axis=1).astype(np.uint16) << 8
+        index |= c3[r0:r1]
+        bad = ~table.take(index)
+        if bad.any():
+            per_block = np.logical_or.reduceat(bad, np.arange(0, n, block_size), axis=1)
+            bp, bb, bq = np.unravel_index(int(np.flatnonzero(per_block)[0]), per_block.shape)
+            lo = int(bb) * block_size
+            inside = int(np.flatnonzero(bad[bp, lo : lo + block_size, bq])[0])
+            block = int(np.ravel_multi_index((r0 + int(bp), int(bb), int(bq)), (p, nb, q)))
+            return block, int(np.ravel_multi_index((r0 + int(bp), lo + inside, int(bq)), dims))
+    return None
 
 
 def _repeats(n: int, block_size: int) -> int | np.ndarray:
@@ -679,7 +689,10 @@ def dequantize(
     compute = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
     ok = _exact_table(src.kind.name, sk.name, out_dtype.name)
     safe = np.asarray(ok.all(axis=1))
-    if flat_scales.size and not safe[flat_scales].all():
+    # Scale bytes usually span a narrow range of safe bytes: two reductions decide.
+    if flat_scales.size and not (
+        safe[int(flat_scales.min()) : int(flat_scales.max()) + 1].all() or safe[flat_scales].all()
+    ):
         codes = src.codes()
         where = _first_inexact(codes, flat_scales, ok, dims, bs)
         if where is not None:
@@ -721,6 +734,35 @@ def _e2m1_midpoints() -> np.ndarray:
     return (mags[:-1] + mags[1:]) / 2
 
 
+def _largest(kind: _Kind) -> float:
+    """The element type's largest finite value: 6, 448, 57344."""
+    return float(np.nanmax(kind.values[: kind.codes][np.isfinite(kind.values[: kind.codes])]))
+
+
+def _shared_exponent(amax: np.ndarray, kind: _Kind, rule: Rule) -> np.ndarray:
+    """Each block's scale exponent (before clamping) from its finite max ``amax``
+    (0 for an all-zero or non-finite block, which gets -127)."""
+    zero = amax == 0
+    if rule == "ggml":
+        with np.errstate(divide="ignore"):
+            log2 = np.log2(amax).astype(np.float32)  # float32-rounded, as gguf-py's
+        floor = np.floor(log2, where=~zero, out=np.zeros_like(log2))
+        exponent: np.ndarray = floor.astype(np.int64) - 2
+    elif rule == "ceil":
+        # The smallest e with amax <= top * 2**e: an estimate, then exact comparisons
+        # (ldexp of the element's max is exact), one step each way.
+        top = _largest(kind)
+        with np.errstate(divide="ignore"):
+            guess = np.ceil(np.log2(amax / top), where=~zero, out=np.zeros_like(amax))
+        exponent = guess.astype(np.int64)
+        exponent += np.ldexp(top, exponent) < amax
+        exponent -= np.ldexp(top, exponent - 1) >= amax
+    else:  # OCP: floor(log2(amax)) - emax, exactly (frexp's exponent is floor + 1)
+        exponent = np.frexp(amax)[1].astype(np.int64) - 1 - kind.emax
+    exponent[zero] = -127
+    return exponent
+
+
 @set_module(_MODULE)
 def quantize(
     x: npt.ArrayLike,
@@ -742,16 +784,19 @@ def quantize(
         Elements per scale along ``axis``; the last block may be partial.
     axis : int
         The axis the blocks run along.
-    rule : {"ocp", "ggml"}
+    rule : {"ocp", "ceil", "ggml"}
         ``"ocp"``: OCP MX v1.0: exponent ``floor(log2(max|x|)) - emax``
         clamped to [-127, 127], elements rounded to nearest, ties to even,
-        saturating.  ``"ggml"`` (e2m1 only): gguf-py's and llama.cpp's MXFP4
+        saturating.  ``"ceil"``: the smallest exponent that does not saturate,
+        ``ceil(log2(max|x| / max_element))`` computed exactly (the rule of
+        torchao's ``RCEIL`` mode, which computes it in float32), elements as
+        for ``"ocp"``.  ``"ggml"`` (e2m1 only): gguf-py's (ggml's Python) MXFP4
         rule: ``x`` rounded to float32 first, exponent from the float32-rounded
         ``log2`` of the block max (1023.99994 gives 10), nearest element with
         ties toward zero, +0 for zero; where gguf-py wraps the scale byte of a
         block whose max is below 2**-125, kiln_np clamps it to 0 (2**-127).
         A block holding a NaN or an infinity gets scale 0xff and +0 elements
-        under both rules.
+        under every rule.
 
     Returns
     -------
@@ -781,8 +826,8 @@ def quantize(
             "TYPE",
             f"expected element 'e2m1', 'f8e4m3' or 'f8e5m2', found {show_value(element)}",
         )
-    if rule not in ("ocp", "ggml"):
-        raise KilnError("TYPE", f"expected rule 'ocp' or 'ggml', found {show_value(rule)}")
+    if rule not in ("ocp", "ceil", "ggml"):
+        raise KilnError("TYPE", f"expected rule 'ocp', 'ceil' or 'ggml', found {show_value(rule)}")
     if rule == "ggml" and kind is not _E2M1:
         raise KilnError(
             "TYPE", f"rule 'ggml' is GGML's MXFP4 rule: expected element 'e2m1', found {element!r}"
@@ -794,7 +839,8 @@ def quantize(
     p, n, q = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1 :])
     x3 = arr.reshape(p, n, q)
     if rule == "ggml":
-        x3 = x3.astype(np.float32).astype(np.float64)
+        with np.errstate(over="ignore"):  # past float32's range: inf, so a NaN block
+            x3 = x3.astype(np.float32).astype(np.float64)
     nb = -(-n // bs)
     scales = np.zeros((p, nb, q), _U8)
     codes = np.zeros((p, n, q), _U8)
@@ -803,13 +849,7 @@ def quantize(
         amax = np.maximum.reduceat(mag, np.arange(0, n, bs), axis=1)
         finite = np.isfinite(amax)
         amax = np.where(finite, amax, 0.0)
-        if rule == "ggml":
-            with np.errstate(divide="ignore"):
-                log2 = np.log2(amax).astype(np.float32)
-            exponent = np.where(amax > 0, np.floor(log2), -127.0).astype(np.int64) - 2
-        else:
-            exponent = np.frexp(amax)[1].astype(np.int64) - 1 - kind.emax
-            exponent[amax == 0] = -127
+        exponent = _shared_exponent(amax, kind, rule)
         exponent = np.clip(exponent, -127, 127)
         scales[...] = np.where(finite, exponent + 127, 255)
         shift = np.repeat(np.where(finite, exponent, 0), _repeats(n, bs), axis=1)
@@ -819,7 +859,7 @@ def quantize(
             m = np.searchsorted(_e2m1_midpoints(), np.abs(y), side="left").astype(_U8)
             codes[...] = m | np.where((y < 0) & (m > 0), 8, 0).astype(_U8)
         else:
-            top = float(ml_dtypes.finfo(kind.dtype).max)  # type: ignore[no-untyped-call]
+            top = _largest(kind)
             codes[...] = np.clip(y, -top, top).astype(kind.dtype).view(_U8)
     values = codes.reshape(shape).view(kind.dtype)
     return values, scales.reshape(_blocked_shape(shape, a, bs)).view(_E8M0.dtype)
@@ -1229,8 +1269,8 @@ def dequantize_gpt_oss(
 
     ``dequantize(*from_gpt_oss(blocks, scales), dtype=dtype)``.  Where
     gpt-oss's ``ldexp`` gives inf for a scale byte 0xff, this gives NaN (OCP).
-    (transformers then transposes the last two axes of the expert weights;
-    that is the model's layout, not the format's.)
+    A model may reshape or transpose the result further: that is the model's
+    layout, not the format's.
 
     Raises
     ------
