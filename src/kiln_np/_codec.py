@@ -268,6 +268,15 @@ def to_numpy(
             raise info.length_error(len(buf))
         arr = np.frombuffer(buf, info.dtype).reshape(info.shape)
         return arr.copy() if copy else arr
+    if type(buf) is bytes and info.element.packed:
+        # 4-bit codes from bytes: the same checks (length, then the padding
+        # nibble), unpacked straight from the bytes into the decoded shape.
+        if len(buf) != info.byte_length:
+            raise info.length_error(len(buf))
+        _nibbles.check_padding(buf, info.count, info.context)
+        out = np.empty(info.shape, U8)
+        _nibbles.unpack_into(buf, out, info.count)
+        return out.view(info.dtype)
     try:
         src = byte_view(buf, "buf")
     except KilnError as exc:
@@ -285,9 +294,9 @@ def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndar
         return blocks.copy() if copy else blocks
     check_content(info, src)
     if element.packed:
-        out = np.empty(info.count, U8)
+        out = np.empty(info.shape, U8)  # the decoded shape at once: no reshape after
         _nibbles.unpack_into(src, out, info.count)
-        return out.view(element.dtype).reshape(info.shape)
+        return out.view(element.dtype)
     arr = host_order(src, element).reshape(info.shape)
     return arr.copy() if copy else arr
 
@@ -484,12 +493,12 @@ def encode(arr: np.ndarray, info: PayloadInfo, out: object = None) -> Payload:
             dst = np.empty(info.byte_length, U8)
             bad = _nibbles.pack_into(src, dst)  # checks each chunk as it packs it
         else:
-            bad = _nibbles.first_above_15(src)  # all of it before the first write
+            bad = _nibbles.first_above(src, 15)  # all of it before the first write
             if bad < 0:
                 _nibbles.pack_into(_nibbles.detach(src, dst), dst, checked=True)
         if bad >= 0:
             raise _nibble_error(src, bad, info)
-        return Payload(info.code, readonly_view(dst), info.shape)
+        return Payload(info.code, dst.data.toreadonly(), info.shape)  # dst: flat uint8
     if out is not None:
         _encode_into(arr, element, info, dst)
         return Payload(info.code, readonly_view(dst), info.shape)

@@ -284,11 +284,6 @@ def first_above(src: np.ndarray, limit: int) -> int:
     return min(bad) if bad else -1
 
 
-def first_above_15(src: np.ndarray) -> int:
-    """:func:`first_above` with limit 15, for the codec until it calls that."""
-    return first_above(src, 15)
-
-
 def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> int:
     """numpy: ``dst16[i] = src[i] + 15 * (src[i] & 0xF0)`` for ``i`` in ``[lo, hi)``:
     the low nibble stays in the low byte, the high nibble moves to the high
