@@ -314,6 +314,7 @@ CORE: list[Entry] = [
     ("Layout", "block_size not an integer", lambda: Layout("x", 2.0)),  # type: ignore[arg-type]
     ("Layout", "block_size below 1", lambda: Layout("x", 0)),
     ("pack_nibbles", "non-integer dtype", lambda: kiln_np.pack_nibbles(np.zeros(2))),
+    ("pack_nibbles", "ragged values", lambda: kiln_np.pack_nibbles([[1, 2], [3]])),
     ("pack_nibbles", "value outside 0..15 (wide dtype)", lambda: kiln_np.pack_nibbles([1, 16])),
     ("pack_nibbles", "uint8 value above 15", lambda: kiln_np.pack_nibbles(np.array([1, 16], np.uint8))),
     ("pack_nibbles", "out of the wrong size", lambda: kiln_np.pack_nibbles([1, 2, 3], out=bytearray(3))),

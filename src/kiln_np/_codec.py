@@ -170,6 +170,8 @@ class Payload(NamedTuple):
 # Whole-byte codes other than bool, by their exact (explicitly little-endian or
 # one-byte) dtype: the rows from_numpy's fast path can write as a plain view.
 _PLAIN_CODES = {row.dtype: row.code for row in DTYPES if payload_info(int(row.code), ()).plain_view}
+# The 4-bit codes by their ml_dtypes dtype: from_numpy's fast path packs these.
+_PACKED_CODES = {row.dtype: int(row.code) for row in DTYPES if row.packed}
 
 
 def check_bool_bytes(src: np.ndarray, info: PayloadInfo) -> None:
@@ -266,14 +268,17 @@ def to_numpy(
         # its length), and the view made straight from the bytes.
         if len(buf) != info.byte_length:
             raise info.length_error(len(buf))
-        arr = np.frombuffer(buf, info.dtype).reshape(info.shape)
+        arr = np.frombuffer(buf, info.dtype)
+        if len(info.shape) != 1:  # a 1-D shape is already frombuffer's (count,)
+            arr = arr.reshape(info.shape)
         return arr.copy() if copy else arr
     if type(buf) is bytes and info.element.packed:
         # 4-bit codes from bytes: the same checks (length, then the padding
         # nibble), unpacked straight from the bytes into the decoded shape.
         if len(buf) != info.byte_length:
             raise info.length_error(len(buf))
-        _nibbles.check_padding(buf, info.count, info.context)
+        if info.count % 2:  # only an odd count has a padding nibble to check
+            _nibbles.check_padding(buf, info.count, info.context)
         out = np.empty(info.shape, U8)
         _nibbles.unpack_into(buf, out, info.count)
         return out.view(info.dtype)
@@ -349,6 +354,9 @@ def _payload_from_bytes(
 
 def readonly_view(arr: np.ndarray) -> memoryview:
     """A read-only flat ``"B"`` memoryview of the C-contiguous array ``arr``."""
+    if arr.dtype.isbuiltin == 1 and arr.size:
+        # numpy's own types export a buffer that casts to bytes: no array views.
+        return arr.data.cast("B").toreadonly()
     return arr.reshape(-1).view(U8).data.toreadonly()
 
 
@@ -453,6 +461,17 @@ def from_numpy(
         plain = _PLAIN_CODES.get(array.dtype)
         if plain is not None and array.flags.c_contiguous and not BIG_ENDIAN_HOST:
             return Payload(plain, readonly_view(array), array.shape)
+        packed = _PACKED_CODES.get(array.dtype)
+        if packed is not None and array.flags.c_contiguous:
+            # A C-order 4-bit array: the same description, the same check (fused
+            # into the pack) and error as encode's, without the general path.
+            info = payload_info(packed, array.shape)
+            src = array.reshape(-1).view(U8)
+            dst = np.empty(info.byte_length, U8)
+            bad = _nibbles.pack_into(src, dst)
+            if bad >= 0:
+                raise _nibble_error(src, bad, info)
+            return Payload(info.code, dst.data.toreadonly(), info.shape)
     if code is None and layout is not None:
         raise KilnError("TYPE", f"a layout ({layout!r}) was given with code=None: {NEEDS_OPAQUE}")
     wanted = None if code is None else resolve(code, layout)

@@ -573,17 +573,19 @@ def unpack_nibbles(buf: object, count: int, *, out: object = None) -> np.ndarray
     array([1, 2, 3], dtype=uint8)
     """
     n = check_int(count, "count", kind="SHAPE", maximum=MAX_INT64)
-    src = byte_view(buf, "buf")
+    # bytes are read as they are (the kernels take any buffer; bytes never
+    # overlap an out=), anything else through its flat uint8 view.
+    src: np.ndarray | bytes = buf if type(buf) is bytes else byte_view(buf, "buf")
     size = _NIBBLES.byte_length(n)
-    if src.size != size:
+    if len(src) != size:
         raise KilnError(
             "LENGTH",
             f"expected {_NIBBLES.length_rule(n)} = {size} bytes of packed nibbles, found "
-            f"{src.size} ({short_or_long(size, src.size)})",
+            f"{len(src)} ({short_or_long(size, len(src))})",
             expected=size,
-            found=src.size,
+            found=len(src),
         )
     dst = np.empty(n, U8) if out is None else _out_view(out, n, str(n))
     check_padding(src, n)
-    unpack_into(src if out is None else detach(src, dst), dst, n)
+    unpack_into(src if out is None or isinstance(src, bytes) else detach(src, dst), dst, n)
     return dst
