@@ -15,15 +15,16 @@ For each size ``n`` (elements) the rows time, interleaved in the same rounds:
 - pack: a new packed buffer from the ``n``-element array.
 
 kiln_np unpacks with ``to_numpy(17, buf, (n,))`` and packs with
-``from_numpy(uint4_array)``, once on the compiled kernels ("kiln_np") and once
-on the numpy kernels ("kiln_np numpy", the fallback that ``KILN_NP_PURE=1``
-selects), switched per call in the same process.  "naive" is the strided numpy
-of the issue (``o[0::2] = b & 15; o[1::2] = b >> 4``); "onnx" is
-``numpy_helper.to_array`` of a UINT4 ``TensorProto`` and
-``numpy_helper.from_array`` (only when onnx is installed).  The peak-memory
-columns are tracemalloc peaks over the output size, at
-``--memory-elements``.  Sizes of ``--few-rounds-from`` elements and more get
-``--few-rounds`` rounds, so the whole run stays near three minutes.
+``from_numpy(uint4_array)``, once on the compiled kernels ("kiln_np", called
+exactly as a user would) and once on the numpy kernels ("kiln_np numpy", the
+fallback that ``KILN_NP_PURE=1`` selects, switched per call in the same process).
+"naive" is the strided numpy of the issue (``o[0::2] = b & 15; o[1::2] = b >> 4``);
+"onnx" is ``numpy_helper.to_array`` of a UINT4 ``TensorProto`` and
+``numpy_helper.from_array`` (only when onnx is installed).  The last column is
+the compiled row's time over naive numpy's, per round.  The peak-memory columns
+are tracemalloc peaks over the output size, at ``--memory-elements``.  Sizes of
+``--few-rounds-from`` elements and more get ``--few-rounds`` rounds, so the whole
+run stays within a few minutes.
 """
 
 from __future__ import annotations
@@ -85,20 +86,26 @@ def naive_pack(values: np.ndarray) -> np.ndarray:
     return o
 
 
-def kiln_row(compiled: bool) -> Impl:
-    """kiln_np on one kernel path, chosen per call (setting a module flag costs
-    tens of nanoseconds)."""
+def kiln_unpack(job: tuple[bytes, int]) -> np.ndarray:
+    packed, n = job
+    return kiln_np.to_numpy(U4, packed, (n,))
 
-    def unpack(job: tuple[bytes, int]) -> np.ndarray:
-        _nibbles.COMPILED = compiled
-        packed, n = job
-        return kiln_np.to_numpy(U4, packed, (n,))
 
-    def pack(values: np.ndarray) -> kiln_np.Payload:
-        _nibbles.COMPILED = compiled
-        return kiln_np.from_numpy(values)
+def on_numpy_kernels(fn: Callable[[Any], object]) -> Callable[[Any], object]:
+    """``fn`` run with the numpy kernels (the fallback ``KILN_NP_PURE=1`` selects),
+    in the same process; setting and restoring the flag costs tens of nanoseconds."""
 
-    return Impl(lambda p, n: (p, n), unpack, pack)
+    def call(arg: Any) -> object:
+        _nibbles.COMPILED = False
+        try:
+            return fn(arg)
+        finally:
+            _nibbles.COMPILED = COMPILED
+
+    return call
+
+
+COMPILED = _nibbles.COMPILED
 
 
 def implementations() -> dict[str, Impl]:
@@ -116,9 +123,11 @@ def implementations() -> dict[str, Impl]:
             numpy_helper.to_array,
             numpy_helper.from_array,
         )
-    impls["kiln_np numpy"] = kiln_row(compiled=False)
-    if kiln_np.kernel_backend() == "compiled":
-        impls["kiln_np"] = kiln_row(compiled=True)
+    impls["kiln_np numpy"] = Impl(
+        lambda p, n: (p, n), on_numpy_kernels(kiln_unpack), on_numpy_kernels(kiln_np.from_numpy)
+    )
+    if COMPILED:
+        impls["kiln_np"] = Impl(lambda p, n: (p, n), kiln_unpack, kiln_np.from_numpy)
     return impls
 
 
@@ -180,6 +189,7 @@ def run(
                 row[key] = {
                     "ratio": timing.ratio(key, "np.copy"),
                     "seconds": timing.median(key),
+                    "vs_naive": timing.ratio(key, f"naive numpy {op}"),
                 }
         results.append(row)
         del values, packed, functions, job
@@ -250,12 +260,13 @@ def report(data: dict[str, Any]) -> str:
             f"{op}, ratio to np.copy by size (elements):",
             "",
             markdown_table(
-                ["elements", "np.copy µs", *impls],
+                ["elements", "np.copy µs", *impls, f"{impls[-1]} / naive numpy"],
                 [
                     [
                         format_size(row["elements"]),
                         f"{row['copy_seconds'] * 1e6:.1f}",
                         *(row[f"{name} {op}"]["ratio"] for name in impls),
+                        row[f"{impls[-1]} {op}"]["vs_naive"],
                     ]
                     for row in data["sizes"]
                 ],

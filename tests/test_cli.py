@@ -862,7 +862,7 @@ def test_onnx_export_manifest_and_payloads(work: Path, run: Runner) -> None:
     manifest = json.loads((work / "out" / "manifest.json").read_text())
     assert printed == json.loads((work / "out-json" / "manifest.json").read_text())
     assert printed["tensors"] == manifest["tensors"]
-    assert manifest["format"] == "kiln-np-onnx/1"
+    assert manifest["format"] == "kiln-np-weights/1"
     entries = manifest["tensors"]
     assert [e["name"] for e in entries] == [t.name for t in inits]
     assert [list(e) for e in entries] == [_documented_keys("onnx-manifest")] * len(entries)

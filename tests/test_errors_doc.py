@@ -628,6 +628,23 @@ def _save(tensors: Any, fmt: str = "kiln", **kw: Any) -> Any:
 
 _ONE = {"w": np.zeros(2, np.float32)}
 
+
+def _weights_file() -> str:
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, _ONE, format="safetensors")
+    return str(path)
+
+
+def _onnx_model(*names: str) -> str:
+    """An ONNX model whose initializers (one float each) are held inside it."""
+    import onnx
+
+    inits = [onnx.helper.make_tensor(name, 1, [1], [1.0]) for name in names]
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], inits))
+    path = _scratch() / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
 WEIGHTS: list[Entry] = [
     ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"PK\x03\x04 not a weight file"))),
     ("open_weights", "a directory with no manifest or index", lambda: kiln_np.open_weights(_scratch())),
@@ -689,6 +706,10 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: name UTF-8 cannot encode", lambda: _save({"\ud800": np.ones(1)}, "safetensors")),
     ("save_weights", "safetensors: metadata not str to str", lambda: _save(_ONE, "safetensors", metadata={"k": 1})),
     ("save_weights", "safetensors: metadata UTF-8 cannot encode", lambda: _save(_ONE, "safetensors", metadata={"k": "\udcff"})),
+    ("kiln-np convert", "--max-shard-size not a number", lambda: run_command("convert", _weights_file(), str(_scratch() / "o"), "--to", "kiln", "--max-shard-size", "5GB")),
+    ("kiln-np inspect", "--tensor not in the file", lambda: run_command("inspect", _weights_file(), "--tensor", "nope")),
+    ("kiln-np inspect", "--tensor held inside an ONNX model", lambda: run_command("inspect", _onnx_model("w"), "--tensor", "w")),
+    ("kiln-np onnx", "two initializers of one name", lambda: run_command("onnx", _onnx_model("w", "w"), str(_scratch() / "out"))),
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
 ]  # fmt: skip
 

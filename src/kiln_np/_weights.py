@@ -248,7 +248,8 @@ class WeightTensor:
     byte_length : int
         The payload's bytes.
     format_dtype : str
-        The file format's name for the type (``'BF16'``, ``'Q4_0'``, ``'FLOAT'``).
+        The file format's name for the type (``'BF16'``, ``'Q4_0'``, ``'FLOAT'``;
+        in a Kiln directory, the code's short name or the layout's name).
     path : str or None
         The absolute path of the file holding the bytes (None for bytes held
         in memory, as an ONNX initializer's own data).
@@ -1188,8 +1189,8 @@ def _kiln_tensor(
                 expected=digest,
                 found=hasher.hexdigest(),
             )
-    dtype = entry.get("dtype")
-    label = dtype if isinstance(dtype, str) else code_label(int(info.code))
+    # The format's own type name is Kiln's: the code's short name, or the layout's.
+    label = info.layout.name if info.layout is not None else info.element.name
     return WeightTensor(name, info, mapped, label)
 
 

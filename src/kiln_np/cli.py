@@ -18,7 +18,6 @@ through :func:`~kiln_np._files.replacing`, never over a file they read.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
@@ -26,7 +25,7 @@ import re
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, NoReturn, TextIO
@@ -44,6 +43,7 @@ from ._nibbles import check_padding
 from ._npy import npy_header, read_npy_header
 from ._payload import PayloadInfo, payload_info
 from ._table import Code, DType, Layout, as_code, code_label, code_range, row_for_dtype
+from ._weights import Weights, WeightTensor, open_weights, save_weights
 
 __all__ = ["main", "run"]
 
@@ -644,11 +644,18 @@ def _inspect_text(record: dict[str, Any], described: Description | None, first: 
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    opened = _open_input(args, exact=False)
+    if args.tensor is not None:
+        opened = _tensor_input(args)
+    elif args.code is None or args.shape is None:
+        raise _CliError(
+            "USAGE", "the following arguments are required: --code, --shape (or --tensor NAME)"
+        )
+    else:
+        opened = _open_input(args, exact=False)
     info = opened.info
     head: dict[str, Any] = {
         "format": "kiln-np-inspect/1",
-        "file": args.input,
+        "file": opened.path,
         "offset": info.offset,
         "file_bytes": opened.stat.st_size,
         "trailing_bytes": opened.trailing,
@@ -659,7 +666,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if isinstance(row, Layout):
         record = head | _opaque_summary(opened, args.first)
     else:
-        with _Progress(max(_reading(info).count, 1), f"inspect {args.input}") as bar:
+        with _Progress(max(_reading(info).count, 1), f"inspect {opened.path}") as bar:
 
             def chunks() -> Iterator[np.ndarray]:
                 for chunk in _chunks(opened):
@@ -732,37 +739,218 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
     for name in [*names, "manifest.json"]:
         _refuse_overwrite(str(out / name), inputs, where=os.path.join(will_be, name))
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _file_error("create", out, exc) from exc
-    tensors: list[dict[str, Any]] = []
-    with _Progress(max(len(names), 1), f"onnx {model_path}") as bar:
-        for file, (name, payload) in zip(names, model_to_kiln(model, base_dir), strict=True):
-            _write_file(str(out / file), [payload.data])
-            info = payload_info(payload.code, payload.shape, payload.layout)
-            tensors.append(
-                {
-                    "name": name,
-                    "file": file,
-                    "code": int(info.code),
-                    "dtype": None if info.layout else str(info.dtype),
-                    "layout": _layout_json(info.layout),
-                    "shape": list(info.shape),
-                    "byte_length": info.byte_length,
-                    "sha256": hashlib.sha256(payload.data).hexdigest(),
-                }
+        raise _file_error("create", out.parent, exc) from exc
+    tensors = dict(model_to_kiln(model, base_dir))  # external data mapped, not read
+    if len(tensors) != len(names):
+        raise KilnError(
+            "TYPE",
+            f"{model_path!r}: expected initializers with distinct names, found "
+            f"{len(names)} initializers and {len(tensors)} names",
+        )
+    total_bytes = sum(p.byte_length for p in tensors.values())
+    with _Progress(max(total_bytes, 1), f"onnx {model_path}") as bar:
+        try:
+            # The Kiln payload directory: built beside OUTDIR, renamed into place.
+            save_weights(
+                out, tensors, format="kiln", metadata={"model": model_path}, progress=bar.advance
             )
-            bar.advance(1)
-    manifest = {"format": "kiln-np-onnx/1", "model": model_path, "tensors": tensors}
-    text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-    _write_file(str(out / "manifest.json"), [text.encode()])
-    total_bytes = sum(t["byte_length"] for t in tensors)
+        except OSError as exc:
+            raise _file_error("write", out, exc) from exc
+        bar.advance(bar.total - bar.done)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     _emit(
         args,
         manifest,
         f"{out}: {len(tensors)} payload files, {total_bytes} payload bytes, manifest.json",
     )
     return 0
+
+
+# -- weight files ---------------------------------------------------------------------
+
+
+def _open_weights(path: str) -> Weights:
+    try:
+        return open_weights(path)
+    except OSError as exc:
+        # The user's own spelling of the path, or the shard the error is about.
+        named = path if exc.filename in (None, os.path.abspath(path)) else exc.filename
+        raise _file_error("read", named, exc) from exc
+
+
+def _parse_size(text: str) -> int:
+    if not re.fullmatch(_NUMBER, text.strip(), re.IGNORECASE):
+        raise KilnError(
+            "TYPE",
+            f"--max-shard-size expects a number of bytes such as 5000000000 or 0x40, "
+            f"got {_shown(text)}",
+        )
+    return _number(text.strip(), "--max-shard-size", "TYPE")
+
+
+def _weights_inputs(weights: Weights) -> dict[tuple[int, int], str]:
+    """Every file a conversion reads: the tensors' files and what was opened."""
+    paths = dict.fromkeys([weights.path, *(t.path for t in weights.values() if t.path)])
+    stats = {path: _stat_or_none(path) for path in paths}
+    return {_identity(st): path for path, st in stats.items() if st is not None}
+
+
+def _stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None  # gone meanwhile: reading it will say so
+
+
+def _refuse_directory_over_inputs(output: str, inputs: dict[tuple[int, int], str]) -> None:
+    """FILE when ``output`` is a directory that holds a file the command reads
+    (writing a directory replaces everything in it)."""
+    for path in inputs.values():
+        parent = path if os.path.isdir(path) else os.path.dirname(path)
+        try:
+            same = os.path.samefile(parent, output)
+        except OSError:
+            continue
+        if same:
+            raise _CliError(
+                "FILE",
+                f"cannot write {output!r}: it holds the input {path!r}, which the command "
+                "reads; choose another output",
+            )
+
+
+def _tensor_record(t: WeightTensor) -> dict[str, Any]:
+    info = t.info
+    return {
+        "name": t.name,
+        "format_dtype": t.format_dtype,
+        "code": int(info.code),
+        "kiln": info.layout.name if info.layout else info.element.name,
+        "layout": _layout_json(info.layout),
+        "shape": list(info.shape),
+        "byte_length": info.byte_length,
+    }
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {len(widths) - 1}  # the byte counts
+    return "\n".join(
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    )
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    with _open_weights(args.path) as weights:
+        tensors = [_tensor_record(t) for t in weights.values()]
+        record = {
+            "format": "kiln-np-ls/1",
+            "path": args.path,
+            "weights_format": weights.format,
+            "byte_length": weights.byte_length,
+            "tensors": tensors,
+        }
+    if args.json:
+        print(json.dumps(record, allow_nan=False))
+        return 0
+    rows = [["name", "dtype", "kiln", "shape", "bytes"]]
+    rows += [
+        [t["name"], t["format_dtype"], t["kiln"], _shape_text(t["shape"]), str(t["byte_length"])]
+        for t in tensors
+    ]
+    print(_table(rows))
+    total, fmt = record["byte_length"], record["weights_format"]
+    print(f"{len(tensors)} tensors, {total} payload bytes ({fmt})")
+    return 0
+
+
+def _carried_metadata(weights: Weights, to: str) -> Mapping[str, Any] | None:
+    """The source's metadata when the target format can hold it, else None."""
+    metadata = weights.metadata
+    if to in ("kiln", weights.format):
+        return metadata
+    all_text = all(isinstance(v, str) for v in metadata.values())
+    if to == "gguf" and getattr(metadata, "types", None) is not None:
+        return metadata
+    return metadata if all_text else None
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    limit = None if args.max_shard_size is None else _parse_size(args.max_shard_size)
+    with _open_weights(args.src) as weights:
+        inputs = _weights_inputs(weights)
+        _refuse_overwrite(args.dst, inputs)
+        _refuse_directory_over_inputs(args.dst, inputs)
+        metadata = _carried_metadata(weights, args.to)
+        with _Progress(max(weights.byte_length, 1), f"convert {args.src}") as bar:
+            try:
+                save_weights(
+                    args.dst,
+                    weights,
+                    format=args.to,
+                    metadata=metadata,
+                    max_shard_size=limit,
+                    progress=bar.advance,
+                )
+            except OSError as exc:
+                raise _file_error("write", args.dst, exc) from exc
+            bar.advance(bar.total - bar.done)
+        record = {
+            "format": "kiln-np-convert/1",
+            "input": args.src,
+            "output": args.dst,
+            "from": weights.format,
+            "to": args.to,
+            "tensors": len(weights),
+            "byte_length": weights.byte_length,
+            "metadata": "carried" if metadata is not None else "dropped",
+        }
+    dropped = (
+        ""
+        if metadata is not None
+        else f"; {record['from']} metadata not carried ({args.to} cannot hold it)"
+    )
+    _emit(
+        args,
+        record,
+        f"{args.dst}: {record['tensors']} tensors, {record['byte_length']} payload bytes, "
+        f"{record['from']} -> {args.to}{dropped}",
+    )
+    return 0
+
+
+def _tensor_input(args: argparse.Namespace) -> _Input:
+    """``inspect PATH --tensor NAME``: the tensor's payload in its file."""
+    options = (("--code", args.code), ("--shape", args.shape), ("--layout", args.layout))
+    given = [option for option, value in options if value is not None]
+    if given or args.offset != "0":
+        dropped = ", ".join(given) or "--offset"
+        raise _CliError(
+            "USAGE", f"--tensor takes the description from the weight file: drop {dropped}"
+        )
+    with _open_weights(args.input) as weights:
+        tensor = weights.get(args.tensor)
+        if tensor is None:
+            names = ", ".join(repr(n) for n in list(weights)[:5])
+            raise KilnError(
+                "TYPE",
+                f"{args.input!r}: expected a tensor named {args.tensor!r}, found none "
+                f"(it holds {len(weights)}: {names}{', ...' if len(weights) > 5 else ''})",
+            )
+        if tensor.path is None:
+            raise KilnError(
+                "TYPE",
+                f"{args.input!r}: tensor {args.tensor!r} is held inside the model, not at an "
+                "offset of a file: expected a tensor stored in a file (export the model with "
+                "kiln-np convert MODEL DIR --to kiln, then inspect DIR --tensor NAME)",
+            )
+        return _Input(tensor.path, tensor.info, _stat_input(tensor.path))
 
 
 # -- parser ---------------------------------------------------------------------------
@@ -785,14 +973,14 @@ def _json_flag(parser: argparse.ArgumentParser, help_text: str = "print one JSON
     parser.add_argument("--json", action="store_true", help=help_text)
 
 
-def _payload_args(parser: argparse.ArgumentParser) -> None:
+def _payload_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     parser.add_argument("input", metavar="IN", help="the payload file")
     parser.add_argument(
         "--code",
-        required=True,
+        required=required,
         help="dtype code: a number (2, 0x12) or a name (f32, bf16, BF16, e2m1, ...)",
     )
-    parser.add_argument("--shape", required=True, help=f"element shape: {_SHAPE_HELP}")
+    parser.add_argument("--shape", required=required, help=f"element shape: {_SHAPE_HELP}")
     parser.add_argument(
         "--offset", default="0", help="payload start in the file, 64 or 0x40 (default 0)"
     )
@@ -871,9 +1059,16 @@ def _add_inspect(sub: Any) -> None:
         [
             "kiln-np inspect w.kiln --code e2m1 --shape 4096,4096",
             "kiln-np inspect w.kiln --code f8e4m3 --shape 1024 --json",
+            "kiln-np inspect model.safetensors --tensor model.embed_tokens.weight",
         ],
     )
-    _payload_args(parser)
+    _payload_args(parser, required=False)
+    parser.add_argument(
+        "--tensor",
+        metavar="NAME",
+        help="inspect this tensor of a weight file IN (safetensors, GGUF, a Kiln directory, "
+        "...) instead of --code/--shape",
+    )
     parser.add_argument(
         "--first", type=_parse_first, default=8, help="leading elements shown (8; 0 for none)"
     )
@@ -897,12 +1092,55 @@ def _add_onnx(sub: Any) -> None:
     parser.set_defaults(run=_cmd_onnx)
 
 
+def _add_ls(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "ls",
+        "list the tensors of a weight file",
+        "List the tensors of a weight file (safetensors, a sharded checkpoint, GGUF, ONNX, a "
+        "Kiln payload directory): name, the format's dtype, the Kiln code or layout, shape, "
+        "payload bytes.  Only headers are read.",
+        ["kiln-np ls model.safetensors", "kiln-np ls llama.gguf --json"],
+    )
+    parser.add_argument("path", metavar="PATH")
+    _json_flag(parser, "print one JSON object, a row per tensor")
+    parser.set_defaults(run=_cmd_ls)
+
+
+def _add_convert(sub: Any) -> None:
+    parser = _subparser(
+        sub,
+        "convert",
+        "write a weight file in another format",
+        "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
+        "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
+        "before anything is written.  Metadata goes along when the target can hold it.",
+        [
+            "kiln-np convert model.safetensors weights/ --to kiln",
+            "kiln-np convert model.gguf model.safetensors --to safetensors",
+            "kiln-np convert big.safetensors ckpt/ --to safetensors --max-shard-size 5000000000",
+        ],
+    )
+    parser.add_argument("src", metavar="SRC")
+    parser.add_argument("dst", metavar="DST")
+    parser.add_argument("--to", required=True, choices=["safetensors", "gguf", "kiln"])
+    parser.add_argument(
+        "--max-shard-size",
+        metavar="BYTES",
+        help="write shards (safetensors: DST is a directory with an index) or GGUF splits",
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=_cmd_convert)
+
+
 _COMMANDS: list[Callable[[Any], None]] = [
     _add_golden,
     _add_encode,
     _add_decode,
     _add_inspect,
     _add_onnx,
+    _add_ls,
+    _add_convert,
 ]
 """One subparser function per command, in the order ``--help`` lists them."""
 
