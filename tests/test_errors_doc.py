@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -404,7 +404,7 @@ ONNX: list[Entry] = [
     ("decode_field", "string that is not UTF-8", lambda: ko.decode_field(8, [b"\xff"], (1,))),
     ("decode_field", "wrong number of values", lambda: ko.decode_field(6, [1], (2,))),
     ("decode_field", "STRING dims numpy cannot represent", lambda: ko.decode_field(8, [], (0, 2**62))),
-    ("decode_field", "__array__ raising", lambda: ko.decode_field(6, _RaisingArray(), (1,))),
+    ("decode_field", "__array__ raising", lambda: ko.decode_field(6, cast(Any, _RaisingArray()), (1,))),
     ("encode_raw", "dtype is not the data_type's", lambda: ko.encode_raw(_f4(2), 11)),
     ("encode_raw", "STRING array", lambda: ko.encode_raw(np.array(["a"]))),
     ("encode_raw", "bool byte other than 0/1", lambda: ko.encode_raw(_bools(0, 2))),
@@ -462,6 +462,7 @@ CLI: list[Entry] = [
     ("kiln-np encode", "ml_dtypes .npy with an opaque --code", lambda: run_command("encode", _npy("bf16.npy", np.zeros(2, ml_dtypes.bfloat16)), "out.kiln", "--code", "4096")),
 ]  # fmt: skip
 
+
 def _gguf(*kvs: bytes, infos: tuple[bytes, ...] = (), data: bytes = b"", **counts: int) -> Any:
     return kg.read_gguf(_file("m.gguf", gguf_bytes(kvs, infos, data, **counts)))
 
@@ -480,7 +481,7 @@ def _gguf_splits(second_no: int, second_tensor: str) -> Any:
     return kg.read_gguf(directory / "m-00001-of-00002.gguf")
 
 
-def _gguf_write(tensors: dict[str, Any], metadata: dict[Any, Any] | None = None, **kw: Any) -> Any:
+def _gguf_write(tensors: dict[str, Any], metadata: Any = None, **kw: Any) -> Any:
     return kg.write_gguf(_scratch() / "w.gguf", tensors, metadata, **kw)
 
 
@@ -645,6 +646,7 @@ def _onnx_model(*names: str) -> str:
     path.write_bytes(model.SerializeToString())
     return str(path)
 
+
 WEIGHTS: list[Entry] = [
     ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"PK\x03\x04 not a weight file"))),
     ("open_weights", "a directory with no manifest or index", lambda: kiln_np.open_weights(_scratch())),
@@ -806,7 +808,11 @@ def test_every_construction_site_is_catalogued() -> None:
 def _module_name(filename: str) -> str:
     """A module's path below src/kiln_np (``onnx/_raw.py``), as sites are named."""
     path = Path(filename).resolve()
-    return path.relative_to(SRC.resolve()).as_posix() if path.is_relative_to(SRC.resolve()) else path.name
+    return (
+        path.relative_to(SRC.resolve()).as_posix()
+        if path.is_relative_to(SRC.resolve())
+        else path.name
+    )
 
 
 # Every module of the package, sub-packages included.
