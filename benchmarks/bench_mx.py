@@ -110,11 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     values, scales, blocks = tensors(args.elements_mi << 20)
     rows = decode(values, scales, blocks, args.rounds) + repack(values, scales, blocks, args.rounds)
-    print(
-        describe_machine(),
-        f"kernels: {kiln_np.kernel_backend()}",
-        f"cpu pressure (avg60): {cpu_pressure()}",
-    )
+    print(describe_machine(), f"cpu pressure (avg60): {cpu_pressure()}")
     print(markdown_table(["figure", "time", "ratio", "target"], rows))
 
 

@@ -904,3 +904,26 @@ def test_cli_onnx_writes_a_kiln_directory(
     # again, over its own previous export: replaced whole
     assert _cli(capsys, "onnx", str(tmp_path / "m.onnx"), str(out))[0] == 0
     assert sorted(os.listdir(out)) == ["0000_layer_0_w.kiln", "manifest.json"]
+
+
+@pytest.mark.parametrize("kernel", ["cross-device", "absent"])
+def test_copies_through_python_where_the_kernel_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
+) -> None:
+    import errno
+
+    def refuse(*args: object) -> int:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    if kernel == "absent":
+        monkeypatch.delattr(os, "copy_file_range", raising=False)
+    else:
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    big = np.arange(3 << 20, dtype=np.uint8)  # several copy chunks
+    kiln_np.save_weights(tmp_path / "a.st", {"w": big, "s": np.ones(3)}, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as a:
+        kiln_np.save_weights(tmp_path / "b.st", a, format="safetensors")
+        kiln_np.save_weights(tmp_path / "d", a, format="kiln")
+    for out in ("b.st", "d"):
+        with kiln_np.open_weights(tmp_path / out, verify=True) as b:
+            assert bytes(b["w"].payload().data) == big.tobytes()

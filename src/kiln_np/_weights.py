@@ -76,6 +76,7 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -514,31 +515,27 @@ class TensorSource(NamedTuple):
     path: str | None
     format_dtype: str | None
 
-    def write_to(self, fd: int, *, hasher: Any = None, progress: Progress | None = None) -> None:
+    def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
 
         In memory: written from the buffer.  From a file: copied in the kernel
-        (``os.copy_file_range``) when no ``hasher`` needs the bytes, else read
-        with ``readinto`` a bounded chunk at a time; never mapped, so a source
+        (``os.copy_file_range``), or where that cannot be used read with
+        ``readinto`` a bounded chunk at a time; never mapped, so a source
         truncated meanwhile is a LENGTH error, not SIGBUS.
         """
         n = self.info.byte_length
         if self.data is not None:
             for start in range(0, n, _COPY_CHUNK):
                 piece = self.data[start : start + _COPY_CHUNK]
-                if hasher is not None:
-                    hasher.update(piece)
                 _write_all(fd, piece)
                 if progress is not None:
                     progress(len(piece))
             return
         assert self.path is not None
         with open_regular(self.path) as src:
-            done = 0
-            if hasher is None:
-                done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
+            done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
             if done < n:
-                done += _copy_through(src, self.info.offset + done, n - done, fd, hasher, progress)
+                done += _copy_through(src, self.info.offset + done, n - done, fd, progress)
         if done < n:
             raise self.info.length_error(
                 done, f"{self.path!r} shrank while tensor {self.name!r} was copied: "
@@ -572,24 +569,52 @@ def _copy_in_kernel(src: int, offset: int, n: int, dst: int, progress: Progress 
 
 
 def _copy_through(
-    src: io.RawIOBase, offset: int, n: int, fd: int, hasher: Any, progress: Progress | None
+    src: io.RawIOBase, offset: int, n: int, fd: int, progress: Progress | None
 ) -> int:
-    block = bytearray(min(_COPY_CHUNK, n))
-    view = memoryview(block)
+    view = _buffer()
     src.seek(offset)
     done = 0
     while done < n:
-        got = src.readinto(view[: min(n - done, len(block))])
+        got = src.readinto(view[: min(n - done, _COPY_CHUNK)])
         if not got:
             break
-        piece = view[:got]
-        if hasher is not None:
-            hasher.update(piece)
-        _write_all(fd, piece)
+        _write_all(fd, view[:got])
         done += got
         if progress is not None:
             progress(got)
     return done
+
+
+_LOCAL = threading.local()
+
+
+def _buffer() -> memoryview:
+    """This thread's copy buffer, made once: allocating (and zeroing) one for
+    each of a checkpoint's thousand tensors would cost as much as the copy."""
+    view: memoryview | None = getattr(_LOCAL, "view", None)
+    if view is None:
+        view = _LOCAL.view = memoryview(bytearray(_COPY_CHUNK))
+    return view
+
+
+def sha256_file(path: str) -> str:
+    """The hex SHA-256 of a file, read with ``readinto`` a bounded chunk at a time."""
+    hasher = hashlib.sha256()
+    view = _buffer()
+    with open_regular(path) as f:
+        while got := f.readinto(view):
+            hasher.update(view[:got])
+    return hasher.hexdigest()
+
+
+def _hash_later(pool: ThreadPoolExecutor, path: str) -> Callable[[], str]:
+    """The SHA-256 of ``path``, computed in ``pool`` while the caller goes on
+    (inline when no thread can start, as at interpreter exit)."""
+    try:
+        return pool.submit(sha256_file, path).result
+    except RuntimeError:
+        digest = sha256_file(path)
+        return lambda: digest
 
 
 def tensor_sources(tensors: object) -> list[TensorSource]:
@@ -1178,16 +1203,13 @@ def _kiln_tensor(
     mapped = MappedFile.open(path)
     info.check_length(mapped.size, f"{at}file {file!r}: ")
     if verify:
-        hasher = hashlib.sha256()
-        with open_regular(path) as f:
-            while block := f.read(_COPY_CHUNK):
-                hasher.update(block)
-        if hasher.hexdigest() != digest:
+        found = sha256_file(path)
+        if found != digest:
             raise KilnError(
                 "TYPE",
-                f"{at}file {file!r}: expected SHA-256 {digest}, found {hasher.hexdigest()}",
+                f"{at}file {file!r}: expected SHA-256 {digest}, found {found}",
                 expected=digest,
-                found=hasher.hexdigest(),
+                found=found,
             )
     # The format's own type name is Kiln's: the code's short name, or the layout's.
     label = info.layout.name if info.layout is not None else info.element.name
@@ -1218,16 +1240,21 @@ def _save_kiln(
 ) -> None:
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)
-    with building_directory(path, _kiln_files) as tmp:
-        entries = []
+    # Each file is hashed as written, read back from the page cache in a helper
+    # thread while the next one is copied (in the kernel): hashing costs little
+    # more than one pass, and the digest is of the bytes on disk.
+    with building_directory(path, _kiln_files) as tmp, ThreadPoolExecutor(1) as pool:
+        entries: list[dict[str, Any]] = []
+        digests = []
         for index, source in enumerate(sources):
             info, file = source.info, _file_name(index, source.name)
-            hasher = hashlib.sha256()
-            fd = os.open(os.path.join(tmp, file), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            written = os.path.join(tmp, file)
+            fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
-                source.write_to(fd, hasher=hasher, progress=progress)
+                source.write_to(fd, progress=progress)
             finally:
                 os.close(fd)
+            digests.append(_hash_later(pool, written))
             entries.append(
                 {
                     "name": source.name,
@@ -1239,9 +1266,10 @@ def _save_kiln(
                     else {"name": info.layout.name, "block_size": info.layout.block_size},
                     "shape": list(info.shape),
                     "byte_length": info.byte_length,
-                    "sha256": hasher.hexdigest(),
                 }
             )
+        for entry, digest in zip(entries, digests, strict=True):
+            entry["sha256"] = digest()
         manifest = {
             "format": _MANIFEST_FORMAT,
             "source_format": source_format,

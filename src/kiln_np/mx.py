@@ -331,8 +331,9 @@ def _values_source(values: object) -> _Source:
             found=str(arr.dtype),
         )
     flat = np.ascontiguousarray(arr).reshape(-1).view(_U8)
-    if kind.codes < 256 and flat.size and int(flat.max()) >= kind.codes:
-        bad = int(np.flatnonzero(flat >= kind.codes)[0])
+    # One read; on failure the first bad byte is found without a mask of it all.
+    bad = _nibbles.first_above(flat, kind.codes - 1) if kind.codes < 256 else -1
+    if bad >= 0:
         raise KilnError(
             "TYPE",
             f"values: expected {kind.dtype} storage bytes 0x00-0x0f, found 0x{int(flat[bad]):02x} "
