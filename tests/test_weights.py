@@ -927,3 +927,12 @@ def test_copies_through_python_where_the_kernel_cannot(
     for out in ("b.st", "d"):
         with kiln_np.open_weights(tmp_path / out, verify=True) as b:
             assert bytes(b["w"].payload().data) == big.tobytes()
+
+
+@pytest.mark.parametrize("command", ["ls", "convert"])
+def test_cli_help_shows_an_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from kiln_np import cli
+
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    assert f"example:\n  kiln-np {command} " in capsys.readouterr().out
