@@ -936,3 +936,23 @@ def test_cli_help_shows_an_example(command: str, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
     assert f"example:\n  kiln-np {command} " in capsys.readouterr().out
+
+
+def test_dotdot_after_a_symlink_is_the_kernels_for_reads_and_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "link/../w" is deep/w (the link is followed first), never ./w by name.
+    (tmp_path / "deep" / "inner").mkdir(parents=True)
+    os.symlink(tmp_path / "deep" / "inner", tmp_path / "link")
+    monkeypatch.chdir(tmp_path)
+    kiln_np.save_weights("w.safetensors", {"t": np.full(3, 9, np.uint8)}, format="safetensors")
+    kiln_np.save_weights(
+        "link/../w.safetensors", {"t": np.arange(3, dtype=np.uint8)}, format="safetensors"
+    )
+    with kiln_np.open_weights("link/../w.safetensors") as w:
+        assert w["t"].numpy().tolist() == [0, 1, 2]
+        again = pickle.loads(pickle.dumps(w["t"]))
+    with kiln_np.open_weights("w.safetensors") as w:
+        assert w["t"].numpy().tolist() == [9, 9, 9]
+    monkeypatch.chdir(tmp_path / "deep")  # the pickled tensor names its real file
+    assert again.numpy().tolist() == [0, 1, 2]

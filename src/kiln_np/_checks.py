@@ -30,6 +30,7 @@ __all__ = [
     "short_or_long",
     "show_int",
     "show_value",
+    "written_path",
 ]
 
 U8 = np.dtype(np.uint8)
@@ -132,6 +133,14 @@ def check_path(path: object) -> str:
             "TYPE", f"expected a str path without NUL characters, found {show_value(name)}"
         )
     raise KilnError("TYPE", f"expected a str or os.PathLike path, found {show_value(path)}")
+
+
+def written_path(path: str) -> str:
+    """``path`` made absolute for writing, without tidying it by name: a
+    ``..`` stays the kernel's to resolve (``link/../x`` goes where the link
+    leads, ``missing/../x`` fails as ``open()`` would), unlike
+    ``os.path.abspath``, which would quietly name another file."""
+    return os.path.join(os.getcwd(), path.rstrip(os.sep) or os.sep)
 
 
 def check_regular_file(path: str, fd: int | None = None) -> os.stat_result:

@@ -82,7 +82,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import U8, byte_view, check_path, check_regular_file, set_module, show_value
+from ._checks import (
+    U8,
+    byte_view,
+    check_path,
+    check_regular_file,
+    set_module,
+    show_value,
+    written_path,
+)
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
 from ._files import TEMP_SUFFIX
@@ -158,7 +166,7 @@ class MappedFile:
     __slots__ = ("_base", "_lock", "_map", "_view", "closed", "path", "size", "stop")
 
     def __init__(self, path: str, size: int, window: tuple[int, int] | None = None) -> None:
-        self.path = os.path.abspath(path)
+        self.path = os.path.realpath(path)
         self.size = size
         start, self.stop = (0, size) if window is None else window
         self._base = start - start % mmap.ALLOCATIONGRANULARITY
@@ -459,7 +467,7 @@ class Weights(Mapping[str, WeightTensor]):
         self.format = format
         # A format's own read-only mapping (GGUF's parses values lazily) is kept.
         self.metadata = MappingProxyType(metadata) if isinstance(metadata, dict) else metadata
-        self.path = os.path.abspath(path)
+        self.path = os.path.realpath(path)
 
     def __getitem__(self, name: str) -> WeightTensor:
         return self._tensors[name]
@@ -688,7 +696,7 @@ def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Ite
     the old one is renamed aside, the new one into place, then the old one
     is deleted.  Otherwise ``FileExistsError``.
     """
-    target = os.path.abspath(path)
+    target = written_path(path)
     parent, base = os.path.split(target)
     old = _replaceable(target, keep)
     stem = base if len(os.fsencode(base)) <= 120 else base[:30]
@@ -1006,7 +1014,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     ('safetensors', ['w'], <Code.F32: 2>, 16)
     >>> w.close(); import shutil; shutil.rmtree(d)
     """
-    name = os.path.abspath(check_path(path))
+    name = os.path.realpath(check_path(path))
     if isinstance(verify, bool) is False:
         raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
     from . import safetensors
@@ -1352,7 +1360,7 @@ def save_weights(
     mappingproxy({'format': 'pt'})
     >>> import shutil; shutil.rmtree(d)
     """
-    target = os.path.abspath(check_path(path))
+    target = written_path(check_path(path))
     if format not in ("safetensors", "gguf", "kiln"):
         raise KilnError(
             "TYPE",

@@ -95,7 +95,15 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
-from ._checks import MAX_INT64, U8, check_int, check_path, check_regular_file, show_value
+from ._checks import (
+    MAX_INT64,
+    U8,
+    check_int,
+    check_path,
+    check_regular_file,
+    show_value,
+    written_path,
+)
 from ._errors import KilnError
 from ._files import replacing
 from ._nibbles import first_above
@@ -1146,7 +1154,7 @@ def write_gguf(
     ...     print(g.tensors[0].dims, g.metadata["n"], g.metadata.types["n"])
     (3, 2) 7 uint32
     """
-    target = os.path.abspath(check_path(path))
+    target = written_path(check_path(path))
     plans = [_plan(source) for source in tensor_sources(tensors)]
     limit = (
         None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)

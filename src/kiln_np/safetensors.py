@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ._checks import check_int, check_path, set_module, show_value
+from ._checks import check_int, check_path, set_module, show_value, written_path
 from ._errors import KilnError
 from ._files import replacing
 from ._foreign import FOREIGN_BY_NAME
@@ -268,7 +268,7 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
     ('I16', 64)
     >>> w.close(); import shutil; shutil.rmtree(d)
     """
-    name = os.path.abspath(check_path(path))
+    name = os.path.realpath(check_path(path))
     if name.endswith(INDEX_SUFFIX):
         return _open_index(name)
     file, tensors, metadata = _read_file(name)
@@ -528,7 +528,7 @@ def save_safetensors(
     F4 f1
     >>> import shutil; shutil.rmtree(d)
     """
-    target = os.path.abspath(check_path(path))
+    target = written_path(check_path(path))
     sources = tensor_sources(tensors)
     rows = [_row_for(s) for s in sources]
     meta = _check_metadata(metadata)
