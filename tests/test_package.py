@@ -49,20 +49,28 @@ def _is_module(package: Path, name: str) -> bool:
 
 
 def _private_imports(path: Path, root: Path = SRC) -> list[str]:
-    """``from .x import _name`` lines, where ``_name`` is not a module (a private
-    module may be imported; a private name of another module may not)."""
+    """``from .x import _name`` (or ``from kiln_np.x import _name``) lines, where
+    ``_name`` is not a module (a private module may be imported; a private name
+    of another module may not)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            package = path.parents[node.level - 1].joinpath(*(node.module or "").split("."))
-            found += [
-                f"{path.relative_to(root)}:{node.lineno}: from {'.' * node.level}"
-                f"{node.module or ''} import {alias.name}"
-                for alias in node.names
-                if alias.name.startswith("_")
-                and not alias.name.startswith("__")
-                and not _is_module(package, alias.name)
-            ]
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = node.module or ""
+        if node.level:  # from ._x import y
+            package = path.parents[node.level - 1].joinpath(*module.split("."))
+        elif module.split(".")[0] == root.name:  # from kiln_np._x import y
+            package = root.joinpath(*module.split(".")[1:])
+        else:
+            continue
+        found += [
+            f"{path.relative_to(root)}:{node.lineno}: from {'.' * node.level}"
+            f"{node.module or ''} import {alias.name}"
+            for alias in node.names
+            if alias.name.startswith("_")
+            and not alias.name.startswith("__")
+            and not _is_module(package, alias.name)
+        ]
     return found
 
 
@@ -73,10 +81,18 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 
 def test_the_private_import_check_can_fail(tmp_path: Path) -> None:
+    tmp_path = tmp_path / "kiln_np"
+    tmp_path.mkdir()
     sample = tmp_path / "sample.py"
     (tmp_path / "_nibbles.py").write_text("")
-    sample.write_text("from ._table import _BY_CODE\nfrom . import _nibbles\n")
-    assert _private_imports(sample, tmp_path) == ["sample.py:1: from ._table import _BY_CODE"]
+    sample.write_text(
+        "from ._table import _BY_CODE\nfrom . import _nibbles\n"
+        "from kiln_np._codec import _wire\nfrom kiln_np import _nibbles\n"
+    )
+    assert _private_imports(sample, tmp_path) == [
+        "sample.py:1: from ._table import _BY_CODE",
+        "sample.py:3: from kiln_np._codec import _wire",
+    ]
 
 
 class _DefinedHere(doctest.DocTestFinder):
