@@ -806,13 +806,13 @@ def test_every_construction_site_is_catalogued() -> None:
 
 
 def _module_name(filename: str) -> str:
-    """A module's path below src/kiln_np (``onnx/_raw.py``), as sites are named."""
+    """A module's path below the package (``onnx/_raw.py``), as sites are named:
+    the imported package (site-packages, in CI) or src/kiln_np (editable)."""
     path = Path(filename).resolve()
-    return (
-        path.relative_to(SRC.resolve()).as_posix()
-        if path.is_relative_to(SRC.resolve())
-        else path.name
-    )
+    for root in (Path(kiln_np.__file__).resolve().parent, SRC.resolve()):
+        if path.is_relative_to(root):
+            return path.relative_to(root).as_posix()
+    return path.name
 
 
 # Every module of the package, sub-packages included.
