@@ -1,12 +1,15 @@
 """kiln_np: Kiln tensor payloads <-> numpy arrays, bit for bit.
 
 The public surface is re-exported here; see ``kiln_np._codec`` for the wire
-format and ``docs/architecture.md`` for which module owns what.
+format and ``docs/architecture.md`` for which module owns what.  The notebook
+helpers and weight files are re-exported lazily (PEP 562): they load on first
+use, so ``import kiln_np`` costs what the core costs.
 """
+
+import typing as _typing
 
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
-from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
 from ._files import LazyPayload, open_payload, write_payload
 from ._nibbles import kernel_backend, pack_nibbles, unpack_nibbles
 from ._payload import PayloadInfo, byte_length, payload_info
@@ -20,7 +23,36 @@ from ._table import (
     dtype_for_code,
     dtype_info,
 )
-from ._weights import Weights, WeightTensor, open_weights, save_weights
+
+if _typing.TYPE_CHECKING:
+    from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
+    from ._weights import Weights, WeightTensor, open_weights, save_weights
+
+_LAZY = {
+    **dict.fromkeys(
+        ("Description", "ScaledDescription", "bit_histogram", "bit_values", "describe"),
+        "._explore",
+    ),
+    **dict.fromkeys(("Weights", "WeightTensor", "open_weights", "save_weights"), "._weights"),
+}
+
+
+if not _typing.TYPE_CHECKING:  # for type checkers the imports above are the names
+
+    def __getattr__(name: str) -> _typing.Any:
+        import importlib
+
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'kiln_np' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value  # the next look-up is a plain global
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

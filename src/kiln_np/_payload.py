@@ -288,7 +288,11 @@ def payload_info(
     """
     # Only plain input is a cache key: True == 1 and 2.0 == 2 would otherwise
     # find the description of a valid code or dimension.
-    if type(code) is int and type(shape) is tuple and (layout is None or type(layout) is Layout):
+    if (
+        (type(code) is int or type(code) is Code)
+        and type(shape) is tuple
+        and (layout is None or type(layout) is Layout)
+    ):
         for d in shape:
             if type(d) is not int:
                 break
