@@ -30,6 +30,7 @@ __all__ = [
     "short_or_long",
     "show_int",
     "show_value",
+    "storage_error",
     "written_path",
 ]
 
@@ -133,6 +134,33 @@ def check_path(path: object) -> str:
             "TYPE", f"expected a str path without NUL characters, found {show_value(name)}"
         )
     raise KilnError("TYPE", f"expected a str or os.PathLike path, found {show_value(path)}")
+
+
+def storage_error(
+    src: np.ndarray,
+    index: int,
+    bits: int,
+    context: str = "",
+    *,
+    code: int | None = None,
+    shape: tuple[int, ...] | None = None,
+) -> KilnError:
+    """The TYPE error for the storage byte ``src[index]`` of a ``bits``-bit
+    element (4-bit codes, ONNX's 2- and 6-bit types) with bits set above the
+    element: the one wording, wherever such bytes are packed or decoded."""
+    limit = (1 << bits) - 1
+    found = int(src[index])
+    what = "the nibble" if bits == 4 else f"the {bits}-bit element"
+    return KilnError(
+        "TYPE",
+        f"{context}expected storage bytes 0x00-0x{limit:02x}, found 0x{found:02x} at element "
+        f"{index} (bits above {what}; kiln_np never masks them)",
+        code=code,
+        shape=shape,
+        expected=limit,
+        found=found,
+        index=index,
+    )
 
 
 def written_path(path: str) -> str:

@@ -76,7 +76,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _nibbles
-from ._checks import NEVER_CASTS, U8, byte_view, set_module, show_value
+from ._checks import NEVER_CASTS, U8, byte_view, set_module, show_value, storage_error
 from ._errors import KilnError
 from ._payload import PayloadInfo, payload_info
 from ._table import (
@@ -392,20 +392,6 @@ def _encode_into(arr: np.ndarray, row: DType, info: PayloadInfo, dst: np.ndarray
         np.copyto(dst.view(row.dtype).reshape(arr.shape), src)
 
 
-def _nibble_error(src: np.ndarray, bad: int, info: PayloadInfo) -> KilnError:
-    found = int(src[bad])
-    return KilnError(
-        "TYPE",
-        f"{info.context}expected storage bytes 0x00-0x0f, found 0x{found:02x} at element {bad} "
-        "(bits above the nibble; kiln_np never masks them)",
-        code=info.code,
-        shape=info.shape,
-        expected=15,
-        found=found,
-        index=bad,
-    )
-
-
 @set_module("kiln_np")
 def from_numpy(
     array: npt.ArrayLike,
@@ -474,7 +460,7 @@ def from_numpy(
             dst = np.empty(info.byte_length, U8)
             bad = _nibbles.pack_into(src, dst)
             if bad >= 0:
-                raise _nibble_error(src, bad, info)
+                raise storage_error(src, bad, 4, info.context, code=info.code, shape=info.shape)
             return Payload(info.code, dst.data.toreadonly(), info.shape)
     if code is None and layout is not None:
         raise KilnError("TYPE", f"a layout ({layout!r}) was given with code=None: {NEEDS_OPAQUE}")
@@ -520,7 +506,7 @@ def encode(arr: np.ndarray, info: PayloadInfo, out: object = None) -> Payload:
             if bad < 0:
                 _nibbles.pack_into(_nibbles.detach(src, dst), dst, checked=True)
         if bad >= 0:
-            raise _nibble_error(src, bad, info)
+            raise storage_error(src, bad, 4, info.context, code=info.code, shape=info.shape)
         return Payload(info.code, dst.data.toreadonly(), info.shape)  # dst: flat uint8
     if out is not None:
         _encode_into(arr, element, info, dst)

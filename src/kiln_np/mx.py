@@ -104,7 +104,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _nibbles
-from ._checks import byte_view, check_int, set_module, show_value
+from ._checks import byte_view, check_int, set_module, show_value, storage_error
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
 from ._payload import PayloadInfo, payload_info
@@ -334,14 +334,7 @@ def _values_source(values: object) -> _Source:
     # One read; on failure the first bad byte is found without a mask of it all.
     bad = _nibbles.first_above(flat, kind.codes - 1) if kind.codes < 256 else -1
     if bad >= 0:
-        raise KilnError(
-            "TYPE",
-            f"values: expected {kind.dtype} storage bytes 0x00-0x0f, found 0x{int(flat[bad]):02x} "
-            f"at element {bad} (bits above the nibble; kiln_np never masks them)",
-            expected=kind.codes - 1,
-            found=int(flat[bad]),
-            index=bad,
-        )
+        raise storage_error(flat, bad, 4, f"values: {kind.dtype}: ")
     return _Source(kind, flat, tuple(arr.shape), packed=False)
 
 

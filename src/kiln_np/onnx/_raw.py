@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kiln_np import _nibbles
-from kiln_np._checks import U8, byte_view, set_module, short_or_long, show_int
+from kiln_np._checks import U8, byte_view, set_module, short_or_long, show_int, storage_error
 from kiln_np._codec import Payload, as_array, check_content, decode, encode, readonly_view
 from kiln_np._errors import KilnError
 from kiln_np._payload import PayloadInfo, payload_info
@@ -94,15 +94,7 @@ def _pack_sub_byte(raw: RawType, values: np.ndarray, context: str) -> np.ndarray
     limit = (1 << raw.bits) - 1
     index = _nibbles.first_above(values, limit)  # bounded extra memory, even when bad
     if index >= 0:
-        found = int(values[index])
-        raise KilnError(
-            "TYPE",
-            f"{context}expected storage bytes 0x00-0x{limit:02x}, found 0x{found:02x} at "
-            f"element {index} (bits above the {raw.bits}-bit element; kiln_np never masks them)",
-            expected=limit,
-            found=found,
-            index=index,
-        )
+        raise storage_error(values, index, raw.bits, context)
     out = np.empty(raw.byte_length(values.size), U8)
     _PACK[raw.bits](values, out)
     return out
