@@ -105,7 +105,7 @@ import numpy.typing as npt
 
 from . import _nibbles
 from ._checks import byte_view, check_int, set_module, show_value, storage_error
-from ._codec import Payload, from_numpy, to_numpy
+from ._codec import Payload, from_numpy, readonly_view, to_numpy
 from ._errors import KilnError
 from ._payload import PayloadInfo, payload_info
 from ._table import Code, Layout, code_label
@@ -1006,15 +1006,9 @@ def from_ggml(payload: object) -> tuple[Payload, Payload]:
     vinfo = payload_info(Code.E2M1, (*lead, last * g.elements))
     sinfo = payload_info(g.scale.code, (*lead, last * g.header))
     return (
-        Payload(vinfo.code, _readonly(values), vinfo.shape),
-        Payload(sinfo.code, _readonly(scales), sinfo.shape),
+        Payload(vinfo.code, readonly_view(values), vinfo.shape),
+        Payload(sinfo.code, readonly_view(scales), sinfo.shape),
     )
-
-
-def _readonly(arr: np.ndarray) -> memoryview:
-    view = arr.reshape(-1).view()
-    view.flags.writeable = False
-    return view.data.cast("B")
 
 
 def _e2m1_bytes(values: object, what: str) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -1131,7 +1125,7 @@ def to_ggml(values: object, scales: object, *, layout: str | Layout) -> Payload:
         split = _kiln_to_split(kb[b0:b1], g.group)
         out["elements"][b0:b1] = split.reshape(-1).view(g.record["elements"])
     info = payload_info(g.code, (*vshape[:-1], vshape[-1] // g.elements), g.layout)
-    return Payload(info.code, _readonly(out), info.shape, info.layout)
+    return Payload(info.code, readonly_view(out), info.shape, info.layout)
 
 
 @set_module(_MODULE)
@@ -1209,8 +1203,8 @@ def from_gpt_oss(blocks: object, scales: object) -> tuple[Payload, Payload]:
     vinfo = payload_info(Code.E2M1, (*b.shape[:-2], b.shape[-2] * 32))
     sinfo = payload_info(Code.E8M0, tuple(s.shape))
     return (
-        Payload(vinfo.code, _readonly(np.ascontiguousarray(b)), vinfo.shape),
-        Payload(sinfo.code, _readonly(np.ascontiguousarray(s)), sinfo.shape),
+        Payload(vinfo.code, readonly_view(np.ascontiguousarray(b)), vinfo.shape),
+        Payload(sinfo.code, readonly_view(np.ascontiguousarray(s)), sinfo.shape),
     )
 
 
