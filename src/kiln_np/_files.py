@@ -75,6 +75,7 @@ __all__ = [
     "LazyPayload",
     "open_payload",
     "open_regular",
+    "open_regular_raw",
     "replacing",
     "write_all",
     "write_payload",
@@ -115,6 +116,16 @@ def open_regular(path: str) -> io.BufferedReader:
     ...     g.read()
     b''
     """
+    return os.fdopen(_regular_fd(path), "rb")
+
+
+def open_regular_raw(path: str) -> io.FileIO:
+    """:func:`open_regular`, unbuffered: the raw file, for ``readinto`` and
+    ``os.copy_file_range`` (the weight-file readers and writers)."""
+    return io.FileIO(_regular_fd(path), "r")
+
+
+def _regular_fd(path: str) -> int:
     check_regular_file(path)
     flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
     fd = os.open(path, flags)
@@ -123,7 +134,7 @@ def open_regular(path: str) -> io.BufferedReader:
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "rb")
+    return fd
 
 
 def _check_file_length(path: str, info: PayloadInfo, size: int, exact: bool) -> None:

@@ -93,7 +93,7 @@ from ._checks import (
 )
 from ._codec import Payload, from_numpy, to_numpy
 from ._errors import KilnError
-from ._files import TEMP_SUFFIX
+from ._files import TEMP_SUFFIX, open_regular_raw
 from ._foreign import foreign_for_dtype
 from ._payload import PayloadInfo, payload_info
 from ._table import Layout, code_label
@@ -108,7 +108,6 @@ __all__ = [
     "building_directory",
     "decode_metadata",
     "encode_metadata",
-    "open_regular",
     "open_weights",
     "parse_json",
     "save_weights",
@@ -131,19 +130,6 @@ Progress = Callable[[int], None]
 
 
 # -- maps ---------------------------------------------------------------------------
-
-
-def open_regular(path: str) -> io.FileIO:
-    """Open ``path`` for reading, unbuffered, only if it is a regular file (TYPE
-    otherwise): checked before opening (opening a FIFO blocks) and after."""
-    check_regular_file(path)
-    f = open(path, "rb", buffering=0)  # noqa: SIM115 - returned to a with block
-    try:
-        check_regular_file(path, f.fileno())
-    except BaseException:
-        f.close()
-        raise
-    return f
 
 
 class MappedFile:
@@ -184,7 +170,7 @@ class MappedFile:
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset``, read (not mapped): for headers.  Fewer
         come back when the file ends first."""
-        with open_regular(self.path) as f:
+        with open_regular_raw(self.path) as f:
             return os.pread(f.fileno(), length, offset)
 
     def view(self, offset: int, length: int) -> memoryview:
@@ -201,7 +187,7 @@ class MappedFile:
     def _map_file(self, needed: int) -> None:
         if self.closed:
             raise ValueError(f"{self.path!r}: the weight file was closed")
-        with open_regular(self.path) as f:
+        with open_regular_raw(self.path) as f:
             size = os.fstat(f.fileno()).st_size
             if size < max(needed, self.stop):
                 raise KilnError(
@@ -540,7 +526,7 @@ class TensorSource(NamedTuple):
                     progress(len(piece))
             return
         assert self.path is not None
-        with open_regular(self.path) as src:
+        with open_regular_raw(self.path) as src:
             done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
             if done < n:
                 done += _copy_through(src, self.info.offset + done, n - done, fd, progress)
@@ -609,7 +595,7 @@ def sha256_file(path: str) -> str:
     """The hex SHA-256 of a file, read with ``readinto`` a bounded chunk at a time."""
     hasher = hashlib.sha256()
     view = _buffer()
-    with open_regular(path) as f:
+    with open_regular_raw(path) as f:
         while got := f.readinto(view):
             hasher.update(view[:got])
     return hasher.hexdigest()
@@ -1032,7 +1018,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
             f"or one *{safetensors.INDEX_SUFFIX} (a sharded safetensors checkpoint), "
             f"found {found}",
         )
-    with open_regular(name) as f:
+    with open_regular_raw(name) as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(_HEAD)
     base = os.path.basename(name)
@@ -1112,7 +1098,7 @@ def _open_onnx(path: str, head: bytes) -> Weights:
 def _open_kiln(directory: str, verify: bool) -> Weights:
     manifest = os.path.join(directory, MANIFEST)
     where = f"{manifest!r}: "
-    with open_regular(manifest) as f:
+    with open_regular_raw(manifest) as f:
         doc = parse_json(f.read(), where)
     if not isinstance(doc, dict) or doc.get("format") not in (
         _MANIFEST_FORMAT,
@@ -1227,7 +1213,7 @@ def _kiln_tensor(
 def _kiln_files(directory: str) -> set[str] | None:
     """What a previous Kiln directory save wrote (its manifest and payload files)."""
     try:
-        with open_regular(os.path.join(directory, MANIFEST)) as f:
+        with open_regular_raw(os.path.join(directory, MANIFEST)) as f:
             doc = json.loads(f.read())
         return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
     except (OSError, ValueError, TypeError, KeyError, RecursionError):  # KilnError too

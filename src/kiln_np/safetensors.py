@@ -66,7 +66,7 @@ from typing import Any
 
 from ._checks import check_int, check_path, set_module, show_value, written_path
 from ._errors import KilnError
-from ._files import replacing
+from ._files import open_regular_raw, replacing
 from ._foreign import FOREIGN_BY_NAME
 from ._payload import PayloadInfo, payload_info
 from ._table import Code, Layout, code_label
@@ -77,7 +77,6 @@ from ._weights import (
     Weights,
     WeightTensor,
     building_directory,
-    open_regular,
     parse_json,
     tensor_sources,
 )
@@ -277,7 +276,7 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
 
 def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str]]:
     where = f"{path!r}: "
-    with open_regular(path) as f:
+    with open_regular_raw(path) as f:
         size = os.fstat(f.fileno()).st_size
         first = f.read(_SIZE_BYTES)
         if len(first) < _SIZE_BYTES:
@@ -412,7 +411,7 @@ def _entry(
 
 def _open_index(path: str) -> Weights:
     where = f"{path!r}: "
-    with open_regular(path) as f:
+    with open_regular_raw(path) as f:
         index = parse_json(f.read(), where)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not (
@@ -644,7 +643,7 @@ def _shard(
 def _index_files(directory: str) -> set[str] | None:
     """What a previous sharded save wrote: the index and the shards it names."""
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
-        with open_regular(os.path.join(directory, "model" + INDEX_SUFFIX)) as f:
+        with open_regular_raw(os.path.join(directory, "model" + INDEX_SUFFIX)) as f:
             weight_map = json.loads(f.read())["weight_map"]
         return {"model" + INDEX_SUFFIX, *map(str, weight_map.values())}
     return None
