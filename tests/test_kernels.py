@@ -10,9 +10,14 @@ the byte checks), the GIL-release size, the thread granule and the numpy chunk.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shlex
+import subprocess
+import sysconfig
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -20,7 +25,7 @@ import numpy as np
 import pytest
 
 import kiln_np
-from kiln_np import KilnError, _kernels, _nibbles
+from kiln_np import KilnError, _kernels, _nibbles, mx
 
 BLOCK = 4096  # the C loops' block, in lanes (pack) and in bytes (first_above)
 Outcome = tuple[Any, ...]  # ("array", dtype, shape, bytes), ("error", kind, index, ...)
@@ -355,3 +360,134 @@ def test_mxfp4_kernel_refuses_bad_calls() -> None:
         _kernels.mxfp4_to_float32(np.zeros(31, np.uint8), scales, out, 32, 1, 0, 2)
     with pytest.raises(ValueError, match="out holds 252 bytes"):
         _kernels.mxfp4_to_float32(np.zeros(32, np.uint8), scales, out[1:], 32, 1, 0, 2)
+
+
+# -- GGUF MXFP4 / NVFP4 repacking (for kiln_np.mx) ---------------------------------------------
+
+GGML = {  # layout name: (code, block bytes, scale bytes)
+    "ggml.mxfp4": (0x4727, 17, 1),
+    "ggml.nvfp4": (0x4728, 36, 4),
+}
+
+
+def ggml_blocks(name: str, count: int, seed: int = 0) -> np.ndarray:
+    """``count`` blocks whose bytes take every value in every position (a shifted
+    ramp), then random."""
+    size = GGML[name][1]
+    ramp = (np.arange(count)[:, None] * 7 + np.arange(size)) % 256
+    noise = np.random.default_rng(seed).integers(0, 256, (count, size))
+    return np.where(np.arange(count)[:, None] < 256, ramp, noise).astype(np.uint8)
+
+
+def ggml_payload(name: str, blocks: np.ndarray) -> kiln_np.Payload:
+    code, size, _ = GGML[name]
+    return kiln_np.Payload(
+        code, memoryview(blocks.tobytes()), (blocks.shape[0],), kiln_np.Layout(name, size)
+    )
+
+
+def repacked(name: str, payload: kiln_np.Payload) -> tuple[bytes, bytes, bytes]:
+    """from_ggml's two payloads, then to_ggml of them, as bytes."""
+    values, scales = mx.from_ggml(payload)
+    back = mx.to_ggml(values, scales, layout=name)
+    return bytes(values.data), bytes(scales.data), bytes(back.data)
+
+
+@pytest.mark.parametrize("name", sorted(GGML))
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 257, 1001])
+def test_repack_agrees_with_numpy(
+    monkeypatch: pytest.MonkeyPatch, tiny: None, threads: int, name: str, count: int
+) -> None:
+    blocks = ggml_blocks(name, count)
+    got = both(monkeypatch, lambda: repacked(name, ggml_payload(name, blocks)))
+    assert got[0] == "value"
+    assert got[1][2] == blocks.tobytes()  # a bit move both ways
+
+
+@pytest.mark.parametrize("name", sorted(GGML))
+def test_repack_real_thread_ranges(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    # Just over the compiled threading threshold, on the real granule: the ranges'
+    # block boundaries fall inside blocks of lanes.
+    body = GGML[name][1] - GGML[name][2]
+    count = (_nibbles.COMPILED_THREAD_MIN_LANES + 3 * _nibbles.COMPILED_GRANULE) // body + 1
+    monkeypatch.setattr(_nibbles, "_threads", lambda: 3)
+    blocks = ggml_blocks(name, count, seed=5)
+    got = both(monkeypatch, lambda: repacked(name, ggml_payload(name, blocks)))
+    assert got[1][2] == blocks.tobytes()
+
+
+@pytest.mark.parametrize("name", sorted(GGML))
+def test_repack_misaligned_and_strided_inputs(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    blocks = ggml_blocks(name, 40, seed=2)
+    size = GGML[name][1]
+    backing = bytearray(1) + blocks.tobytes()  # the payload starts one byte into its buffer
+    payload = kiln_np.Payload(
+        GGML[name][0], memoryview(backing)[1:], (40,), kiln_np.Layout(name, size)
+    )
+    values, scales = mx.from_ggml(payload)
+    v = kiln_np.to_numpy(*values)
+    wide = np.zeros((2, *v.shape), v.dtype)
+    wide[0] = v  # every other row of wide: a values array that is a strided view
+    s = kiln_np.to_numpy(*scales)
+    odd = np.zeros(s.nbytes + 1, np.uint8)
+    odd[1:] = s.view(np.uint8).reshape(-1)  # scales one byte into their buffer
+    s_odd = odd[1:].view(s.dtype).reshape(s.shape)
+    got = both(monkeypatch, lambda: mx.to_ggml(wide[::2][0], s_odd, layout=name))
+    assert got == ("payload", blocks.tobytes(), (40,))
+
+
+def test_repack_kernel_refuses_bad_calls() -> None:
+    ggml = np.zeros(34, np.uint8)
+    values = np.full(32, 0xA5, np.uint8)
+    scales = np.full(2, 0xA5, np.uint8)
+    with pytest.raises(ValueError, match="block_bytes must be 17"):
+        _kernels.repack(ggml, values, scales, 18, 1, 0, 2)
+    with pytest.raises(ValueError, match="range"):
+        _kernels.repack(ggml, values, scales, 17, 1, 2, 1)
+    with pytest.raises(ValueError, match="ggml holds 34 bytes"):
+        _kernels.repack(ggml, values, scales, 17, 1, 0, 3)
+    with pytest.raises(ValueError, match="values holds 31 bytes"):
+        _kernels.repack(ggml, values[1:], scales, 17, 1, 0, 2)
+    with pytest.raises(ValueError, match="scales holds 1 bytes"):
+        _kernels.repack(ggml, values, scales[1:], 17, 1, 0, 2)
+    with pytest.raises(ValueError, match="read-only"):
+        _kernels.repack(ggml, values, np.frombuffer(bytes(2), np.uint8), 17, 1, 0, 2)
+    with pytest.raises(ValueError, match="read-only"):
+        _kernels.repack(np.frombuffer(bytes(34), np.uint8), values, scales, 17, 0, 0, 2)
+    with pytest.raises(ValueError, match="range"):
+        _kernels.repack(ggml, values, scales, 36, 0, 0, 2**62)
+    assert values.tobytes() == b"\xa5" * 32
+    assert scales.tobytes() == b"\xa5" * 2
+    _kernels.repack(np.frombuffer(bytes(34), np.uint8), values, scales, 17, 1, 0, 2)  # reads ggml
+    assert values.tobytes() == bytes(32)
+    assert scales.tobytes() == bytes(2)
+
+
+def test_the_bytewise_repack_of_other_compilers(tmp_path: Path) -> None:
+    # Compilers without GNU C vector extensions (MSVC) build the byte-at-a-time
+    # repack; -DKILN_NP_BYTEWISE builds that variant here, with the compiler and
+    # flags that built the extension, and it must move the same bits.
+    source = Path(__file__).parents[1] / "src" / "kiln_np" / "_kernels.c"
+    target = tmp_path / f"_kernels{sysconfig.get_config_var('EXT_SUFFIX')}"
+    compiler = shlex.split(sysconfig.get_config_var("CC"))
+    include = sysconfig.get_paths()["include"]
+    flags = ["-O1", "-shared", "-fPIC", "-DKILN_NP_BYTEWISE", f"-I{include}"]
+    subprocess.run([*compiler, *flags, str(source), "-o", str(target)], check=True)
+    spec = importlib.util.spec_from_file_location("_kernels", target)
+    assert spec is not None
+    assert spec.loader is not None
+    bytewise = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bytewise)
+    for name, (_, size, header) in GGML.items():
+        count = 301
+        blocks = ggml_blocks(name, count).reshape(-1)
+        results = []
+        for kernels in (_kernels, bytewise):
+            values = np.zeros(count * (size - header), np.uint8)
+            scales = np.zeros(count * header, np.uint8)
+            kernels.repack(blocks, values, scales, size, 1, 0, count)
+            back = np.zeros_like(blocks)
+            kernels.repack(back, values, scales, size, 0, 0, count)
+            results.append((values.tobytes(), scales.tobytes(), back.tobytes()))
+        assert results[0] == results[1]
+        assert results[0][2] == blocks.tobytes()

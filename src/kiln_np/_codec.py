@@ -69,7 +69,9 @@ written bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,6 +94,11 @@ from ._table import (
     resolve,
     row_for_dtype,
 )
+
+# to_numpy's small-call path calls the compiled unpack directly; when it was not
+# built, _nibbles.COMPILED is False and nothing here calls it.
+with contextlib.suppress(ImportError):
+    from . import _kernels
 
 __all__ = [
     "BIG_ENDIAN_HOST",
@@ -167,9 +174,21 @@ class Payload(NamedTuple):
         )
 
 
+# numpy functions on the small-call paths, bound once: reading them off the numpy
+# module on every call measured 20-40 ns slower than a global of this module.
+_frombuffer = np.frombuffer
+_empty = np.empty
+
+# Payload(...) runs namedtuple's __new__, a Python function: the fast paths make
+# the same tuple without it, _new_payload((code, data, shape, layout)).
+_new_payload = partial(tuple.__new__, Payload)
+
 # Whole-byte codes other than bool, by their exact (explicitly little-endian or
 # one-byte) dtype: the rows from_numpy's fast path can write as a plain view.
 _PLAIN_CODES = {row.dtype: row.code for row in DTYPES if payload_info(int(row.code), ()).plain_view}
+# Those of numpy's own types, whose arrays export a buffer that casts to bytes
+# (ml_dtypes' types export none).
+_BUFFER_CODES = {dtype: code for dtype, code in _PLAIN_CODES.items() if dtype.isbuiltin == 1}
 # The 4-bit codes by their ml_dtypes dtype: from_numpy's fast path packs these.
 _PACKED_CODES = {row.dtype: int(row.code) for row in DTYPES if row.packed}
 
@@ -197,7 +216,7 @@ def check_content(info: PayloadInfo, src: np.ndarray) -> None:
     """What Kiln requires of a payload's bytes beyond their count, checked
     without decoding: bool bytes 0 or 1, and the padding nibble of an odd 4-bit
     count 0 (TYPE).  ``src`` is already exactly ``info.byte_length`` bytes."""
-    if info.element.packed:
+    if info.packed:
         if info.count % 2:  # only an odd count has a padding nibble to check
             _nibbles.check_padding(src, info.count, info.context)
     elif info.code == Code.BOOL:
@@ -263,35 +282,45 @@ def to_numpy(
     1.0
     """
     info = payload_info(code, shape, layout)
-    if type(buf) is bytes and info.plain_view and not BIG_ENDIAN_HOST:
-        # The common case in fewer calls: the same checks (the buffer's type,
-        # its length), and the view made straight from the bytes.
+    if type(buf) is bytes:
+        # The common case in fewer steps: the same checks in the same order
+        # (bytes are always a flat byte buffer; its length; the content), the
+        # array made straight from the bytes, with no uint8 view in between.
         if len(buf) != info.byte_length:
             raise info.length_error(len(buf))
-        arr = np.frombuffer(buf, info.dtype)
-        if len(info.shape) != 1:  # a 1-D shape is already frombuffer's (count,)
-            arr = arr.reshape(info.shape)
-        return arr.copy() if copy else arr
-    if type(buf) is bytes and info.element.packed:
-        # 4-bit codes from bytes: the same checks (length, then the padding
-        # nibble), unpacked straight from the bytes into the decoded shape.
-        if len(buf) != info.byte_length:
-            raise info.length_error(len(buf))
-        if info.count % 2:  # only an odd count has a padding nibble to check
-            _nibbles.check_padding(buf, info.count, info.context)
-        if _nibbles.COMPILED:  # the kernel writes any 1-byte buffer: no view needed
-            out = np.empty(info.shape, info.dtype)
-            _nibbles.unpack_into(buf, out, info.count)
-            return out
-        out = np.empty(info.shape, U8)
-        _nibbles.unpack_into(buf, out, info.count)
-        return out.view(info.dtype)
+        if info.plain_view and not BIG_ENDIAN_HOST:
+            arr = _frombuffer(buf, info.dtype)
+            if len(info.shape) != 1:  # a 1-D shape is already frombuffer's (count,)
+                arr = arr.reshape(info.shape)
+            return arr.copy() if copy else arr
+        if info.packed:
+            return _unpack_bytes(buf, info)
     try:
         src = byte_view(buf, "buf")
     except KilnError as exc:
         raise exc.prefixed(info.context, code=int(info.code), shape=info.shape) from exc.__cause__
     info.check_length(src.size)
     return decode(info, src, copy=copy)
+
+
+def _unpack_bytes(buf: bytes, info: PayloadInfo) -> np.ndarray:
+    """:func:`decode` of a 4-bit payload given as ``bytes`` of the right length:
+    the padding check, then the unpack straight into the decoded array."""
+    count = info.count
+    if count % 2 and buf[-1] > 0x0F:  # only an odd count has a padding nibble
+        _nibbles.check_padding(buf, count, info.context)  # raises
+    if not _nibbles.COMPILED:
+        out = _empty(info.shape, U8)
+        _nibbles.unpack_into(buf, out, count)
+        return out.view(info.dtype)
+    # The compiled kernel writes any 1-byte buffer, so the ml_dtypes array
+    # itself; below the threading threshold, one kernel call is all of it.
+    out = _empty(info.shape, info.dtype)
+    if count < 2 * _nibbles.COMPILED_THREAD_MIN_LANES:
+        _kernels.unpack(buf, out, 0, count)
+    else:
+        _nibbles.unpack_into(buf, out, count)
+    return out
 
 
 def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndarray:
@@ -302,12 +331,21 @@ def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndar
         blocks = src.reshape(info.decoded_shape)
         return blocks.copy() if copy else blocks
     check_content(info, src)
-    if element.packed:
+    if info.packed:
         out = np.empty(info.shape, U8)  # the decoded shape at once: no reshape after
         _nibbles.unpack_into(src, out, info.count)
         return out.view(element.dtype)
     arr = host_order(src, element).reshape(info.shape)
     return arr.copy() if copy else arr
+
+
+def _pack_array(array: np.ndarray, dst: np.ndarray, count: int) -> int:
+    """:func:`_nibbles.pack_into` of the C-contiguous 4-bit ``array``: the first
+    storage byte above 0x0f, or -1.  The compiled kernel reads the array's
+    bytes as they are, so below the threading threshold it needs no uint8 view."""
+    if _nibbles.COMPILED and count < 2 * _nibbles.COMPILED_THREAD_MIN_LANES:
+        return _kernels.pack(array, dst, 0, count)
+    return _nibbles.pack_into(array.reshape(-1).view(U8), dst)
 
 
 def as_array(array: object) -> np.ndarray:
@@ -445,9 +483,17 @@ def from_numpy(
     >>> buf.hex(" ")
     '00 00 80 3f'
     """
-    if code is None and out is None and type(array) is np.ndarray and layout is None:
+    if code is None and out is None and layout is None and type(array) is np.ndarray:
         # The common case in fewer calls: a plain array of a whole-byte,
         # non-bool code in C order; the same lookups, without the general path.
+        numpy_code = _BUFFER_CODES.get(array.dtype)
+        if numpy_code is not None:
+            # The array's own buffer cast to bytes, as readonly_view does for
+            # numpy's types; the cast needs C order (numpy's own rule, ignoring
+            # axes of length 1) and a nonzero size, else the path below.
+            data = array.data
+            if data.c_contiguous and data.nbytes:
+                return _new_payload((numpy_code, data.cast("B").toreadonly(), array.shape, None))
         plain = _PLAIN_CODES.get(array.dtype)
         if plain is not None and array.flags.c_contiguous and not BIG_ENDIAN_HOST:
             return Payload(plain, readonly_view(array), array.shape)
@@ -456,12 +502,12 @@ def from_numpy(
             # A C-order 4-bit array: the same description, the same check (fused
             # into the pack) and error as encode's, without the general path.
             info = payload_info(packed, array.shape)
-            src = array.reshape(-1).view(U8)
-            dst = np.empty(info.byte_length, U8)
-            bad = _nibbles.pack_into(src, dst)
+            dst = _empty(info.byte_length, U8)
+            bad = _pack_array(array, dst, info.count)
             if bad >= 0:
+                src = array.reshape(-1).view(U8)
                 raise storage_error(src, bad, 4, info.context, code=info.code, shape=info.shape)
-            return Payload(info.code, dst.data.toreadonly(), info.shape)
+            return _new_payload((info.code, dst.data.toreadonly(), info.shape, None))
     if code is None and layout is not None:
         raise KilnError("TYPE", f"a layout ({layout!r}) was given with code=None: {NEEDS_OPAQUE}")
     wanted = None if code is None else resolve(code, layout)

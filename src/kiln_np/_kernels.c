@@ -12,7 +12,8 @@
  * The caller (kiln_np._nibbles) guarantees that source and destination do not
  * overlap (it copies the source first when they do); the bounds of every
  * range are checked here all the same, so a wrong call is a ValueError, never
- * a stray write.
+ * a stray write.  The ONNX 2- and 6-bit kernels (the section before the method
+ * table) serve kiln_np.onnx._subbyte, whose callers always write into a new array.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -94,6 +95,11 @@ static int check_fits(const char *what, Py_ssize_t need, Py_ssize_t have) {
 #endif
 #ifndef VECTOR_CLONES
 #define VECTOR_CLONES
+#endif
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
 #endif
 
 VECTOR_CLONES
@@ -187,6 +193,163 @@ static void mxfp4_loop(const uint8_t *restrict v, const uint8_t *restrict s, flo
                 o[j] = E2M1[b[j] & 0x0F] * scale;
             }
         }
+    }
+}
+
+/* GGUF MXFP4 / NVFP4 <-> Kiln repacking.  A GGUF block is `header` scale bytes, then
+ * its element bytes in half-split groups of G bytes (G = 16 for MXFP4, 8 for NVFP4):
+ * byte j of a group holds element j in its low nibble and element j + G in its high
+ * nibble.  Kiln packs consecutive elements, the earlier in the low nibble, so the first
+ * half of a Kiln group is the low nibbles of the group's even and odd bytes, paired, and
+ * the second half their high nibbles.  Pure bit moves, 32 bytes a step (two MXFP4
+ * blocks, one NVFP4 block): two byte shuffles within 16-byte halves and a few masks,
+ * written with GNU C vector extensions (GCC, Clang), which become vpshufb with AVX2,
+ * pshufb with SSSE3 and tbl on ARM; other compilers (and a build with -DKILN_NP_BYTEWISE,
+ * which the tests use to check that variant) get the same moves a byte at a time. */
+#if defined(__GNUC__) && !defined(KILN_NP_BYTEWISE)
+typedef uint8_t V32 __attribute__((vector_size(32)));
+typedef uint8_t V16 __attribute__((vector_size(16)));
+typedef uint16_t W16 __attribute__((vector_size(32)));
+#if defined(__clang__) || __GNUC__ >= 12
+#define SHUFFLE(v, ...) __builtin_shufflevector((v), (v), __VA_ARGS__)
+/* v = 16 bytes at s0, then 16 at s1: two loads and one insert, no trip through memory. */
+#define JOIN(v, s0, s1)                                                                       \
+    do {                                                                                      \
+        V16 lo_, hi_;                                                                         \
+        memcpy(&lo_, (s0), 16);                                                               \
+        memcpy(&hi_, (s1), 16);                                                               \
+        (v) = __builtin_shufflevector(lo_, hi_, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,  \
+                                      14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, \
+                                      28, 29, 30, 31);                                        \
+    } while (0)
+#else
+#define SHUFFLE(v, ...) __builtin_shuffle((v), (V32){__VA_ARGS__})
+#define JOIN(v, s0, s1)                         \
+    do {                                        \
+        memcpy(&(v), (s0), 16);                 \
+        memcpy((uint8_t *)&(v) + 16, (s1), 16); \
+    } while (0)
+#endif
+/* A 16-byte pattern in both halves: as is (masks), or shifted into the upper half
+ * (shuffle indices, which stay within their half). */
+#define BOTH(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p) \
+    a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p
+#define HALVES(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p)                                  \
+    a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, a + 16, b + 16, c + 16, d + 16, e + 16,     \
+        f + 16, g + 16, h + 16, i + 16, j + 16, k + 16, l + 16, m + 16, n + 16, o + 16, p + 16
+#define SPLAT(x) ((V32){BOTH(x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x)})
+
+/* `low` selects the output bytes that take low nibbles; `a` holds, for each output
+ * byte, the input byte whose nibble goes to its low half, `b` the one for its high
+ * half.  The shifts work on 16-bit lanes (x86 has no byte shift): the bits that cross
+ * into the neighbouring byte are the ones the masks drop.  (A macro, not a function:
+ * a 32-byte vector never crosses a call.) */
+#define TAKE_NIBBLES(a, b, low)                                                          \
+    (((a) & ((low) & SPLAT(0x0F))) | ((V32)((W16)(a) >> 4) & (~(low) & SPLAT(0x0F))) | \
+     ((V32)((W16)(b) << 4) & ((low) & SPLAT(0xF0))) | ((b) & (~(low) & SPLAT(0xF0))))
+
+/* 16 bytes from s0 and 16 from s1 (one MXFP4 group each, or two NVFP4 groups each)
+ * to d0 and d1. */
+static ALWAYS_INLINE void repack32(const uint8_t *s0, const uint8_t *s1, uint8_t *d0,
+                                   uint8_t *d1, int group, int to_kiln) {
+    V32 v, a, b, low;
+    JOIN(v, s0, s1);
+    if (to_kiln && group == 16) {
+        a = SHUFFLE(v, HALVES(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14));
+        b = SHUFFLE(v, HALVES(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15));
+        low = (V32){BOTH(255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 0)};
+    } else if (to_kiln) {
+        a = SHUFFLE(v, HALVES(0, 2, 4, 6, 0, 2, 4, 6, 8, 10, 12, 14, 8, 10, 12, 14));
+        b = SHUFFLE(v, HALVES(1, 3, 5, 7, 1, 3, 5, 7, 9, 11, 13, 15, 9, 11, 13, 15));
+        low = (V32){BOTH(255, 255, 255, 255, 0, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 0)};
+    } else if (group == 16) {
+        a = SHUFFLE(v, HALVES(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+        b = SHUFFLE(v, HALVES(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+        low = (V32){BOTH(255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0)};
+    } else {
+        a = SHUFFLE(v, HALVES(0, 0, 1, 1, 2, 2, 3, 3, 8, 8, 9, 9, 10, 10, 11, 11));
+        b = SHUFFLE(v, HALVES(4, 4, 5, 5, 6, 6, 7, 7, 12, 12, 13, 13, 14, 14, 15, 15));
+        low = (V32){BOTH(255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0)};
+    }
+    const V32 out = TAKE_NIBBLES(a, b, low);
+    memcpy(d0, &out, 16);
+    memcpy(d1, (uint8_t *)&out + 16, 16);
+}
+#else
+static void repack16(const uint8_t *s, uint8_t *d, int group, int to_kiln) {
+    const int half = group / 2;
+    for (int i = 0; i < 16; i++) {
+        const int base = i - i % group, j = i % group;
+        if (to_kiln) { /* Kiln byte j < G/2: elements 2j, 2j + 1; else the pair G higher */
+            const int first = j < half, pair = base + 2 * (first ? j : j - half);
+            const int shift = first ? 0 : 4;
+            d[i] = (uint8_t)(((s[pair] >> shift) & 0x0F) | (((s[pair + 1] >> shift) & 0x0F) << 4));
+        } else { /* split byte j: element j and element j + G */
+            const int shift = 4 * (j & 1);
+            d[i] = (uint8_t)(((s[base + j / 2] >> shift) & 0x0F) |
+                             (((s[base + half + j / 2] >> shift) & 0x0F) << 4));
+        }
+    }
+}
+
+static void repack32(const uint8_t *s0, const uint8_t *s1, uint8_t *d0, uint8_t *d1, int group,
+                     int to_kiln) {
+    uint8_t tmp[16];
+    memcpy(tmp, s1, 16); /* s1 may be s0 (the last MXFP4 block of an odd count) */
+    repack16(s0, d0, group, to_kiln);
+    repack16(tmp, d1, group, to_kiln);
+}
+#endif
+
+/* Blocks [0, blocks) of GGUF `ggml` to (to_kiln) or from Kiln `values` (the element
+ * bytes of each block, 16 * pairs of them) and `scales` (header bytes per block).
+ * Inlined into one loop per layout, so the sizes are constants there.  Each step takes
+ * 32 element bytes: two blocks of 16, or one of 32; an odd last MXFP4 block goes through
+ * a scratch half. */
+static ALWAYS_INLINE void repack_loop(uint8_t *restrict ggml, uint8_t *restrict values,
+                                      uint8_t *restrict scales, Py_ssize_t blocks,
+                                      int block_bytes, int header, int group, int to_kiln) {
+    const int body = block_bytes - header;
+    const int step = 32 / body;  /* blocks per step: 2 or 1 */
+    uint8_t spare[16];
+    for (Py_ssize_t k = 0; k < blocks; k += step) {
+        const int both = k + step <= blocks;
+        uint8_t *b0 = ggml + k * block_bytes + header;
+        uint8_t *b1 = step == 2 ? (both ? b0 + block_bytes : spare) : b0 + 16;
+        uint8_t *v0 = values + k * body;
+        uint8_t *v1 = both ? v0 + 16 : spare;
+        if (to_kiln) {
+            repack32(b0, both ? b1 : b0, v0, v1, group, 1);
+        } else {
+            repack32(v0, both ? v1 : v0, b0, b1, group, 0);
+        }
+        for (Py_ssize_t j = k; j < k + step && j < blocks; j++) {
+            if (to_kiln) {
+                memcpy(scales + j * header, ggml + j * block_bytes, header);
+            } else {
+                memcpy(ggml + j * block_bytes, scales + j * header, header);
+            }
+        }
+    }
+}
+
+VECTOR_CLONES
+static void repack_mxfp4(uint8_t *restrict ggml, uint8_t *restrict values,
+                         uint8_t *restrict scales, Py_ssize_t blocks, int to_kiln) {
+    if (to_kiln) {
+        repack_loop(ggml, values, scales, blocks, 17, 1, 16, 1);
+    } else {
+        repack_loop(ggml, values, scales, blocks, 17, 1, 16, 0);
+    }
+}
+
+VECTOR_CLONES
+static void repack_nvfp4(uint8_t *restrict ggml, uint8_t *restrict values,
+                         uint8_t *restrict scales, Py_ssize_t blocks, int to_kiln) {
+    if (to_kiln) {
+        repack_loop(ggml, values, scales, blocks, 36, 4, 8, 1);
+    } else {
+        repack_loop(ggml, values, scales, blocks, 36, 4, 8, 0);
     }
 }
 
@@ -355,12 +518,273 @@ static PyObject *mxfp4_to_float32(PyObject *Py_UNUSED(module), PyObject *const *
     return result;
 }
 
+PyDoc_STRVAR(repack_doc,
+    "repack(ggml, values, scales, block_bytes, to_kiln, lo, hi)\n--\n\n"
+    "Blocks [lo, hi) of a GGUF MXFP4 (block_bytes 17: 1 scale byte, 16 element bytes) or\n"
+    "NVFP4 (36: 4 scale bytes, 32 element bytes) payload, to (to_kiln true) or from Kiln's\n"
+    "packed e2m1 values (the element bytes of each block, consecutive elements low nibble\n"
+    "first) and its scale bytes.  Writes values and scales, or ggml; the buffers must not\n"
+    "overlap.");
+
+static PyObject *repack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t block_bytes, to_kiln, lo, hi;
+    if (check_nargs("repack", nargs, 7) < 0 || get_index(args[3], &block_bytes) < 0 ||
+        get_index(args[4], &to_kiln) < 0 || get_index(args[5], &lo) < 0 ||
+        get_index(args[6], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (block_bytes != 17 && block_bytes != 36) {
+        PyErr_Format(PyExc_ValueError, "block_bytes must be 17 (MXFP4) or 36 (NVFP4), got %zd",
+                     block_bytes);
+        return NULL;
+    }
+    const Py_ssize_t header = block_bytes == 17 ? 1 : 4, body = block_bytes - header;
+    if (hi > PY_SSIZE_T_MAX / block_bytes) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    const int write_kiln = to_kiln != 0;
+    Py_buffer ggml, values, scales;
+    if (PyObject_GetBuffer(args[0], &ggml, PyBUF_C_CONTIGUOUS | (write_kiln ? 0 : PyBUF_WRITABLE)) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &values, PyBUF_C_CONTIGUOUS | (write_kiln ? PyBUF_WRITABLE : 0)) < 0) {
+        PyBuffer_Release(&ggml);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &scales, PyBUF_C_CONTIGUOUS | (write_kiln ? PyBUF_WRITABLE : 0)) < 0) {
+        PyBuffer_Release(&ggml);
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("ggml", hi * block_bytes, ggml.len) == 0 &&
+        check_fits("values", hi * body, values.len) == 0 &&
+        check_fits("scales", hi * header, scales.len) == 0) {
+        uint8_t *g = (uint8_t *)ggml.buf + lo * block_bytes;
+        uint8_t *v = (uint8_t *)values.buf + lo * body;
+        uint8_t *s = (uint8_t *)scales.buf + lo * header;
+        void (*loop)(uint8_t *, uint8_t *, uint8_t *, Py_ssize_t, int) =
+            block_bytes == 17 ? repack_mxfp4 : repack_nvfp4;
+        if ((hi - lo) * block_bytes > GIL_FREE_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            loop(g, v, s, hi - lo, write_kiln);
+            Py_END_ALLOW_THREADS
+        } else {
+            loop(g, v, s, hi - lo, write_kiln);
+        }
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&ggml);
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&scales);
+    return result;
+}
+
+/* ---- ONNX 2- and 6-bit elements (kiln_np.onnx._subbyte) ----------------------------
+ *
+ * Unpacked, an element is one byte holding its bits in the low bits.  Packed, ONNX
+ * puts 2-bit elements four to a byte (x0 | x1 << 2 | x2 << 4 | x3 << 6) and 6-bit
+ * elements in one little-endian bit stream, four in three bytes.  A range [lo, hi)
+ * of elements starts on a group of four (lo % 4 == 0); a hi that is not a multiple
+ * of 4 ends in a partial last byte (2-bit) or group (6-bit), its unused bits 0.
+ * Pack takes values checked by the caller (first_above: the check before any output
+ * exists keeps a rejection cheap; fused into the pack it saved 1.1-1.3x at most); a
+ * value with bits above the element gives unspecified bytes, never a stray write. */
+
+/* The fields of a 2-bit byte spread to the four bytes of a word (b | b << 6 | ...,
+ * masked), stored as one 32-bit word: GCC vectorizes that with widening loads, about
+ * 10x faster than four interleaved byte stores.  LE32 puts field 0 in the word's first
+ * byte on either byte order. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define LE32(w) __builtin_bswap32(w)
+#else
+#define LE32(w) (w)
+#endif
+
+VECTOR_CLONES
+static void unpack2_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_ssize_t nbytes) {
+    for (Py_ssize_t i = 0; i < nbytes; i++) {
+        const uint32_t b = s[i];
+        const uint32_t w = LE32((b | b << 6 | b << 12 | b << 18) & 0x03030303u);
+        memcpy(d + 4 * i, &w, 4);
+    }
+}
+
+VECTOR_CLONES
+static void pack2_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_ssize_t groups) {
+    for (Py_ssize_t i = 0; i < groups; i++) {
+        const uint8_t x0 = s[4 * i], x1 = s[4 * i + 1], x2 = s[4 * i + 2], x3 = s[4 * i + 3];
+        d[i] = (uint8_t)(x0 | (x1 << 2) | (x2 << 4) | (x3 << 6));
+    }
+}
+
+/* 6-bit: three bytes to four and back, byte by byte; with AVX2 GCC vectorizes these
+ * (a 32-bit load or store per group measured slower). */
+VECTOR_CLONES
+static void unpack6_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_ssize_t groups) {
+    for (Py_ssize_t i = 0; i < groups; i++) {
+        const uint8_t b0 = s[3 * i], b1 = s[3 * i + 1], b2 = s[3 * i + 2];
+        d[4 * i] = b0 & 0x3F;
+        d[4 * i + 1] = (uint8_t)((b0 >> 6) | ((b1 & 0x0F) << 2));
+        d[4 * i + 2] = (uint8_t)((b1 >> 4) | ((b2 & 0x03) << 4));
+        d[4 * i + 3] = b2 >> 2;
+    }
+}
+
+VECTOR_CLONES
+static void pack6_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_ssize_t groups) {
+    for (Py_ssize_t i = 0; i < groups; i++) {
+        const uint8_t x0 = s[4 * i], x1 = s[4 * i + 1], x2 = s[4 * i + 2], x3 = s[4 * i + 3];
+        d[3 * i] = (uint8_t)(x0 | (x1 << 6));
+        d[3 * i + 1] = (uint8_t)((x1 >> 2) | (x2 << 4));
+        d[3 * i + 2] = (uint8_t)((x2 >> 4) | (x3 << 2));
+    }
+}
+
+/* Bytes that hold elements [0, n) at `bits` (2, 6 or 8) bits each: ceil(n * bits / 8),
+ * without overflow for any n >= 0. */
+static Py_ssize_t sub_byte_length(Py_ssize_t n, int bits) {
+    const Py_ssize_t rest = n % 4;
+    return (n / 4) * (bits * 4 / 8) + (rest * bits + 7) / 8;
+}
+
+/* The arguments (src, dst, lo, hi) of the 2-/6-bit kernels: a range on a group of four,
+ * src and dst long enough (src holding `src_bits`-bit elements, dst `dst_bits`-bit). */
+static int sub_byte_args(const char *name, PyObject *const *args, Py_ssize_t nargs, int src_bits,
+                         int dst_bits, Py_ssize_t *lo, Py_ssize_t *hi, Views *v) {
+    if (check_nargs(name, nargs, 4) < 0 || get_index(args[2], lo) < 0 ||
+        get_index(args[3], hi) < 0 || check_range(*lo, *hi, 0) < 0) {
+        return -1;
+    }
+    if (*lo % 4) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd): lo is not a multiple of 4", *lo, *hi);
+        return -1;
+    }
+    if (get_views(args[0], args[1], v) < 0) {
+        return -1;
+    }
+    if (check_fits("src", sub_byte_length(*hi, src_bits), v->src.len) < 0 ||
+        check_fits("dst", sub_byte_length(*hi, dst_bits), v->dst.len) < 0) {
+        release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* The bytes of a partial last byte or group (at most 3), as a little-endian word. */
+static uint32_t read_tail(const uint8_t *s, Py_ssize_t nbytes) {
+    uint32_t word = 0;
+    for (Py_ssize_t k = 0; k < nbytes; k++) {
+        word |= (uint32_t)s[k] << (8 * k);
+    }
+    return word;
+}
+
+static PyObject *unpack_sub_byte(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                                 int bits) {
+    Py_ssize_t lo, hi;
+    Views v;
+    if (sub_byte_args(name, args, nargs, bits, 8, &lo, &hi, &v) < 0) {
+        return NULL;
+    }
+    const uint8_t *s = (const uint8_t *)v.src.buf + sub_byte_length(lo, bits);
+    uint8_t *d = (uint8_t *)v.dst.buf + lo;
+    const Py_ssize_t groups = (hi - lo) / 4, rest = (hi - lo) % 4;
+    const Py_ssize_t used = groups * (bits / 2); /* bytes of the whole groups */
+    if (hi - lo > GIL_FREE_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        (bits == 2 ? unpack2_loop : unpack6_loop)(s, d, groups);
+        Py_END_ALLOW_THREADS
+    } else {
+        (bits == 2 ? unpack2_loop : unpack6_loop)(s, d, groups);
+    }
+    const uint32_t word = read_tail(s + used, (rest * bits + 7) / 8);
+    for (Py_ssize_t k = 0; k < rest; k++) {
+        d[4 * groups + k] = (uint8_t)((word >> (bits * k)) & ((1u << bits) - 1));
+    }
+    release(&v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pack_sub_byte(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                               int bits) {
+    Py_ssize_t lo, hi;
+    Views v;
+    if (sub_byte_args(name, args, nargs, 8, bits, &lo, &hi, &v) < 0) {
+        return NULL;
+    }
+    const uint8_t *s = (const uint8_t *)v.src.buf + lo;
+    uint8_t *d = (uint8_t *)v.dst.buf + sub_byte_length(lo, bits);
+    const Py_ssize_t groups = (hi - lo) / 4, rest = (hi - lo) % 4;
+    const Py_ssize_t used = groups * (bits / 2);
+    if (hi - lo > GIL_FREE_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        (bits == 2 ? pack2_loop : pack6_loop)(s, d, groups);
+        Py_END_ALLOW_THREADS
+    } else {
+        (bits == 2 ? pack2_loop : pack6_loop)(s, d, groups);
+    }
+    uint32_t word = 0;
+    for (Py_ssize_t k = 0; k < rest; k++) {
+        word |= (uint32_t)s[4 * groups + k] << (bits * k);
+    }
+    for (Py_ssize_t k = 0; k < (rest * bits + 7) / 8; k++) {
+        d[used + k] = (uint8_t)(word >> (8 * k));
+    }
+    release(&v);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(unpack2_doc,
+    "unpack2(src, dst, lo, hi)\n--\n\n"
+    "Unpack elements [lo, hi) (lo a multiple of 4) of the 2-bit stream src, four per\n"
+    "byte, the first in the lowest bits, into dst[lo:hi], one per byte.");
+
+static PyObject *unpack2(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    return unpack_sub_byte("unpack2", args, nargs, 2);
+}
+
+PyDoc_STRVAR(unpack6_doc,
+    "unpack6(src, dst, lo, hi)\n--\n\n"
+    "Unpack elements [lo, hi) (lo a multiple of 4) of the 6-bit little-endian bit\n"
+    "stream src, four per three bytes, into dst[lo:hi], one per byte.");
+
+static PyObject *unpack6(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    return unpack_sub_byte("unpack6", args, nargs, 6);
+}
+
+PyDoc_STRVAR(pack2_doc,
+    "pack2(src, dst, lo, hi)\n--\n\n"
+    "Pack the values src[lo:hi] (lo a multiple of 4; each 0-3, checked by the caller)\n"
+    "four per byte into dst from byte lo // 4, the first in the lowest bits, unused\n"
+    "bits of a last byte 0.");
+
+static PyObject *pack2(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    return pack_sub_byte("pack2", args, nargs, 2);
+}
+
+PyDoc_STRVAR(pack6_doc,
+    "pack6(src, dst, lo, hi)\n--\n\n"
+    "Pack the values src[lo:hi] (lo a multiple of 4; each 0-63, checked by the caller)\n"
+    "into the 6-bit little-endian bit stream dst from byte 3 * lo // 4, unused bits of\n"
+    "a last byte 0.");
+
+static PyObject *pack6(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    return pack_sub_byte("pack6", args, nargs, 6);
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
     {"first_above", (PyCFunction)(void (*)(void))first_above, METH_FASTCALL, first_above_doc},
     {"mxfp4_to_float32", (PyCFunction)(void (*)(void))mxfp4_to_float32, METH_FASTCALL,
      mxfp4_doc},
+    {"repack", (PyCFunction)(void (*)(void))repack, METH_FASTCALL, repack_doc},
+    {"unpack2", (PyCFunction)(void (*)(void))unpack2, METH_FASTCALL, unpack2_doc},
+    {"pack2", (PyCFunction)(void (*)(void))pack2, METH_FASTCALL, pack2_doc},
+    {"unpack6", (PyCFunction)(void (*)(void))unpack6, METH_FASTCALL, unpack6_doc},
+    {"pack6", (PyCFunction)(void (*)(void))pack6, METH_FASTCALL, pack6_doc},
     {NULL, NULL, 0, NULL},
 };
 

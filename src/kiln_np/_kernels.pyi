@@ -15,3 +15,19 @@ def mxfp4_to_float32(
     hi: int,
     /,
 ) -> None: ...
+def repack(
+    ggml: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    block_bytes: int,
+    to_kiln: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...
+
+# ONNX 2- and 6-bit elements (kiln_np.onnx._subbyte): ranges start on a group of four.
+def unpack2(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
+def pack2(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
+def unpack6(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
+def pack6(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...

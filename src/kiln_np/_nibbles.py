@@ -364,21 +364,54 @@ def mxfp4_to_float32_into(
     the codes, the shapes and that every product is exact in float32."""
     if not COMPILED:
         return False
-    blocks = scales.size
-    lanes = blocks * block // 2
+    run_blocks(
+        lambda b0, b1: _kernels.mxfp4_to_float32(values, scales, out, block, int(packed), b0, b1),
+        scales.size,
+        block,
+    )
+    return True
+
+
+def run_blocks(kernel: Callable[[int, int], None], blocks: int, elements: int) -> None:
+    """``kernel(b0, b1)`` (a compiled kernel over blocks ``[b0, b1)``) over every
+    block of ``elements`` elements each, on the thread pool like the 4-bit
+    kernels: the lane ranges of :func:`run_ranges` (two elements a lane) are
+    mapped to block boundaries by one monotonic rule, so the block ranges are
+    disjoint and cover every block."""
+    if not blocks:
+        return
+    lanes = blocks * elements // 2
 
     def part(lo: int, hi: int) -> int:
-        # Lane boundaries mapped to block boundaries by one monotonic rule:
-        # the block ranges stay disjoint and cover every block.
-        b0 = 2 * lo // block
-        b1 = blocks if hi == lanes else 2 * hi // block
-        _kernels.mxfp4_to_float32(values, scales, out, block, int(packed), b0, b1)
+        kernel(2 * lo // elements, blocks if hi == lanes else 2 * hi // elements)
         return -1
 
     if lanes < COMPILED_THREAD_MIN_LANES:
         part(0, lanes)
     else:
         run_ranges(part, lanes, compiled=True)
+
+
+def repack_ggml(
+    ggml: np.ndarray, values: np.ndarray, scales: np.ndarray, block_bytes: int, *, to_kiln: bool
+) -> bool:
+    """GGUF MXFP4 (``block_bytes`` 17) or NVFP4 (36) blocks <-> Kiln e2m1 values and
+    scale bytes on the compiled kernels, for :mod:`kiln_np.mx`.
+
+    ``ggml``: the flat uint8 blocks; ``values``: each block's element bytes in
+    Kiln's order (16 or 32 per block); ``scales``: each block's scale bytes (1
+    or 4).  Writes ``values`` and ``scales`` (``to_kiln``) or ``ggml``, and
+    returns True; or returns False, writing nothing, when the compiled kernels
+    are not active.  The caller has checked the sizes; the three arrays do not
+    overlap."""
+    if not COMPILED:
+        return False
+    blocks = ggml.size // block_bytes
+    run_blocks(
+        lambda b0, b1: _kernels.repack(ggml, values, scales, block_bytes, int(to_kiln), b0, b1),
+        blocks,
+        2 * values.size // max(blocks, 1),  # two elements a Kiln byte
+    )
     return True
 
 

@@ -96,6 +96,9 @@ class PayloadInfo:
     plain_view : bool
         Decoding needs neither unpacking nor a content check: the array is a
         view of the bytes as ``dtype`` (every whole-byte closed code but bool).
+    packed : bool
+        A packed 4-bit code (i4, u4, e2m1): decoding unpacks one element per
+        byte, and an odd count has a padding nibble.
 
     Raises
     ------
@@ -124,6 +127,7 @@ class PayloadInfo:
         "element",
         "layout",
         "offset",
+        "packed",
         "plain_view",
         "shape",
     )
@@ -140,6 +144,7 @@ class PayloadInfo:
     decoded_shape: tuple[int, ...]
     context: str
     plain_view: bool
+    packed: bool
 
     def __init__(
         self,
@@ -158,6 +163,7 @@ class PayloadInfo:
         if decodable:
             _check_decodable(dims, decoded, element.dtype.itemsize, label, c)
         count = math.prod(dims)
+        packed = isinstance(element, DType) and element.packed
         self._set(
             code=element.code if isinstance(element, DType) else c,
             shape=dims,
@@ -170,9 +176,8 @@ class PayloadInfo:
             dtype=element.dtype,
             decoded_shape=decoded,
             context=f"{label} shape {dims}: ",
-            plain_view=isinstance(element, DType)
-            and not element.packed
-            and element.code != Code.BOOL,
+            plain_view=isinstance(element, DType) and not packed and element.code != Code.BOOL,
+            packed=packed,
         )
 
     def _set(self, **values: Any) -> None:
@@ -267,7 +272,9 @@ def _check_decodable(
             )
 
 
-_CACHE: dict[tuple[int, tuple[int, ...], Layout | None, bool], PayloadInfo] = {}
+# Keys: (code, shape) for layout None and decodable, else (code, shape, layout,
+# decodable); tuples of different lengths never compare equal.
+_CACHE: dict[tuple[object, ...], PayloadInfo] = {}
 _CACHE_LIMIT = 4096
 
 
@@ -297,13 +304,20 @@ def payload_info(
             if type(d) is not int:
                 break
         else:
-            key = (code, shape, layout, decodable)
-            info = _CACHE.get(key)
-            if info is None:
-                info = PayloadInfo(code, shape, layout, decodable=decodable)
-                if len(_CACHE) >= _CACHE_LIMIT:
-                    _CACHE.clear()
-                _CACHE[key] = info
+            # The common key is the shortest (a pair hashes fastest), and a
+            # subscript is cheaper than .get() for what is almost always a hit.
+            if layout is None and decodable:
+                key: tuple[object, ...] = (code, shape)
+            else:
+                key = (code, shape, layout, decodable)
+            try:
+                return _CACHE[key]
+            except KeyError:
+                pass  # built outside the handler: its errors chain to no KeyError
+            info = PayloadInfo(code, shape, layout, decodable=decodable)
+            if len(_CACHE) >= _CACHE_LIMIT:
+                _CACHE.clear()
+            _CACHE[key] = info
             return info
     return PayloadInfo(code, shape, layout, decodable=decodable)
 

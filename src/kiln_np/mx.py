@@ -992,15 +992,18 @@ def from_ggml(payload: object) -> tuple[Payload, Payload]:
         )
     # Blocks as records (scale bytes, element bytes): copying a field is one strided
     # loop over blocks, where a 2-D slice of the bytes would be a loop per block.
-    blocks = to_numpy(p.code, p.data, info.shape, info.layout).reshape(-1).view(g.record)
+    raw = to_numpy(p.code, p.data, info.shape, info.layout).reshape(-1)
+    blocks = raw.view(g.record)
     m = blocks.shape[0]
     body = g.layout.block_size - g.header
     values = np.empty((m, body), _U8)
-    scales = np.ascontiguousarray(blocks["scales"]).view(_U8)
-    for b0 in range(0, m, _REPACK_BLOCKS):
-        b1 = min(m, b0 + _REPACK_BLOCKS)
-        q = np.ascontiguousarray(blocks["elements"][b0:b1]).view(_U8).reshape(-1, body)
-        values[b0:b1] = _split_to_kiln(q, g.group)
+    scales = np.empty(m * g.header, _U8)
+    if not _nibbles.repack_ggml(raw, values, scales, g.layout.block_size, to_kiln=True):
+        scales.view(g.record["scales"])[...] = blocks["scales"]
+        for b0 in range(0, m, _REPACK_BLOCKS):
+            b1 = min(m, b0 + _REPACK_BLOCKS)
+            q = np.ascontiguousarray(blocks["elements"][b0:b1]).view(_U8).reshape(-1, body)
+            values[b0:b1] = _split_to_kiln(q, g.group)
     lead = info.shape[:-1]
     last = info.shape[-1]
     vinfo = payload_info(Code.E2M1, (*lead, last * g.elements))
@@ -1119,11 +1122,13 @@ def to_ggml(values: object, scales: object, *, layout: str | Layout) -> Payload:
     body = g.elements // 2
     kb = vbytes.reshape(m, body)
     out = np.empty(m, g.record)
-    out["scales"] = np.ascontiguousarray(sbytes).reshape(-1).view(g.record["scales"])
-    for b0 in range(0, m, _REPACK_BLOCKS):
-        b1 = min(m, b0 + _REPACK_BLOCKS)
-        split = _kiln_to_split(kb[b0:b1], g.group)
-        out["elements"][b0:b1] = split.reshape(-1).view(g.record["elements"])
+    flat_scales = np.ascontiguousarray(sbytes).reshape(-1)
+    if not _nibbles.repack_ggml(out.view(_U8), kb, flat_scales, g.layout.block_size, to_kiln=False):
+        out["scales"] = flat_scales.view(g.record["scales"])
+        for b0 in range(0, m, _REPACK_BLOCKS):
+            b1 = min(m, b0 + _REPACK_BLOCKS)
+            split = _kiln_to_split(kb[b0:b1], g.group)
+            out["elements"][b0:b1] = split.reshape(-1).view(g.record["elements"])
     info = payload_info(g.code, (*vshape[:-1], vshape[-1] // g.elements), g.layout)
     return Payload(info.code, readonly_view(out), info.shape, info.layout)
 

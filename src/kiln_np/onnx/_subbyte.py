@@ -12,22 +12,33 @@ Unpacked, each element is one byte holding its bits in the low bits (the
 storage of ml_dtypes ``int2``/``uint2``/``float6_*``).  Padding and the range
 of unpacked bytes are checked by the callers; these kernels assume both.
 
-The bulk work runs on ``'<u4'`` lanes (one lane = four unpacked bytes = one
-packed 2-bit byte or one 3-byte 6-bit group) in cache-sized chunks, split
-across the thread pool of :mod:`kiln_np._nibbles`, whose ranges start on
-multiples of its ``CHUNK_LANES``.  Shifts and masks are
-replaced by multiplications where the shifted copies cannot overlap (adding
-disjoint bit fields is OR), which saves numpy passes.
+Two implementations, as for the nibble kernels of :mod:`kiln_np._nibbles`,
+chosen by its ``COMPILED`` flag (``KILN_NP_PURE=1`` turns it off):
+
+- **Compiled** (``unpack2``/``pack2``/``unpack6``/``pack6`` of
+  ``kiln_np._kernels``): one pass each, split over the thread pool on groups
+  of four elements (the ``COMPILED_*`` thresholds).
+- **numpy** (below): the fallback and the reference the compiled kernels are
+  tested against bit for bit (``tests/test_onnx_kernels.py``).  The bulk
+  work runs on ``'<u4'`` lanes (one lane = four unpacked bytes = one packed
+  2-bit byte or one 3-byte 6-bit group) in cache-sized chunks, split across
+  the thread pool on multiples of ``CHUNK_LANES``.  Shifts and masks are
+  replaced by multiplications where the shifted copies cannot overlap
+  (adding disjoint bit fields is OR), which saves numpy passes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from kiln_np import _nibbles
 from kiln_np._checks import U8
+
+with contextlib.suppress(ImportError):  # no C compiler at install: COMPILED is False
+    from kiln_np import _kernels
 
 __all__ = ["pack2_into", "pack6_into", "unpack2_into", "unpack6_into"]
 
@@ -36,6 +47,27 @@ _LANE = np.dtype("<u4")
 
 def _u4(value: int) -> np.uint32:
     return np.uint32(value)
+
+
+def _compiled(
+    kernel: Callable[[np.ndarray, np.ndarray, int, int], None],
+    src: np.ndarray,
+    dst: np.ndarray,
+    count: int,
+) -> None:
+    """``kernel(src, dst, lo, hi)`` over elements ``[0, count)``, split over the
+    thread pool on groups of four (one group: a packed 2-bit byte or 6-bit
+    triple, four unpacked bytes)."""
+    groups = count // 4
+    if groups < _nibbles.COMPILED_THREAD_MIN_LANES:
+        kernel(src, dst, 0, count)
+        return
+
+    def part(lo: int, hi: int) -> int:
+        kernel(src, dst, 4 * lo, count if hi == groups else 4 * hi)
+        return -1
+
+    _nibbles.run_ranges(part, groups, compiled=True)
 
 
 def _chunks(lo: int, hi: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
@@ -106,6 +138,9 @@ def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     >>> dst
     array([0, 1, 2, 3, 1], dtype=uint8)
     """
+    if _nibbles.COMPILED:
+        _compiled(_kernels.unpack2, src, dst, count)
+        return
     full = count // 4
     if full:
         dst32 = dst[: 4 * full].view(_LANE)
@@ -122,6 +157,9 @@ def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
     >>> dst.tobytes().hex(" ")
     'e4 01'
     """
+    if _nibbles.COMPILED:
+        _compiled(_kernels.pack2, src, dst, src.size)
+        return
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
@@ -182,6 +220,9 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     >>> dst
     array([1, 1], dtype=uint8)
     """
+    if _nibbles.COMPILED:
+        _compiled(_kernels.unpack6, src, dst, count)
+        return
     full = count // 4
     # A lane reads 4 bytes from 3k, so the strided view stops one group early
     # unless a byte follows the last full group.
@@ -204,6 +245,9 @@ def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
     >>> dst.tobytes().hex(" ")
     '81 30 fc'
     """
+    if _nibbles.COMPILED:
+        _compiled(_kernels.pack6, src, dst, src.size)
+        return
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
