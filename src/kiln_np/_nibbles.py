@@ -342,7 +342,8 @@ def unpack_into(src: np.ndarray | bytes, dst: np.ndarray, count: int) -> None:
         src = np.frombuffer(src, U8)
     dst = dst.reshape(-1)
     if lanes and lanes < SMALL_LANES:
-        np.take(_PAIRS, src[:lanes], axis=0, out=dst[: 2 * lanes].reshape(lanes, 2), mode="clip")
+        # The method, not np.take: numpy's Python wrapper costs about 0.8 µs more a call.
+        _PAIRS.take(src[:lanes], 0, dst[: 2 * lanes].reshape(lanes, 2), "clip")
     elif lanes:
         dst16 = dst[: 2 * lanes].view(_LANE)
         run_ranges(lambda lo, hi: _unpack_lanes(src, dst16, lo, hi), lanes)
