@@ -491,3 +491,36 @@ def test_the_bytewise_repack_of_other_compilers(tmp_path: Path) -> None:
             results.append((values.tobytes(), scales.tobytes(), back.tobytes()))
         assert results[0] == results[1]
         assert results[0][2] == blocks.tobytes()
+
+
+# -- large outputs start on a huge page ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((3,), np.uint8), ((0, 5), np.float32), ((1 << 25,), np.uint8), ((3, 1 << 22), np.float32)],
+)
+def test_empty_is_np_empty_aligned_when_large(shape: tuple[int, ...], dtype: type) -> None:
+    out = _nibbles.empty(shape, dtype)
+    assert out.shape == shape
+    assert out.dtype == np.dtype(dtype)
+    assert out.flags.c_contiguous
+    assert out.flags.writeable
+    large = out.nbytes >= _nibbles.ALIGNED_FROM
+    assert (out.ctypes.data % _nibbles.HUGE_PAGE == 0) is large or out.nbytes == 0
+    assert (out.base is not None) is large  # a view of a buffer at most 2 MiB longer
+    if large:
+        assert isinstance(out.base, np.ndarray)
+        assert out.base.nbytes - out.nbytes == _nibbles.HUGE_PAGE
+
+
+def test_large_decodes_start_on_a_huge_page() -> None:
+    count = 2 * _nibbles.ALIGNED_FROM  # 32 MiB packed, 64 MiB decoded
+    payload = bytes(count // 2)
+    for got in (
+        kiln_np.to_numpy(kiln_np.Code.U4, payload, (count,)),
+        kiln_np.to_numpy(kiln_np.Code.U4, memoryview(payload), (2, count // 2)),
+    ):
+        assert got.ctypes.data % _nibbles.HUGE_PAGE == 0
+        assert got.size == count
+        assert not got.any()

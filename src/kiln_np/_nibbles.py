@@ -126,6 +126,13 @@ kernels, whose fixed cost is several microseconds."""
 
 _MAX_THREADS = 8
 
+HUGE_PAGE = 1 << 21
+"""Bytes of an x86-64 / arm64 transparent huge page."""
+
+ALIGNED_FROM = 1 << 25
+"""Outputs of this many bytes or more (32 MiB: glibc maps every allocation this
+large afresh) start on a :data:`HUGE_PAGE` boundary, see :func:`empty`."""
+
 
 @set_module("kiln_np")
 def kernel_backend() -> str:
@@ -146,6 +153,29 @@ def kernel_backend() -> str:
     True
     """
     return "compiled" if COMPILED else "numpy"
+
+
+def empty(shape: int | tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
+    """``np.empty(shape, dtype)``, C order; from :data:`ALIGNED_FROM` bytes a view
+    that starts on a huge-page boundary.
+
+    numpy asks Linux for transparent huge pages on large allocations, but malloc
+    returns a fresh mapping a few KiB past a 2 MiB boundary, so the last 2 MiB of
+    the array are faulted in one 4 KiB page at a time: about 512 faults where a
+    huge page takes one.  On this project's VM that costs 1-2 ms per large
+    output (unpacking 64 Mi elements into an aligned output: 0.74x ``np.copy``
+    against 0.97x).  The view keeps its base, at most 2 MiB longer, alive;
+    the pages it never touches are never backed by memory."""
+    dt = np.dtype(dtype)
+    dims = (shape,) if isinstance(shape, int) else shape
+    size = dt.itemsize
+    for d in dims:
+        size *= d
+    if size < ALIGNED_FROM:
+        return np.empty(dims, dt)
+    raw = np.empty(size + HUGE_PAGE, U8)
+    start = -raw.ctypes.data % HUGE_PAGE
+    return raw[start : start + size].view(dt).reshape(dims)
 
 
 def _cpu_count() -> int:

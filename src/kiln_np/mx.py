@@ -694,7 +694,7 @@ def dequantize(
                 src.kind, sk, out_dtype, codes, flat_scales, where, shape, expected
             )
     if _compiled_mxfp4(src, sk, out_dtype, dims, bs):
-        out = np.empty(math.prod(shape), np.float32)
+        out = _nibbles.empty(math.prod(shape), np.float32)
         if _nibbles.mxfp4_to_float32_into(src.data, flat_scales, out, bs, packed=src.packed):
             return out.reshape(shape)
     out = _decode(src, sk, flat_scales, dims, bs, compute)
