@@ -16,6 +16,11 @@ Three questions, each answered by a ratio of times measured in the same rounds:
    ``to_numpy`` of 100 u4 and 100 f32 elements and ``from_numpy`` of 100 f32
    elements, as ratios to ``np.frombuffer`` of the 400-byte payload (targets 6,
    4 and 6), with 3-element 4-bit calls alongside.
+
+Two more sections: ``mxfp4`` (the compiled MXFP4 dequantize kernel against
+``np.copy`` and gguf-py) and ``huge-pages`` (unpacking 64 Mi elements into a plain
+``np.empty`` and into the huge-page-aligned output kiln_np allocates, against
+``np.copy``).
 """
 
 from __future__ import annotations
@@ -251,7 +256,42 @@ def expect_type_error(call: Callable[[], object]) -> None:
         raise SystemExit("a bad payload was accepted")
 
 
-SECTIONS = ("zero-copy", "bool", "small", "error-memory", "mxfp4")
+def huge_pages(elements: int, rounds: int) -> list[list[object]]:
+    """4-bit unpack of ``elements`` into a fresh output, plain ``np.empty`` against
+    the huge-page-aligned output kiln_np allocates (``_nibbles.empty``), as ratios to
+    ``np.copy`` of an array of the output's size."""
+    from kiln_np import _nibbles
+
+    packed = np.frombuffer(np.random.default_rng(0).bytes(elements // 2), np.uint8)
+    values = np.ones(elements, np.uint8)
+
+    def unpack_into(alloc: Callable[[int, type], np.ndarray]) -> None:
+        _nibbles.unpack_into(packed, alloc(elements, np.uint8), elements)
+
+    functions: dict[str, Callable[[], object]] = {
+        "np.copy": partial(np.copy, values),
+        "plain": partial(unpack_into, np.empty),
+        "aligned": partial(unpack_into, _nibbles.empty),
+    }
+    timing = time_interleaved(functions, "np.copy", rounds)
+    size = format_size(elements)
+    return [
+        [
+            f"unpack {size} elements into np.empty, / np.copy",
+            f"{timing.median('plain') * 1e3:.2f} ms",
+            timing.ratio("plain", "np.copy"),
+            "",
+        ],
+        [
+            f"unpack {size} elements into _nibbles.empty (huge-page aligned), / np.copy",
+            f"{timing.median('aligned') * 1e3:.2f} ms",
+            timing.ratio("aligned", "np.copy"),
+            "",
+        ],
+    ]
+
+
+SECTIONS = ("zero-copy", "bool", "small", "error-memory", "mxfp4", "huge-pages")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -298,6 +338,14 @@ def main(argv: list[str] | None = None) -> None:
             markdown_table(
                 ["measurement", "time", "ratio", "target"],
                 mxfp4_kernel(args.mx_elements, min(args.rounds, 3)),  # gguf: seconds a call
+            )
+        )
+        print()
+    if "huge-pages" in sections:
+        print(
+            markdown_table(
+                ["measurement", "time", "ratio", "target"],
+                huge_pages(64 << 20, max(args.rounds, 25)),
             )
         )
         print()
