@@ -529,7 +529,7 @@ def _decode(
     compute: np.dtype[Any],
 ) -> np.ndarray:
     p, n, q = dims
-    out = np.empty(p * n * q, compute)
+    out = _nibbles.empty(p * n * q, compute)
     if out.size == 0:
         return out
     nb = -(-n // block_size)
