@@ -265,13 +265,13 @@ def huge_pages(elements: int, rounds: int) -> list[list[object]]:
     packed = np.frombuffer(np.random.default_rng(0).bytes(elements // 2), np.uint8)
     values = np.ones(elements, np.uint8)
 
-    def unpack_into(alloc: Callable[[int, type], np.ndarray]) -> None:
-        _nibbles.unpack_into(packed, alloc(elements, np.uint8), elements)
+    def unpack_into(out: Callable[[], np.ndarray]) -> None:
+        _nibbles.unpack_into(packed, out(), elements)
 
     functions: dict[str, Callable[[], object]] = {
         "np.copy": partial(np.copy, values),
-        "plain": partial(unpack_into, np.empty),
-        "aligned": partial(unpack_into, _nibbles.empty),
+        "plain": partial(unpack_into, partial(np.empty, elements, np.uint8)),
+        "aligned": partial(unpack_into, partial(_nibbles.empty, elements, np.uint8, elements)),
     }
     timing = time_interleaved(functions, "np.copy", rounds)
     size = format_size(elements)

@@ -11,6 +11,7 @@ the byte checks), the GIL-release size, the thread granule and the numpy chunk.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shlex
 import subprocess
@@ -501,7 +502,7 @@ def test_the_bytewise_repack_of_other_compilers(tmp_path: Path) -> None:
     [((3,), np.uint8), ((0, 5), np.float32), ((1 << 25,), np.uint8), ((3, 1 << 22), np.float32)],
 )
 def test_empty_is_np_empty_aligned_when_large(shape: tuple[int, ...], dtype: type) -> None:
-    out = _nibbles.empty(shape, dtype)
+    out = _nibbles.empty(shape, dtype, math.prod(shape))
     assert out.shape == shape
     assert out.dtype == np.dtype(dtype)
     assert out.flags.c_contiguous

@@ -310,7 +310,7 @@ def _unpack_bytes(buf: bytes, info: PayloadInfo) -> np.ndarray:
     if count % 2 and buf[-1] > 0x0F:  # only an odd count has a padding nibble
         _nibbles.check_padding(buf, count, info.context)  # raises
     if not _nibbles.COMPILED:
-        out = _nibbles.empty(info.shape, U8)
+        out = _nibbles.empty(info.shape, U8, count)
         _nibbles.unpack_into(buf, out, count)
         return out.view(info.dtype)
     # The compiled kernel writes any 1-byte buffer, so the ml_dtypes array
@@ -319,7 +319,7 @@ def _unpack_bytes(buf: bytes, info: PayloadInfo) -> np.ndarray:
         out = _empty(info.shape, info.dtype)
         _kernels.unpack(buf, out, 0, count)
     else:
-        out = _nibbles.empty(info.shape, info.dtype)
+        out = _nibbles.empty(info.shape, info.dtype, count)
         _nibbles.unpack_into(buf, out, count)
     return out
 
@@ -333,7 +333,7 @@ def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndar
         return blocks.copy() if copy else blocks
     check_content(info, src)
     if info.packed:
-        out = _nibbles.empty(info.shape, U8)  # the decoded shape at once: no reshape after
+        out = _nibbles.empty(info.shape, U8, info.count)  # the decoded shape: no reshape after
         _nibbles.unpack_into(src, out, info.count)
         return out.view(element.dtype)
     arr = host_order(src, element).reshape(info.shape)

@@ -529,7 +529,7 @@ def _decode(
     compute: np.dtype[Any],
 ) -> np.ndarray:
     p, n, q = dims
-    out = _nibbles.empty(p * n * q, compute)
+    out = _nibbles.empty(p * n * q, compute, p * n * q)
     if out.size == 0:
         return out
     nb = -(-n // block_size)
@@ -694,7 +694,8 @@ def dequantize(
                 src.kind, sk, out_dtype, codes, flat_scales, where, shape, expected
             )
     if _compiled_mxfp4(src, sk, out_dtype, dims, bs):
-        out = _nibbles.empty(math.prod(shape), np.float32)
+        count = math.prod(shape)
+        out = _nibbles.empty(count, np.float32, count)
         if _nibbles.mxfp4_to_float32_into(src.data, flat_scales, out, bs, packed=src.packed):
             return out.reshape(shape)
     out = _decode(src, sk, flat_scales, dims, bs, compute)

@@ -84,7 +84,7 @@ def _unpack_sub_byte(raw: RawType, src: np.ndarray, info: PayloadInfo) -> np.nda
             found=last,
             index=count,
         )
-    out = _nibbles.empty(count, U8)
+    out = _nibbles.empty(count, U8, count)
     _UNPACK[raw.bits](src, out, count)
     return out
 
