@@ -464,34 +464,78 @@ def test_repack_kernel_refuses_bad_calls() -> None:
     assert scales.tobytes() == bytes(2)
 
 
-def test_the_bytewise_repack_of_other_compilers(tmp_path: Path) -> None:
-    # Compilers without GNU C vector extensions (MSVC) build the byte-at-a-time
-    # repack; -DKILN_NP_BYTEWISE builds that variant here, with the compiler and
-    # flags that built the extension, and it must move the same bits.
+def every_kernel(kernels: Any) -> list[bytes]:
+    """What each function of a ``_kernels`` module writes and returns for fixed
+    inputs: every byte value, odd counts, tails after the vector steps."""
+    rng = np.random.default_rng(11)
+    packed = np.concatenate([np.arange(256, dtype=np.uint8), rng.integers(0, 256, 4001, np.uint8)])
+    nibbles = packed & 15
+    out: list[bytes] = []
+    for count in (2 * packed.size, 2 * packed.size - 1, 33):
+        dst = np.zeros(count, np.uint8)
+        kernels.unpack(packed, dst, 0, count)
+        out.append(dst.tobytes())
+    for src in (nibbles, packed):  # clean, then with bits above the nibble
+        dst = np.zeros((src.size + 1) // 2, np.uint8)
+        out += [str(kernels.pack(src, dst, 0, src.size)).encode(), dst.tobytes()]
+    out += [str(kernels.first_above(packed, limit, 0, packed.size)).encode() for limit in (1, 15)]
+    scales = np.concatenate([np.arange(256, dtype=np.uint8), rng.integers(0, 256, 40, np.uint8)])
+    for block, flag in ((32, 1), (34, 1), (2, 1), (32, 0), (7, 0)):
+        values = rng.integers(0, 256 if flag else 16, scales.size * block // (1 + flag), np.uint8)
+        floats = np.zeros(scales.size * block, np.float32)
+        kernels.mxfp4_to_float32(values, scales, floats, block, flag, 0, scales.size)
+        out.append(floats.tobytes())
+    for name, (_, size, header) in GGML.items():
+        count = 301
+        blocks = ggml_blocks(name, count).reshape(-1)
+        values = np.zeros(count * (size - header), np.uint8)
+        scales = np.zeros(count * header, np.uint8)
+        kernels.repack(blocks, values, scales, size, 1, 0, count)
+        back = np.zeros_like(blocks)
+        kernels.repack(back, values, scales, size, 0, 0, count)
+        out += [values.tobytes(), scales.tobytes(), back.tobytes()]
+    for unpack, pack in (
+        (kernels.unpack2, kernels.pack2),
+        (kernels.unpack6, kernels.pack6),
+    ):
+        for count in (4 * packed.size // 3, 4 * packed.size // 3 - 1):
+            dst = np.zeros(count, np.uint8)
+            unpack(packed, dst, 0, count)
+            repacked = np.zeros(packed.size, np.uint8)
+            pack(dst, repacked, 0, count)
+            out += [dst.tobytes(), repacked.tobytes()]
+    return out
+
+
+@pytest.mark.parametrize(
+    "define",
+    [
+        # What compilers without GNU C vector extensions (MSVC) build: the MXFP4
+        # and repacking loops an element or a byte at a time.
+        "KILN_NP_BYTEWISE",
+        # The variant a CPU without AVX2 runs (the x86-64 baseline): this machine
+        # picks the AVX2 clones, so without this build no test would run that code.
+        "KILN_NP_BASELINE",
+    ],
+)
+def test_the_other_builds_of_the_kernels_agree(tmp_path: Path, define: str) -> None:
     source = Path(__file__).parents[1] / "src" / "kiln_np" / "_kernels.c"
     target = tmp_path / f"_kernels{sysconfig.get_config_var('EXT_SUFFIX')}"
     compiler = shlex.split(sysconfig.get_config_var("CC"))
     include = sysconfig.get_paths()["include"]
-    flags = ["-O1", "-shared", "-fPIC", "-DKILN_NP_BYTEWISE", f"-I{include}"]
+    flags = ["-O2", "-shared", "-fPIC", f"-D{define}", f"-I{include}"]
     subprocess.run([*compiler, *flags, str(source), "-o", str(target)], check=True)
     spec = importlib.util.spec_from_file_location("_kernels", target)
     assert spec is not None
     assert spec.loader is not None
-    bytewise = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bytewise)
-    for name, (_, size, header) in GGML.items():
-        count = 301
-        blocks = ggml_blocks(name, count).reshape(-1)
-        results = []
-        for kernels in (_kernels, bytewise):
-            values = np.zeros(count * (size - header), np.uint8)
-            scales = np.zeros(count * header, np.uint8)
-            kernels.repack(blocks, values, scales, size, 1, 0, count)
-            back = np.zeros_like(blocks)
-            kernels.repack(back, values, scales, size, 0, 0, count)
-            results.append((values.tobytes(), scales.tobytes(), back.tobytes()))
-        assert results[0] == results[1]
-        assert results[0][2] == blocks.tobytes()
+    variant = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(variant)
+    assert variant.__file__ != _kernels.__file__
+    expected = every_kernel(_kernels)
+    got = every_kernel(variant)
+    assert len(got) == len(expected)
+    for index, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a == b, f"output {index} differs"
 
 
 # -- large outputs start on a huge page ------------------------------------------------------
