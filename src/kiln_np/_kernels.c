@@ -20,6 +20,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(_MSC_VER) && !defined(__clang__)
+#define restrict __restrict /* MSVC's C mode before C11 knows only its own spelling */
+#endif
+
 /* Below this many bytes, releasing and re-taking the GIL costs more than the loop. */
 #define GIL_FREE_BYTES 16384
 /* The check loops reduce a block at a time and scan a block only when it is bad. */
