@@ -107,10 +107,17 @@ def poisoned_empty(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def empty(shape: Any, dtype: Any) -> np.ndarray:
         arr = np.empty(shape, dtype)
-        arr.view(np.uint8)[...] = 0xA5
+        arr.reshape(-1).view(np.uint8)[...] = 0xA5
         return arr
 
+    def large_empty(shape: Any, dtype: Any, count: int) -> np.ndarray:
+        arr = real_large_empty(shape, dtype, count)
+        arr.reshape(-1).view(np.uint8)[...] = 0xA5
+        return arr
+
+    real_large_empty = _nibbles.empty
     monkeypatch.setattr(_codec, "_empty", empty)
+    monkeypatch.setattr(_nibbles, "empty", large_empty)
 
 
 @pytest.mark.parametrize("compiled", BACKENDS, ids=["numpy", "compiled"][: len(BACKENDS)])
