@@ -63,8 +63,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from functools import cache
-from typing import TYPE_CHECKING
+from functools import cache, partial
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -84,6 +84,8 @@ else:
     _BUILT = True
 
 __all__ = ["kernel_backend", "pack_nibbles", "unpack_nibbles"]
+
+_T = TypeVar("_T")
 
 COMPILED = _BUILT and os.environ.get("KILN_NP_PURE", "").strip() in ("", "0")
 """Whether the compiled kernels run: built, and not turned off by ``KILN_NP_PURE``."""
@@ -222,7 +224,7 @@ def _split(lanes: int, compiled: bool) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
 
 
-def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = False) -> list[int]:
+def run_ranges(task: Callable[[int, int], _T], lanes: int, *, compiled: bool = False) -> list[_T]:
     """``task(lo, hi)`` over the lane ranges of :func:`_split`, results in range order.
 
     ``compiled`` picks the compiled kernels' thresholds (tasks that release
@@ -236,7 +238,7 @@ def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = 
         return [task(*ranges[0])]
     from concurrent.futures import wait
 
-    futures: list[Future[int]] = []
+    futures: list[Future[_T]] = []
     try:
         pool = _pool()
         futures.extend(pool.submit(task, lo, hi) for lo, hi in ranges[1:])
@@ -254,6 +256,29 @@ def run_ranges(task: Callable[[int, int], int], lanes: int, *, compiled: bool = 
             future.cancel()
         wait(futures)
     return results
+
+
+def run_compiled(kernel: Callable[[int, int], _T], count: int, per: int = 2) -> list[_T]:
+    """``kernel(lo, hi)``, a compiled kernel over elements ``[lo, hi)``, over
+    ``[0, count)``, results in range order.
+
+    Work is counted in units of ``per`` elements (two 4-bit elements, one
+    packed byte; four 2- or 6-bit elements, one packed group): below
+    :data:`COMPILED_THREAD_MIN_LANES` units one call on the calling thread,
+    else one call per range of :func:`run_ranges`, each starting on a unit,
+    the last taking the tail."""
+    units = count // per
+    if units < COMPILED_THREAD_MIN_LANES:
+        return [kernel(0, count)]
+    return run_ranges(
+        lambda lo, hi: kernel(per * lo, count if hi == units else per * hi), units, compiled=True
+    )
+
+
+def smallest_bad(results: list[int]) -> int:
+    """The smallest bad index the ranges found (each -1 for none), or -1."""
+    bad = [r for r in results if r >= 0]
+    return min(bad) if bad else -1
 
 
 def _out_view(out: object, size: int, rule: str) -> np.ndarray:
@@ -299,19 +324,17 @@ def first_above(src: np.ndarray, limit: int) -> int:
     one chunk in numpy."""
     n = src.size
     lanes = n // 2
-    compiled = COMPILED
-    if compiled and lanes < COMPILED_THREAD_MIN_LANES:
-        return _kernels.first_above(src, limit, 0, n)  # the common case, in one call
+    if COMPILED:
+        if lanes < COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
+            return _kernels.first_above(src, limit, 0, n)
+        return smallest_bad(run_compiled(partial(_kernels.first_above, src, limit), n))
 
     def scan(lo: int, hi: int) -> int:
-        stop = n if hi == lanes else 2 * hi
-        if compiled:
-            return _kernels.first_above(src, limit, 2 * lo, stop)
-        bad = _first_above_chunked(src[2 * lo : stop], limit)
-        return bad if bad < 0 else 2 * lo + bad
+        start = 2 * lo
+        bad = _first_above_chunked(src[start : n if hi == lanes else 2 * hi], limit)
+        return bad if bad < 0 else start + bad
 
-    bad = [r for r in run_ranges(scan, lanes, compiled=compiled) if r >= 0]
-    return min(bad) if bad else -1
+    return smallest_bad(run_ranges(scan, lanes))
 
 
 def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> int:
@@ -358,15 +381,10 @@ def unpack_into(src: np.ndarray | bytes, dst: np.ndarray, count: int) -> None:
     view of its bytes)."""
     lanes = count // 2
     if COMPILED:
-        if lanes < COMPILED_THREAD_MIN_LANES:
+        if lanes < COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
             _kernels.unpack(src, dst, 0, count)
         else:
-
-            def part(lo: int, hi: int) -> int:
-                _kernels.unpack(src, dst, 2 * lo, count if hi == lanes else 2 * hi)
-                return -1
-
-            run_ranges(part, lanes, compiled=True)
+            run_compiled(partial(_kernels.unpack, src, dst), count)
         return
     if isinstance(src, bytes):
         src = np.frombuffer(src, U8)
@@ -405,22 +423,15 @@ def mxfp4_to_float32_into(
 
 def run_blocks(kernel: Callable[[int, int], None], blocks: int, elements: int) -> None:
     """``kernel(b0, b1)`` (a compiled kernel over blocks ``[b0, b1)``) over every
-    block of ``elements`` elements each, on the thread pool like the 4-bit
-    kernels: the lane ranges of :func:`run_ranges` (two elements a lane) are
+    block of ``elements`` elements each: :func:`run_compiled`'s element ranges
     mapped to block boundaries by one monotonic rule, so the block ranges are
     disjoint and cover every block."""
     if not blocks:
         return
-    lanes = blocks * elements // 2
-
-    def part(lo: int, hi: int) -> int:
-        kernel(2 * lo // elements, blocks if hi == lanes else 2 * hi // elements)
-        return -1
-
-    if lanes < COMPILED_THREAD_MIN_LANES:
-        part(0, lanes)
-    else:
-        run_ranges(part, lanes, compiled=True)
+    count = blocks * elements
+    run_compiled(
+        lambda lo, hi: kernel(lo // elements, blocks if hi == count else hi // elements), count
+    )
 
 
 def repack_ggml(
@@ -477,15 +488,9 @@ def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int
     n = src.size
     lanes = n // 2
     if COMPILED:
-        if lanes < COMPILED_THREAD_MIN_LANES:
+        if lanes < COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
             return _kernels.pack(src, dst, 0, n)
-        results = run_ranges(
-            lambda lo, hi: _kernels.pack(src, dst, 2 * lo, n if hi == lanes else 2 * hi),
-            lanes,
-            compiled=True,
-        )
-        bad = [r for r in results if r >= 0]
-        return min(bad) if bad else -1
+        return smallest_bad(run_compiled(partial(_kernels.pack, src, dst), n))
     if lanes < SMALL_LANES:
         if not checked and n and int(src.max()) > 15:
             return _first_above_chunked(src, 15)
@@ -493,10 +498,11 @@ def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int
         np.left_shift(src[1 : 2 * lanes : 2], _FOUR_U8, out=high)
         np.bitwise_or(high, src[0 : 2 * lanes : 2], out=high)
     else:
-        results = run_ranges(lambda lo, hi: _pack_lanes(src, dst, lo, hi, check=not checked), lanes)
-        bad = [r for r in results if r >= 0]
-        if bad:
-            return min(bad)
+        bad = smallest_bad(
+            run_ranges(lambda lo, hi: _pack_lanes(src, dst, lo, hi, check=not checked), lanes)
+        )
+        if bad >= 0:
+            return bad
     if n % 2:
         if src[-1] > 15:
             return n - 1

@@ -30,7 +30,8 @@ chosen by its ``COMPILED`` flag (``KILN_NP_PURE=1`` turns it off):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 
@@ -47,27 +48,6 @@ _LANE = np.dtype("<u4")
 
 def _u4(value: int) -> np.uint32:
     return np.uint32(value)
-
-
-def _compiled(
-    kernel: Callable[[np.ndarray, np.ndarray, int, int], None],
-    src: np.ndarray,
-    dst: np.ndarray,
-    count: int,
-) -> None:
-    """``kernel(src, dst, lo, hi)`` over elements ``[0, count)``, split over the
-    thread pool on groups of four (one group: a packed 2-bit byte or 6-bit
-    triple, four unpacked bytes)."""
-    groups = count // 4
-    if groups < _nibbles.COMPILED_THREAD_MIN_LANES:
-        kernel(src, dst, 0, count)
-        return
-
-    def part(lo: int, hi: int) -> int:
-        kernel(src, dst, 4 * lo, count if hi == groups else 4 * hi)
-        return -1
-
-    _nibbles.run_ranges(part, groups, compiled=True)
 
 
 def _chunks(lo: int, hi: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
@@ -139,7 +119,7 @@ def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     array([0, 1, 2, 3, 1], dtype=uint8)
     """
     if _nibbles.COMPILED:
-        _compiled(_kernels.unpack2, src, dst, count)
+        _nibbles.run_compiled(partial(_kernels.unpack2, src, dst), count, per=4)
         return
     full = count // 4
     if full:
@@ -158,7 +138,7 @@ def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
     'e4 01'
     """
     if _nibbles.COMPILED:
-        _compiled(_kernels.pack2, src, dst, src.size)
+        _nibbles.run_compiled(partial(_kernels.pack2, src, dst), src.size, per=4)
         return
     full = src.size // 4
     if full:
@@ -221,7 +201,7 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     array([1, 1], dtype=uint8)
     """
     if _nibbles.COMPILED:
-        _compiled(_kernels.unpack6, src, dst, count)
+        _nibbles.run_compiled(partial(_kernels.unpack6, src, dst), count, per=4)
         return
     full = count // 4
     # A lane reads 4 bytes from 3k, so the strided view stops one group early
@@ -246,7 +226,7 @@ def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
     '81 30 fc'
     """
     if _nibbles.COMPILED:
-        _compiled(_kernels.pack6, src, dst, src.size)
+        _nibbles.run_compiled(partial(_kernels.pack6, src, dst), src.size, per=4)
         return
     full = src.size // 4
     if full:
