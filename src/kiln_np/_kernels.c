@@ -26,6 +26,18 @@
 
 /* Below this many bytes, releasing and re-taking the GIL costs more than the loop. */
 #define GIL_FREE_BYTES 16384
+/* `call` (a loop over a range of `bytes` bytes), with the GIL released when the range
+ * is large enough for that to pay. */
+#define RUN_LOOP(bytes, call)           \
+    do {                                \
+        if ((bytes) > GIL_FREE_BYTES) { \
+            Py_BEGIN_ALLOW_THREADS      \
+            call;                       \
+            Py_END_ALLOW_THREADS        \
+        } else {                        \
+            call;                       \
+        }                               \
+    } while (0)
 /* The check loops reduce a block at a time and scan a block only when it is bad. */
 #define BLOCK 4096
 
@@ -381,13 +393,7 @@ static PyObject *unpack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     const uint8_t *s = (const uint8_t *)v.src.buf + lo / 2;
     uint8_t *d = (uint8_t *)v.dst.buf + lo;
     const Py_ssize_t whole = (hi - lo) / 2;
-    if (hi - lo > GIL_FREE_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        unpack_loop(s, d, whole);
-        Py_END_ALLOW_THREADS
-    } else {
-        unpack_loop(s, d, whole);
-    }
+    RUN_LOOP(hi - lo, unpack_loop(s, d, whole));
     if ((hi - lo) & 1) {
         d[2 * whole] = s[whole] & 0x0F;
     }
@@ -417,13 +423,7 @@ static PyObject *pack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     const uint8_t *s = (const uint8_t *)v.src.buf + lo;
     uint8_t *d = (uint8_t *)v.dst.buf + lo / 2;
     const Py_ssize_t lanes = (hi - lo) / 2;
-    if (hi - lo > GIL_FREE_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        bad = pack_loop(s, d, lanes);
-        Py_END_ALLOW_THREADS
-    } else {
-        bad = pack_loop(s, d, lanes);
-    }
+    RUN_LOOP(hi - lo, bad = pack_loop(s, d, lanes));
     if (bad < 0 && ((hi - lo) & 1)) {
         const uint8_t last = s[2 * lanes];
         bad = last > 15 ? 2 * lanes : -1;
@@ -457,13 +457,7 @@ static PyObject *first_above(PyObject *Py_UNUSED(module), PyObject *const *args,
         return NULL;
     }
     const uint8_t *s = (const uint8_t *)v.src.buf + lo;
-    if (hi - lo > GIL_FREE_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        bad = first_above_loop(s, hi - lo, (uint8_t)limit);
-        Py_END_ALLOW_THREADS
-    } else {
-        bad = first_above_loop(s, hi - lo, (uint8_t)limit);
-    }
+    RUN_LOOP(hi - lo, bad = first_above_loop(s, hi - lo, (uint8_t)limit));
     release(&v);
     return PyLong_FromSsize_t(bad < 0 ? -1 : lo + bad);
 }
@@ -508,13 +502,7 @@ static PyObject *mxfp4_to_float32(PyObject *Py_UNUSED(module), PyObject *const *
         const uint8_t *v = (const uint8_t *)values.buf + lo * stride;
         const uint8_t *s = (const uint8_t *)scales.buf + lo;
         float *o = (float *)out.buf + lo * block;
-        if ((hi - lo) * block > GIL_FREE_BYTES) {
-            Py_BEGIN_ALLOW_THREADS
-            mxfp4_loop(v, s, o, hi - lo, block, packed != 0);
-            Py_END_ALLOW_THREADS
-        } else {
-            mxfp4_loop(v, s, o, hi - lo, block, packed != 0);
-        }
+        RUN_LOOP((hi - lo) * block, mxfp4_loop(v, s, o, hi - lo, block, packed != 0));
         result = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&values);
@@ -571,13 +559,7 @@ static PyObject *repack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
         uint8_t *s = (uint8_t *)scales.buf + lo * header;
         void (*loop)(uint8_t *, uint8_t *, uint8_t *, Py_ssize_t, int) =
             block_bytes == 17 ? repack_mxfp4 : repack_nvfp4;
-        if ((hi - lo) * block_bytes > GIL_FREE_BYTES) {
-            Py_BEGIN_ALLOW_THREADS
-            loop(g, v, s, hi - lo, write_kiln);
-            Py_END_ALLOW_THREADS
-        } else {
-            loop(g, v, s, hi - lo, write_kiln);
-        }
+        RUN_LOOP((hi - lo) * block_bytes, loop(g, v, s, hi - lo, write_kiln));
         result = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&ggml);
@@ -697,13 +679,7 @@ static PyObject *unpack_sub_byte(const char *name, PyObject *const *args, Py_ssi
     uint8_t *d = (uint8_t *)v.dst.buf + lo;
     const Py_ssize_t groups = (hi - lo) / 4, rest = (hi - lo) % 4;
     const Py_ssize_t used = groups * (bits / 2); /* bytes of the whole groups */
-    if (hi - lo > GIL_FREE_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        (bits == 2 ? unpack2_loop : unpack6_loop)(s, d, groups);
-        Py_END_ALLOW_THREADS
-    } else {
-        (bits == 2 ? unpack2_loop : unpack6_loop)(s, d, groups);
-    }
+    RUN_LOOP(hi - lo, (bits == 2 ? unpack2_loop : unpack6_loop)(s, d, groups));
     const uint32_t word = read_tail(s + used, (rest * bits + 7) / 8);
     for (Py_ssize_t k = 0; k < rest; k++) {
         d[4 * groups + k] = (uint8_t)((word >> (bits * k)) & ((1u << bits) - 1));
@@ -723,13 +699,7 @@ static PyObject *pack_sub_byte(const char *name, PyObject *const *args, Py_ssize
     uint8_t *d = (uint8_t *)v.dst.buf + sub_byte_length(lo, bits);
     const Py_ssize_t groups = (hi - lo) / 4, rest = (hi - lo) % 4;
     const Py_ssize_t used = groups * (bits / 2);
-    if (hi - lo > GIL_FREE_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        (bits == 2 ? pack2_loop : pack6_loop)(s, d, groups);
-        Py_END_ALLOW_THREADS
-    } else {
-        (bits == 2 ? pack2_loop : pack6_loop)(s, d, groups);
-    }
+    RUN_LOOP(hi - lo, (bits == 2 ? pack2_loop : pack6_loop)(s, d, groups));
     uint32_t word = 0;
     for (Py_ssize_t k = 0; k < rest; k++) {
         word |= (uint32_t)s[4 * groups + k] << (bits * k);
