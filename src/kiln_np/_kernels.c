@@ -69,6 +69,25 @@ static int get_views(PyObject *src, PyObject *dst, Views *v) {
     return 0;
 }
 
+/* The C-contiguous buffers of args[0, n), writable where writable[i]; on failure the
+ * ones already taken are released.  release_buffers gives them back. */
+static void release_buffers(Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+}
+
+static int get_buffers(PyObject *const *args, int n, const int *writable, Py_buffer *views) {
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(args[i], &views[i],
+                               PyBUF_C_CONTIGUOUS | (writable[i] ? PyBUF_WRITABLE : 0)) < 0) {
+            release_buffers(views, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want) {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
@@ -472,7 +491,6 @@ PyDoc_STRVAR(mxfp4_doc,
 static PyObject *mxfp4_to_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
                                   Py_ssize_t nargs) {
     Py_ssize_t block, packed, lo, hi;
-    Py_buffer values, scales, out;
     if (check_nargs("mxfp4_to_float32", nargs, 7) < 0 || get_index(args[3], &block) < 0 ||
         get_index(args[4], &packed) < 0 || get_index(args[5], &lo) < 0 ||
         get_index(args[6], &hi) < 0 || check_range(lo, hi, 0) < 0) {
@@ -482,32 +500,23 @@ static PyObject *mxfp4_to_float32(PyObject *Py_UNUSED(module), PyObject *const *
         PyErr_Format(PyExc_ValueError, "bad block size %zd", block);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[0], &values, PyBUF_C_CONTIGUOUS) < 0) {
+    Py_buffer views[3]; /* values, scales, out */
+    if (get_buffers(args, 3, (const int[]){0, 0, 1}, views) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[1], &scales, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&values);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&values);
-        PyBuffer_Release(&scales);
-        return NULL;
-    }
+    const Py_buffer *values = &views[0], *scales = &views[1], *out = &views[2];
     const Py_ssize_t stride = packed ? block / 2 : block;
     PyObject *result = NULL;
-    if (check_fits("values", hi * stride, values.len) == 0 &&
-        check_fits("scales", hi, scales.len) == 0 &&
-        check_fits("out", 4 * hi * block, out.len) == 0) {
-        const uint8_t *v = (const uint8_t *)values.buf + lo * stride;
-        const uint8_t *s = (const uint8_t *)scales.buf + lo;
-        float *o = (float *)out.buf + lo * block;
+    if (check_fits("values", hi * stride, values->len) == 0 &&
+        check_fits("scales", hi, scales->len) == 0 &&
+        check_fits("out", 4 * hi * block, out->len) == 0) {
+        const uint8_t *v = (const uint8_t *)values->buf + lo * stride;
+        const uint8_t *s = (const uint8_t *)scales->buf + lo;
+        float *o = (float *)out->buf + lo * block;
         RUN_LOOP((hi - lo) * block, mxfp4_loop(v, s, o, hi - lo, block, packed != 0));
         result = Py_NewRef(Py_None);
     }
-    PyBuffer_Release(&values);
-    PyBuffer_Release(&scales);
-    PyBuffer_Release(&out);
+    release_buffers(views, 3);
     return result;
 }
 
@@ -537,34 +546,24 @@ static PyObject *repack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
         return NULL;
     }
     const int write_kiln = to_kiln != 0;
-    Py_buffer ggml, values, scales;
-    if (PyObject_GetBuffer(args[0], &ggml, PyBUF_C_CONTIGUOUS | (write_kiln ? 0 : PyBUF_WRITABLE)) < 0) {
+    Py_buffer views[3]; /* ggml, values, scales: the ones written are writable */
+    if (get_buffers(args, 3, (const int[]){!write_kiln, write_kiln, write_kiln}, views) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[1], &values, PyBUF_C_CONTIGUOUS | (write_kiln ? PyBUF_WRITABLE : 0)) < 0) {
-        PyBuffer_Release(&ggml);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &scales, PyBUF_C_CONTIGUOUS | (write_kiln ? PyBUF_WRITABLE : 0)) < 0) {
-        PyBuffer_Release(&ggml);
-        PyBuffer_Release(&values);
-        return NULL;
-    }
+    const Py_buffer *ggml = &views[0], *values = &views[1], *scales = &views[2];
     PyObject *result = NULL;
-    if (check_fits("ggml", hi * block_bytes, ggml.len) == 0 &&
-        check_fits("values", hi * body, values.len) == 0 &&
-        check_fits("scales", hi * header, scales.len) == 0) {
-        uint8_t *g = (uint8_t *)ggml.buf + lo * block_bytes;
-        uint8_t *v = (uint8_t *)values.buf + lo * body;
-        uint8_t *s = (uint8_t *)scales.buf + lo * header;
+    if (check_fits("ggml", hi * block_bytes, ggml->len) == 0 &&
+        check_fits("values", hi * body, values->len) == 0 &&
+        check_fits("scales", hi * header, scales->len) == 0) {
+        uint8_t *g = (uint8_t *)ggml->buf + lo * block_bytes;
+        uint8_t *v = (uint8_t *)values->buf + lo * body;
+        uint8_t *s = (uint8_t *)scales->buf + lo * header;
         void (*loop)(uint8_t *, uint8_t *, uint8_t *, Py_ssize_t, int) =
             block_bytes == 17 ? repack_mxfp4 : repack_nvfp4;
         RUN_LOOP((hi - lo) * block_bytes, loop(g, v, s, hi - lo, write_kiln));
         result = Py_NewRef(Py_None);
     }
-    PyBuffer_Release(&ggml);
-    PyBuffer_Release(&values);
-    PyBuffer_Release(&scales);
+    release_buffers(views, 3);
     return result;
 }
 
