@@ -48,6 +48,18 @@ class Timing:
         pairs = zip(self.seconds[name], self.seconds[baseline], strict=True)
         return statistics.median(a / b for a, b in pairs)
 
+    def row(
+        self, label: str, name: str, baseline: str, target: str = "", *, digits: int = 1
+    ) -> list[object]:
+        """A table row: ``label``, ``name``'s median in ms, its ratio to ``baseline``,
+        ``target``."""
+        return [
+            label,
+            f"{self.median(name) * 1e3:.{digits}f} ms",
+            self.ratio(name, baseline),
+            target,
+        ]
+
 
 def _calls_per_sample(fn: Callable[[], object]) -> int:
     """Calls of ``fn`` that take at least :data:`MIN_SAMPLE_SECONDS` together.

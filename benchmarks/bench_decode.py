@@ -96,24 +96,13 @@ def bool_validation(large: int, rounds: int) -> list[list[object]]:
     timing = time_interleaved(functions, "np.max", rounds)
     ms = f"{timing.median('np.max') * 1e3:.1f} ms"
     return [
-        [
-            f"to_numpy(bool), {format_size(large)}B, vs np.max ({ms})",
-            f"{timing.median('to_numpy') * 1e3:.1f} ms",
-            timing.ratio("to_numpy", "np.max"),
-            "<= 1",
-        ],
-        [
-            f"from_numpy(bool), {format_size(large)}B, vs np.max",
-            f"{timing.median('from_numpy') * 1e3:.1f} ms",
-            timing.ratio("from_numpy", "np.max"),
-            "<= 1",
-        ],
-        [
-            f"np.any, {format_size(large)}B, vs np.max",
-            f"{timing.median('np.any') * 1e3:.1f} ms",
-            timing.ratio("np.any", "np.max"),
-            "",
-        ],
+        timing.row(
+            f"to_numpy(bool), {format_size(large)}B, vs np.max ({ms})", "to_numpy", "np.max", "<= 1"
+        ),
+        timing.row(
+            f"from_numpy(bool), {format_size(large)}B, vs np.max", "from_numpy", "np.max", "<= 1"
+        ),
+        timing.row(f"np.any, {format_size(large)}B, vs np.max", "np.any", "np.max"),
     ]
 
 
@@ -217,27 +206,29 @@ def mxfp4_kernel(elements: int, rounds: int) -> list[list[object]]:
     timing = time_interleaved(functions, "np.copy", rounds)
     ms = f"{timing.median('np.copy') * 1e3:.2f} ms"
     rows: list[list[object]] = [
-        [
+        timing.row(
             f"MXFP4 kernel, {format_size(elements)} elements to float32, / np.copy ({ms})",
-            f"{timing.median('kernel') * 1e3:.2f} ms",
-            timing.ratio("kernel", "np.copy"),
+            "kernel",
+            "np.copy",
             "<= 2.5",
-        ],
-        [
+            digits=2,
+        ),
+        timing.row(
             "mx.dequantize (as it is now), same input, / np.copy",
-            f"{timing.median('mx.dequantize') * 1e3:.2f} ms",
-            timing.ratio("mx.dequantize", "np.copy"),
-            "",
-        ],
+            "mx.dequantize",
+            "np.copy",
+            digits=2,
+        ),
     ]
     if "gguf" in functions:
         rows.append(
-            [
+            timing.row(
                 "speedup of the kernel over gguf.quants.dequantize",
-                f"{timing.median('gguf') * 1e3:.2f} ms",
-                timing.ratio("gguf", "kernel"),
+                "gguf",
+                "kernel",
                 ">= 6",
-            ]
+                digits=2,
+            )
         )
     return rows
 
@@ -276,18 +267,15 @@ def huge_pages(elements: int, rounds: int) -> list[list[object]]:
     timing = time_interleaved(functions, "np.copy", rounds)
     size = format_size(elements)
     return [
-        [
-            f"unpack {size} elements into np.empty, / np.copy",
-            f"{timing.median('plain') * 1e3:.2f} ms",
-            timing.ratio("plain", "np.copy"),
-            "",
-        ],
-        [
+        timing.row(
+            f"unpack {size} elements into np.empty, / np.copy", "plain", "np.copy", digits=2
+        ),
+        timing.row(
             f"unpack {size} elements into _nibbles.empty (huge-page aligned), / np.copy",
-            f"{timing.median('aligned') * 1e3:.2f} ms",
-            timing.ratio("aligned", "np.copy"),
-            "",
-        ],
+            "aligned",
+            "np.copy",
+            digits=2,
+        ),
     ]
 
 

@@ -72,18 +72,13 @@ def decode(
     )
     n = values.shape[0]
     return [
-        [
+        timing.row(
             f"mx.dequantize, {n >> 20} Mi MXFP4 -> float32, / np.copy of the output",
-            f"{timing.median('mx.dequantize') * 1e3:.1f} ms",
-            timing.ratio("mx.dequantize", "np.copy"),
+            "mx.dequantize",
+            "np.copy",
             "<= 2.5",
-        ],
-        [
-            "speedup over gguf.quants.dequantize",
-            f"{slow.median('gguf') * 1e3:.1f} ms",
-            slow.ratio("gguf", "mx.dequantize"),
-            ">= 6",
-        ],
+        ),
+        slow.row("speedup over gguf.quants.dequantize", "gguf", "mx.dequantize", ">= 6"),
     ]
 
 
@@ -99,18 +94,18 @@ def repack(
     timing = time_interleaved(functions, "np.copy", rounds)
     size = f"{raw.size / 2**20:.1f} MiB"
     return [
-        [
+        timing.row(
             f"mx.from_ggml (GGUF -> Kiln), {size}, / np.copy of the payload",
-            f"{timing.median('from_ggml') * 1e3:.1f} ms",
-            timing.ratio("from_ggml", "np.copy"),
+            "from_ggml",
+            "np.copy",
             "<= 2",
-        ],
-        [
+        ),
+        timing.row(
             f"mx.to_ggml (Kiln -> GGUF), {size}, / np.copy of the payload",
-            f"{timing.median('to_ggml') * 1e3:.1f} ms",
-            timing.ratio("to_ggml", "np.copy"),
+            "to_ggml",
+            "np.copy",
             "<= 2",
-        ],
+        ),
     ]
 
 
