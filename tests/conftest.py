@@ -1,4 +1,4 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: hypothesis profiles, and the kernels' thread ranges.
 
 ``ci`` (the default) is derandomized so CI runs are repeatable; ``dev`` explores
 more examples.  Choose with ``HYPOTHESIS_PROFILE=dev``.
@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from kiln_np import _nibbles
 
 settings.register_profile(
     "ci",
@@ -20,3 +23,25 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread ranges from 8 lanes on chunks and compiled granules of 4 lanes, the
+    numpy unpack's gather below 2 lanes: every range boundary within a few bytes."""
+    for name, value in [
+        ("CHUNK_LANES", 4),
+        ("THREAD_MIN_LANES", 8),
+        ("SMALL_LANES", 2),
+        ("COMPILED_GRANULE", 4),
+        ("COMPILED_THREAD_MIN_LANES", 8),
+    ]:
+        monkeypatch.setattr(_nibbles, name, value)
+
+
+@pytest.fixture(params=[1, 2, 3, 5], ids=lambda k: f"{k}threads")
+def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The test runs with each of these thread counts."""
+    k: int = request.param
+    monkeypatch.setattr(_nibbles, "_threads", lambda: k)
+    return k

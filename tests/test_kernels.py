@@ -57,26 +57,6 @@ def both(monkeypatch: pytest.MonkeyPatch, call: Callable[[], object]) -> Outcome
     return fast
 
 
-@pytest.fixture(params=[1, 2, 3], ids=lambda k: f"{k}threads")
-def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    k: int = request.param
-    monkeypatch.setattr(_nibbles, "_threads", lambda: k)
-    return k
-
-
-@pytest.fixture
-def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Thread ranges from 8 lanes on 4-lane granules and chunks, for both kernels."""
-    for name, value in [
-        ("CHUNK_LANES", 4),
-        ("THREAD_MIN_LANES", 8),
-        ("SMALL_LANES", 2),
-        ("COMPILED_GRANULE", 4),
-        ("COMPILED_THREAD_MIN_LANES", 8),
-    ]:
-        monkeypatch.setattr(_nibbles, name, value)
-
-
 def nibbles(count: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 16, count, dtype=np.uint8)
 

@@ -47,24 +47,6 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
 
 
-@pytest.fixture
-def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks (and compiled granules) of 4 lanes, threads from 8 lanes, the
-    gather below 2 lanes."""
-    monkeypatch.setattr(_nibbles, "CHUNK_LANES", 4)
-    monkeypatch.setattr(_nibbles, "THREAD_MIN_LANES", 8)
-    monkeypatch.setattr(_nibbles, "SMALL_LANES", 2)
-    monkeypatch.setattr(_nibbles, "COMPILED_GRANULE", 4)
-    monkeypatch.setattr(_nibbles, "COMPILED_THREAD_MIN_LANES", 8)
-
-
-@pytest.fixture(params=[1, 2, 3, 5], ids=lambda k: f"{k}threads")
-def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    k: int = request.param
-    monkeypatch.setattr(_nibbles, "_threads", lambda: k)
-    return k
-
-
 # -- every byte value -------------------------------------------------------------------
 
 

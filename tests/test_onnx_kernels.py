@@ -69,22 +69,6 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return name
 
 
-@pytest.fixture
-def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks and thread granules of 4 lanes (16 elements), threads from 8 lanes."""
-    for name in ("CHUNK_LANES", "COMPILED_GRANULE"):
-        monkeypatch.setattr(_nibbles, name, 4)
-    for name in ("THREAD_MIN_LANES", "COMPILED_THREAD_MIN_LANES"):
-        monkeypatch.setattr(_nibbles, name, 8)
-
-
-@pytest.fixture(params=[1, 2, 3, 5], ids=lambda k: f"{k}threads")
-def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    k: int = request.param
-    monkeypatch.setattr(_nibbles, "_threads", lambda: k)
-    return k
-
-
 # -- the reference itself, on the seed's vectors ------------------------------------------
 
 
