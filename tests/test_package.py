@@ -150,3 +150,35 @@ def test_notebook_and_weight_names_load_on_first_use() -> None:
     assert done.stdout.split() == ["[]", "True"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = kiln_np.nope  # type: ignore[attr-defined]
+
+
+def test_ml_dtypes_loads_when_a_dtype_is_first_needed(tmp_path: Path) -> None:
+    # ml_dtypes takes most of a second to import: facts about codes, sizes and
+    # headers, the version and a listing must not pay for it (issue 18).
+    import subprocess
+    import sys
+
+    import ml_dtypes
+    import numpy as np
+
+    path = tmp_path / "m.safetensors"
+    tensors = {f"w{i}": np.zeros((2, 3), ml_dtypes.bfloat16 if i % 2 else "<f4") for i in range(6)}
+    kiln_np.save_weights(path, tensors, format="safetensors")
+    code = (
+        "import contextlib, io, sys, kiln_np, kiln_np.onnx\n"
+        "from kiln_np.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--version'])\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['ls', sys.argv[1]]) == 0\n"
+        "w = kiln_np.open_weights(sys.argv[1])\n"
+        "facts = [kiln_np.byte_length(c, (3,)) for c in range(1, 20)]\n"
+        "facts += [r.bits for r in kiln_np.DTYPES] + [w['w1'].byte_length, w['w1'].code]\n"
+        "print('ml_dtypes' in sys.modules)\n"
+        "print(kiln_np.DTYPES[3].dtype.name, w['w1'].numpy().dtype.name)\n"
+        "print('ml_dtypes' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "bfloat16", "bfloat16", "True"]

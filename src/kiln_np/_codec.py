@@ -87,6 +87,7 @@ from ._table import (
     Code,
     CodeLike,
     DType,
+    DTypeIndex,
     Layout,
     ShapeLike,
     as_code,
@@ -185,12 +186,15 @@ _new_payload = partial(tuple.__new__, Payload)
 
 # Whole-byte codes other than bool, by their exact (explicitly little-endian or
 # one-byte) dtype: the rows from_numpy's fast path can write as a plain view.
-_PLAIN_CODES = {row.dtype: row.code for row in DTYPES if payload_info(int(row.code), ()).plain_view}
+# (A DTypeIndex: a miss is None, and ml_dtypes' types join once ml_dtypes is loaded.)
+_PLAIN_CODES = DTypeIndex(
+    (row.dtype_spec, row.code) for row in DTYPES if payload_info(int(row.code), ()).plain_view
+)
 # Those of numpy's own types, whose arrays export a buffer that casts to bytes
-# (ml_dtypes' types export none).
+# (ml_dtypes' types export none): a plain dict, complete without ml_dtypes.
 _BUFFER_CODES = {dtype: code for dtype, code in _PLAIN_CODES.items() if dtype.isbuiltin == 1}
 # The 4-bit codes by their ml_dtypes dtype: from_numpy's fast path packs these.
-_PACKED_CODES = {row.dtype: int(row.code) for row in DTYPES if row.packed}
+_PACKED_CODES = DTypeIndex((row.dtype_spec, int(row.code)) for row in DTYPES if row.packed)
 
 
 def check_bool_bytes(src: np.ndarray, info: PayloadInfo) -> None:
@@ -495,10 +499,10 @@ def from_numpy(
             data = array.data
             if data.c_contiguous and data.nbytes:
                 return _new_payload((numpy_code, data.cast("B").toreadonly(), array.shape, None))
-        plain = _PLAIN_CODES.get(array.dtype)
+        plain = _PLAIN_CODES[array.dtype]
         if plain is not None and array.flags.c_contiguous and not BIG_ENDIAN_HOST:
             return Payload(plain, readonly_view(array), array.shape)
-        packed = _PACKED_CODES.get(array.dtype)
+        packed = _PACKED_CODES[array.dtype]
         if packed is not None and array.flags.c_contiguous:
             # A C-order 4-bit array: the same description, the same check (fused
             # into the pack) and error as encode's, without the general path.

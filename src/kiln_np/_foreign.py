@@ -32,16 +32,15 @@ stable wire facts now, shared by every adapter.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import ml_dtypes
 import numpy as np
-import numpy.typing as npt
 
-from ._table import Layout
+from ._table import DTypeIndex, Layout, spec_dtype
 
 __all__ = ["FOREIGN", "FOREIGN_BY_CODE", "FOREIGN_BY_NAME", "ForeignType", "foreign_for_dtype"]
 
@@ -59,8 +58,8 @@ class ForeignType:
     layout : Layout
         The layout that goes with ``code``: one block per element,
         ``dtype.itemsize`` bytes.
-    dtype : numpy.dtype
-        The element as numpy (or ml_dtypes) holds it, little-endian.
+    dtype_spec : str
+        How the table spells :attr:`dtype` (``'<c8'``, ``'ml_dtypes.int2'``).
     bits : int
         The bits that carry the element (2 for ``int2``, 64 for
         ``complex64``); the rest of its storage is 0.
@@ -71,14 +70,23 @@ class ForeignType:
     name: str
     code: int
     layout: Layout
-    dtype: np.dtype[Any]
+    dtype_spec: str
     bits: int
     element: str
 
+    @functools.cached_property
+    def dtype(self) -> np.dtype[Any]:
+        """The element as numpy (or ml_dtypes) holds it, little-endian (ml_dtypes
+        is imported here, on first use)."""
+        return spec_dtype(self.dtype_spec)
 
-def _foreign(code: int, layout: str, dtype: npt.DTypeLike, bits: int, element: str) -> ForeignType:
-    d = np.dtype(dtype)
-    return ForeignType(d.name, code, Layout(layout, d.itemsize), d, bits, element)
+
+def _foreign(code: int, layout: str, spec: str, bits: int, element: str) -> ForeignType:
+    # Name and block size come from the table, so listing loads no ml_dtypes type:
+    # each element is stored in whole bytes, ceil(bits / 8) of them.
+    ml_name = spec.removeprefix("ml_dtypes.")
+    name = ml_name if ml_name != spec else spec_dtype(spec).name
+    return ForeignType(name, code, Layout(layout, -(-bits // 8)), spec, bits, element)
 
 
 FOREIGN: tuple[ForeignType, ...] = (
@@ -87,24 +95,24 @@ FOREIGN: tuple[ForeignType, ...] = (
     _foreign(
         0x4F12,
         "onnx.float8e4m3fnuz",
-        ml_dtypes.float8_e4m3fnuz,
+        "ml_dtypes.float8_e4m3fnuz",
         8,
         "E4M3 with no negative zero, 0x80 is NaN, bias 8",
     ),
     _foreign(
         0x4F14,
         "onnx.float8e5m2fnuz",
-        ml_dtypes.float8_e5m2fnuz,
+        "ml_dtypes.float8_e5m2fnuz",
         8,
         "E5M2 with no negative zero, 0x80 is NaN, bias 16",
     ),
-    _foreign(0x4F19, "onnx.uint2", ml_dtypes.uint2, 2, "unsigned 2-bit, in the low bits"),
-    _foreign(0x4F1A, "onnx.int2", ml_dtypes.int2, 2, "two's-complement 2-bit, in the low bits"),
+    _foreign(0x4F19, "onnx.uint2", "ml_dtypes.uint2", 2, "unsigned 2-bit, in the low bits"),
+    _foreign(0x4F1A, "onnx.int2", "ml_dtypes.int2", 2, "two's-complement 2-bit, in the low bits"),
     _foreign(
-        0x4F1B, "onnx.float6e2m3", ml_dtypes.float6_e2m3fn, 6, "OCP MX FP6 E2M3, in the low bits"
+        0x4F1B, "onnx.float6e2m3", "ml_dtypes.float6_e2m3fn", 6, "OCP MX FP6 E2M3, in the low bits"
     ),
     _foreign(
-        0x4F1C, "onnx.float6e3m2", ml_dtypes.float6_e3m2fn, 6, "OCP MX FP6 E3M2, in the low bits"
+        0x4F1C, "onnx.float6e3m2", "ml_dtypes.float6_e3m2fn", 6, "OCP MX FP6 E3M2, in the low bits"
     ),
 )
 """Every foreign element type, in code order."""
@@ -115,9 +123,7 @@ FOREIGN_BY_CODE: Mapping[int, ForeignType] = MappingProxyType({f.code: f for f i
 FOREIGN_BY_NAME: Mapping[str, ForeignType] = MappingProxyType({f.name: f for f in FOREIGN})
 """The foreign types by numpy/ml_dtypes name (``'float8_e4m3fnuz'``, ``'complex64'``)."""
 
-_BY_DTYPE: Mapping[np.dtype[Any], ForeignType] = MappingProxyType(
-    {f.dtype.newbyteorder("="): f for f in FOREIGN}
-)
+_BY_DTYPE: DTypeIndex[ForeignType] = DTypeIndex((f.dtype_spec, f) for f in FOREIGN)
 
 
 def foreign_for_dtype(dtype: np.dtype[Any]) -> ForeignType | None:
@@ -128,4 +134,4 @@ def foreign_for_dtype(dtype: np.dtype[Any]) -> ForeignType | None:
     >>> foreign_for_dtype(np.dtype("<f4")) is None
     True
     """
-    return _BY_DTYPE.get(dtype.newbyteorder("=")) if dtype.fields is None else None
+    return _BY_DTYPE[dtype.newbyteorder("=")] if dtype.fields is None else None

@@ -71,7 +71,7 @@ import numpy.typing as npt
 
 from ._checks import MAX_INT64, U8, byte_view, check_int, set_module, short_or_long
 from ._errors import KilnError
-from ._table import Code, dtype_info
+from ._table import Code, DTypeIndex, dtype_info
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -91,7 +91,7 @@ COMPILED = _BUILT and os.environ.get("KILN_NP_PURE", "").strip() in ("", "0")
 """Whether the compiled kernels run: built, and not turned off by ``KILN_NP_PURE``."""
 
 _NIBBLES = dtype_info(Code.U4)  # the packed rule, ceil(count / 2), lives in the table row
-_FOUR_BIT = frozenset(dtype_info(c).dtype for c in (Code.I4, Code.U4, Code.E2M1))
+_FOUR_BIT = DTypeIndex((dtype_info(c).dtype_spec, True) for c in (Code.I4, Code.U4, Code.E2M1))
 _LANE = np.dtype("<u2")
 # Lane constants as numpy scalars: a Python int costs a conversion per ufunc call.
 _HIGH_NIBBLE = _LANE.type(0xF0)
@@ -573,7 +573,7 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
         raise KilnError(
             "TYPE", f"expected an array of nibble values; numpy cannot make one: {exc}"
         ) from exc
-    if arr.dtype in _FOUR_BIT:
+    if _FOUR_BIT[arr.dtype]:
         arr = arr.view(U8)  # ml_dtypes keeps each value's nibble in the low bits of a byte
     elif arr.dtype.kind not in "iu":
         raise KilnError(

@@ -24,7 +24,7 @@ Representability is a property of the shape, so SHAPE comes before LENGTH.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -109,8 +109,8 @@ class PayloadInfo:
     Examples
     --------
     >>> info = PayloadInfo(17, (3,))
-    >>> info.byte_length, info.dtype, info.context
-    (2, dtype(uint4), 'code 17 (u4) shape (3,): ')
+    >>> info.byte_length, info.dtype.name, info.context
+    (2, 'uint4', 'code 17 (u4) shape (3,): ')
     >>> info.length_error(3).message
     'code 17 (u4) shape (3,): expected ceil(3 / 2) = 2 bytes, found 3 (long by 1)'
 
@@ -161,7 +161,7 @@ class PayloadInfo:
         dims = check_shape(shape, label + ": ")
         decoded = element.decoded_shape(dims)
         if decodable:
-            _check_decodable(dims, decoded, element.dtype.itemsize, label, c)
+            _check_decodable(dims, decoded, element.itemsize, label, c)
         count = math.prod(dims)
         packed = isinstance(element, DType) and element.packed
         self._set(
@@ -173,7 +173,6 @@ class PayloadInfo:
             count=count,
             decodable=decodable,
             byte_length=element.byte_length(count),
-            dtype=element.dtype,
             decoded_shape=decoded,
             context=f"{label} shape {dims}: ",
             plain_view=isinstance(element, DType) and not packed and element.code != Code.BOOL,
@@ -187,10 +186,22 @@ class PayloadInfo:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"PayloadInfo is immutable: cannot set {name!r}")
 
+    if not TYPE_CHECKING:  # for checkers, ``dtype`` is the slot annotated above
+
+        def __getattr__(self, name: str) -> Any:
+            # Only an unset slot lands here: ``dtype`` is filled on first read, so
+            # a description that is only measured (a header listing) never loads
+            # ml_dtypes; every later read is a plain slot.
+            if name != "dtype":
+                raise AttributeError(f"'PayloadInfo' object has no attribute {name!r}")
+            dtype = self.element.dtype
+            object.__setattr__(self, "dtype", dtype)
+            return dtype
+
     def with_offset(self, offset: int) -> PayloadInfo:
         """The same description at another byte position in a file."""
         other = object.__new__(PayloadInfo)
-        for name in PayloadInfo.__slots__:
+        for name in _SET_AT_INIT:
             object.__setattr__(other, name, getattr(self, name))
         object.__setattr__(other, "offset", check_offset(offset))
         return other
@@ -237,6 +248,9 @@ class PayloadInfo:
             f"PayloadInfo(code={code}, shape={self.shape}, layout={self.layout!r}, "
             f"offset={self.offset}, byte_length={self.byte_length})"
         )
+
+
+_SET_AT_INIT = tuple(name for name in PayloadInfo.__slots__ if name != "dtype")
 
 
 def _rebuild(

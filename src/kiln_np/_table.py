@@ -8,13 +8,14 @@ read-only.  Sizes are computed with Python integers, so they never wrap.
 from __future__ import annotations
 
 import enum
+import functools
 import operator
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Literal
+from types import MappingProxyType, ModuleType
+from typing import Any, Generic, Literal, TypeVar
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
@@ -31,23 +32,86 @@ __all__ = [
     "CodeLike",
     "CodeRange",
     "DType",
+    "DTypeIndex",
     "Element",
     "Layout",
     "ShapeLike",
     "as_code",
+    "as_dtype",
     "check_shape",
     "code_for_dtype",
     "code_label",
     "code_range",
     "dtype_for_code",
     "dtype_info",
+    "load_ml_dtypes",
     "native_dtype",
     "resolve",
     "row_for_dtype",
+    "spec_dtype",
 ]
 
 OPAQUE_MIN = 4096
 OPAQUE_MAX = 32767
+
+_ML_PREFIX = "ml_dtypes."
+
+
+def load_ml_dtypes() -> ModuleType:
+    """The ml_dtypes module, imported the first time a dtype needs it.
+
+    This is the one in-function import of a required dependency: ml_dtypes
+    takes most of a second to import, and facts about codes, sizes and headers
+    need none of its types, so ``import kiln_np`` and listing a weight file
+    never pay for it.
+    """
+    import ml_dtypes
+
+    return ml_dtypes
+
+
+@functools.cache
+def spec_dtype(spec: str) -> np.dtype[Any]:
+    """The numpy dtype a table spells as ``spec``: numpy's own (``'<f4'``) or an
+    ml_dtypes type (``'ml_dtypes.bfloat16'``, loaded on first use).
+
+    >>> spec_dtype("<f4").name, spec_dtype("ml_dtypes.uint4").name
+    ('float32', 'uint4')
+    """
+    if spec.startswith(_ML_PREFIX):
+        scalar_type: type[Any] = getattr(load_ml_dtypes(), spec[len(_ML_PREFIX) :])
+        return np.dtype(scalar_type)
+    return np.dtype(spec)
+
+
+_V = TypeVar("_V")
+
+
+class DTypeIndex(dict[np.dtype[Any], _V], Generic[_V]):
+    """A read-mostly index from native-order dtypes to table entries.
+
+    Built from ``(spec, value)`` pairs.  numpy's own dtypes are keys at once;
+    the ml_dtypes ones join the first time a look-up misses while ml_dtypes is
+    loaded (an array of an ml_dtypes type can only exist then), so building the
+    index imports nothing.  Look up with ``index[dtype]``: a miss is None.
+    """
+
+    def __init__(self, pairs: Iterable[tuple[str, _V]]) -> None:
+        pending = []
+        for spec, value in pairs:
+            if spec.startswith(_ML_PREFIX):
+                pending.append((spec, value))
+            else:
+                self[native_dtype(spec_dtype(spec))] = value
+        self._pending = tuple(pending)
+
+    def __missing__(self, key: np.dtype[Any]) -> _V | None:
+        if self._pending and "ml_dtypes" in sys.modules:
+            pending, self._pending = self._pending, ()
+            for spec, value in pending:
+                self[native_dtype(spec_dtype(spec))] = value
+            return self.get(key)
+        return None
 
 
 def _numpy_max_rank() -> int:
@@ -99,10 +163,8 @@ class DType:
         The 16-bit wire code.
     name : str
         The spec's short name (``f64``, ``bf16``, ``f8e4m3``, ``e2m1``, ...).
-    dtype : numpy.dtype
-        The numpy dtype of a decoded element: explicitly little-endian for
-        numpy's own types, the ml_dtypes type for bf16 and the small floats
-        and ints.  Packed 4-bit codes decode to one element per byte.
+    dtype_spec : str
+        How the table spells :attr:`dtype`: ``'<f4'``, ``'ml_dtypes.bfloat16'``.
     bits : int
         Bits one element occupies on the wire: 4 for the packed codes, 8 for
         bool.
@@ -112,9 +174,23 @@ class DType:
 
     code: Code
     name: str
-    dtype: np.dtype[Any]
+    dtype_spec: str
     bits: int
     element: str
+
+    @functools.cached_property
+    def dtype(self) -> np.dtype[Any]:
+        """The numpy dtype of a decoded element: explicitly little-endian for
+        numpy's own types, the ml_dtypes type for bf16 and the small floats
+        and ints (ml_dtypes is imported here, on first use).  Packed 4-bit
+        codes decode to one element per byte."""
+        return spec_dtype(self.dtype_spec)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one decoded element (1 for the 4-bit codes), known without
+        loading ml_dtypes."""
+        return max(1, self.bits // 8)
 
     @property
     def packed(self) -> bool:
@@ -139,36 +215,32 @@ class DType:
         return f"DType({int(self.code)}, {self.name!r}, {self.dtype}, bits={self.bits})"
 
 
-def _row(code: Code, name: str, dtype: npt.DTypeLike, bits: int, element: str) -> DType:
-    return DType(code, name, np.dtype(dtype), bits, element)
-
-
 DTYPES: tuple[DType, ...] = (
-    _row(Code.F64, "f64", "<f8", 64, "IEEE binary64"),
-    _row(Code.F32, "f32", "<f4", 32, "IEEE binary32"),
-    _row(Code.F16, "f16", "<f2", 16, "IEEE binary16"),
-    _row(
+    DType(Code.F64, "f64", "<f8", 64, "IEEE binary64"),
+    DType(Code.F32, "f32", "<f4", 32, "IEEE binary32"),
+    DType(Code.F16, "f16", "<f2", 16, "IEEE binary16"),
+    DType(
         Code.BF16,
         "bf16",
-        ml_dtypes.bfloat16,
+        "ml_dtypes.bfloat16",
         16,
         "1 sign, 8 exponent, 7 significand bits, bias 127",
     ),
-    _row(Code.F8E4M3, "f8e4m3", ml_dtypes.float8_e4m3fn, 8, "OFP8 E4M3"),
-    _row(Code.F8E5M2, "f8e5m2", ml_dtypes.float8_e5m2, 8, "OFP8 E5M2"),
-    _row(Code.BOOL, "bool", np.bool_, 8, "byte 0 or 1; any other byte is TYPE"),
-    _row(Code.I8, "i8", "i1", 8, "two's complement"),
-    _row(Code.U8, "u8", "u1", 8, "unsigned"),
-    _row(Code.I16, "i16", "<i2", 16, "two's complement, little-endian"),
-    _row(Code.U16, "u16", "<u2", 16, "unsigned, little-endian"),
-    _row(Code.I32, "i32", "<i4", 32, "two's complement, little-endian"),
-    _row(Code.U32, "u32", "<u4", 32, "unsigned, little-endian"),
-    _row(Code.I64, "i64", "<i8", 64, "two's complement, little-endian"),
-    _row(Code.U64, "u64", "<u8", 64, "unsigned, little-endian"),
-    _row(Code.I4, "i4", ml_dtypes.int4, 4, "packed two's-complement nibbles"),
-    _row(Code.U4, "u4", ml_dtypes.uint4, 4, "packed unsigned nibbles"),
-    _row(Code.E2M1, "e2m1", ml_dtypes.float4_e2m1fn, 4, "OCP MX FP4 E2M1, packed nibbles"),
-    _row(Code.E8M0, "e8m0", ml_dtypes.float8_e8m0fnu, 8, "OCP MX E8M0 scale byte"),
+    DType(Code.F8E4M3, "f8e4m3", "ml_dtypes.float8_e4m3fn", 8, "OFP8 E4M3"),
+    DType(Code.F8E5M2, "f8e5m2", "ml_dtypes.float8_e5m2", 8, "OFP8 E5M2"),
+    DType(Code.BOOL, "bool", "?", 8, "byte 0 or 1; any other byte is TYPE"),
+    DType(Code.I8, "i8", "i1", 8, "two's complement"),
+    DType(Code.U8, "u8", "u1", 8, "unsigned"),
+    DType(Code.I16, "i16", "<i2", 16, "two's complement, little-endian"),
+    DType(Code.U16, "u16", "<u2", 16, "unsigned, little-endian"),
+    DType(Code.I32, "i32", "<i4", 32, "two's complement, little-endian"),
+    DType(Code.U32, "u32", "<u4", 32, "unsigned, little-endian"),
+    DType(Code.I64, "i64", "<i8", 64, "two's complement, little-endian"),
+    DType(Code.U64, "u64", "<u8", 64, "unsigned, little-endian"),
+    DType(Code.I4, "i4", "ml_dtypes.int4", 4, "packed two's-complement nibbles"),
+    DType(Code.U4, "u4", "ml_dtypes.uint4", 4, "packed unsigned nibbles"),
+    DType(Code.E2M1, "e2m1", "ml_dtypes.float4_e2m1fn", 4, "OCP MX FP4 E2M1, packed nibbles"),
+    DType(Code.E8M0, "e8m0", "ml_dtypes.float8_e8m0fnu", 8, "OCP MX E8M0 scale byte"),
 )
 
 
@@ -178,9 +250,7 @@ def native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 _BY_CODE: Mapping[int, DType] = MappingProxyType({int(r.code): r for r in DTYPES})
-_BY_DTYPE: Mapping[np.dtype[Any], DType] = MappingProxyType(
-    {native_dtype(r.dtype): r for r in DTYPES}
-)
+_BY_DTYPE: DTypeIndex[DType] = DTypeIndex((r.dtype_spec, r) for r in DTYPES)
 # A code may be named as the spec spells it ("bf16") or as the Code member ("BF16").
 _BY_NAME: Mapping[str, DType] = MappingProxyType(
     {r.name: r for r in DTYPES} | {r.code.name: r for r in DTYPES}
@@ -242,6 +312,11 @@ class Layout:
     def dtype(self) -> np.dtype[Any]:
         """dtype of the decoded blocks: uint8, uninterpreted."""
         return U8
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one decoded element: 1 (a block decodes to uint8 bytes)."""
+        return 1
 
     @property
     def bits(self) -> int:
@@ -504,13 +579,25 @@ def code_for_dtype(dtype: npt.DTypeLike) -> Code:
     return row_for_dtype(dtype).code
 
 
+def as_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
+    """``np.dtype(dtype)``, where a name may be an ml_dtypes type's (``"bfloat16"``),
+    which numpy knows only once ml_dtypes is loaded."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        if not isinstance(dtype, str) or "ml_dtypes" in sys.modules:
+            raise
+    load_ml_dtypes()
+    return np.dtype(dtype)
+
+
 def row_for_dtype(dtype: npt.DTypeLike) -> DType:
     """The table row of a numpy or ml_dtypes dtype (byte order aside), or TYPE."""
     try:
-        d = np.dtype(dtype)
+        d = as_dtype(dtype)
     except (TypeError, ValueError) as exc:  # ("f4", -1) is a ValueError
         raise KilnError("TYPE", f"expected a numpy dtype, found {show_value(dtype)}") from exc
-    row = _BY_DTYPE.get(native_dtype(d)) if d.fields is None else None
+    row = _BY_DTYPE[native_dtype(d)] if d.fields is None else None
     if row is None:
         raise KilnError(
             "TYPE",

@@ -12,6 +12,7 @@ facts are never None.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -24,7 +25,17 @@ from kiln_np._checks import set_module, show_int, show_value
 from kiln_np._errors import KilnError
 from kiln_np._foreign import FOREIGN_BY_CODE
 from kiln_np._payload import PayloadInfo, payload_info
-from kiln_np._table import Code, Element, Layout, code_label, dtype_info, resolve
+from kiln_np._table import (
+    Code,
+    DTypeIndex,
+    Element,
+    Layout,
+    as_dtype,
+    code_label,
+    dtype_info,
+    resolve,
+    spec_dtype,
+)
 
 __all__ = [
     "DATA_TYPES",
@@ -99,9 +110,8 @@ class OnnxType:
         Bits per element in ``raw_data``; None for STRING.
     field : str
         The typed field that holds the values when ``raw_data`` is not used.
-    dtype : numpy.dtype
-        What :func:`decode_raw` returns (``object`` of ``str`` for STRING);
-        sub-byte types decode one element per byte.
+    dtype_spec : str
+        How the table spells :attr:`dtype` (``'<f4'``, ``'ml_dtypes.int2'``).
     kiln_code : int or None
         The Kiln code: closed (1-19) or opaque (``OPAQUE_BASE + data_type``);
         None for STRING.
@@ -119,10 +129,17 @@ class OnnxType:
     data_type: DataType
     bits: int | None
     field: str
-    dtype: np.dtype[Any]
+    dtype_spec: str
     kiln_code: int | None
     layout: Layout | None
     meaning: str
+
+    @functools.cached_property
+    def dtype(self) -> np.dtype[Any]:
+        """What :func:`decode_raw` returns (``object`` of ``str`` for STRING);
+        sub-byte types decode one element per byte (ml_dtypes is imported here,
+        on first use)."""
+        return spec_dtype(self.dtype_spec)
 
     @property
     def name(self) -> str:
@@ -194,13 +211,13 @@ class RawType:
 
 def _mapped(data_type: DataType, code: Code, field: str, meaning: str) -> OnnxType:
     row = dtype_info(code)
-    return OnnxType(data_type, row.bits, field, row.dtype, int(code), None, meaning)
+    return OnnxType(data_type, row.bits, field, row.dtype_spec, int(code), None, meaning)
 
 
 def _opaque(data_type: DataType, field: str, meaning: str) -> OnnxType:
     foreign = FOREIGN_BY_CODE[OPAQUE_BASE + data_type]
     return OnnxType(
-        data_type, foreign.bits, field, foreign.dtype, foreign.code, foreign.layout, meaning
+        data_type, foreign.bits, field, foreign.dtype_spec, foreign.code, foreign.layout, meaning
     )
 
 
@@ -213,7 +230,7 @@ DATA_TYPES: tuple[OnnxType, ...] = (
     _mapped(_T.INT16, Code.I16, "int32_data", "signed 16-bit"),
     _mapped(_T.INT32, Code.I32, "int32_data", "signed 32-bit"),
     _mapped(_T.INT64, Code.I64, "int64_data", "signed 64-bit"),
-    OnnxType(_T.STRING, None, "string_data", np.dtype(object), None, None, "UTF-8 strings"),
+    OnnxType(_T.STRING, None, "string_data", "O", None, None, "UTF-8 strings"),
     _mapped(_T.BOOL, Code.BOOL, "int32_data", "one byte, 0 or 1"),
     _mapped(_T.FLOAT16, Code.F16, "int32_data", "IEEE half"),
     _mapped(_T.DOUBLE, Code.F64, "double_data", "IEEE 754 double"),
@@ -251,8 +268,8 @@ _RAW: Mapping[int, RawType] = MappingProxyType(
 )
 _BY_KILN: Mapping[int, RawType] = MappingProxyType({t.code: t for t in _RAW.values()})
 _OPAQUE_CODES = ", ".join(f"0x{t.code:04x}" for t in _RAW.values() if t.layout is not None)
-_BY_DTYPE: Mapping[np.dtype[Any], OnnxType] = MappingProxyType(
-    {r.dtype.newbyteorder("="): r for r in DATA_TYPES if r.bits is not None}
+_BY_DTYPE: DTypeIndex[OnnxType] = DTypeIndex(
+    (r.dtype_spec, r) for r in DATA_TYPES if r.bits is not None
 )
 
 
@@ -329,12 +346,12 @@ def row_for_dtype(dtype: npt.DTypeLike) -> OnnxType:
     """The ONNX row of a numpy or ml_dtypes dtype (byte order aside), or TYPE;
     ``object`` and ``str`` dtypes are STRING."""
     try:
-        d = np.dtype(dtype)
+        d = as_dtype(dtype)
     except (TypeError, ValueError) as exc:  # ("f4", -1) is a ValueError
         raise KilnError("TYPE", f"expected a numpy dtype, found {show_value(dtype)}") from exc
     if d.kind in "OU":
         return _BY_VALUE[DataType.STRING]
-    row = _BY_DTYPE.get(d.newbyteorder("=")) if d.fields is None else None
+    row = _BY_DTYPE[d.newbyteorder("=")] if d.fields is None else None
     if row is None:
         raise KilnError(
             "TYPE",
@@ -387,9 +404,9 @@ def dtype_for_data_type(data_type: int) -> np.dtype[Any]:
 
     Examples
     --------
-    >>> dtype_for_data_type(27)
-    dtype(float6_e2m3fn)
-    >>> dtype_for_data_type(8)
-    dtype('O')
+    >>> dtype_for_data_type(27).name
+    'float6_e2m3fn'
+    >>> dtype_for_data_type(8).name
+    'object'
     """
     return data_type_info(data_type).dtype
