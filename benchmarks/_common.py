@@ -172,12 +172,12 @@ def describe_machine() -> dict[str, object]:
     """What the figures depend on: cores, CPU, Python, numpy, kiln_np's threads
     and kernels."""
     import kiln_np
-    from kiln_np import _nibbles
+    from kiln_np._kernels import pool as _pool
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "cores": cores,
-        "kiln_np_threads": _nibbles._threads(),
+        "kiln_np_threads": _pool._threads(),
         # kernel_backend() is new: an older tree (a "before" run) has only numpy kernels.
         "kernels": getattr(kiln_np, "kernel_backend", lambda: "numpy")(),
         "cpu": _cpu_model(),

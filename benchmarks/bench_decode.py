@@ -165,23 +165,24 @@ def error_memory(mib: int) -> list[list[object]]:
 
 
 def mxfp4_kernel(elements: int, rounds: int) -> list[list[object]]:
-    """The compiled MXFP4 dequantize kernel alone (``_nibbles.mxfp4_to_float32_into``,
+    """The compiled MXFP4 dequantize kernel alone (``_block_scaled.mxfp4_to_float32_into``,
     what :mod:`kiln_np.mx` calls for float32 output) on ``elements`` e2m1 elements
     with e8m0 scales per 32, against ``np.copy`` of the float32 output, ``mx.dequantize``
     and, when gguf imports, ``gguf.quants.dequantize`` of the same blocks."""
-    from kiln_np import _nibbles, mx
+    from kiln_np import mx
+    from kiln_np._kernels import block_scaled as _block_scaled
 
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 16, elements, dtype=np.uint8)
     scales = rng.integers(110, 140, elements // 32, dtype=np.uint8)
     packed = kiln_np.pack_nibbles(codes)
     reference = np.empty(elements, np.float32)
-    if not _nibbles.mxfp4_to_float32_into(packed, scales, reference, 32, packed=True):
+    if not _block_scaled.mxfp4_to_float32_into(packed, scales, reference, 32, packed=True):
         return [["mxfp4 kernel", "not built (numpy kernels)", "", ""]]
 
     def kernel() -> np.ndarray:
         out = np.empty(elements, np.float32)
-        _nibbles.mxfp4_to_float32_into(packed, scales, out, 32, packed=True)
+        _block_scaled.mxfp4_to_float32_into(packed, scales, out, 32, packed=True)
         return out
 
     functions: dict[str, Callable[[], object]] = {
@@ -249,9 +250,10 @@ def expect_type_error(call: Callable[[], object]) -> None:
 
 def huge_pages(elements: int, rounds: int) -> list[list[object]]:
     """4-bit unpack of ``elements`` into a fresh output, plain ``np.empty`` against
-    the huge-page-aligned output kiln_np allocates (``_nibbles.empty``), as ratios to
+    the huge-page-aligned output kiln_np allocates (``_pool.empty``), as ratios to
     ``np.copy`` of an array of the output's size."""
-    from kiln_np import _nibbles
+    from kiln_np._kernels import nibbles as _nibbles
+    from kiln_np._kernels import pool as _pool
 
     packed = np.frombuffer(np.random.default_rng(0).bytes(elements // 2), np.uint8)
     values = np.ones(elements, np.uint8)
@@ -262,7 +264,7 @@ def huge_pages(elements: int, rounds: int) -> list[list[object]]:
     functions: dict[str, Callable[[], object]] = {
         "np.copy": partial(np.copy, values),
         "plain": partial(unpack_into, partial(np.empty, elements, np.uint8)),
-        "aligned": partial(unpack_into, partial(_nibbles.empty, elements, np.uint8, elements)),
+        "aligned": partial(unpack_into, partial(_pool.empty, elements, np.uint8, elements)),
     }
     timing = time_interleaved(functions, "np.copy", rounds)
     size = format_size(elements)
@@ -271,7 +273,7 @@ def huge_pages(elements: int, rounds: int) -> list[list[object]]:
             f"unpack {size} elements into np.empty, / np.copy", "plain", "np.copy", digits=2
         ),
         timing.row(
-            f"unpack {size} elements into _nibbles.empty (huge-page aligned), / np.copy",
+            f"unpack {size} elements into _pool.empty (huge-page aligned), / np.copy",
             "aligned",
             "np.copy",
             digits=2,

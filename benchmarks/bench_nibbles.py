@@ -53,7 +53,7 @@ from _common import (
 )
 
 import kiln_np
-from kiln_np import _nibbles
+from kiln_np._kernels import backend as _backend
 
 U4 = int(kiln_np.Code.U4)  # an int code: the common case the small-call path is for
 
@@ -96,16 +96,16 @@ def on_numpy_kernels(fn: Callable[[Any], object]) -> Callable[[Any], object]:
     in the same process; setting and restoring the flag costs tens of nanoseconds."""
 
     def call(arg: Any) -> object:
-        _nibbles.COMPILED = False
+        _backend.COMPILED = False
         try:
             return fn(arg)
         finally:
-            _nibbles.COMPILED = COMPILED
+            _backend.COMPILED = COMPILED
 
     return call
 
 
-COMPILED = _nibbles.COMPILED
+COMPILED = _backend.COMPILED
 
 
 def implementations() -> dict[str, Impl]:

@@ -12,7 +12,7 @@ For INT4, UINT2 and FLOAT6E2M3 tensors of ``n`` elements with random
   baseline every time is shown against;
 - ``decode_raw``: ``kiln_np.onnx.decode_raw(data_type, raw, (n,))`` on the
   bytes of the tensor, on the active kernels (``kiln_np.kernel_backend()``);
-- ``decode numpy``: the same on the numpy kernels (``_nibbles.COMPILED``
+- ``decode numpy``: the same on the numpy kernels (``_backend.COMPILED``
   switched off around the call, as ``KILN_NP_PURE=1`` would), when the
   compiled ones are active;
 - ``to_numpy``: ``kiln_np.onnx.to_numpy`` of the ``TensorProto`` (includes
@@ -59,8 +59,8 @@ from _common import (
     time_interleaved,
 )
 
-from kiln_np import _nibbles
 from kiln_np import onnx as ko
+from kiln_np._kernels import backend as _backend
 from kiln_np.onnx import _subbyte
 
 CASES = (ko.DataType.INT4, ko.DataType.UINT2, ko.DataType.FLOAT6E2M3)
@@ -81,11 +81,11 @@ def on_numpy(fn: Callable[[], T]) -> Callable[[], T]:
     """``fn`` on the numpy kernels: the compiled ones switched off around the call."""
 
     def call() -> T:
-        _nibbles.COMPILED = False
+        _backend.COMPILED = False
         try:
             return fn()
         finally:
-            _nibbles.COMPILED = True
+            _backend.COMPILED = True
 
     return call
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", action="store_true", help="time the 2-/6-bit kernels alone")
     args = parser.parse_args(argv)
     if args.kernels:
-        if not _nibbles.COMPILED:
+        if not _backend.COMPILED:
             raise SystemExit("--kernels compares with the compiled kernels, which are not active")
         rows = kernel_rows(args.elements, args.rounds)
         print(describe_machine(), f"CPU pressure (some avg60): {cpu_pressure()}")
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnx
     from onnx import numpy_helper
 
-    compare = _nibbles.COMPILED  # the numpy kernels as a second column
+    compare = _backend.COMPILED  # the numpy kernels as a second column
     decode_rows, encode_rows = [], []
     worst = float("inf")
     for count in args.elements:

@@ -11,7 +11,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-from kiln_np import _nibbles
+from kiln_np._kernels import nibbles as _nibbles
+from kiln_np._kernels import pool as _pool
 
 settings.register_profile(
     "ci",
@@ -29,19 +30,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
     """Thread ranges from 8 lanes on chunks and compiled granules of 4 lanes, the
     numpy unpack's gather below 2 lanes: every range boundary within a few bytes."""
+    monkeypatch.setattr(_nibbles, "SMALL_LANES", 2)
     for name, value in [
         ("CHUNK_LANES", 4),
         ("THREAD_MIN_LANES", 8),
-        ("SMALL_LANES", 2),
         ("COMPILED_GRANULE", 4),
         ("COMPILED_THREAD_MIN_LANES", 8),
     ]:
-        monkeypatch.setattr(_nibbles, name, value)
+        monkeypatch.setattr(_pool, name, value)
 
 
 @pytest.fixture(params=[1, 2, 3, 5], ids=lambda k: f"{k}threads")
 def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """The test runs with each of these thread counts."""
     k: int = request.param
-    monkeypatch.setattr(_nibbles, "_threads", lambda: k)
+    monkeypatch.setattr(_pool, "_threads", lambda: k)
     return k

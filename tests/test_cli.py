@@ -25,6 +25,7 @@ from _helpers import bits, kiln_np_exe
 
 import kiln_np
 from kiln_np import DTYPES, cli, from_numpy
+from kiln_np._core.table import code_label
 from kiln_np.cli import _Progress, main
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -114,7 +115,7 @@ def test_entry_point_encodes_and_decodes(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     for i, (name, (arr, _)) in enumerate(ROUND_TRIPS.items()):
         payload = from_numpy(arr)
-        label = kiln_np._table.code_label(int(payload.code))
+        label = code_label(int(payload.code))
         assert lines[2 * i].startswith(f"{name}.kiln: {label}, ")
         assert json.loads(lines[2 * i + 1])["output"] == f"{name}.back.npy"
         assert (tmp_path / f"{name}.kiln").read_bytes() == bytes(payload.data)
@@ -573,7 +574,7 @@ def test_json_keys_are_the_documented_schemas(work: Path, run: Runner) -> None:
 
 
 def test_golden_table_json_and_exit_status(work: Path, run: Runner) -> None:
-    from kiln_np._golden import load_cases
+    from kiln_np._explore.golden import load_cases
 
     count = len(load_cases())
     text = run("golden").ok()

@@ -20,20 +20,13 @@ import numpy as np
 import pytest
 
 import kiln_np
-from kiln_np import (
-    DTYPES,
-    Code,
-    KilnError,
-    Layout,
-    _codec,
-    _nibbles,
-    from_numpy,
-    payload_info,
-    to_numpy,
-)
+from kiln_np import DTYPES, Code, KilnError, Layout, _codec, from_numpy, payload_info, to_numpy
+from kiln_np._kernels import backend as _backend
+from kiln_np._kernels import nibbles as _nibbles
+from kiln_np._kernels import pool as _pool
 
 ROW_IDS = [r.name for r in DTYPES]
-BUILT = importlib.util.find_spec("kiln_np._kernels") is not None
+BUILT = importlib.util.find_spec("kiln_np._kernels.native") is not None
 BACKENDS = [False, True] if BUILT else [False]
 
 Outcome = tuple[object, ...]
@@ -115,9 +108,9 @@ def poisoned_empty(monkeypatch: pytest.MonkeyPatch) -> None:
         arr.reshape(-1).view(np.uint8)[...] = 0xA5
         return arr
 
-    real_large_empty = _nibbles.empty
+    real_large_empty = _pool.empty
     monkeypatch.setattr(_codec, "_empty", empty)
-    monkeypatch.setattr(_nibbles, "empty", large_empty)
+    monkeypatch.setattr(_pool, "empty", large_empty)
 
 
 @pytest.mark.parametrize("compiled", BACKENDS, ids=["numpy", "compiled"][: len(BACKENDS)])
@@ -125,7 +118,7 @@ def poisoned_empty(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_to_numpy_of_bytes_is_the_general_path(
     monkeypatch: pytest.MonkeyPatch, row: kiln_np.DType, compiled: bool
 ) -> None:
-    monkeypatch.setattr(_nibbles, "COMPILED", compiled)
+    monkeypatch.setattr(_backend, "COMPILED", compiled)
     for shape in SHAPES:
         for payload in payloads(row, shape):
             for copy in (False, True):
@@ -143,16 +136,16 @@ def test_4_bit_fast_paths_across_the_thread_threshold(
 ) -> None:
     # Threads from 8 lanes (16 elements): the fast paths hand larger inputs to
     # the threaded unpack and pack instead of calling the kernel once.
+    monkeypatch.setattr(_backend, "COMPILED", compiled)
+    monkeypatch.setattr(_nibbles, "SMALL_LANES", 2)
     for name, value in [
-        ("COMPILED", compiled),
         ("COMPILED_THREAD_MIN_LANES", 8),
         ("COMPILED_GRANULE", 4),
         ("THREAD_MIN_LANES", 8),
         ("CHUNK_LANES", 4),
-        ("SMALL_LANES", 2),
     ]:
-        monkeypatch.setattr(_nibbles, name, value)
-    monkeypatch.setattr(_nibbles, "_threads", lambda: 2)
+        monkeypatch.setattr(_pool, name, value)
+    monkeypatch.setattr(_pool, "_threads", lambda: 2)
     values = np.random.default_rng(count).integers(0, 16, count, dtype=np.uint8)
     payload = kiln_np.pack_nibbles(values).tobytes()
     for code in (Code.I4, Code.U4, Code.E2M1):
@@ -214,7 +207,7 @@ def arrays() -> list[np.ndarray]:
 def test_from_numpy_of_a_plain_array_is_the_general_path(
     monkeypatch: pytest.MonkeyPatch, compiled: bool
 ) -> None:
-    monkeypatch.setattr(_nibbles, "COMPILED", compiled)
+    monkeypatch.setattr(_backend, "COMPILED", compiled)
     for arr in arrays():
         code = kiln_np.code_for_dtype(arr.dtype)
         fast = outcome(partial(from_numpy, arr))

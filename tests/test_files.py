@@ -33,14 +33,15 @@ from kiln_np import (
     Layout,
     LazyPayload,
     PayloadInfo,
-    _checks,
     _codec,
-    _files,
     from_numpy,
     open_payload,
     to_numpy,
     write_payload,
 )
+from kiln_np._core import checks as _checks
+from kiln_np._files import io as _io
+from kiln_np._files import payload as _files
 
 WHOLE = [r for r in DTYPES if not r.packed]
 MAPPED = [r for r in WHOLE if r.code != Code.BOOL]
@@ -715,7 +716,7 @@ def test_the_temporary_file_is_private_and_named_for_kiln_np(tmp_path: Path) -> 
     write_payload(path, chunks())
     [(name, mode)] = seen
     assert re.fullmatch(r"\.p\.bin\.kiln-np-[0-9a-f]{12}\.part", name)
-    assert name.endswith(_files.TEMP_SUFFIX)
+    assert name.endswith(_io.TEMP_SUFFIX)
     assert mode == 0o600  # nobody else can open it while the data is written
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert leftovers(tmp_path) == []
@@ -916,9 +917,9 @@ def test_open_regular_refuses_a_file_swapped_after_the_check(
         return os.stat(tmp_path / "p.bin") if fd is None else real(path, fd)
 
     (tmp_path / "p.bin").write_bytes(b"")
-    monkeypatch.setattr(_files, "check_regular_file", first_look_passes)
+    monkeypatch.setattr(_io, "check_regular_file", first_look_passes)
     with pytest.raises(KilnError, match="found a FIFO"):
-        _files.open_regular(str(fifo))
+        _io.open_regular(str(fifo))
     assert calls[0] is None  # the path, then the opened file
     assert calls[1] is not None
 
@@ -1096,7 +1097,7 @@ def test_unpickling_checks_the_file_again(tmp_path: Path) -> None:
 # -- the documentation's examples clean up after themselves --------------------------
 
 
-@pytest.mark.parametrize("source", ["docs/big-files.md", "kiln_np._files", "kiln_np.dask"])
+@pytest.mark.parametrize("source", ["docs/big-files.md", "kiln_np._files.io", "kiln_np.dask"])
 def test_doctests_leave_no_temporary_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import kiln_np
-from kiln_np import _foreign
-from kiln_np._foreign import FOREIGN, FOREIGN_BY_CODE, FOREIGN_BY_NAME, foreign_for_dtype
+from kiln_np._core import foreign as _foreign
+from kiln_np._core.foreign import FOREIGN, FOREIGN_BY_CODE, FOREIGN_BY_NAME, foreign_for_dtype
 
 
 def test_docstring_table_is_the_registry() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln_np._golden import Case, CaseFileError, load_cases, run_case
+from kiln_np._explore.golden import Case, CaseFileError, load_cases, run_case
 
 CASES = load_cases()
 REPO_GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -1,8 +1,8 @@
-"""The compiled kernels (kiln_np._kernels) against the numpy kernels, bit for bit.
+"""The compiled kernels (kiln_np._kernels.native) against the numpy kernels, bit for bit.
 
 The numpy kernels are the reference.  Every test runs the same public call
 twice in one process, once with the compiled kernels and once with numpy
-(``_nibbles.COMPILED`` switched by monkeypatch), and compares the bytes, or the
+(``_backend.COMPILED`` switched by monkeypatch), and compares the bytes, or the
 error's kind, index and value.  Both runs use the same thread ranges; the
 boundaries hit are the C loops' blocks (4096 lanes for pack, 4096 bytes for
 the byte checks), the GIL-release size, the thread granule and the numpy chunk.
@@ -26,7 +26,12 @@ import numpy as np
 import pytest
 
 import kiln_np
-from kiln_np import KilnError, _kernels, _nibbles, mx
+from kiln_np import KilnError, mx
+from kiln_np._kernels import backend as _backend
+from kiln_np._kernels import block_scaled as _block_scaled
+from kiln_np._kernels import native as _kernels
+from kiln_np._kernels import nibbles as _nibbles
+from kiln_np._kernels import pool as _pool
 
 BLOCK = 4096  # the C loops' block, in lanes (pack) and in bytes (first_above)
 Outcome = tuple[Any, ...]  # ("array", dtype, shape, bytes), ("error", kind, index, ...)
@@ -48,9 +53,9 @@ def outcome(call: Callable[[], object]) -> Outcome:
 
 def both(monkeypatch: pytest.MonkeyPatch, call: Callable[[], object]) -> Outcome:
     """``call``'s outcome with the compiled kernels; asserts numpy's is the same."""
-    monkeypatch.setattr(_nibbles, "COMPILED", True)
+    monkeypatch.setattr(_backend, "COMPILED", True)
     fast = outcome(call)
-    monkeypatch.setattr(_nibbles, "COMPILED", False)
+    monkeypatch.setattr(_backend, "COMPILED", False)
     slow = outcome(call)
     monkeypatch.undo()
     assert fast == slow
@@ -66,7 +71,7 @@ def test_the_default_install_built_the_compiled_kernels() -> None:
     # and KILN_NP_PURE is the only way to turn it off.
     pure = os.environ.get("KILN_NP_PURE", "").strip() not in ("", "0")
     assert kiln_np.kernel_backend() == ("numpy" if pure else "compiled")
-    assert _nibbles.COMPILED is not pure
+    assert _backend.COMPILED is not pure
     assert kiln_np.kernel_backend.__module__ == "kiln_np"
 
 
@@ -109,7 +114,7 @@ def test_every_byte_value_in_pack_and_the_checks(
 
 
 def _counts() -> list[int]:
-    around = [2 * BLOCK, 4 * BLOCK, 16384, 2 * 16384, 2 * _nibbles.COMPILED_GRANULE]
+    around = [2 * BLOCK, 4 * BLOCK, 16384, 2 * 16384, 2 * _pool.COMPILED_GRANULE]
     return sorted(set(range(70)) | {n + d for n in around for d in range(-3, 4)})
 
 
@@ -157,7 +162,7 @@ def test_tiny_thread_ranges(monkeypatch: pytest.MonkeyPatch, threads: int, count
 
 
 def test_real_thread_ranges(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
-    count = 2 * (_nibbles.COMPILED_THREAD_MIN_LANES + _nibbles.COMPILED_GRANULE) + 1
+    count = 2 * (_pool.COMPILED_THREAD_MIN_LANES + _pool.COMPILED_GRANULE) + 1
     values = nibbles(count)
     packed = both(monkeypatch, lambda: kiln_np.pack_nibbles(values))
     raw = np.frombuffer(packed[3], np.uint8)
@@ -312,24 +317,24 @@ def same_float_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def test_mxfp4_every_code_and_scale_against_the_definition(
     monkeypatch: pytest.MonkeyPatch, packed: bool, threads: int
 ) -> None:
-    monkeypatch.setattr(_nibbles, "COMPILED", True)  # also under KILN_NP_PURE=1
-    monkeypatch.setattr(_nibbles, "COMPILED_THREAD_MIN_LANES", 16)
-    monkeypatch.setattr(_nibbles, "COMPILED_GRANULE", 4)
+    monkeypatch.setattr(_backend, "COMPILED", True)  # also under KILN_NP_PURE=1
+    monkeypatch.setattr(_pool, "COMPILED_THREAD_MIN_LANES", 16)
+    monkeypatch.setattr(_pool, "COMPILED_GRANULE", 4)
     block = 32
     scales = np.repeat(np.arange(256, dtype=np.uint8), 3)  # 3 blocks per scale byte
     codes = np.random.default_rng(3).integers(0, 16, scales.size * block, dtype=np.uint8)
     codes[: 16 * 256] = np.tile(np.arange(16, dtype=np.uint8), 256)  # every code, every scale
     values = kiln_np.pack_nibbles(codes) if packed else codes
     out = np.full(codes.size, 7.0, np.float32)
-    assert _nibbles.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
+    assert _block_scaled.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
     exact = E2M1[codes] * np.ldexp(1.0, np.repeat(scales.astype(int) - 127, block))
     with np.errstate(over="ignore"):
         fits = exact.astype(np.float32).astype(np.float64) == exact
     nan_block = np.repeat(scales == 0xFF, block)
     assert same_float_bits(out[fits & ~nan_block], exact[fits & ~nan_block].astype(np.float32))
     assert (out[nan_block].view(np.uint32) == 0x7FC00000).all()  # canonical quiet NaN
-    monkeypatch.setattr(_nibbles, "COMPILED", False)
-    assert not _nibbles.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
+    monkeypatch.setattr(_backend, "COMPILED", False)
+    assert not _block_scaled.mxfp4_to_float32_into(values, scales, out, block, packed=packed)
 
 
 def test_mxfp4_kernel_refuses_bad_calls() -> None:
@@ -390,8 +395,8 @@ def test_repack_real_thread_ranges(monkeypatch: pytest.MonkeyPatch, name: str) -
     # Just over the compiled threading threshold, on the real granule: the ranges'
     # block boundaries fall inside blocks of lanes.
     body = GGML[name][1] - GGML[name][2]
-    count = (_nibbles.COMPILED_THREAD_MIN_LANES + 3 * _nibbles.COMPILED_GRANULE) // body + 1
-    monkeypatch.setattr(_nibbles, "_threads", lambda: 3)
+    count = (_pool.COMPILED_THREAD_MIN_LANES + 3 * _pool.COMPILED_GRANULE) // body + 1
+    monkeypatch.setattr(_pool, "_threads", lambda: 3)
     blocks = ggml_blocks(name, count, seed=5)
     got = both(monkeypatch, lambda: repacked(name, ggml_payload(name, blocks)))
     assert got[1][2] == blocks.tobytes()
@@ -499,13 +504,13 @@ def every_kernel(kernels: Any) -> list[bytes]:
     ],
 )
 def test_the_other_builds_of_the_kernels_agree(tmp_path: Path, define: str) -> None:
-    source = Path(__file__).parents[1] / "src" / "kiln_np" / "_kernels.c"
-    target = tmp_path / f"_kernels{sysconfig.get_config_var('EXT_SUFFIX')}"
+    source = Path(__file__).parents[1] / "src" / "kiln_np" / "_kernels" / "native.c"
+    target = tmp_path / f"native{sysconfig.get_config_var('EXT_SUFFIX')}"
     compiler = shlex.split(sysconfig.get_config_var("CC"))
     include = sysconfig.get_paths()["include"]
     flags = ["-O2", "-shared", "-fPIC", f"-D{define}", f"-I{include}"]
     subprocess.run([*compiler, *flags, str(source), "-o", str(target)], check=True)
-    spec = importlib.util.spec_from_file_location("_kernels", target)
+    spec = importlib.util.spec_from_file_location("native", target)
     assert spec is not None
     assert spec.loader is not None
     variant = importlib.util.module_from_spec(spec)
@@ -526,26 +531,26 @@ def test_the_other_builds_of_the_kernels_agree(tmp_path: Path, define: str) -> N
     [((3,), np.uint8), ((0, 5), np.float32), ((1 << 25,), np.uint8), ((3, 1 << 22), np.float32)],
 )
 def test_empty_is_np_empty_aligned_when_large(shape: tuple[int, ...], dtype: type) -> None:
-    out = _nibbles.empty(shape, dtype, math.prod(shape))
+    out = _pool.empty(shape, dtype, math.prod(shape))
     assert out.shape == shape
     assert out.dtype == np.dtype(dtype)
     assert out.flags.c_contiguous
     assert out.flags.writeable
-    large = out.nbytes >= _nibbles.ALIGNED_FROM
-    assert (out.ctypes.data % _nibbles.HUGE_PAGE == 0) is large or out.nbytes == 0
+    large = out.nbytes >= _pool.ALIGNED_FROM
+    assert (out.ctypes.data % _pool.HUGE_PAGE == 0) is large or out.nbytes == 0
     assert (out.base is not None) is large  # a view of a buffer at most 2 MiB longer
     if large:
         assert isinstance(out.base, np.ndarray)
-        assert out.base.nbytes - out.nbytes == _nibbles.HUGE_PAGE
+        assert out.base.nbytes - out.nbytes == _pool.HUGE_PAGE
 
 
 def test_large_decodes_start_on_a_huge_page() -> None:
-    count = 2 * _nibbles.ALIGNED_FROM  # 32 MiB packed, 64 MiB decoded
+    count = 2 * _pool.ALIGNED_FROM  # 32 MiB packed, 64 MiB decoded
     payload = bytes(count // 2)
     for got in (
         kiln_np.to_numpy(kiln_np.Code.U4, payload, (count,)),
         kiln_np.to_numpy(kiln_np.Code.U4, memoryview(payload), (2, count // 2)),
     ):
-        assert got.ctypes.data % _nibbles.HUGE_PAGE == 0
+        assert got.ctypes.data % _pool.HUGE_PAGE == 0
         assert got.size == count
         assert not got.any()

@@ -58,7 +58,7 @@ CANONICAL_NAN = {
 def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test on the compiled MXFP4 kernel (when built) and on the numpy path."""
     if request.param == "numpy":
-        monkeypatch.setattr(kiln_np._nibbles, "COMPILED", False)
+        monkeypatch.setattr(kiln_np._kernels.backend, "COMPILED", False)
     return str(request.param)
 
 

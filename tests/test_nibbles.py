@@ -23,7 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kiln_np
-from kiln_np import KilnError, _nibbles
+from kiln_np import KilnError
+from kiln_np._kernels import backend as _backend
+from kiln_np._kernels import nibbles as _nibbles
+from kiln_np._kernels import pool as _pool
 
 
 def ref_unpack(packed: np.ndarray, count: int) -> np.ndarray:
@@ -84,9 +87,9 @@ def test_tiny_constants_every_length(count: int, threads: int) -> None:
 
 
 def _boundary_counts() -> list[int]:
-    lanes = {_nibbles.SMALL_LANES, _nibbles.CHUNK_LANES, _nibbles.THREAD_MIN_LANES}
-    lanes |= {2 * _nibbles.CHUNK_LANES, _nibbles.THREAD_MIN_LANES + _nibbles.CHUNK_LANES}
-    lanes |= {_nibbles.COMPILED_THREAD_MIN_LANES + _nibbles.COMPILED_GRANULE}
+    lanes = {_nibbles.SMALL_LANES, _pool.CHUNK_LANES, _pool.THREAD_MIN_LANES}
+    lanes |= {2 * _pool.CHUNK_LANES, _pool.THREAD_MIN_LANES + _pool.CHUNK_LANES}
+    lanes |= {_pool.COMPILED_THREAD_MIN_LANES + _pool.COMPILED_GRANULE}
     return sorted({2 * n + d for n in lanes for d in (-3, -2, -1, 0, 1, 2, 3)})
 
 
@@ -99,14 +102,14 @@ def test_real_constants_at_each_boundary(count: int) -> None:
 
 
 def test_results_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    least = max(_nibbles.THREAD_MIN_LANES, _nibbles.COMPILED_THREAD_MIN_LANES)
-    count = 2 * least + 2 * _nibbles.CHUNK_LANES + 1
+    least = max(_pool.THREAD_MIN_LANES, _pool.COMPILED_THREAD_MIN_LANES)
+    count = 2 * least + 2 * _pool.CHUNK_LANES + 1
     values = nibbles(count)
     packed = ref_pack(values)
     seen = set()
     for k in (1, 2, 3):
-        monkeypatch.setattr(_nibbles, "_threads", lambda k=k: k)
-        assert len(_nibbles._split(count // 2, _nibbles.COMPILED)) == k
+        monkeypatch.setattr(_pool, "_threads", lambda k=k: k)
+        assert len(_pool._split(count // 2, _backend.COMPILED)) == k
         seen.add(kiln_np.unpack_nibbles(packed, count).tobytes())
         seen.add(kiln_np.pack_nibbles(values).tobytes() + b"|packed")
     assert seen == {values.tobytes(), packed.tobytes() + b"|packed"}
@@ -124,17 +127,17 @@ def test_small_path_round_trip(values: list[int]) -> None:
 def test_split_ranges_are_disjoint_aligned_and_cover(
     monkeypatch: pytest.MonkeyPatch, compiled: bool
 ) -> None:
-    monkeypatch.setattr(_nibbles, "_threads", lambda: 3)
-    step = _nibbles.COMPILED_GRANULE if compiled else _nibbles.CHUNK_LANES
-    least = _nibbles.COMPILED_THREAD_MIN_LANES if compiled else _nibbles.THREAD_MIN_LANES
+    monkeypatch.setattr(_pool, "_threads", lambda: 3)
+    step = _pool.COMPILED_GRANULE if compiled else _pool.CHUNK_LANES
+    least = _pool.COMPILED_THREAD_MIN_LANES if compiled else _pool.THREAD_MIN_LANES
     for lanes in (least, least + 5 * step + 7, 3 * least + 1):
-        ranges = _nibbles._split(lanes, compiled)
+        ranges = _pool._split(lanes, compiled)
         assert 1 < len(ranges) <= 3
         assert ranges[0][0] == 0
         assert ranges[-1][1] == lanes
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         assert all(lo % step == 0 for lo, _ in ranges)
-    assert _nibbles._split(least - 1, compiled) == [(0, least - 1)]
+    assert _pool._split(least - 1, compiled) == [(0, least - 1)]
 
 
 # -- the first bad value, wherever the threads find it ---------------------------------------
@@ -165,7 +168,7 @@ def test_first_bad_value_on_the_small_path(bad_at: int) -> None:
 
 
 def test_clean_input_has_no_bad_value() -> None:
-    for count in (0, 1, 7, 8, 9, 2 * _nibbles.THREAD_MIN_LANES + 1):
+    for count in (0, 1, 7, 8, 9, 2 * _pool.THREAD_MIN_LANES + 1):
         assert _nibbles.first_above(nibbles(count), 15) == -1
 
 
@@ -179,7 +182,7 @@ def _destinations(size: int) -> Iterator[np.ndarray | bytearray | memoryview]:
     yield memoryview(bytearray(size))
 
 
-@pytest.mark.parametrize("count", [0, 1, 6, 4097, 2 * _nibbles.THREAD_MIN_LANES + 3])
+@pytest.mark.parametrize("count", [0, 1, 6, 4097, 2 * _pool.THREAD_MIN_LANES + 3])
 def test_unpack_out_is_written_and_returned(count: int) -> None:
     values = nibbles(count)
     packed = ref_pack(values)
@@ -189,7 +192,7 @@ def test_unpack_out_is_written_and_returned(count: int) -> None:
         assert same_bytes(np.frombuffer(out, np.uint8), values)
 
 
-@pytest.mark.parametrize("count", [0, 1, 6, 4097, 2 * _nibbles.THREAD_MIN_LANES + 3])
+@pytest.mark.parametrize("count", [0, 1, 6, 4097, 2 * _pool.THREAD_MIN_LANES + 3])
 def test_pack_out_is_written_and_returned(count: int) -> None:
     values = nibbles(count)
     for out in _destinations((count + 1) // 2):
@@ -255,20 +258,20 @@ def test_read_only_out_is_refused() -> None:
 )
 def test_thread_setting(monkeypatch: pytest.MonkeyPatch, setting: str, cap: int) -> None:
     monkeypatch.setenv("KILN_NP_NUM_THREADS", setting)
-    _nibbles._threads.cache_clear()
+    _pool._threads.cache_clear()
     try:
-        assert _nibbles._threads() == min(cap, _nibbles._cpu_count())
+        assert _pool._threads() == min(cap, _pool._cpu_count())
     finally:
         monkeypatch.undo()
-        _nibbles._threads.cache_clear()
+        _pool._threads.cache_clear()
 
 
 def test_small_inputs_do_not_start_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_pool() -> None:
         raise AssertionError("the pool was used for a small input")
 
-    monkeypatch.setattr(_nibbles, "_pool", no_pool)
-    least = _nibbles.COMPILED_THREAD_MIN_LANES if _nibbles.COMPILED else _nibbles.THREAD_MIN_LANES
+    monkeypatch.setattr(_pool, "_pool", no_pool)
+    least = _pool.COMPILED_THREAD_MIN_LANES if _backend.COMPILED else _pool.THREAD_MIN_LANES
     count = 2 * least - 1
     values = nibbles(count)
     assert same_bytes(kiln_np.unpack_nibbles(kiln_np.pack_nibbles(values), count), values)
@@ -359,8 +362,8 @@ def test_encode_into_leaves_out_untouched_on_error(array: np.ndarray, size: int,
 
 
 def test_encode_into_large_u4_checks_everything_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_nibbles, "_threads", lambda: 2)
-    count = 2 * _nibbles.THREAD_MIN_LANES + 10
+    monkeypatch.setattr(_pool, "_threads", lambda: 2)
+    count = 2 * _pool.THREAD_MIN_LANES + 10
     values = nibbles(count)
     values[-3] = 0x20  # in the second thread's range
     out = np.full(count // 2, 0xA5, np.uint8)
@@ -381,13 +384,13 @@ def test_encode_into_refuses_read_only_and_strided_out() -> None:
 # -- fork, interpreter exit, and the memory of the error path (issue 11 items 5, 6, 15) ---------
 
 # Large enough for the pool with either kernels.
-_LARGE = 4 * max(_nibbles.THREAD_MIN_LANES, _nibbles.COMPILED_THREAD_MIN_LANES) + 1
+_LARGE = 4 * max(_pool.THREAD_MIN_LANES, _pool.COMPILED_THREAD_MIN_LANES) + 1
 
 
 def _pool_size_and_large_job(seed: int) -> tuple[int, bytes, bytes, int | None]:
     """Whether a pool exists yet (0 or 1), then a decode, an encode and a bool
     check, each large enough for the pool."""
-    return (_nibbles._pool.cache_info().currsize, *_large_job(seed))
+    return (_pool._pool.cache_info().currsize, *_large_job(seed))
 
 
 def _large_job(seed: int) -> tuple[bytes, bytes, int | None]:
@@ -407,9 +410,9 @@ def _large_job(seed: int) -> tuple[bytes, bytes, int | None]:
 
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # 3.12+: fork with threads
 def test_a_forked_child_gets_its_own_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_nibbles, "_threads", lambda: 2)
+    monkeypatch.setattr(_pool, "_threads", lambda: 2)
     expected = [_large_job(seed) for seed in (1, 2, 3)]
-    assert _nibbles._pool.cache_info().currsize == 1  # the parent's pool has run
+    assert _pool._pool.cache_info().currsize == 1  # the parent's pool has run
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(2)
     try:
@@ -428,10 +431,10 @@ _AT_EXIT = """
 import atexit, sys
 import numpy as np
 import kiln_np
-from kiln_np import _nibbles
+from kiln_np._kernels import pool as _pool
 
-_nibbles._threads = lambda: 2
-count = 4 * max(_nibbles.THREAD_MIN_LANES, _nibbles.COMPILED_THREAD_MIN_LANES) + 3
+_pool._threads = lambda: 2
+count = 4 * max(_pool.THREAD_MIN_LANES, _pool.COMPILED_THREAD_MIN_LANES) + 3
 values = (np.arange(count) % 16).astype(np.uint8)
 if sys.argv[1] == "used":
     kiln_np.unpack_nibbles(kiln_np.pack_nibbles(values), count)  # the pool exists
@@ -445,7 +448,7 @@ def at_exit():
         kiln_np.to_numpy(7, flags, (count,))
     except kiln_np.KilnError as exc:
         print("bool error at", exc.index - count)
-    print("round trip", back.tobytes() == values.tobytes(), _nibbles.kernel_backend())
+    print("round trip", back.tobytes() == values.tobytes(), kiln_np.kernel_backend())
 
 atexit.register(at_exit)
 """
@@ -474,7 +477,7 @@ def test_large_calls_at_interpreter_exit_run_on_the_calling_thread(pool: str) ->
 def test_rejecting_a_payload_costs_at_most_a_chunk(
     monkeypatch: pytest.MonkeyPatch, compiled: bool, case: str
 ) -> None:
-    monkeypatch.setattr(_nibbles, "COMPILED", compiled)
+    monkeypatch.setattr(_backend, "COMPILED", compiled)
     n = 16 << 20
     out = np.empty(n // 2, np.uint8)
     calls: dict[str, Callable[[], object]] = {
@@ -498,5 +501,5 @@ def test_rejecting_a_payload_costs_at_most_a_chunk(
     # The bad input itself (n bytes, 2n for int16) plus a chunk's mask per thread
     # (a chunk is 2 * CHUNK_LANES bytes); it was 9x the input before.
     made = 2 * n if case == "pack-out-int16" else n
-    bound = _nibbles._threads() * 4 * _nibbles.CHUNK_LANES
+    bound = _pool._threads() * 4 * _pool.CHUNK_LANES
     assert peak - made <= bound, f"{(peak - made) / 2**20:.1f} MiB extra"

@@ -24,8 +24,8 @@ from onnx import numpy_helper
 import kiln_np
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
-from kiln_np._foreign import FOREIGN_BY_CODE
-from kiln_np._table import code_label
+from kiln_np._core.foreign import FOREIGN_BY_CODE
+from kiln_np._core.table import code_label
 
 ROWS = ko.DATA_TYPES
 RAW_ROWS = [r for r in ROWS if r.bits is not None]

@@ -2,10 +2,10 @@
 
 Mirrors tests/test_nibbles.py and tests/test_kernels.py: the kernels of
 ``kiln_np.onnx._subbyte`` are checked, compiled and numpy alike (the
-``backend`` fixture switches ``_nibbles.COMPILED``, so both run whatever
+``backend`` fixture switches ``_backend.COMPILED``, so both run whatever
 ``KILN_NP_PURE`` says), against a bit-by-bit numpy reference, at the lengths
 where their paths change with the real constants, and with tiny constants
-(monkeypatched in ``kiln_np._nibbles``, whose chunk size and thread pool they
+(monkeypatched in ``kiln_np._kernels.nibbles``, whose chunk size and thread pool they
 share) so that every offset around a chunk and a thread range is reached with
 small arrays.  Where the reference would be too slow, and for errors, the
 compiled kernels are compared with the numpy ones in the same process.
@@ -21,8 +21,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kiln_np import KilnError, _kernels, _nibbles
+from kiln_np import KilnError
 from kiln_np import onnx as ko
+from kiln_np._kernels import backend as _backend
+from kiln_np._kernels import native as _kernels
+from kiln_np._kernels import pool as _pool
 from kiln_np.onnx import _subbyte
 
 Unpack = Callable[[np.ndarray, np.ndarray, int], None]
@@ -65,7 +68,7 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """The test runs on each kernel in turn (CI builds the extension, and
     ``KILN_NP_PURE`` only changes the default)."""
     name: str = request.param
-    monkeypatch.setattr(_nibbles, "COMPILED", name == "compiled")
+    monkeypatch.setattr(_backend, "COMPILED", name == "compiled")
     return name
 
 
@@ -115,8 +118,8 @@ def test_tiny_constants_every_length(bits: int, count: int, threads: int) -> Non
 
 
 def _boundary_counts() -> list[int]:
-    lanes = {_nibbles.CHUNK_LANES, _nibbles.THREAD_MIN_LANES, 2 * _nibbles.CHUNK_LANES}
-    lanes |= {_nibbles.THREAD_MIN_LANES + _nibbles.CHUNK_LANES}
+    lanes = {_pool.CHUNK_LANES, _pool.THREAD_MIN_LANES, 2 * _pool.CHUNK_LANES}
+    lanes |= {_pool.THREAD_MIN_LANES + _pool.CHUNK_LANES}
     lanes |= {GIL_FREE_BYTES // 4}  # the C kernels release the GIL above it
     return sorted({4 * n + d for n in lanes for d in (-5, -4, -1, 0, 1, 3, 4, 5)})
 
@@ -133,12 +136,12 @@ def test_real_constants_at_each_boundary(bits: int, count: int) -> None:
 def test_results_do_not_depend_on_the_thread_count(
     bits: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count = 4 * (2 * _nibbles.THREAD_MIN_LANES + _nibbles.CHUNK_LANES) + 3
+    count = 4 * (2 * _pool.THREAD_MIN_LANES + _pool.CHUNK_LANES) + 3
     v = values(count, bits)
     expected = ref_pack(v, bits)
     unpack, pack = KERNELS[bits]
     for k in (1, 2, 3):
-        monkeypatch.setattr(_nibbles, "_threads", lambda k=k: k)
+        monkeypatch.setattr(_pool, "_threads", lambda k=k: k)
         packed = np.empty(expected.size, np.uint8)
         pack(v, packed)
         assert packed.tobytes() == expected.tobytes(), k
@@ -187,9 +190,9 @@ def outcome(call: Callable[[], object]) -> Outcome:
 def both(monkeypatch: pytest.MonkeyPatch, call: Callable[[], object]) -> Outcome:
     """``call``'s outcome with the compiled kernels; asserts numpy's is the same."""
     with monkeypatch.context() as m:
-        m.setattr(_nibbles, "COMPILED", True)
+        m.setattr(_backend, "COMPILED", True)
         fast = outcome(call)
-        m.setattr(_nibbles, "COMPILED", False)
+        m.setattr(_backend, "COMPILED", False)
         slow = outcome(call)
     assert fast == slow
     return fast
@@ -288,10 +291,10 @@ def test_tiny_thread_ranges_agree(
 
 @pytest.mark.parametrize("bits", [2, 6])
 def test_real_compiled_thread_ranges(monkeypatch: pytest.MonkeyPatch, bits: int) -> None:
-    count = 4 * (_nibbles.COMPILED_THREAD_MIN_LANES + _nibbles.COMPILED_GRANULE) + 3
+    count = 4 * (_pool.COMPILED_THREAD_MIN_LANES + _pool.COMPILED_GRANULE) + 3
     v = values(count, bits)
     for k in (1, 2, 3):
-        monkeypatch.setattr(_nibbles, "_threads", lambda k=k: k)
+        monkeypatch.setattr(_pool, "_threads", lambda k=k: k)
         got = both(monkeypatch, partial(packed, bits, v))
         src = np.frombuffer(got[1], np.uint8)
         assert both(monkeypatch, partial(unpacked, bits, src, count))[3] == v.tobytes(), k

@@ -27,7 +27,7 @@ def test_all_lists_exactly_the_public_names() -> None:
 
 @pytest.mark.parametrize("name", [n for n in kiln_np.__all__ if n not in {"__version__", "DTYPES"}])
 def test_public_objects_say_where_they_live(name: str) -> None:
-    # numpy's set_module: a traceback shows kiln_np.KilnError, not kiln_np._errors.KilnError.
+    # numpy's set_module: a traceback shows kiln_np.KilnError, not kiln_np._core.errors.KilnError.
     assert getattr(kiln_np, name).__module__ == "kiln_np"
 
 
@@ -129,8 +129,12 @@ def test_doctests(module: str) -> None:
     result = runner.summarize(verbose=False)
     assert result.failed == 0
     # Every module documents itself by example, except the command line, which the
-    # CLI tests run.
-    assert result.attempted > 0 or module == "kiln_np.cli"
+    # CLI tests run, and a package whose __init__ is only its docstring (and
+    # re-exports): its modules carry the examples.
+    if result.attempted == 0:
+        command_line = module == "kiln_np.cli" or module.startswith("kiln_np.cli.")
+        body = ast.parse(inspect.getsource(mod)).body
+        assert command_line or not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in body)
 
 
 def test_notebook_and_weight_names_load_on_first_use() -> None:
@@ -141,7 +145,7 @@ def test_notebook_and_weight_names_load_on_first_use() -> None:
 
     code = (
         "import sys, kiln_np\n"
-        "before = {m for m in ('kiln_np._explore', 'kiln_np._weights') if m in sys.modules}\n"
+        "before = {m for m in ('kiln_np._explore', 'kiln_np._weights.kit') if m in sys.modules}\n"
         "from kiln_np import *\n"
         "assert describe is kiln_np.describe and open_weights.__module__ == 'kiln_np'\n"
         "print(sorted(before), 'describe' in dir(kiln_np))\n"

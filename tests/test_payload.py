@@ -12,7 +12,7 @@ import pytest
 
 import kiln_np
 from kiln_np import DTYPES, Code, KilnError, Layout, PayloadInfo, payload_info, to_numpy
-from kiln_np._table import MAX_RANK
+from kiln_np._core.table import MAX_RANK
 
 # -- the description ---------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import kiln_np
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as konnx
 from kiln_np import safetensors as kst
-from kiln_np._foreign import FOREIGN_BY_NAME
+from kiln_np._core.foreign import FOREIGN_BY_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
 st_deserialize: Any = safetensors.deserialize  # the package ships no annotations for it

@@ -29,7 +29,7 @@ import kiln_np
 from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
 from kiln_np import gguf as kgguf
 from kiln_np import onnx as konnx
-from kiln_np._weights import decode_metadata, encode_metadata
+from kiln_np._weights.kit import decode_metadata, encode_metadata
 
 
 def _raise(kind: str, call: Any, *args: Any, **kwargs: Any) -> KilnError:
@@ -642,7 +642,7 @@ def test_progress_counts_every_payload_byte(tmp_path: Path) -> None:
 
 def test_weights_md_safetensors_table_is_the_code_table() -> None:
     from kiln_np import safetensors as kst
-    from kiln_np._table import code_label
+    from kiln_np._core.table import code_label
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "weights.md").read_text()
     block = text.split("<!-- safetensors-dtypes")[1].split("<!-- /safetensors-dtypes -->")[0]

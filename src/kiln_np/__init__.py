@@ -9,11 +9,9 @@ use, so ``import kiln_np`` costs what the core costs.
 import typing as _typing
 
 from ._codec import Payload, from_numpy, to_numpy
-from ._errors import KilnError
-from ._files import LazyPayload, open_payload, write_payload
-from ._nibbles import kernel_backend, pack_nibbles, unpack_nibbles
-from ._payload import PayloadInfo, byte_length, payload_info
-from ._table import (
+from ._core.errors import KilnError
+from ._core.payload import PayloadInfo, byte_length, payload_info
+from ._core.table import (
     DTYPES,
     Code,
     DType,
@@ -23,17 +21,20 @@ from ._table import (
     dtype_for_code,
     dtype_info,
 )
+from ._files.payload import LazyPayload, open_payload, write_payload
+from ._kernels.backend import kernel_backend
+from ._kernels.nibbles import pack_nibbles, unpack_nibbles
 
 if _typing.TYPE_CHECKING:
     from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
-    from ._weights import Weights, WeightTensor, open_weights, save_weights
+    from ._weights.kit import Weights, WeightTensor, open_weights, save_weights
 
 _LAZY = {
     **dict.fromkeys(
         ("Description", "ScaledDescription", "bit_histogram", "bit_values", "describe"),
         "._explore",
     ),
-    **dict.fromkeys(("Weights", "WeightTensor", "open_weights", "save_weights"), "._weights"),
+    **dict.fromkeys(("Weights", "WeightTensor", "open_weights", "save_weights"), "._weights.kit"),
 }
 
 

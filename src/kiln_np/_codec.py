@@ -77,11 +77,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _nibbles
-from ._checks import NEVER_CASTS, U8, byte_view, set_module, show_value, storage_error
-from ._errors import KilnError
-from ._payload import PayloadInfo, payload_info
-from ._table import (
+from ._core.checks import NEVER_CASTS, U8, byte_view, set_module, show_value, storage_error
+from ._core.errors import KilnError
+from ._core.payload import PayloadInfo, payload_info
+from ._core.table import (
     DTYPES,
     NEEDS_OPAQUE,
     Code,
@@ -95,11 +94,12 @@ from ._table import (
     resolve,
     row_for_dtype,
 )
+from ._kernels import backend, nibbles, pool
 
 # to_numpy's small-call path calls the compiled unpack directly; when it was not
-# built, _nibbles.COMPILED is False and nothing here calls it.
+# built, backend.COMPILED is False and nothing here calls it.
 with contextlib.suppress(ImportError):
-    from . import _kernels
+    from ._kernels import native
 
 __all__ = [
     "BIG_ENDIAN_HOST",
@@ -201,7 +201,7 @@ def check_bool_bytes(src: np.ndarray, info: PayloadInfo) -> None:
     """Every byte of the flat uint8 ``src`` must be 0 or 1 (case kiln-v2-bool-byte)."""
     # One read (split across the kernel threads when large); the first bad
     # byte is found chunk by chunk, so rejecting costs at most a chunk's mask.
-    index = _nibbles.first_above(src, 1)
+    index = nibbles.first_above(src, 1)
     if index >= 0:
         found = int(src[index])
         raise KilnError(
@@ -222,7 +222,7 @@ def check_content(info: PayloadInfo, src: np.ndarray) -> None:
     count 0 (TYPE).  ``src`` is already exactly ``info.byte_length`` bytes."""
     if info.packed:
         if info.count % 2:  # only an odd count has a padding nibble to check
-            _nibbles.check_padding(src, info.count, info.context)
+            nibbles.check_padding(src, info.count, info.context)
     elif info.code == Code.BOOL:
         check_bool_bytes(src, info)
 
@@ -312,19 +312,19 @@ def _unpack_bytes(buf: bytes, info: PayloadInfo) -> np.ndarray:
     the padding check, then the unpack straight into the decoded array."""
     count = info.count
     if count % 2 and buf[-1] > 0x0F:  # only an odd count has a padding nibble
-        _nibbles.check_padding(buf, count, info.context)  # raises
-    if not _nibbles.COMPILED:
-        out = _nibbles.empty(info.shape, U8, count)
-        _nibbles.unpack_into(buf, out, count)
+        nibbles.check_padding(buf, count, info.context)  # raises
+    if not backend.COMPILED:
+        out = pool.empty(info.shape, U8, count)
+        nibbles.unpack_into(buf, out, count)
         return out.view(info.dtype)
     # The compiled kernel writes any 1-byte buffer, so the ml_dtypes array
     # itself; below the threading threshold, one kernel call is all of it.
-    if count < 2 * _nibbles.COMPILED_THREAD_MIN_LANES:
+    if count < 2 * pool.COMPILED_THREAD_MIN_LANES:
         out = _empty(info.shape, info.dtype)
-        _kernels.unpack(buf, out, 0, count)
+        native.unpack(buf, out, 0, count)
     else:
-        out = _nibbles.empty(info.shape, info.dtype, count)
-        _nibbles.unpack_into(buf, out, count)
+        out = pool.empty(info.shape, info.dtype, count)
+        nibbles.unpack_into(buf, out, count)
     return out
 
 
@@ -337,20 +337,20 @@ def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndar
         return blocks.copy() if copy else blocks
     check_content(info, src)
     if info.packed:
-        out = _nibbles.empty(info.shape, U8, info.count)  # the decoded shape: no reshape after
-        _nibbles.unpack_into(src, out, info.count)
+        out = pool.empty(info.shape, U8, info.count)  # the decoded shape: no reshape after
+        nibbles.unpack_into(src, out, info.count)
         return out.view(element.dtype)
     arr = host_order(src, element).reshape(info.shape)
     return arr.copy() if copy else arr
 
 
 def _pack_array(array: np.ndarray, dst: np.ndarray, count: int) -> int:
-    """:func:`_nibbles.pack_into` of the C-contiguous 4-bit ``array``: the first
+    """:func:`nibbles.pack_into` of the C-contiguous 4-bit ``array``: the first
     storage byte above 0x0f, or -1.  The compiled kernel reads the array's
     bytes as they are, so below the threading threshold it needs no uint8 view."""
-    if _nibbles.COMPILED and count < 2 * _nibbles.COMPILED_THREAD_MIN_LANES:
-        return _kernels.pack(array, dst, 0, count)
-    return _nibbles.pack_into(array.reshape(-1).view(U8), dst)
+    if backend.COMPILED and count < 2 * pool.COMPILED_THREAD_MIN_LANES:
+        return native.pack(array, dst, 0, count)
+    return nibbles.pack_into(array.reshape(-1).view(U8), dst)
 
 
 def as_array(array: object) -> np.ndarray:
@@ -551,11 +551,11 @@ def encode(arr: np.ndarray, info: PayloadInfo, out: object = None) -> Payload:
         src = np.ascontiguousarray(arr).reshape(-1).view(U8)
         if out is None:
             dst = np.empty(info.byte_length, U8)
-            bad = _nibbles.pack_into(src, dst)  # checks each chunk as it packs it
+            bad = nibbles.pack_into(src, dst)  # checks each chunk as it packs it
         else:
-            bad = _nibbles.first_above(src, 15)  # all of it before the first write
+            bad = nibbles.first_above(src, 15)  # all of it before the first write
             if bad < 0:
-                _nibbles.pack_into(_nibbles.detach(src, dst), dst, checked=True)
+                nibbles.pack_into(nibbles.detach(src, dst), dst, checked=True)
         if bad >= 0:
             raise storage_error(src, bad, 4, info.context, code=info.code, shape=info.shape)
         return Payload(info.code, dst.data.toreadonly(), info.shape)  # dst: flat uint8

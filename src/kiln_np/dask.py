@@ -28,12 +28,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "kiln_np.dask needs dask: install the extra with pip install 'kiln-np[dask]'"
     ) from exc
 
-from ._checks import check_offset, check_path, set_module, show_value
 from ._codec import from_numpy
-from ._errors import KilnError
-from ._files import LazyPayload, replacing, write_all
-from ._payload import PayloadInfo, payload_info
-from ._table import CodeLike, Layout, ShapeLike, code_label, row_for_dtype
+from ._core.checks import check_offset, check_path, set_module, show_value
+from ._core.errors import KilnError
+from ._core.payload import PayloadInfo, payload_info
+from ._core.table import CodeLike, Layout, ShapeLike, code_label, row_for_dtype
+from ._files.io import replacing, write_all
+from ._files.payload import LazyPayload
 
 __all__ = ["from_payload", "to_payload"]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from kiln_np._checks import U8, set_module, short_or_long, show_value
-from kiln_np._errors import KilnError
-from kiln_np._table import check_shape
+from kiln_np._core.checks import U8, set_module, short_or_long, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.table import check_shape
 
 from ._raw import decode_raw
 from ._types import DataType, RawType, data_type_info, raw_type

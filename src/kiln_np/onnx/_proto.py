@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kiln_np._checks import (
+from kiln_np._codec import Payload, as_array
+from kiln_np._core.checks import (
     MAX_INT64,
     check_path,
     check_regular_file,
@@ -27,9 +28,8 @@ from kiln_np._checks import (
     show_int,
     show_value,
 )
-from kiln_np._codec import Payload, as_array
-from kiln_np._errors import KilnError
-from kiln_np._payload import PayloadInfo
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo
 
 from ._fields import decode_field, encode_strings, encodes
 from ._raw import decode_bytes, encode_array, to_payload

@@ -15,12 +15,12 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from kiln_np import _nibbles
-from kiln_np._checks import U8, byte_view, set_module, short_or_long, show_int, storage_error
 from kiln_np._codec import Payload, as_array, check_content, decode, encode, readonly_view
-from kiln_np._errors import KilnError
-from kiln_np._payload import PayloadInfo, payload_info
-from kiln_np._table import Layout
+from kiln_np._core.checks import U8, byte_view, set_module, short_or_long, show_int, storage_error
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Layout
+from kiln_np._kernels import nibbles, pool
 
 from . import _subbyte
 from ._types import DataType, RawType, raw_type, row_for_dtype, type_for_kiln
@@ -84,7 +84,7 @@ def _unpack_sub_byte(raw: RawType, src: np.ndarray, info: PayloadInfo) -> np.nda
             found=last,
             index=count,
         )
-    out = _nibbles.empty(count, U8, count)
+    out = pool.empty(count, U8, count)
     _UNPACK[raw.bits](src, out, count)
     return out
 
@@ -92,7 +92,7 @@ def _unpack_sub_byte(raw: RawType, src: np.ndarray, info: PayloadInfo) -> np.nda
 def _pack_sub_byte(raw: RawType, values: np.ndarray, context: str) -> np.ndarray:
     """One uint8 per 2- or 6-bit element to packed bytes; bits above the element are TYPE."""
     limit = (1 << raw.bits) - 1
-    index = _nibbles.first_above(values, limit)  # bounded extra memory, even when bad
+    index = nibbles.first_above(values, limit)  # bounded extra memory, even when bad
     if index >= 0:
         raise storage_error(values, index, raw.bits, context)
     out = np.empty(raw.byte_length(values.size), U8)

@@ -35,11 +35,11 @@ from functools import partial
 
 import numpy as np
 
-from kiln_np import _nibbles
-from kiln_np._checks import U8
+from kiln_np._core.checks import U8
+from kiln_np._kernels import backend, pool
 
 with contextlib.suppress(ImportError):  # no C compiler at install: COMPILED is False
-    from kiln_np import _kernels
+    from kiln_np._kernels import native
 
 __all__ = ["pack2_into", "pack6_into", "unpack2_into", "unpack6_into"]
 
@@ -61,7 +61,7 @@ def _chunks(lo: int, hi: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray
     Measured on 16 Mi elements (2 cores): 64 Ki-lane chunks were 1.4x slower
     with two threads and 16 Ki-lane chunks 3-4x, the ufunc calls per chunk
     costing more than the cache they save."""
-    chunk = _nibbles.CHUNK_LANES
+    chunk = pool.CHUNK_LANES
     size = min(chunk, hi - lo)
     buf, tmp = np.empty(size, _LANE), np.empty(size, _LANE)
     for start in range(lo, hi, chunk):
@@ -118,13 +118,13 @@ def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     >>> dst
     array([0, 1, 2, 3, 1], dtype=uint8)
     """
-    if _nibbles.COMPILED:
-        _nibbles.run_compiled(partial(_kernels.unpack2, src, dst), count, per=4)
+    if backend.COMPILED:
+        pool.run_compiled(partial(native.unpack2, src, dst), count, per=4)
         return
     full = count // 4
     if full:
         dst32 = dst[: 4 * full].view(_LANE)
-        _nibbles.run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
+        pool.run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
     if count % 4:
         dst[4 * full :] = _tail_fields(int(src[full]), count % 4, 2)
 
@@ -137,13 +137,13 @@ def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
     >>> dst.tobytes().hex(" ")
     'e4 01'
     """
-    if _nibbles.COMPILED:
-        _nibbles.run_compiled(partial(_kernels.pack2, src, dst), src.size, per=4)
+    if backend.COMPILED:
+        pool.run_compiled(partial(native.pack2, src, dst), src.size, per=4)
         return
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
-        _nibbles.run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
+        pool.run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
     if src.size % 4:
         dst[full] = _tail_word(src[4 * full :], 2)
 
@@ -200,8 +200,8 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     >>> dst
     array([1, 1], dtype=uint8)
     """
-    if _nibbles.COMPILED:
-        _nibbles.run_compiled(partial(_kernels.unpack6, src, dst), count, per=4)
+    if backend.COMPILED:
+        pool.run_compiled(partial(native.unpack6, src, dst), count, per=4)
         return
     full = count // 4
     # A lane reads 4 bytes from 3k, so the strided view stops one group early
@@ -210,7 +210,7 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     if strided:
         groups = np.ndarray((strided,), _LANE, buffer=src, strides=(3,))
         dst32 = dst[: 4 * strided].view(_LANE)
-        _nibbles.run_ranges(lambda lo, hi: _unpack6_lanes(groups, dst32, lo, hi), strided)
+        pool.run_ranges(lambda lo, hi: _unpack6_lanes(groups, dst32, lo, hi), strided)
     rest = count - 4 * strided
     if rest:
         word = int.from_bytes(src[3 * strided :].tobytes(), "little")
@@ -225,14 +225,14 @@ def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
     >>> dst.tobytes().hex(" ")
     '81 30 fc'
     """
-    if _nibbles.COMPILED:
-        _nibbles.run_compiled(partial(_kernels.pack6, src, dst), src.size, per=4)
+    if backend.COMPILED:
+        pool.run_compiled(partial(native.pack6, src, dst), src.size, per=4)
         return
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
         dst24 = dst[: 3 * full].reshape(full, 3)
-        _nibbles.run_ranges(lambda lo, hi: _pack6_lanes(src32, dst24, lo, hi), full)
+        pool.run_ranges(lambda lo, hi: _pack6_lanes(src32, dst24, lo, hi), full)
     rest = src.size % 4
     if rest:
         word = _tail_word(src[4 * full :], 6)

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kiln_np._checks import set_module, show_int, show_value
-from kiln_np._errors import KilnError
-from kiln_np._foreign import FOREIGN_BY_CODE
-from kiln_np._payload import PayloadInfo, payload_info
-from kiln_np._table import (
+from kiln_np._core.checks import set_module, show_int, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.foreign import FOREIGN_BY_CODE
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import (
     Code,
     DTypeIndex,
     Element,

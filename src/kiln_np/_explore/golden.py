@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import show_int, show_value
-from ._codec import from_numpy, to_numpy
-from ._errors import KilnError
-from ._table import Layout, dtype_info
+from kiln_np._codec import from_numpy, to_numpy
+from kiln_np._core.checks import show_int, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.table import Layout, dtype_info
 
 __all__ = ["Case", "CaseFileError", "CaseResult", "format_table", "load_cases", "run_case"]
 

@@ -64,19 +64,18 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ._checks import check_int, check_path, set_module, show_value, written_path
-from ._errors import KilnError
-from ._files import open_regular_raw, replacing
-from ._foreign import FOREIGN_BY_NAME
-from ._payload import PayloadInfo, payload_info
-from ._table import Code, Layout, code_label
-from ._weights import (
+from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
+from kiln_np._core.errors import KilnError
+from kiln_np._core.foreign import FOREIGN_BY_NAME
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Code, Layout, code_label
+from kiln_np._files.io import building_directory, open_regular_raw, replacing
+from kiln_np._weights.kit import (
     MappedFile,
     Progress,
     TensorSource,
     Weights,
     WeightTensor,
-    building_directory,
     parse_json,
     tensor_sources,
 )

@@ -1,4 +1,4 @@
-/* kiln_np._kernels: the fused, single-pass byte kernels behind kiln_np._nibbles.
+/* kiln_np._kernels.native: the fused, single-pass byte kernels behind kiln_np._kernels.nibbles.
  *
  * Plain C over the buffer protocol: no numpy headers, so the extension does not
  * depend on the numpy version it runs with, and it builds wherever a C compiler
@@ -774,7 +774,7 @@ static PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "kiln_np._kernels",
+    .m_name = "kiln_np._kernels.native",
     .m_doc = "Fused single-pass 4-bit and byte-check kernels behind kiln_np._nibbles.\n\n"
              "Each works on one range [lo, hi) of flat C-contiguous buffers:\n\n"
              ">>> import numpy as np\n"
@@ -789,4 +789,4 @@ static struct PyModuleDef module_def = {
     .m_slots = slots,
 };
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModuleDef_Init(&module_def); }
+PyMODINIT_FUNC PyInit_native(void) { return PyModuleDef_Init(&module_def); }

@@ -103,13 +103,13 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from . import _nibbles
-from ._checks import byte_view, check_int, set_module, show_value, storage_error
-from ._codec import Payload, from_numpy, readonly_view, to_numpy
-from ._errors import KilnError
-from ._payload import PayloadInfo, payload_info
-from ._table import Code, Layout, code_label
-from .gguf import TYPES as _GGML_TYPES
+from kiln_np._codec import Payload, from_numpy, readonly_view, to_numpy
+from kiln_np._core.checks import byte_view, check_int, set_module, show_value, storage_error
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Code, Layout, code_label
+from kiln_np._kernels import block_scaled, nibbles, pool
+from kiln_np.gguf import TYPES as _GGML_TYPES
 
 __all__ = [
     "LAYOUTS",
@@ -332,7 +332,7 @@ def _values_source(values: object) -> _Source:
         )
     flat = np.ascontiguousarray(arr).reshape(-1).view(_U8)
     # One read; on failure the first bad byte is found without a mask of it all.
-    bad = _nibbles.first_above(flat, kind.codes - 1) if kind.codes < 256 else -1
+    bad = nibbles.first_above(flat, kind.codes - 1) if kind.codes < 256 else -1
     if bad >= 0:
         raise storage_error(flat, bad, 4, f"values: {kind.dtype}: ")
     return _Source(kind, flat, tuple(arr.shape), packed=False)
@@ -529,7 +529,7 @@ def _decode(
     compute: np.dtype[Any],
 ) -> np.ndarray:
     p, n, q = dims
-    out = _nibbles.empty(p * n * q, compute, p * n * q)
+    out = pool.empty(p * n * q, compute, p * n * q)
     if out.size == 0:
         return out
     nb = -(-n // block_size)
@@ -573,7 +573,7 @@ def _decode_rows(
 def _compiled_mxfp4(
     src: _Source, sk: _Kind, out: np.dtype[Any], dims: tuple[int, int, int], block_size: int
 ) -> bool:
-    """Can the compiled MXFP4 kernel (``_nibbles.mxfp4_to_float32_into``) decode this:
+    """Can the compiled MXFP4 kernel (``block_scaled.mxfp4_to_float32_into``) decode this:
     e2m1 times e8m0 into float32, whole blocks one after another in memory?"""
     p, n, q = dims
     return (
@@ -695,8 +695,8 @@ def dequantize(
             )
     if _compiled_mxfp4(src, sk, out_dtype, dims, bs):
         count = math.prod(shape)
-        out = _nibbles.empty(count, np.float32, count)
-        if _nibbles.mxfp4_to_float32_into(src.data, flat_scales, out, bs, packed=src.packed):
+        out = pool.empty(count, np.float32, count)
+        if block_scaled.mxfp4_to_float32_into(src.data, flat_scales, out, bs, packed=src.packed):
             return out.reshape(shape)
     out = _decode(src, sk, flat_scales, dims, bs, compute)
     if out_dtype != compute:
@@ -999,7 +999,7 @@ def from_ggml(payload: object) -> tuple[Payload, Payload]:
     body = g.layout.block_size - g.header
     values = np.empty((m, body), _U8)
     scales = np.empty(m * g.header, _U8)
-    if not _nibbles.repack_ggml(raw, values, scales, g.layout.block_size, to_kiln=True):
+    if not block_scaled.repack_ggml(raw, values, scales, g.layout.block_size, to_kiln=True):
         scales.view(g.record["scales"])[...] = blocks["scales"]
         for b0 in range(0, m, _REPACK_BLOCKS):
             b1 = min(m, b0 + _REPACK_BLOCKS)
@@ -1124,7 +1124,9 @@ def to_ggml(values: object, scales: object, *, layout: str | Layout) -> Payload:
     kb = vbytes.reshape(m, body)
     out = np.empty(m, g.record)
     flat_scales = np.ascontiguousarray(sbytes).reshape(-1)
-    if not _nibbles.repack_ggml(out.view(_U8), kb, flat_scales, g.layout.block_size, to_kiln=False):
+    if not block_scaled.repack_ggml(
+        out.view(_U8), kb, flat_scales, g.layout.block_size, to_kiln=False
+    ):
         out["scales"] = flat_scales.view(g.record["scales"])
         for b0 in range(0, m, _REPACK_BLOCKS):
             b1 = min(m, b0 + _REPACK_BLOCKS)
@@ -1286,7 +1288,7 @@ _ONNX_SCALES = {24: "FLOAT8E8M0", 17: "FLOAT8E4M3FN"}
 
 
 def _onnx_payload(tensor: Any, allowed: dict[int, str], what: str) -> Payload:
-    from . import onnx as kiln_onnx
+    from kiln_np import onnx as kiln_onnx
 
     data_type = getattr(tensor, "data_type", None)
     if data_type not in allowed:
@@ -1369,7 +1371,7 @@ def to_onnx(
     >>> x.data_type, s.data_type, x.raw_data, s.raw_data
     (23, 24, b'd', b'~')
     """
-    from . import onnx as kiln_onnx
+    from kiln_np import onnx as kiln_onnx
 
     src = _values_source(values)
     sk, sbytes = _scales_bytes(scales)

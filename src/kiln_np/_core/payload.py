@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._checks import MAX_INT64, check_offset, set_module, short_or_long, show_int
-from ._errors import KilnError
-from ._table import (
+from .checks import MAX_INT64, check_offset, set_module, short_or_long, show_int
+from .errors import KilnError
+from .table import (
     MAX_RANK,
     Code,
     CodeLike,

@@ -56,7 +56,8 @@ mapped_file, format_dtype)`` and returns ``Weights(tensors, format=...,
 metadata=..., path=..., files=[...])``; to write, it turns the caller's
 mapping into :class:`TensorSource` items with :func:`tensor_sources` (every
 tensor checked before anything is written), writes a file through
-``kiln_np._files.replacing`` or a directory through :func:`building_directory`,
+``kiln_np._files.io.replacing`` or a directory through
+``kiln_np._files.io.building_directory``,
 and copies each payload with :meth:`TensorSource.write_to`.
 """
 
@@ -71,9 +72,6 @@ import json
 import mmap
 import os
 import re
-import secrets
-import shutil
-import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -82,7 +80,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import (
+from kiln_np._codec import Payload, from_numpy, to_numpy
+from kiln_np._core.checks import (
     U8,
     byte_view,
     check_path,
@@ -91,12 +90,11 @@ from ._checks import (
     show_value,
     written_path,
 )
-from ._codec import Payload, from_numpy, to_numpy
-from ._errors import KilnError
-from ._files import TEMP_SUFFIX, open_regular_raw
-from ._foreign import foreign_for_dtype
-from ._payload import PayloadInfo, payload_info
-from ._table import Layout, code_label
+from kiln_np._core.errors import KilnError
+from kiln_np._core.foreign import foreign_for_dtype
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Layout, code_label
+from kiln_np._files.io import building_directory, open_regular_raw, write_all
 
 __all__ = [
     "FORMATS",
@@ -105,7 +103,6 @@ __all__ = [
     "TensorSource",
     "WeightTensor",
     "Weights",
-    "building_directory",
     "decode_metadata",
     "encode_metadata",
     "open_weights",
@@ -521,7 +518,7 @@ class TensorSource(NamedTuple):
         if self.data is not None:
             for start in range(0, n, _COPY_CHUNK):
                 piece = self.data[start : start + _COPY_CHUNK]
-                _write_all(fd, piece)
+                write_all(fd, piece)
                 if progress is not None:
                     progress(len(piece))
             return
@@ -534,12 +531,6 @@ class TensorSource(NamedTuple):
             raise self.info.length_error(
                 done, f"{self.path!r} shrank while tensor {self.name!r} was copied: "
             )
-
-
-def _write_all(fd: int, data: memoryview | bytes) -> None:
-    view = memoryview(data)
-    while view.nbytes:
-        view = view[os.write(fd, view) :]
 
 
 def _copy_in_kernel(src: int, offset: int, n: int, dst: int, progress: Progress | None) -> int:
@@ -572,7 +563,7 @@ def _copy_through(
         got = src.readinto(view[: min(n - done, _COPY_CHUNK)])
         if not got:
             break
-        _write_all(fd, view[:got])
+        write_all(fd, view[:got])
         done += got
         if progress is not None:
             progress(got)
@@ -668,65 +659,6 @@ def _source(name: str, value: object) -> TensorSource:
 
 
 # -- directories --------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Iterator[str]:
-    """Build a directory beside ``path`` and rename it into place when the block
-    succeeds: a crash leaves ``path`` as it was (plus a
-    ``.NAME.kiln-np-RANDOM.part`` directory, which may be deleted).
-
-    An existing ``path`` is replaced only when it is an empty directory or
-    holds nothing but what ``keep(path)`` lists (the files a previous save
-    wrote; ``keep`` returns None when it does not recognise the directory):
-    the old one is renamed aside, the new one into place, then the old one
-    is deleted.  Otherwise ``FileExistsError``.
-    """
-    target = written_path(path)
-    parent, base = os.path.split(target)
-    old = _replaceable(target, keep)
-    stem = base if len(os.fsencode(base)) <= 120 else base[:30]
-    tmp = os.path.join(parent, f".{stem}.kiln-np-{secrets.token_hex(6)}{TEMP_SUFFIX}")
-    os.mkdir(tmp)
-    try:
-        yield tmp
-        if old:
-            aside = os.path.join(parent, f".{stem}.kiln-np-{secrets.token_hex(6)}.old")
-            os.rename(target, aside)
-            try:
-                os.rename(tmp, target)
-            except BaseException:
-                os.rename(aside, target)  # put the old one back
-                raise
-            shutil.rmtree(aside)
-        else:
-            os.rename(tmp, target)  # an empty directory is replaced by rename itself
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> bool:
-    """False when ``target`` does not exist or is an empty directory; True when it
-    is a directory of only what ``keep`` names; else ``FileExistsError``."""
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        return False
-    if stat.S_ISDIR(st.st_mode):
-        entries = set(os.listdir(target))
-        if not entries:
-            return False
-        known = keep(target)
-        if known is not None and entries <= known:
-            return True
-        raise FileExistsError(
-            errno.EEXIST,
-            "expected a new directory, an empty one or one this writer wrote, found a "
-            "directory holding other files",
-            target,
-        )
-    raise FileExistsError(errno.EEXIST, "expected a directory path, found a file", target)
 
 
 # -- JSON and typed metadata --------------------------------------------------------
@@ -1003,7 +935,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     name = os.path.realpath(check_path(path))
     if isinstance(verify, bool) is False:
         raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
-    from . import safetensors
+    from kiln_np import safetensors
 
     if os.path.isdir(name):
         if os.path.lexists(os.path.join(name, MANIFEST)):
@@ -1042,7 +974,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
 
 
 def _open_gguf(path: str) -> Weights:
-    from . import gguf
+    from kiln_np import gguf
 
     return gguf.open_gguf(path)
 
@@ -1056,7 +988,7 @@ def _open_onnx(path: str, head: bytes) -> Weights:
             f"{path!r} starts like an ONNX model (byte 0x08); reading ONNX needs onnx: "
             "pip install 'kiln-np[onnx]'"
         ) from exc
-    from .onnx import model_to_kiln
+    from kiln_np.onnx import model_to_kiln
 
     try:
         # format= stops onnx choosing a text parser from the file name.
@@ -1353,7 +1285,7 @@ def save_weights(
             f"expected format 'safetensors', 'gguf' or 'kiln', found {show_value(format)}",
         )
     if format == "gguf":
-        from . import gguf
+        from kiln_np import gguf
 
         types = getattr(metadata, "types", None)
         gguf.write_gguf(
@@ -1366,7 +1298,7 @@ def save_weights(
         )
         return
     if format == "safetensors":
-        from .safetensors import save_safetensors
+        from kiln_np.safetensors import save_safetensors
 
         save_safetensors(
             target, tensors, metadata=metadata, max_shard_size=max_shard_size, progress=progress

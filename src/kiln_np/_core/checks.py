@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ._errors import ErrorKind, KilnError
+from .errors import ErrorKind, KilnError
 
 __all__ = [
     "MAX_INT64",

@@ -95,7 +95,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
-from ._checks import (
+from kiln_np._core.checks import (
     MAX_INT64,
     U8,
     check_int,
@@ -104,12 +104,12 @@ from ._checks import (
     show_value,
     written_path,
 )
-from ._errors import KilnError
-from ._files import replacing
-from ._nibbles import first_above
-from ._payload import PayloadInfo, payload_info
-from ._table import Code, Layout, code_label
-from ._weights import MappedFile, TensorSource, Weights, WeightTensor, tensor_sources
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Code, Layout, code_label
+from kiln_np._files.io import replacing, write_all
+from kiln_np._kernels.nibbles import first_above
+from kiln_np._weights.kit import MappedFile, TensorSource, Weights, WeightTensor, tensor_sources
 
 __all__ = [
     "DEFAULT_ALIGNMENT",
@@ -1186,17 +1186,11 @@ def write_gguf(
             head = _header(shard, (kv if i == 0 else []) + extra, alignment)
             _, f = stack.enter_context(replacing(name))
             fd = f.fileno()  # everything goes through the descriptor, unbuffered
-            _write_all(fd, head)
+            write_all(fd, head)
             for plan in shard:
                 plan.source.write_to(fd, progress=progress)
-                _write_all(fd, bytes(-plan.source.info.byte_length % alignment))
+                write_all(fd, bytes(-plan.source.info.byte_length % alignment))
     return names
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view.nbytes:
-        view = view[os.write(fd, view) :]
 
 
 def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:

@@ -32,12 +32,20 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import MAX_INT64, U8, check_int, set_module, show_value
-from ._codec import Payload, to_numpy
-from ._errors import KilnError
-from ._files import LazyPayload
-from ._payload import payload_info
-from ._table import Code, DType, Layout, code_label, dtype_info, load_ml_dtypes, row_for_dtype
+from kiln_np._codec import Payload, to_numpy
+from kiln_np._core.checks import MAX_INT64, U8, check_int, set_module, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import payload_info
+from kiln_np._core.table import (
+    Code,
+    DType,
+    Layout,
+    code_label,
+    dtype_info,
+    load_ml_dtypes,
+    row_for_dtype,
+)
+from kiln_np._files.payload import LazyPayload
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -987,7 +995,7 @@ _SCALES = {Code.E8M0: 32, Code.F8E4M3: 16}  # scale code -> default block size
 def _dequantize(values: np.ndarray, scales: np.ndarray, block_size: int) -> np.ndarray:
     """The exact float64 values of ``(r, c)`` elements with ``(r, ceil(c / block_size))``
     scales: the one place describe dequantizes, with the MX codec's own rule."""
-    from . import mx  # the codec imports the GGUF adapter: loaded when first needed
+    from kiln_np import mx  # the codec imports the GGUF adapter: loaded when first needed
 
     return mx.dequantize(values, scales, block_size=block_size, axis=-1, dtype=_F64)
 

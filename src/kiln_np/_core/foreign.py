@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._table import DTypeIndex, Layout, spec_dtype
+from .table import DTypeIndex, Layout, spec_dtype
 
 __all__ = ["FOREIGN", "FOREIGN_BY_CODE", "FOREIGN_BY_NAME", "ForeignType", "foreign_for_dtype"]
 

@@ -19,7 +19,7 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from ._checks import show_value
+from kiln_np._core.checks import show_value
 
 __all__ = ["NpyHeader", "npy_header", "read_npy_header"]
 

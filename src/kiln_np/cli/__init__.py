@@ -12,7 +12,7 @@ subparser function, registered in :data:`_COMMANDS`.  Commands describe a
 payload with :func:`~kiln_np._payload.payload_info` and never compute a byte
 length themselves; they read whole files with ``readinto`` (a file that
 shrinks while it is read is a clean LENGTH error, not a SIGBUS) and write
-through :func:`~kiln_np._files.replacing`, never over a file they read.
+through :func:`~kiln_np._files.io.replacing`, never over a file they read.
 """
 
 from __future__ import annotations
@@ -32,18 +32,19 @@ from typing import Any, Literal, NamedTuple, NoReturn, TextIO
 
 import numpy as np
 
-from . import __version__
-from ._checks import U8, check_offset, check_regular_file, short_or_long, show_int
-from ._codec import decode
-from ._errors import ErrorKind, KilnError
-from ._explore import Description, summarize
-from ._files import replacing, write_payload
-from ._golden import CaseResult, format_table, load_cases, run_case
-from ._nibbles import check_padding
-from ._npy import npy_header, read_npy_header
-from ._payload import PayloadInfo, payload_info
-from ._table import Code, DType, Layout, as_code, code_label, code_range, row_for_dtype
-from ._weights import Weights, WeightTensor, open_weights, save_weights
+from kiln_np import __version__
+from kiln_np._codec import decode
+from kiln_np._core.checks import U8, check_offset, check_regular_file, short_or_long, show_int
+from kiln_np._core.errors import ErrorKind, KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Code, DType, Layout, as_code, code_label, code_range, row_for_dtype
+from kiln_np._explore import Description, summarize
+from kiln_np._explore.golden import CaseResult, format_table, load_cases, run_case
+from kiln_np._files.io import replacing
+from kiln_np._files.npy import npy_header, read_npy_header
+from kiln_np._files.payload import write_payload
+from kiln_np._kernels.nibbles import check_padding
+from kiln_np._weights.kit import Weights, WeightTensor, open_weights, save_weights
 
 __all__ = ["main", "run"]
 
@@ -448,7 +449,7 @@ def _refuse_overwrite(
 
 def _write_file(path: str, pieces: Iterable[Any]) -> None:
     """Write the buffers to ``path`` crash-safely (a temporary sibling renamed
-    into place, permissions and symlinks kept: :func:`kiln_np._files.replacing`)."""
+    into place, permissions and symlinks kept: :func:`kiln_np._files.io.replacing`)."""
     try:
         with replacing(path) as (_, f):
             for piece in pieces:
@@ -713,7 +714,7 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
         ) from exc
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
-    from .onnx import model_to_kiln
+    from kiln_np.onnx import model_to_kiln
 
     model_path = args.model
     _stat_input(model_path)

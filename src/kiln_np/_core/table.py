@@ -19,8 +19,8 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import MAX_INT64, U8, set_module, show_int, show_value
-from ._errors import KilnError
+from .checks import MAX_INT64, U8, set_module, show_int, show_value
+from .errors import KilnError
 
 __all__ = [
     "DTYPES",

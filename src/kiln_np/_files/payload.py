@@ -33,31 +33,15 @@ rules this module keeps:
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import io
 import math
 import operator
 import os
-import secrets
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
 
-from . import _nibbles
-from ._checks import (
-    U8,
-    check_int,
-    check_offset,
-    check_path,
-    check_regular_file,
-    set_module,
-    show_int,
-    show_value,
-)
-from ._codec import (
+from kiln_np._codec import (
     BIG_ENDIAN_HOST,
     as_array,
     check_bool_bytes,
@@ -65,19 +49,25 @@ from ._codec import (
     host_order,
     native_only,
 )
-from ._errors import KilnError
-from ._payload import PayloadInfo, payload_info
-from ._table import Code, CodeLike, Layout, ShapeLike, check_shape, code_label, resolve
+from kiln_np._core.checks import (
+    U8,
+    check_int,
+    check_offset,
+    check_path,
+    set_module,
+    show_int,
+    show_value,
+)
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Code, CodeLike, Layout, ShapeLike, check_shape, code_label, resolve
+from kiln_np._files.io import open_regular, replacing, write_all
+from kiln_np._kernels import nibbles
 
 __all__ = [
     "CHUNK_BYTES",
-    "TEMP_SUFFIX",
     "LazyPayload",
     "open_payload",
-    "open_regular",
-    "open_regular_raw",
-    "replacing",
-    "write_all",
     "write_payload",
 ]
 
@@ -85,56 +75,12 @@ CHUNK_BYTES = 16 << 20
 """Default chunk size (decoded bytes) for :meth:`LazyPayload.iter_chunks`
 and for splitting one large array in :func:`write_payload`."""
 
-_COPY_BLOCK = 1 << 20
 _GATHER_BYTES = 1 << 20  # decoded bytes per batch of a stepped slice: bounds its scratch
 
 PathLike = str | os.PathLike[str]
 
 
 # -- reading -----------------------------------------------------------------
-
-
-def open_regular(path: str) -> io.BufferedReader:
-    """Open ``path`` for reading in binary, refusing anything but a regular file.
-
-    The file type is checked before opening (opening a FIFO blocks until a
-    writer comes; a device may never end), and again on the opened file in
-    case the path was swapped in between; the open itself does not block.
-    :func:`open_payload`, :class:`LazyPayload` and :func:`replacing` read through it.
-
-    Raises
-    ------
-    KilnError
-        TYPE for a FIFO, a socket, a device or a directory.
-    OSError
-        As :func:`open` raises it (a missing file, no permission).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> with tempfile.NamedTemporaryFile() as f, open_regular(f.name) as g:
-    ...     g.read()
-    b''
-    """
-    return os.fdopen(_regular_fd(path), "rb")
-
-
-def open_regular_raw(path: str) -> io.FileIO:
-    """:func:`open_regular`, unbuffered: the raw file, for ``readinto`` and
-    ``os.copy_file_range`` (the weight-file readers and writers)."""
-    return io.FileIO(_regular_fd(path), "r")
-
-
-def _regular_fd(path: str) -> int:
-    check_regular_file(path)
-    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags)
-    try:
-        check_regular_file(path, fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _check_file_length(path: str, info: PayloadInfo, size: int, exact: bool) -> None:
@@ -404,7 +350,7 @@ class LazyPayload:
             self._check_padding(e0, e1)
             b0 = e0 // 2
             out = np.empty(2 * ((e1 + 1) // 2 - b0), U8)
-            _nibbles.unpack_into(self._map[b0 : (e1 + 1) // 2], out, out.size)
+            nibbles.unpack_into(self._map[b0 : (e1 + 1) // 2], out, out.size)
             # An odd first element is the high nibble of byte b0: skip one.
             first = e0 % 2
             return out[first : first + e1 - e0].view(element.dtype).reshape(shape)
@@ -468,16 +414,16 @@ class LazyPayload:
             windows = np.lib.stride_tricks.sliding_window_view(
                 self._map[b0 : b0 + (len(sub) - 1) * stride + span], span
             )[::stride]
-            nibbles = np.empty(2 * span * len(sub), U8)
-            _nibbles.unpack_into(np.ascontiguousarray(windows).reshape(-1), nibbles, nibbles.size)
-            out[j::parts] = nibbles.reshape(len(sub), 2 * span)[:, first : first + r]
+            unpacked = np.empty(2 * span * len(sub), U8)
+            nibbles.unpack_into(np.ascontiguousarray(windows).reshape(-1), unpacked, unpacked.size)
+            out[j::parts] = unpacked.reshape(len(sub), 2 * span)[:, first : first + r]
         return out.view(element.dtype)
 
     def _check_padding(self, e0: int, e1: int) -> None:
         """The padding nibble is checked when the last element is read."""
         count = self.info.count
         if e1 == count and e1 > e0:
-            _nibbles.check_padding(self._map, count, self.info.context)
+            nibbles.check_padding(self._map, count, self.info.context)
 
     def _check_bool(self, src: np.ndarray, element_of: Callable[[int], int], where: str) -> None:
         """Check the bytes read of a bool payload; a bad byte's index is re-aimed at
@@ -580,143 +526,6 @@ def open_payload(
 
 
 # -- writing ---------------------------------------------------------------
-
-TEMP_SUFFIX = ".part"
-"""Temporary files are ``.NAME.kiln-np-RANDOM.part`` beside the target ``NAME``
-(RANDOM is 12 hex digits; a very long ``NAME`` is cut to its first 30
-characters).  One left behind by a killed writer is never read by kiln_np and
-may be deleted when no write is running."""
-
-_TEMP_TAG = ".kiln-np-"
-
-
-@contextlib.contextmanager
-def replacing(path: str, offset: int = 0) -> Iterator[tuple[str, IO[bytes]]]:
-    """Write a new version of ``path`` crash-safely: yield ``(temp_path, file)``
-    for a temporary sibling (holding a copy of ``path``'s first ``offset``
-    bytes) and rename it over ``path`` when the block succeeds; on any failure
-    the temporary file is removed and ``path`` is untouched.
-
-    What ``open(path, "wb")`` would keep is kept: a symlink is written
-    through (its target is replaced, the link stays), and an existing file's
-    permission bits (``0o777``) go to the new file, which is created ``0600``
-    until then.  A hard link is not: the rename gives ``path`` a new inode, so
-    other names of the old file keep the old bytes.  An ``OSError`` names
-    ``path``, never the temporary name.  Used by :func:`write_payload`,
-    ``kiln_np.dask.to_payload`` and the CLI's outputs.
-
-    Raises
-    ------
-    KilnError
-        TYPE when ``path`` exists and is not a regular file (a FIFO, a device,
-        a directory): it is not replaced.  LENGTH when ``offset`` bytes are
-        to be kept and the file holds fewer.
-    OSError
-        When the directory cannot be written, with ``path`` as its filename.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     path = os.path.join(tmp, "p.bin")
-    ...     with replacing(path) as (temp, f):
-    ...         _ = f.write(b"new")
-    ...     print(Path(path).read_bytes(), os.listdir(tmp))
-    b'new' ['p.bin']
-    """
-    target = _written_file(path)
-    try:
-        mode: int | None = check_regular_file(path).st_mode
-    except FileNotFoundError:
-        if offset:  # the bytes to keep are missing
-            raise _naming(errno.ENOENT, path) from None
-        mode = None
-    except OSError as exc:  # a symlink loop, no permission on the directory
-        raise _naming(exc.errno, path) from None
-    directory, base = os.path.split(target)
-    stem = base if len(os.fsencode(base)) <= 120 else base[:30]  # within NAME_MAX (255)
-    tmp = os.path.join(directory, f".{stem}{_TEMP_TAG}{secrets.token_hex(6)}{TEMP_SUFFIX}")
-    # A new file gets 0o666 through the umask, as open() gives; a replaced
-    # file's data is written while only its owner can open the temporary.
-    created = 0o666 if mode is None else 0o600
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(tmp, flags, created)
-    except OSError as exc:
-        raise _naming(exc.errno, path) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if offset:
-                _copy_prefix(path, target, f, offset)
-            yield tmp, f
-        if mode is not None:
-            os.chmod(tmp, stat.S_IMODE(mode) & 0o777)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and tmp in (exc.filename, exc.filename2):
-            raise _naming(exc.errno, path) from None
-        raise
-
-
-def _written_file(path: str) -> str:
-    """The file ``open(path, "wb")`` writes, as an absolute path: ``path`` with
-    its final symlinks followed, each target joined to its link's directory and
-    never normalised.  A lexical ``..`` is not the kernel's: ``missing/../x``
-    must stay the ENOENT that ``open()`` gives, not become ``x`` (a command's
-    own input)."""
-    try:
-        target = os.path.join(os.getcwd(), path)  # absolute, and still unnormalised
-    except OSError as exc:  # the working directory was removed
-        raise _naming(exc.errno, path) from None
-    for _ in range(_MAX_SYMLINKS):
-        try:
-            link = os.readlink(target)
-        except OSError:  # not a symlink, or missing: the file itself
-            return target
-        target = os.path.join(os.path.dirname(target), link)
-    raise _naming(errno.ELOOP, path)
-
-
-_MAX_SYMLINKS = 40  # Linux's limit on symlinks followed in one lookup
-
-
-def _naming(code: int | None, path: str) -> OSError:
-    """The ``OSError`` (its errno's subclass) for ``code``, naming ``path``."""
-    if code is None:
-        return OSError(f"cannot write {path!r}")
-    return OSError(code, os.strerror(code), path)
-
-
-def _copy_prefix(path: str, target: str, dst: IO[bytes], offset: int) -> None:
-    block = bytearray(min(_COPY_BLOCK, offset))
-    left = offset
-    with open_regular(target) as src:
-        while left:
-            view = memoryview(block)[: min(left, len(block))]
-            got = src.readinto(view)
-            if not got:
-                break
-            dst.write(view[:got])
-            left -= got
-    if left:
-        raise KilnError(
-            "LENGTH",
-            f"writing at offset {offset} of {path!r} keeps its first {offset} bytes: "
-            f"expected {offset} bytes, but it holds {offset - left} (short by {left})",
-            expected=offset,
-            found=offset - left,
-        )
-
-
-def write_all(f: IO[bytes], data: np.ndarray) -> None:
-    """Write the bytes of ``data`` to ``f`` in full (a raw file may take part of
-    a buffer per call)."""
-    view = np.ascontiguousarray(data).reshape(-1).view(U8).data
-    while view.nbytes:
-        view = view[f.write(view) or 0 :]
 
 
 def _shift_in(carry: int, packed: np.ndarray, count: int) -> np.ndarray:

@@ -1,0 +1,296 @@
+"""The I/O primitives: one way to open a file to read, one to write all of a buffer,
+one to replace a file and one to replace a directory crash-safely.
+
+Every file kiln_np reads is opened by :func:`open_regular` (or its unbuffered
+:func:`open_regular_raw`): anything but a regular file is refused before it is
+opened, so a FIFO never blocks and a device never streams forever.  Every file it
+writes goes through :func:`replacing` (a temporary sibling renamed over the target
+on success) and every directory through :func:`building_directory`; every loop that
+must write a whole buffer is :func:`write_all`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Callable, Iterator
+from typing import IO
+
+import numpy as np
+
+from kiln_np._core.checks import U8, check_regular_file, written_path
+from kiln_np._core.errors import KilnError
+
+__all__ = [
+    "TEMP_SUFFIX",
+    "building_directory",
+    "open_regular",
+    "open_regular_raw",
+    "replacing",
+    "write_all",
+]
+
+_COPY_BLOCK = 1 << 20  # bytes per read when a file's first bytes are kept
+
+
+# -- reading -----------------------------------------------------------------
+
+
+def open_regular(path: str) -> io.BufferedReader:
+    """Open ``path`` for reading in binary, refusing anything but a regular file.
+
+    The file type is checked before opening (opening a FIFO blocks until a
+    writer comes; a device may never end), and again on the opened file in
+    case the path was swapped in between; the open itself does not block.
+    Payload files, weight files and :func:`replacing` read through it.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a FIFO, a socket, a device or a directory.
+    OSError
+        As :func:`open` raises it (a missing file, no permission).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f, open_regular(f.name) as g:
+    ...     g.read()
+    b''
+    """
+    return os.fdopen(_regular_fd(path), "rb")
+
+
+def open_regular_raw(path: str) -> io.FileIO:
+    """:func:`open_regular`, unbuffered: the raw file, for ``readinto`` and
+    ``os.copy_file_range`` (the weight-file readers and writers)."""
+    return io.FileIO(_regular_fd(path), "r")
+
+
+def _regular_fd(path: str) -> int:
+    check_regular_file(path)
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    try:
+        check_regular_file(path, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+# -- writing ---------------------------------------------------------------
+
+
+TEMP_SUFFIX = ".part"
+"""Temporary files are ``.NAME.kiln-np-RANDOM.part`` beside the target ``NAME``
+(RANDOM is 12 hex digits; a very long ``NAME`` is cut to its first 30
+characters).  One left behind by a killed writer is never read by kiln_np and
+may be deleted when no write is running."""
+
+_TEMP_TAG = ".kiln-np-"
+
+
+def _sibling(target: str, suffix: str) -> str:
+    """``.NAME.kiln-np-RANDOM<suffix>`` beside ``target`` (a long NAME cut to 30
+    characters, so the name stays within NAME_MAX)."""
+    directory, base = os.path.split(target)
+    stem = base if len(os.fsencode(base)) <= 120 else base[:30]
+    return os.path.join(directory, f".{stem}{_TEMP_TAG}{secrets.token_hex(6)}{suffix}")
+
+
+@contextlib.contextmanager
+def replacing(path: str, offset: int = 0) -> Iterator[tuple[str, IO[bytes]]]:
+    """Write a new version of ``path`` crash-safely: yield ``(temp_path, file)``
+    for a temporary sibling (holding a copy of ``path``'s first ``offset``
+    bytes) and rename it over ``path`` when the block succeeds; on any failure
+    the temporary file is removed and ``path`` is untouched.
+
+    What ``open(path, "wb")`` would keep is kept: a symlink is written
+    through (its target is replaced, the link stays), and an existing file's
+    permission bits (``0o777``) go to the new file, which is created ``0600``
+    until then.  A hard link is not: the rename gives ``path`` a new inode, so
+    other names of the old file keep the old bytes.  An ``OSError`` names
+    ``path``, never the temporary name.  Used by :func:`write_payload`,
+    ``kiln_np.dask.to_payload`` and the CLI's outputs.
+
+    Raises
+    ------
+    KilnError
+        TYPE when ``path`` exists and is not a regular file (a FIFO, a device,
+        a directory): it is not replaced.  LENGTH when ``offset`` bytes are
+        to be kept and the file holds fewer.
+    OSError
+        When the directory cannot be written, with ``path`` as its filename.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "p.bin")
+    ...     with replacing(path) as (temp, f):
+    ...         _ = f.write(b"new")
+    ...     print(Path(path).read_bytes(), os.listdir(tmp))
+    b'new' ['p.bin']
+    """
+    target = _written_file(path)
+    try:
+        mode: int | None = check_regular_file(path).st_mode
+    except FileNotFoundError:
+        if offset:  # the bytes to keep are missing
+            raise _naming(errno.ENOENT, path) from None
+        mode = None
+    except OSError as exc:  # a symlink loop, no permission on the directory
+        raise _naming(exc.errno, path) from None
+    tmp = _sibling(target, TEMP_SUFFIX)
+    # A new file gets 0o666 through the umask, as open() gives; a replaced
+    # file's data is written while only its owner can open the temporary.
+    created = 0o666 if mode is None else 0o600
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(tmp, flags, created)
+    except OSError as exc:
+        raise _naming(exc.errno, path) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if offset:
+                _copy_prefix(path, target, f, offset)
+            yield tmp, f
+        if mode is not None:
+            os.chmod(tmp, stat.S_IMODE(mode) & 0o777)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and tmp in (exc.filename, exc.filename2):
+            raise _naming(exc.errno, path) from None
+        raise
+
+
+def _written_file(path: str) -> str:
+    """The file ``open(path, "wb")`` writes, as an absolute path: ``path`` with
+    its final symlinks followed, each target joined to its link's directory and
+    never normalised.  A lexical ``..`` is not the kernel's: ``missing/../x``
+    must stay the ENOENT that ``open()`` gives, not become ``x`` (a command's
+    own input)."""
+    try:
+        target = os.path.join(os.getcwd(), path)  # absolute, and still unnormalised
+    except OSError as exc:  # the working directory was removed
+        raise _naming(exc.errno, path) from None
+    for _ in range(_MAX_SYMLINKS):
+        try:
+            link = os.readlink(target)
+        except OSError:  # not a symlink, or missing: the file itself
+            return target
+        target = os.path.join(os.path.dirname(target), link)
+    raise _naming(errno.ELOOP, path)
+
+
+_MAX_SYMLINKS = 40  # Linux's limit on symlinks followed in one lookup
+
+
+def _naming(code: int | None, path: str) -> OSError:
+    """The ``OSError`` (its errno's subclass) for ``code``, naming ``path``."""
+    if code is None:
+        return OSError(f"cannot write {path!r}")
+    return OSError(code, os.strerror(code), path)
+
+
+def _copy_prefix(path: str, target: str, dst: IO[bytes], offset: int) -> None:
+    block = bytearray(min(_COPY_BLOCK, offset))
+    left = offset
+    with open_regular(target) as src:
+        while left:
+            view = memoryview(block)[: min(left, len(block))]
+            got = src.readinto(view)
+            if not got:
+                break
+            dst.write(view[:got])
+            left -= got
+    if left:
+        raise KilnError(
+            "LENGTH",
+            f"writing at offset {offset} of {path!r} keeps its first {offset} bytes: "
+            f"expected {offset} bytes, but it holds {offset - left} (short by {left})",
+            expected=offset,
+            found=offset - left,
+        )
+
+
+def write_all(out: int | IO[bytes], data: np.ndarray | bytes | memoryview) -> None:
+    """Write every byte of ``data`` to ``out``, a file descriptor or a binary file
+    (a raw file or ``os.write`` may take part of a buffer per call).  An array is
+    written as its bytes in C order."""
+    if isinstance(data, np.ndarray):
+        view = np.ascontiguousarray(data).reshape(-1).view(U8).data
+    else:
+        view = memoryview(data).cast("B")
+    write = out.write if not isinstance(out, int) else lambda v: os.write(out, v)
+    while view.nbytes:
+        view = view[write(view) or 0 :]
+
+
+# -- directories --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Iterator[str]:
+    """Build a directory beside ``path`` and rename it into place when the block
+    succeeds: a crash leaves ``path`` as it was (plus a
+    ``.NAME.kiln-np-RANDOM.part`` directory, which may be deleted).
+
+    An existing ``path`` is replaced only when it is an empty directory or
+    holds nothing but what ``keep(path)`` lists (the files a previous save
+    wrote; ``keep`` returns None when it does not recognise the directory):
+    the old one is renamed aside, the new one into place, then the old one
+    is deleted.  Otherwise ``FileExistsError``.
+    """
+    target = written_path(path)
+    old = _replaceable(target, keep)
+    tmp = _sibling(target, TEMP_SUFFIX)
+    os.mkdir(tmp)
+    try:
+        yield tmp
+        if old:
+            aside = _sibling(target, ".old")
+            os.rename(target, aside)
+            try:
+                os.rename(tmp, target)
+            except BaseException:
+                os.rename(aside, target)  # put the old one back
+                raise
+            shutil.rmtree(aside)
+        else:
+            os.rename(tmp, target)  # an empty directory is replaced by rename itself
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> bool:
+    """False when ``target`` does not exist or is an empty directory; True when it
+    is a directory of only what ``keep`` names; else ``FileExistsError``."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        entries = set(os.listdir(target))
+        if not entries:
+            return False
+        known = keep(target)
+        if known is not None and entries <= known:
+            return True
+        raise FileExistsError(
+            errno.EEXIST,
+            "expected a new directory, an empty one or one this writer wrote, found a "
+            "directory holding other files",
+            target,
+        )
+    raise FileExistsError(errno.EEXIST, "expected a directory path, found a file", target)
