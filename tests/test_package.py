@@ -178,11 +178,16 @@ def test_ml_dtypes_loads_when_a_dtype_is_first_needed(tmp_path: Path) -> None:
         "w = kiln_np.open_weights(sys.argv[1])\n"
         "facts = [kiln_np.byte_length(c, (3,)) for c in range(1, 20)]\n"
         "facts += [r.bits for r in kiln_np.DTYPES] + [w['w1'].byte_length, w['w1'].code]\n"
+        "info = kiln_np.payload_info('bf16', (2,)).with_offset(8)\n"
         "print('ml_dtypes' in sys.modules)\n"
+        "print(info.dtype.name, type(info).__name__, info.offset)\n"
         "print(kiln_np.DTYPES[3].dtype.name, w['w1'].numpy().dtype.name)\n"
         "print('ml_dtypes' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == ["False", "bfloat16", "bfloat16", "True"]
+    assert done.stdout.split() == [
+        *("False", "bfloat16", "PayloadInfo", "8"),
+        *("bfloat16", "bfloat16", "True"),
+    ]

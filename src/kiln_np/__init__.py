@@ -24,6 +24,7 @@ from ._core.table import (
 from ._files.payload import LazyPayload, open_payload, write_payload
 from ._kernels.backend import kernel_backend
 from ._kernels.nibbles import pack_nibbles, unpack_nibbles
+from ._version import __version__
 
 if _typing.TYPE_CHECKING:
     from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
@@ -54,8 +55,6 @@ if not _typing.TYPE_CHECKING:  # for type checkers the imports above are the nam
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",

@@ -186,7 +186,8 @@ _new_payload = partial(tuple.__new__, Payload)
 
 # Whole-byte codes other than bool, by their exact (explicitly little-endian or
 # one-byte) dtype: the rows from_numpy's fast path can write as a plain view.
-# (A DTypeIndex: a miss is None, and ml_dtypes' types join once ml_dtypes is loaded.)
+# (DTypeIndexes: ml_dtypes' types join once ml_dtypes is loaded; until then an array
+# of theirs takes the general path, whose row_for_dtype joins them.)
 _PLAIN_CODES = DTypeIndex(
     (row.dtype_spec, row.code) for row in DTYPES if payload_info(int(row.code), ()).plain_view
 )
@@ -499,10 +500,10 @@ def from_numpy(
             data = array.data
             if data.c_contiguous and data.nbytes:
                 return _new_payload((numpy_code, data.cast("B").toreadonly(), array.shape, None))
-        plain = _PLAIN_CODES[array.dtype]
+        plain = _PLAIN_CODES.get(array.dtype)
         if plain is not None and array.flags.c_contiguous and not BIG_ENDIAN_HOST:
             return Payload(plain, readonly_view(array), array.shape)
-        packed = _PACKED_CODES[array.dtype]
+        packed = _PACKED_CODES.get(array.dtype)
         if packed is not None and array.flags.c_contiguous:
             # A C-order 4-bit array: the same description, the same check (fused
             # into the pack) and error as encode's, without the general path.

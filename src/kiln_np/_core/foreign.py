@@ -134,4 +134,4 @@ def foreign_for_dtype(dtype: np.dtype[Any]) -> ForeignType | None:
     >>> foreign_for_dtype(np.dtype("<f4")) is None
     True
     """
-    return _BY_DTYPE[dtype.newbyteorder("=")] if dtype.fields is None else None
+    return _BY_DTYPE.lookup(dtype.newbyteorder("=")) if dtype.fields is None else None

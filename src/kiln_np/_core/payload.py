@@ -178,6 +178,14 @@ class PayloadInfo:
             plain_view=isinstance(element, DType) and not packed and element.code != Code.BOOL,
             packed=packed,
         )
+        if isinstance(element, DType) and not element.dtype_loaded:
+            # Reading the dtype would import ml_dtypes, which a description that
+            # is only measured (a header listing) never needs: it is read on first
+            # use.  The stand-in class keeps PayloadInfo itself free of a
+            # __getattr__, which would slow every attribute read.
+            object.__setattr__(self, "__class__", _DtypeOnFirstRead)
+        else:
+            object.__setattr__(self, "dtype", element.dtype)
 
     def _set(self, **values: Any) -> None:
         for name, value in values.items():
@@ -186,23 +194,13 @@ class PayloadInfo:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"PayloadInfo is immutable: cannot set {name!r}")
 
-    if not TYPE_CHECKING:  # for checkers, ``dtype`` is the slot annotated above
-
-        def __getattr__(self, name: str) -> Any:
-            # Only an unset slot lands here: ``dtype`` is filled on first read, so
-            # a description that is only measured (a header listing) never loads
-            # ml_dtypes; every later read is a plain slot.
-            if name != "dtype":
-                raise AttributeError(f"'PayloadInfo' object has no attribute {name!r}")
-            dtype = self.element.dtype
-            object.__setattr__(self, "dtype", dtype)
-            return dtype
-
     def with_offset(self, offset: int) -> PayloadInfo:
         """The same description at another byte position in a file."""
-        other = object.__new__(PayloadInfo)
+        other = object.__new__(type(self))
         for name in _SET_AT_INIT:
             object.__setattr__(other, name, getattr(self, name))
+        if type(self) is PayloadInfo:
+            object.__setattr__(other, "dtype", self.dtype)
         object.__setattr__(other, "offset", check_offset(offset))
         return other
 
@@ -251,6 +249,23 @@ class PayloadInfo:
 
 
 _SET_AT_INIT = tuple(name for name in PayloadInfo.__slots__ if name != "dtype")
+
+
+class _DtypeOnFirstRead(PayloadInfo):
+    """A :class:`PayloadInfo` whose ``dtype`` slot is still empty: the first read
+    fills it (loading ml_dtypes) and the instance becomes a plain PayloadInfo."""
+
+    __slots__ = ()
+
+    if not TYPE_CHECKING:  # for checkers, ``dtype`` is PayloadInfo's slot
+
+        def __getattr__(self, name: str) -> Any:
+            if name != "dtype":  # only an unset slot lands here
+                raise AttributeError(f"'PayloadInfo' object has no attribute {name!r}")
+            dtype = self.element.dtype
+            object.__setattr__(self, "dtype", dtype)
+            object.__setattr__(self, "__class__", PayloadInfo)
+            return dtype
 
 
 def _rebuild(

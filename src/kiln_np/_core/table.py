@@ -44,6 +44,7 @@ __all__ = [
     "code_range",
     "dtype_for_code",
     "dtype_info",
+    "join_ml_dtypes",
     "load_ml_dtypes",
     "native_dtype",
     "resolve",
@@ -91,9 +92,15 @@ class DTypeIndex(dict[np.dtype[Any], _V], Generic[_V]):
     """A read-mostly index from native-order dtypes to table entries.
 
     Built from ``(spec, value)`` pairs.  numpy's own dtypes are keys at once;
-    the ml_dtypes ones join the first time a look-up misses while ml_dtypes is
-    loaded (an array of an ml_dtypes type can only exist then), so building the
-    index imports nothing.  Look up with ``index[dtype]``: a miss is None.
+    the ml_dtypes ones join every index together, once ml_dtypes is loaded
+    (:func:`join_ml_dtypes`), so building an index imports nothing.  Hot paths
+    look up with ``.get`` (a plain dict's speed); a path that would refuse a
+    dtype asks :meth:`lookup`, which joins the ml_dtypes keys first if an array
+    of one of their types may exist by now.
+
+    >>> index = DTypeIndex([("<f4", "f32"), ("ml_dtypes.bfloat16", "bf16")])
+    >>> index.lookup(spec_dtype("ml_dtypes.bfloat16")), index.get(np.dtype("<f4"))
+    ('bf16', 'f32')
     """
 
     def __init__(self, pairs: Iterable[tuple[str, _V]]) -> None:
@@ -104,14 +111,35 @@ class DTypeIndex(dict[np.dtype[Any], _V], Generic[_V]):
             else:
                 self[native_dtype(spec_dtype(spec))] = value
         self._pending = tuple(pending)
+        if pending:
+            _UNJOINED.append(self)
 
-    def __missing__(self, key: np.dtype[Any]) -> _V | None:
-        if self._pending and "ml_dtypes" in sys.modules:
-            pending, self._pending = self._pending, ()
-            for spec, value in pending:
-                self[native_dtype(spec_dtype(spec))] = value
-            return self.get(key)
-        return None
+    def lookup(self, key: np.dtype[Any]) -> _V | None:
+        """``self.get(key)``, after :func:`join_ml_dtypes` when that misses."""
+        value = self.get(key)
+        if value is None and join_ml_dtypes():
+            value = self.get(key)
+        return value
+
+    def join(self) -> None:
+        """Add the ml_dtypes keys (ml_dtypes is loaded)."""
+        pending, self._pending = self._pending, ()
+        for spec, value in pending:
+            self[native_dtype(spec_dtype(spec))] = value
+
+
+_UNJOINED: list[DTypeIndex[Any]] = []
+
+
+def join_ml_dtypes() -> bool:
+    """Give every :class:`DTypeIndex` its ml_dtypes keys, once ml_dtypes is loaded
+    (by kiln_np or by the user: an array of its types can only exist then).
+    True when keys were added."""
+    if not _UNJOINED or "ml_dtypes" not in sys.modules:
+        return False
+    while _UNJOINED:
+        _UNJOINED.pop().join()
+    return True
 
 
 def _numpy_max_rank() -> int:
@@ -185,6 +213,12 @@ class DType:
         and ints (ml_dtypes is imported here, on first use).  Packed 4-bit
         codes decode to one element per byte."""
         return spec_dtype(self.dtype_spec)
+
+    @property
+    def dtype_loaded(self) -> bool:
+        """Whether reading :attr:`dtype` is free: a numpy type, or ml_dtypes is
+        already imported."""
+        return not self.dtype_spec.startswith(_ML_PREFIX) or "ml_dtypes" in sys.modules
 
     @property
     def itemsize(self) -> int:
@@ -597,7 +631,7 @@ def row_for_dtype(dtype: npt.DTypeLike) -> DType:
         d = as_dtype(dtype)
     except (TypeError, ValueError) as exc:  # ("f4", -1) is a ValueError
         raise KilnError("TYPE", f"expected a numpy dtype, found {show_value(dtype)}") from exc
-    row = _BY_DTYPE[native_dtype(d)] if d.fields is None else None
+    row = _BY_DTYPE.lookup(native_dtype(d)) if d.fields is None else None
     if row is None:
         raise KilnError(
             "TYPE",

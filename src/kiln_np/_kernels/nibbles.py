@@ -324,7 +324,7 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
         raise KilnError(
             "TYPE", f"expected an array of nibble values; numpy cannot make one: {exc}"
         ) from exc
-    if _FOUR_BIT[arr.dtype]:
+    if arr.dtype in _FOUR_BIT or (arr.dtype.kind not in "iu" and _FOUR_BIT.lookup(arr.dtype)):
         arr = arr.view(U8)  # ml_dtypes keeps each value's nibble in the low bits of a byte
     elif arr.dtype.kind not in "iu":
         raise KilnError(

@@ -32,7 +32,6 @@ from typing import Any, Literal, NamedTuple, NoReturn, TextIO
 
 import numpy as np
 
-from kiln_np import __version__
 from kiln_np._codec import decode
 from kiln_np._core.checks import U8, check_offset, check_regular_file, short_or_long, show_int
 from kiln_np._core.errors import ErrorKind, KilnError
@@ -44,6 +43,7 @@ from kiln_np._files.io import replacing
 from kiln_np._files.npy import npy_header, read_npy_header
 from kiln_np._files.payload import write_payload
 from kiln_np._kernels.nibbles import check_padding
+from kiln_np._version import __version__
 from kiln_np._weights.kit import Weights, WeightTensor, open_weights, save_weights
 
 __all__ = ["main", "run"]

@@ -351,7 +351,7 @@ def row_for_dtype(dtype: npt.DTypeLike) -> OnnxType:
         raise KilnError("TYPE", f"expected a numpy dtype, found {show_value(dtype)}") from exc
     if d.kind in "OU":
         return _BY_VALUE[DataType.STRING]
-    row = _BY_DTYPE[d.newbyteorder("=")] if d.fields is None else None
+    row = _BY_DTYPE.lookup(d.newbyteorder("=")) if d.fields is None else None
     if row is None:
         raise KilnError(
             "TYPE",
