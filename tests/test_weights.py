@@ -29,7 +29,7 @@ import kiln_np
 from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
 from kiln_np import gguf as kgguf
 from kiln_np import onnx as konnx
-from kiln_np._weights.kit import decode_metadata, encode_metadata
+from kiln_np._weights.metadata import decode_metadata, encode_metadata
 
 
 def _raise(kind: str, call: Any, *args: Any, **kwargs: Any) -> KilnError:
@@ -313,7 +313,7 @@ def test_gguf_to_kiln_dir_to_gguf_keeps_key_types_and_bits(tmp_path: Path) -> No
         "s": np.array(2.5, np.float64),
         "q": Payload(0x4708, memoryview(bytes(range(68))), (2, 1), Layout("ggml.q8_0", 34)),
     }
-    kgguf.write_gguf(tmp_path / "a.gguf", tensors, metadata, metadata_types=types)
+    kgguf.save_gguf(tmp_path / "a.gguf", tensors, metadata, metadata_types=types)
     with kiln_np.open_weights(tmp_path / "a.gguf") as a:
         kiln_np.save_weights(tmp_path / "dir", a, format="kiln", metadata=a.metadata)
         types_a = dict(cast(Any, a.metadata).types)
