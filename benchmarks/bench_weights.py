@@ -86,7 +86,7 @@ def vocab_gguf(path: Path, entries: int, seed: int = 0) -> Path:
         "tokenizer.ggml.token_type": np.ones(entries, np.int32),
     }
     tensors = {f"blk.{i}.w": np.zeros((64, 64), np.float32) for i in range(4)}
-    kg.write_gguf(path, tensors, metadata)
+    kg.save_gguf(path, tensors, metadata)
     return path
 
 

@@ -71,7 +71,7 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
     (kiln_np.Layout, "Layout", ["__init__"]),
     (kiln_np, "kiln_np (weights)", ["open_weights", "save_weights"]),
     (kst, "kiln_np.safetensors", ["open_safetensors", "save_safetensors"]),
-    (kgg, "kiln_np.gguf", ["read_gguf", "open_gguf", "write_gguf"]),
+    (kgg, "kiln_np.gguf", ["read_gguf", "open_gguf", "save_gguf"]),
     (kiln_np.cli, "kiln_np.cli", ["main"]),
     (kiln_np.LazyPayload, "LazyPayload", ["__init__", "__getitem__", "iter_chunks"]),
     (

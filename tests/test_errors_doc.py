@@ -482,7 +482,7 @@ def _gguf_splits(second_no: int, second_tensor: str) -> Any:
 
 
 def _gguf_write(tensors: dict[str, Any], metadata: Any = None, **kw: Any) -> Any:
-    return kg.write_gguf(_scratch() / "w.gguf", tensors, metadata, **kw)
+    return kg.save_gguf(_scratch() / "w.gguf", tensors, metadata, **kw)
 
 
 _F32 = {"w": np.zeros(2, np.float32)}
@@ -519,23 +519,23 @@ GGUF: list[Entry] = [
     ("read_gguf", "a later split opened alone", lambda: kg.read_gguf(_file("m-00002-of-00002.gguf", gguf_bytes([gguf_kv("split.no", 2, b"\x01\x00"), gguf_kv("split.count", 2, b"\x02\x00")])))),
     ("read_gguf", "a split with another number", lambda: _gguf_splits(3, "b")),
     ("read_gguf", "splits holding a tensor twice", lambda: _gguf_splits(1, "a")),
-    ("ggml_type", "Kiln code GGUF cannot hold", lambda: kg.ggml_type(Code.U8)),
-    ("write_gguf", "tensor of a type GGUF cannot hold", lambda: _gguf_write({"w": np.zeros(4, ml_dtypes.float4_e2m1fn)})),
-    ("write_gguf", "GGML code with another layout", lambda: _gguf_write({"w": _Q8_0_SHORT})),
-    ("write_gguf", "name longer than llama.cpp loads", lambda: _gguf_write({"n" * 64: np.zeros(1, np.float32)})),
-    ("write_gguf", "more than 4 dims", lambda: _gguf_write({"w": np.zeros((1,) * 5, np.float32)})),
-    ("write_gguf", "empty tensor", lambda: _gguf_write({"w": np.zeros((2, 0), np.float32)})),
-    ("write_gguf", "metadata not a mapping", lambda: _gguf_write(_F32, [("k", 1)])),
-    ("write_gguf", "metadata key not a str", lambda: _gguf_write(_F32, {1: "x"})),
-    ("write_gguf", "text UTF-8 cannot encode (a lone surrogate)", lambda: _gguf_write(_F32, {"k": "\ud800"})),
-    ("write_gguf", "metadata type not a GGUF type", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "int128"})),
-    ("write_gguf", "Python float float32 does not hold exactly", lambda: _gguf_write(_F32, {"k": 0.1})),
-    ("write_gguf", "value out of its type's range", lambda: _gguf_write(_F32, {"k": 300}, metadata_types={"k": "uint8"})),
-    ("write_gguf", "string type for a value that is not a str", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "string"})),
-    ("write_gguf", "array type for a value that is not a list", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "array[int32]"})),
-    ("write_gguf", "array type for a 2-D array", lambda: _gguf_write(_F32, {"k": np.zeros((2, 2))}, metadata_types={"k": "array[float64]"})),
-    ("write_gguf", "metadata arrays nested 5 deep", lambda: _gguf_write(_F32, {"k": [[[[["x"]]]]]})),
-    ("write_gguf", "general.alignment not a uint32 power of two", lambda: _gguf_write(_F32, {"general.alignment": 32})),
+    ("ggml_type_for_code", "Kiln code GGUF cannot hold", lambda: kg.ggml_type_for_code(Code.U8)),
+    ("save_gguf", "tensor of a type GGUF cannot hold", lambda: _gguf_write({"w": np.zeros(4, ml_dtypes.float4_e2m1fn)})),
+    ("save_gguf", "GGML code with another layout", lambda: _gguf_write({"w": _Q8_0_SHORT})),
+    ("save_gguf", "name longer than llama.cpp loads", lambda: _gguf_write({"n" * 64: np.zeros(1, np.float32)})),
+    ("save_gguf", "more than 4 dims", lambda: _gguf_write({"w": np.zeros((1,) * 5, np.float32)})),
+    ("save_gguf", "empty tensor", lambda: _gguf_write({"w": np.zeros((2, 0), np.float32)})),
+    ("save_gguf", "metadata not a mapping", lambda: _gguf_write(_F32, [("k", 1)])),
+    ("save_gguf", "metadata key not a str", lambda: _gguf_write(_F32, {1: "x"})),
+    ("save_gguf", "text UTF-8 cannot encode (a lone surrogate)", lambda: _gguf_write(_F32, {"k": "\ud800"})),
+    ("save_gguf", "metadata type not a GGUF type", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "int128"})),
+    ("save_gguf", "Python float float32 does not hold exactly", lambda: _gguf_write(_F32, {"k": 0.1})),
+    ("save_gguf", "value out of its type's range", lambda: _gguf_write(_F32, {"k": 300}, metadata_types={"k": "uint8"})),
+    ("save_gguf", "string type for a value that is not a str", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "string"})),
+    ("save_gguf", "array type for a value that is not a list", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "array[int32]"})),
+    ("save_gguf", "array type for a 2-D array", lambda: _gguf_write(_F32, {"k": np.zeros((2, 2))}, metadata_types={"k": "array[float64]"})),
+    ("save_gguf", "metadata arrays nested 5 deep", lambda: _gguf_write(_F32, {"k": [[[[["x"]]]]]})),
+    ("save_gguf", "general.alignment not a uint32 power of two", lambda: _gguf_write(_F32, {"general.alignment": 32})),
 ]  # fmt: skip
 
 MX: list[Entry] = [

@@ -5,7 +5,7 @@ and quantized tensors) is mutated: bytes overwritten, "interesting" integers
 (0, 1, 2**31, 2**63, 2**64-1, the file size) written over counts and offsets,
 the file cut short.  ``read_gguf`` must then either succeed, with every tensor
 payload and metadata value readable, or raise ``KilnError``; nothing else may
-escape.  What opens is written back with ``write_gguf`` (which may refuse it
+escape.  What opens is written back with ``save_gguf`` (which may refuse it
 with ``KilnError``: an empty tensor, a name llama.cpp cannot load) and must
 read back with the same tensor bytes and metadata types.  ``fuzz/run.py
 hypothesis --match gguf`` runs the property for longer.
@@ -97,7 +97,7 @@ def test_mutated_gguf_oracle(edit_list: list[tuple[int, bytes]], cut: int | None
         copy = Path(tmp) / "copy.gguf"
         try:
             with kg.open_gguf(path) as weights:
-                kg.write_gguf(copy, weights, weights.metadata)
+                kg.save_gguf(copy, weights, weights.metadata)
         except KilnError:
             return
         again, again_types = _read_all(copy)

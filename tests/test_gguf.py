@@ -163,12 +163,13 @@ def _value_bits(value: Any, spec: str = "") -> bytes:
 
 
 def test_types_are_gguf_pys_table() -> None:
-    assert [(t.type_id, t.name) for t in kg.TYPES] == [(int(q), q.name) for q in Q]
-    for row in kg.TYPES:
+    assert [(t.type_id, t.name) for t in kg.TYPES.values()] == [(int(q), q.name) for q in Q]
+    assert all(kg.TYPES[i].type_id == i for i in kg.TYPES)
+    for row in kg.TYPES.values():
         assert (row.block_elements, row.block_bytes) == gguf.GGML_QUANT_SIZES[Q(row.type_id)]
 
 
-@pytest.mark.parametrize("row", kg.TYPES, ids=[t.name for t in kg.TYPES])
+@pytest.mark.parametrize("row", kg.TYPES.values(), ids=[t.name for t in kg.TYPES.values()])
 def test_type_rows(row: kg.GGMLType) -> None:
     if row.layout is None:
         assert row.code == Code[row.name]
@@ -177,15 +178,31 @@ def test_type_rows(row: kg.GGMLType) -> None:
     else:
         assert row.code == 0x4700 + row.type_id
         assert row.layout == Layout(f"ggml.{row.name.lower()}", row.block_bytes)
-    assert kg.ggml_type(row.code, row.layout) is row
+    assert kg.ggml_type_for_code(row.code, row.layout) is row
 
 
 def test_mx_layouts() -> None:
-    by_name = {t.name: t for t in kg.TYPES}
+    by_name = {t.name: t for t in kg.TYPES.values()}
     assert by_name["MXFP4"].layout == Layout("ggml.mxfp4", 17)
     assert by_name["MXFP4"].block_elements == 32
     assert by_name["NVFP4"].layout == Layout("ggml.nvfp4", 36)
     assert by_name["NVFP4"].block_elements == 64
+
+
+def test_types_are_keyed_by_ggml_type_id() -> None:
+    # A new user tripped on TYPES[8] being Q2_K when TYPES was a tuple (issue 18).
+    assert kg.TYPES[8].name == "Q8_0"
+    assert kg.TYPES[39].name == "MXFP4"
+    assert 4 not in kg.TYPES  # Q4_2, removed from GGML
+    with pytest.raises(TypeError):
+        kg.TYPES[8] = kg.TYPES[0]  # type: ignore[index]
+
+
+def test_public_names_say_where_they_live() -> None:
+    for name in kg.__all__:
+        obj = getattr(kg, name)
+        if callable(obj):
+            assert obj.__module__ == "kiln_np.gguf", name
 
 
 def test_docs_table_is_the_registry() -> None:
@@ -196,7 +213,7 @@ def test_docs_table_is_the_registry() -> None:
         f"| {t.type_id} | {t.name} | {t.block_elements} | {t.block_bytes} | "
         + (f"{int(t.code)} ({kiln_np.dtype_info(t.code).name}) | |" if t.layout is None else
            f"0x{t.code:04x} | `{t.layout.name}` |")
-        for t in kg.TYPES
+        for t in kg.TYPES.values()
     ]  # fmt: skip
     assert rows == expected
 
@@ -306,7 +323,7 @@ def _written_tensors() -> dict[str, Any]:
 
 
 def _blocks_payload(arr: np.ndarray, raw: Q) -> kiln_np.Payload:
-    row = kg.TYPES[[t.type_id for t in kg.TYPES].index(raw)]
+    row = kg.TYPES[raw]
     assert row.layout is not None
     shape = (*arr.shape[:-1], arr.shape[-1] // row.block_bytes)
     return kiln_np.Payload(row.code, memoryview(arr.tobytes()), shape, row.layout)
@@ -315,7 +332,7 @@ def _blocks_payload(arr: np.ndarray, raw: Q) -> kiln_np.Payload:
 def test_gguf_py_reads_what_kiln_np_writes(tmp_path: Path) -> None:
     path = tmp_path / "k.gguf"
     tensors = _written_tensors()
-    assert kg.write_gguf(path, tensors, WRITTEN_METADATA) == [str(path)]
+    assert kg.save_gguf(path, tensors, WRITTEN_METADATA) == [str(path)]
     reader = gguf.GGUFReader(path)
     assert [t.name for t in reader.tensors] == list(tensors)
     for theirs, (name, ours) in zip(reader.tensors, tensors.items(), strict=True):
@@ -335,7 +352,7 @@ def test_gguf_py_reads_what_kiln_np_writes(tmp_path: Path) -> None:
 
 def test_writes_gguf_py_tensor_dims(tmp_path: Path) -> None:
     path = tmp_path / "k.gguf"
-    kg.write_gguf(path, _written_tensors())
+    kg.save_gguf(path, _written_tensors())
     reader = gguf.GGUFReader(path)
     dims = {t.name: list(t.shape) for t in reader.tensors}
     assert dims["f32.odd"] == [7, 5, 3]
@@ -346,7 +363,7 @@ def test_writes_gguf_py_tensor_dims(tmp_path: Path) -> None:
 
 def test_kiln_np_reads_its_own_metadata_back(tmp_path: Path) -> None:
     path = tmp_path / "k.gguf"
-    kg.write_gguf(path, {}, WRITTEN_METADATA)
+    kg.save_gguf(path, {}, WRITTEN_METADATA)
     meta = kg.read_gguf(path).metadata
     assert dict(meta.types) == WRITTEN_TYPES
     for key, value in WRITTEN_METADATA.items():
@@ -356,7 +373,7 @@ def test_kiln_np_reads_its_own_metadata_back(tmp_path: Path) -> None:
 
 def test_scalar_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "s.gguf"
-    kg.write_gguf(path, {"s": np.array(-0.0, np.float32)})
+    kg.save_gguf(path, {"s": np.array(-0.0, np.float32)})
     with kg.open_gguf(path) as w:
         assert w["s"].shape == ()
         assert bits(w["s"].numpy()) == bits(np.array(-0.0, np.float32))
@@ -368,7 +385,7 @@ def test_scalar_round_trip(tmp_path: Path) -> None:
 def test_gguf_to_gguf_round_trip(oracle: Path, tmp_path: Path) -> None:
     path = tmp_path / "copy.gguf"
     with kg.open_gguf(oracle) as weights:
-        kg.write_gguf(path, weights, weights.metadata)
+        kg.save_gguf(path, weights, weights.metadata)
     before, after = kg.read_gguf(oracle), kg.read_gguf(path)
     assert dict(after.metadata.types) == dict(before.metadata.types)
     for key in before.metadata:
@@ -394,7 +411,7 @@ def test_round_trip_keeps_declared_empty_array_types(tmp_path: Path) -> None:
     w.close()
     meta = kg.read_gguf(path).metadata
     assert meta.types["deep"] == "array[array]"
-    kg.write_gguf(
+    kg.save_gguf(
         copy, {}, {"deep": meta["deep"], "empty": []}, metadata_types={"empty": "array[int64]"}
     )
     again = kg.read_gguf(copy).metadata
@@ -447,7 +464,7 @@ def test_later_split_alone_is_refused(tmp_path: Path) -> None:
 
 def test_split_without_split_keys(tmp_path: Path) -> None:
     paths = _oracle_splits(tmp_path)
-    kg.write_gguf(paths[2], {"t9": np.zeros(1, np.float32)}, {"split.no": 2})  # keys dropped
+    kg.save_gguf(paths[2], {"t9": np.zeros(1, np.float32)}, {"split.no": 2})  # keys dropped
     with pytest.raises(
         KilnError,
         match=r"key 'split\.no': expected an integer, found no such key",
@@ -457,7 +474,7 @@ def test_split_without_split_keys(tmp_path: Path) -> None:
 
 def test_writes_splits_gguf_py_reads(tmp_path: Path) -> None:
     tensors = {f"t{i}": np.full((4, 8), i, np.float32) for i in range(5)}  # 128 bytes each
-    paths = kg.write_gguf(tmp_path / "m.gguf", tensors, {"k": np.uint32(1)}, max_shard_size=256)
+    paths = kg.save_gguf(tmp_path / "m.gguf", tensors, {"k": np.uint32(1)}, max_shard_size=256)
     assert [Path(p).name for p in paths] == [f"m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     assert not (tmp_path / "m.gguf").exists()
     for i, p in enumerate(paths):
@@ -470,12 +487,12 @@ def test_writes_splits_gguf_py_reads(tmp_path: Path) -> None:
     assert [t.name for t in found.tensors] == list(tensors)
     # Writing the split checkpoint again as one file drops the split keys.
     with kg.open_gguf(paths[0]) as w:
-        kg.write_gguf(tmp_path / "one.gguf", w, w.metadata)
+        kg.save_gguf(tmp_path / "one.gguf", w, w.metadata)
     assert list(kg.read_gguf(tmp_path / "one.gguf").metadata) == ["k"]
 
 
 def test_everything_in_one_split_writes_the_path(tmp_path: Path) -> None:
-    paths = kg.write_gguf(tmp_path / "m.gguf", {"a": np.zeros(2, np.float32)}, max_shard_size=1)
+    paths = kg.save_gguf(tmp_path / "m.gguf", {"a": np.zeros(2, np.float32)}, max_shard_size=1)
     assert paths == [str(tmp_path / "m.gguf")]
 
 
@@ -518,7 +535,7 @@ _E2M1 = np.zeros(4, ml_dtypes.float4_e2m1fn)
 def test_refused_before_writing(tmp_path: Path, value: Any, kind: str, match: str) -> None:
     path = tmp_path / "x.gguf"
     with pytest.raises(KilnError, match=match) as info:
-        kg.write_gguf(path, {"ok": np.zeros(2, np.float32), "x": value})
+        kg.save_gguf(path, {"ok": np.zeros(2, np.float32), "x": value})
     assert info.value.kind == kind
     assert os.listdir(tmp_path) == []
 
@@ -549,21 +566,21 @@ def test_metadata_refused_before_writing(
     tmp_path: Path, metadata: dict[Any, Any], types: dict[str, str], match: str
 ) -> None:
     with pytest.raises(KilnError, match=match) as info:
-        kg.write_gguf(tmp_path / "x.gguf", {}, metadata, metadata_types=types)
+        kg.save_gguf(tmp_path / "x.gguf", {}, metadata, metadata_types=types)
     assert info.value.kind == "TYPE"
     assert os.listdir(tmp_path) == []
 
 
 def test_name_utf8_cannot_encode_refused(tmp_path: Path) -> None:
     with pytest.raises(KilnError, match=r"tensor '\\ud800': its name: expected text UTF-8"):
-        kg.write_gguf(tmp_path / "x.gguf", {"\ud800": np.zeros(1, np.float32)})
+        kg.save_gguf(tmp_path / "x.gguf", {"\ud800": np.zeros(1, np.float32)})
     assert os.listdir(tmp_path) == []
 
 
 def test_long_name_refused(tmp_path: Path) -> None:
     with pytest.raises(KilnError, match="at most 63 UTF-8 bytes"):
-        kg.write_gguf(tmp_path / "x.gguf", {"n" * 64: np.zeros(1, np.float32)})
-    kg.write_gguf(tmp_path / "x.gguf", {"n" * 63: np.zeros(1, np.float32)})
+        kg.save_gguf(tmp_path / "x.gguf", {"n" * 64: np.zeros(1, np.float32)})
+    kg.save_gguf(tmp_path / "x.gguf", {"n" * 63: np.zeros(1, np.float32)})
 
 
 # -- hostile files ----------------------------------------------------------------------
@@ -740,13 +757,13 @@ def test_every_cut_of_the_header_is_a_kiln_error(oracle: Path, tmp_path: Path) -
 
 def test_split_tensor_listed_twice(tmp_path: Path) -> None:
     split = {"split.count": np.uint16(2), "split.tensors.count": np.int32(2)}
-    kg.write_gguf(
+    kg.save_gguf(
         tmp_path / "m-00001-of-00002.gguf",
         {"a": np.zeros(1, np.float32)},
         {"split.no": np.uint16(0), **split},
     )
-    kg.write_gguf(tmp_path / "m-00002-of-00002.gguf", {"a": np.zeros(1, np.float32)}, {})
-    # write_gguf drops split keys: add them with a raw second file instead.
+    kg.save_gguf(tmp_path / "m-00002-of-00002.gguf", {"a": np.zeros(1, np.float32)}, {})
+    # save_gguf drops split keys: add them with a raw second file instead.
     raw = _file(
         [_kv("split.no", 2, struct.pack("<H", 1)), _kv("split.count", 2, struct.pack("<H", 2)),
          _kv("split.tensors.count", 5, struct.pack("<i", 2))],
@@ -778,7 +795,7 @@ def test_split_tensor_listed_twice(tmp_path: Path) -> None:
 
 def _vocab_file(path: Path, n: int) -> Path:
     tokens = [f"tok{i}" for i in range(n)]
-    kg.write_gguf(path, {"w": np.zeros((4, 4), np.float32)}, {"tokenizer.ggml.tokens": tokens})
+    kg.save_gguf(path, {"w": np.zeros((4, 4), np.float32)}, {"tokenizer.ggml.tokens": tokens})
     return path
 
 
@@ -854,7 +871,7 @@ def test_safetensors_to_gguf_to_safetensors(tmp_path: Path) -> None:
 
 def test_version_2_reads_as_version_3(tmp_path: Path) -> None:
     path = tmp_path / "v2.gguf"
-    kg.write_gguf(path, {"w": F32_SPECIAL}, {"k": np.int8(-1)})
+    kg.save_gguf(path, {"w": F32_SPECIAL}, {"k": np.int8(-1)})
     data = bytearray(path.read_bytes())
     data[4:8] = struct.pack("<I", 2)  # version 2 has version 3's layout
     path.write_bytes(bytes(data))

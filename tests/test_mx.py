@@ -873,7 +873,7 @@ def test_repack_from_arrays_and_errors() -> None:
 
 
 def test_gguf_registry_rows() -> None:
-    rows = {t.name: t for t in kiln_np.gguf.TYPES}
+    rows = {t.name: t for t in kiln_np.gguf.TYPES.values()}
     assert (rows["MXFP4"].code, rows["MXFP4"].layout) == (0x4727, MXFP4)
     assert (rows["NVFP4"].code, rows["NVFP4"].layout) == (0x4728, NVFP4)
 

@@ -145,7 +145,8 @@ def test_notebook_and_weight_names_load_on_first_use() -> None:
 
     code = (
         "import sys, kiln_np\n"
-        "before = {m for m in ('kiln_np._explore', 'kiln_np._weights.kit') if m in sys.modules}\n"
+        "lazy = ('kiln_np._explore', 'kiln_np._weights.tensors', 'kiln_np.formats')\n"
+        "before = {m for m in lazy if m in sys.modules}\n"
         "from kiln_np import *\n"
         "assert describe is kiln_np.describe and open_weights.__module__ == 'kiln_np'\n"
         "print(sorted(before), 'describe' in dir(kiln_np))\n"

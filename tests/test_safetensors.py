@@ -26,6 +26,7 @@ from kiln_np import KilnError, Layout
 from kiln_np import onnx as konnx
 from kiln_np import safetensors as kst
 from kiln_np._core.foreign import FOREIGN_BY_NAME
+from kiln_np.safetensors._types import BY_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
 st_deserialize: Any = safetensors.deserialize  # the package ships no annotations for it
@@ -90,7 +91,7 @@ def deserialize(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
 
 
 def random_payload(name: str, shape: tuple[int, ...], seed: int = 0) -> bytes:
-    row = kst._BY_NAME[name]
+    row = BY_NAME[name]
     info = kiln_np.payload_info(row.code, shape, row.layout)
     raw = np.random.default_rng(seed).integers(0, 256, info.byte_length, dtype=np.uint8)
     if name == "BOOL":
@@ -123,7 +124,7 @@ def test_table_is_the_issue_mapping() -> None:
     [("F8_E4M3FNUZ", "float8_e4m3fnuz"), ("F8_E5M2FNUZ", "float8_e5m2fnuz"), ("C64", "complex64")],
 )
 def test_foreign_rows_share_the_onnx_registry(name: str, numpy_name: str) -> None:
-    row = kst._BY_NAME[name]
+    row = BY_NAME[name]
     foreign = FOREIGN_BY_NAME[numpy_name]
     assert (row.code, row.layout) == (foreign.code, foreign.layout)
     onnx_row = next(r for r in konnx.DATA_TYPES if r.dtype == foreign.dtype)
@@ -157,7 +158,7 @@ def test_reads_what_the_package_writes(tmp_path: Path, name: str) -> None:
     with kiln_np.open_weights(path) as weights:
         assert weights.format == "safetensors"
         assert dict(weights.metadata) == {"format": "pt", "k": "v"}
-        row = kst._BY_NAME[name]
+        row = BY_NAME[name]
         for key, (_, shape, data) in tensors.items():
             t = weights[key]
             assert (t.code, t.shape, t.layout, t.format_dtype) == (
@@ -212,7 +213,7 @@ def test_torch_fixtures_bit_for_bit() -> None:
 
 @pytest.mark.parametrize("name", list(SPEC_NAMES))
 def test_package_reads_what_kiln_np_writes(tmp_path: Path, name: str) -> None:
-    row = kst._BY_NAME[name]
+    row = BY_NAME[name]
     shapes = [s for s in SHAPES if name != "F4" or (s and s[-1] % 2 == 0)]
     tensors = {
         f"t{i}": kiln_np.Payload(row.code, memoryview(random_payload(name, s, i)), s, row.layout)
@@ -299,7 +300,7 @@ GGUF_SHARED = {"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"}
 def test_safetensors_to_gguf_to_safetensors(tmp_path: Path) -> None:
     tensors = {
         f"{name.lower()}_{i}": kiln_np.Payload(
-            kst._BY_NAME[name].code, memoryview(random_payload(name, s, i)), s
+            BY_NAME[name].code, memoryview(random_payload(name, s, i)), s
         )
         for name in sorted(GGUF_SHARED)
         for i, s in enumerate([(), (3,), (5, 4), (1, 1, 7, 2)])

@@ -4,6 +4,7 @@ directory, ONNX and GGUF through the one door, typed metadata."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pickle
@@ -29,7 +30,7 @@ import kiln_np
 from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
 from kiln_np import gguf as kgguf
 from kiln_np import onnx as konnx
-from kiln_np._weights.kit import decode_metadata, encode_metadata
+from kiln_np._weights.metadata import decode_metadata, encode_metadata
 
 
 def _raise(kind: str, call: Any, *args: Any, **kwargs: Any) -> KilnError:
@@ -313,7 +314,7 @@ def test_gguf_to_kiln_dir_to_gguf_keeps_key_types_and_bits(tmp_path: Path) -> No
         "s": np.array(2.5, np.float64),
         "q": Payload(0x4708, memoryview(bytes(range(68))), (2, 1), Layout("ggml.q8_0", 34)),
     }
-    kgguf.write_gguf(tmp_path / "a.gguf", tensors, metadata, metadata_types=types)
+    kgguf.save_gguf(tmp_path / "a.gguf", tensors, metadata, metadata_types=types)
     with kiln_np.open_weights(tmp_path / "a.gguf") as a:
         kiln_np.save_weights(tmp_path / "dir", a, format="kiln", metadata=a.metadata)
         types_a = dict(cast(Any, a.metadata).types)
@@ -658,6 +659,59 @@ def test_weights_md_safetensors_table_is_the_code_table() -> None:
     assert rows == expected
     for name in kst.REFUSED:
         assert f"**{name}" in text or f", {name}**" in text, name
+
+
+def _detection_order(text: str) -> list[str]:
+    """The format names of a numbered list ``1. `kiln`: ...`` (or ``1. ``kiln``: ...``)."""
+    return re.findall(r"^\d+\. ``?(\w+)``?:", text, re.MULTILINE)
+
+
+def test_detection_order_is_the_format_table() -> None:
+    # docs/weights.md and the docstring of kiln_np.formats list the rows of FORMATS, in order.
+    from kiln_np import formats
+
+    names = [f.name for f in formats.FORMATS]
+    assert names == ["kiln", "safetensors", "gguf", "onnx"]
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "weights.md").read_text()
+    opening = doc.split("## Opening")[1].split("\n## ")[0]
+    assert _detection_order(opening) == names
+    assert _detection_order(formats.__doc__ or "") == names
+    assert {f.name for f in formats.FORMATS if f.save} == {"safetensors", "gguf", "kiln"}
+
+
+def test_weights_pickle_as_the_format_that_opened_them(tmp_path: Path) -> None:
+    arr = np.arange(4, dtype=np.float32)
+    kiln_np.save_weights(tmp_path / "a.st", {"w": arr}, format="safetensors")
+    kiln_np.save_weights(tmp_path / "b.gguf", {"w": arr}, format="gguf")
+    kiln_np.save_weights(tmp_path / "c", {"w": arr}, format="kiln")
+    kiln_np.save_weights(tmp_path / "d", {"w": arr}, format="safetensors", max_shard_size=8)
+    graph = onnx.helper.make_graph([], "g", [], [], [numpy_helper.from_array(arr, name="w")])
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "e.onnx")
+    for name in ("a.st", "b.gguf", "c", "d", "e.onnx"):
+        with kiln_np.open_weights(tmp_path / name, verify=True) as w:
+            again = pickle.loads(pickle.dumps(w))
+        with again:
+            assert (again.format, again.path, list(again)) == (w.format, w.path, list(w))
+            assert bits(again["w"].numpy()) == bits(arr)
+
+
+def test_formats_import_the_kit_and_never_the_dispatch() -> None:
+    # The kit names no format; a format imports neither the dispatch nor another format.
+    src = Path(kiln_np.__file__).parent
+    formats = {"gguf", "safetensors", "kilndir", "onnx"}
+    for path in sorted(src.glob("_weights/*.py")) + sorted(
+        p for f in formats for p in [*src.glob(f"{f}/*.py"), *src.glob(f"{f}.py")]
+    ):
+        own = path.relative_to(src).parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                imported = {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+                if parts[0] == "kiln_np":
+                    assert "formats" not in imported, path
+                    assert not imported & (formats - {own}), path
+                    if own == "_weights":
+                        assert not imported & formats, path
 
 
 # --------------------------------------------------------------------- command line

@@ -28,14 +28,16 @@ from ._version import __version__
 
 if _typing.TYPE_CHECKING:
     from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
-    from ._weights.kit import Weights, WeightTensor, open_weights, save_weights
+    from ._weights.tensors import Weights, WeightTensor
+    from .formats import open_weights, save_weights
 
 _LAZY = {
     **dict.fromkeys(
         ("Description", "ScaledDescription", "bit_histogram", "bit_values", "describe"),
         "._explore",
     ),
-    **dict.fromkeys(("Weights", "WeightTensor", "open_weights", "save_weights"), "._weights.kit"),
+    **dict.fromkeys(("Weights", "WeightTensor"), "._weights.tensors"),
+    **dict.fromkeys(("open_weights", "save_weights"), ".formats"),
 }
 
 

@@ -1,3 +1,24 @@
-"""The kit every weight-file format builds on: mapped files, ``WeightTensor``,
-``Weights``, tensor sources and the metadata encoding.  Nothing here names a format.
+"""The kit every weight-file format builds on; nothing here names a format.
+
+``mapped`` (``MappedFile``: a file mapped read-only once, on first use),
+``tensors`` (``WeightTensor`` and ``Weights``, the mapping ``open_weights``
+returns), ``sources`` (``TensorSource``: tensors to write, checked before
+anything is written, and copying their bytes) and ``metadata`` (strict JSON and
+the metadata encoding that keeps each value's type).  Each imports only the
+modules listed before it, and the layers below (core, codec, files).
+
+For format modules
+------------------
+A format module (``kiln_np.safetensors``, ``kiln_np.gguf``, ``kiln_np.kilndir``,
+``kiln_np.onnx``) builds its tensors as ``WeightTensor(name,
+payload_info(...).with_offset(offset), mapped_file, format_dtype)`` and returns
+``Weights(tensors, format=..., metadata=..., path=..., files=[...],
+opener=...)``, where ``opener`` is its own function that opens ``path`` again
+(what a ``Weights`` pickles as); to write, it turns the caller's mapping into
+:class:`~kiln_np._weights.sources.TensorSource` items with ``tensor_sources``
+(every tensor checked before anything is written), writes a file through
+``kiln_np._files.io.replacing`` or a directory through
+``kiln_np._files.io.building_directory``, and copies each payload with
+``TensorSource.write_to``.  ``kiln_np.formats`` lists the formats; no format
+imports it.
 """

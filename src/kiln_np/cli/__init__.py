@@ -44,7 +44,8 @@ from kiln_np._files.npy import npy_header, read_npy_header
 from kiln_np._files.payload import write_payload
 from kiln_np._kernels.nibbles import check_padding
 from kiln_np._version import __version__
-from kiln_np._weights.kit import Weights, WeightTensor, open_weights, save_weights
+from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np.formats import open_weights, save_weights
 
 __all__ = ["main", "run"]
 

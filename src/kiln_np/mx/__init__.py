@@ -875,7 +875,7 @@ class _GGMLLayout:
 
 
 def _ggml_layout(name: str, scale: _Kind, group: int) -> _GGMLLayout:
-    row = next(t for t in _GGML_TYPES if t.name == name)
+    row = next(t for t in _GGML_TYPES.values() if t.name == name)
     assert row.layout is not None
     header = row.block_bytes - row.block_elements // 2
     record = np.dtype([("scales", f"V{header}"), ("elements", f"V{row.block_elements // 2}")])

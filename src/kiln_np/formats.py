@@ -1,0 +1,337 @@
+"""Weight-file formats: one table of them, :data:`FORMATS`, and the two doors built
+on it, :func:`open_weights` and :func:`save_weights`.
+
+:func:`open_weights` recognises a weight file from its content and returns a
+:class:`~kiln_np.Weights`, a read-only mapping of names to
+:class:`~kiln_np.WeightTensor` in file order; :func:`save_weights` writes any
+mapping of names to payloads, arrays or such tensors as safetensors, GGUF or a
+Kiln payload directory.  Each format lives in its own package or module
+(``kiln_np.kilndir``, ``kiln_np.safetensors``, ``kiln_np.gguf``,
+``kiln_np.onnx``), which imports the kit of ``kiln_np._weights`` and never this
+module: the table is the one place that names them all.
+
+Recognising a format
+--------------------
+The rows of :data:`FORMATS` are tried in order, the first that fits opens it:
+
+1. ``kiln``: a directory holding ``manifest.json``, or that file itself: a Kiln
+   payload directory;
+2. ``safetensors``: a directory holding one ``*.safetensors.index.json``, or
+   such an index file itself: a sharded checkpoint; or a file whose first 8
+   bytes are a little-endian size of at most 100 MB and at most the rest of
+   the file, followed by ``{``;
+3. ``gguf``: a file starting with ``GGUF`` (the first file of a split opens
+   the whole split);
+4. ``onnx``: a file that parses as a binary ONNX ``ModelProto``.  Protobuf has
+   no magic, so this comes last, and only for a file whose first byte is
+   ``0x08`` (the tag of ``ir_version``, field 1, which every ONNX writer puts
+   first).
+
+Anything else is TYPE, showing the first bytes in hex.  Only the order of
+safetensors and ONNX matters for a file (a safetensors header of 8 bytes
+starts with ``0x08``; ``GGUF`` read as a header size is above 100 MB), and of
+the Kiln directory and a checkpoint for a directory (one may hold both).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kiln_np._core.checks import check_path, set_module, show_value, written_path
+from kiln_np._core.errors import KilnError
+from kiln_np._files.io import open_regular_raw
+from kiln_np._weights.sources import Progress
+from kiln_np._weights.tensors import Weights
+from kiln_np.gguf import open_gguf, save_gguf
+from kiln_np.gguf._types import MAGIC as GGUF_MAGIC
+from kiln_np.kilndir import MANIFEST, open_kiln, save_kiln
+from kiln_np.onnx._weights import open_model_weights
+from kiln_np.safetensors import open_safetensors, save_safetensors
+from kiln_np.safetensors._reader import looks_like_safetensors
+from kiln_np.safetensors._types import INDEX_SUFFIX
+
+__all__ = ["FORMATS", "WeightFormat", "open_weights", "save_weights"]
+
+_HEAD = 16  # bytes shown of a file no format recognises
+
+PathLike = str | os.PathLike[str]
+Save = Callable[
+    [str, Mapping[str, Any], Mapping[str, Any] | None, int | None, Progress | None], None
+]
+"""``(path, tensors, metadata, max_shard_size, progress)``: a format's writer."""
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """One weight-file format: how it is recognised, opened and written.
+
+    Attributes
+    ----------
+    name : str
+        What :attr:`Weights.format` says and ``save_weights(format=...)`` takes.
+    recognise : callable
+        ``(path, head, size)``: the path its ``open`` takes (a directory's
+        index, a manifest's directory) when ``path`` is of this format, else
+        None.  ``head`` is the file's first 16 bytes and ``size`` its size;
+        for a directory, ``head`` is None.
+    open : callable
+        ``(path, verify)``: the :class:`~kiln_np.Weights` of a recognised path.
+    save : callable or None
+        ``(path, tensors, metadata, max_shard_size, progress)``; None for a
+        format kiln_np only reads.
+    """
+
+    name: str
+    recognise: Callable[[str, bytes | None, int], str | None]
+    open: Callable[[str, bool], Weights]
+    save: Save | None
+
+
+# -- recognising ----------------------------------------------------------------------
+
+
+def _kiln_path(path: str, head: bytes | None, size: int) -> str | None:
+    if head is None:
+        return path if os.path.lexists(os.path.join(path, MANIFEST)) else None
+    return os.path.dirname(path) if os.path.basename(path) == MANIFEST else None
+
+
+def _indexes(directory: str) -> list[str]:
+    return sorted(f for f in os.listdir(directory) if f.endswith(INDEX_SUFFIX))
+
+
+def _safetensors_path(path: str, head: bytes | None, size: int) -> str | None:
+    if head is None:
+        indexes = _indexes(path)
+        return os.path.join(path, indexes[0]) if len(indexes) == 1 else None
+    if path.endswith(INDEX_SUFFIX) and head.lstrip()[:1] == b"{":
+        return path
+    return path if looks_like_safetensors(head, size) else None
+
+
+def _gguf_path(path: str, head: bytes | None, size: int) -> str | None:
+    return path if head is not None and head[:4] == GGUF_MAGIC else None
+
+
+def _onnx_path(path: str, head: bytes | None, size: int) -> str | None:
+    # 0x08: field 1 (ir_version) as a varint, the tag every ONNX writer puts first
+    return path if head is not None and head[:1] == b"\x08" else None
+
+
+# -- each format's doors, as the table calls them -------------------------------------
+
+
+def _open_safetensors(path: str, verify: bool) -> Weights:
+    return open_safetensors(path)
+
+
+def _open_gguf(path: str, verify: bool) -> Weights:
+    return open_gguf(path)
+
+
+def _open_onnx(path: str, verify: bool) -> Weights:
+    return open_model_weights(path)
+
+
+def _save_kiln(
+    path: str,
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    max_shard_size: int | None,
+    progress: Progress | None,
+) -> None:
+    if max_shard_size is not None:
+        raise KilnError(
+            "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
+        )
+    save_kiln(path, tensors, metadata=metadata, progress=progress)
+
+
+def _save_safetensors(
+    path: str,
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    max_shard_size: int | None,
+    progress: Progress | None,
+) -> None:
+    save_safetensors(
+        path, tensors, metadata=metadata, max_shard_size=max_shard_size, progress=progress
+    )
+
+
+def _save_gguf(
+    path: str,
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    max_shard_size: int | None,
+    progress: Progress | None,
+) -> None:
+    save_gguf(
+        path,
+        tensors,
+        metadata,
+        metadata_types=getattr(metadata, "types", None),
+        max_shard_size=max_shard_size,
+        progress=progress,
+    )
+
+
+FORMATS: tuple[WeightFormat, ...] = (
+    WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln),
+    WeightFormat("safetensors", _safetensors_path, _open_safetensors, _save_safetensors),
+    WeightFormat("gguf", _gguf_path, _open_gguf, _save_gguf),
+    WeightFormat("onnx", _onnx_path, _open_onnx, None),
+)
+"""Every weight-file format, in the order :func:`open_weights` tries them."""
+
+
+# -- the doors ------------------------------------------------------------------------
+
+
+@set_module("kiln_np")
+def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
+    """Open a weight file (or directory), recognised from its content.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A safetensors, GGUF or ONNX file; a sharded safetensors checkpoint (its
+        ``*.safetensors.index.json``, or the directory holding it); the first
+        split of a GGUF; a Kiln payload directory.  The module docstring gives
+        the order in which formats are tried (the order of :data:`FORMATS`).
+    verify : bool
+        For a Kiln payload directory, also check every payload file's SHA-256
+        against the manifest (this reads every byte; sizes are always checked).
+
+    Returns
+    -------
+    Weights
+        Only headers are read: tensors are mapped when their payloads are asked for.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a file no format recognises (showing its first bytes in hex),
+        a malformed header, index or manifest (naming the file and tensor), a
+        hash mismatch; LENGTH for a byte count the file contradicts; SHAPE for
+        a malformed shape.
+    OSError
+        When a file cannot be read: ``FileNotFoundError`` names a missing
+        file or shard.
+    ImportError
+        For a file that starts like an ONNX model when onnx is not installed.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> path = os.path.join(d, "m.safetensors")
+    >>> kiln_np.save_weights(path, {"w": np.eye(2, dtype=np.float32)}, format="safetensors")
+    >>> w = kiln_np.open_weights(path)
+    >>> w.format, list(w), w["w"].code, w["w"].byte_length
+    ('safetensors', ['w'], <Code.F32: 2>, 16)
+    >>> w.close(); import shutil; shutil.rmtree(d)
+    """
+    name = os.path.realpath(check_path(path))
+    if isinstance(verify, bool) is False:
+        raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
+    head: bytes | None = None
+    size = 0
+    if not os.path.isdir(name):
+        with open_regular_raw(name) as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(_HEAD)
+    for row in FORMATS:
+        target = row.recognise(name, head, size)
+        if target is not None:
+            return row.open(target, verify)
+    if head is None:
+        indexes = _indexes(name)
+        found = f"{len(indexes)} indexes ({', '.join(indexes[:4])})" if indexes else "neither"
+        raise KilnError(
+            "TYPE",
+            f"{name!r}: expected a directory holding {MANIFEST} (a Kiln payload directory) "
+            f"or one *{INDEX_SUFFIX} (a sharded safetensors checkpoint), found {found}",
+        )
+    shown = f"the bytes {head.hex(' ')}{' ...' * (size > _HEAD)}" if head else "an empty file"
+    raise KilnError(
+        "TYPE",
+        f"{name!r}: expected a weight file (safetensors, GGUF, ONNX, a Kiln payload directory "
+        f"or a sharded checkpoint), found {shown}",
+        found=head,
+    )
+
+
+@set_module("kiln_np")
+def save_weights(
+    path: PathLike,
+    tensors: Mapping[str, Any],
+    *,
+    format: str,
+    metadata: Mapping[str, Any] | None = None,
+    max_shard_size: int | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Write named tensors as safetensors, GGUF or a Kiln payload directory.
+
+    Every tensor is checked against what the format can hold before anything
+    is written; data is streamed a bounded chunk at a time, bit for bit; the
+    result appears whole or not at all (a file: a temporary sibling renamed
+    into place; a directory: built beside ``path`` and renamed into place).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, or for ``"kiln"`` and sharded safetensors the directory.  An
+        existing directory is replaced only when it is empty or holds nothing
+        but what a previous save of that kind wrote.
+    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
+        In the order to write (safetensors groups them by alignment, widest
+        first, keeping this order within a width).  A :class:`Weights` is such
+        a mapping: pass one to convert a file.
+    format : {"safetensors", "gguf", "kiln"}
+    metadata : Mapping, optional
+        safetensors: str to str (``{"format": "pt"}`` is what transformers
+        expects).  GGUF: key/values (types from ``metadata.types`` when it has
+        them, as a GGUF :class:`Weights` does).  kiln: any values
+        :func:`~kiln_np._weights.metadata.encode_metadata` keeps, with their types.
+    max_shard_size : int, optional
+        safetensors: write a sharded checkpoint into the directory ``path``
+        (``model-00001-of-0000N.safetensors`` ... and
+        ``model.safetensors.index.json``); GGUF: splits.  Not for ``"kiln"``.
+    progress : callable, optional
+        Called with each number of payload bytes written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for an unknown format, a tensor the format cannot hold (naming
+        the tensor and its type), a bad name or metadata; SHAPE (GGUF: more
+        than 4 dims, an empty tensor); LENGTH for a payload whose bytes are
+        not its shape's.  Nothing is written then.
+    OSError
+        When the target cannot be written; ``FileExistsError`` for a
+        directory holding other files.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> path = os.path.join(d, "m.safetensors")
+    >>> kiln_np.save_weights(path, {"w": np.zeros(3, np.uint8)}, format="safetensors",
+    ...                      metadata={"format": "pt"})
+    >>> kiln_np.open_weights(path).metadata
+    mappingproxy({'format': 'pt'})
+    >>> import shutil; shutil.rmtree(d)
+    """
+    target = written_path(check_path(path))
+    save = next((f.save for f in FORMATS if f.save is not None and f.name == format), None)
+    if save is None:
+        raise KilnError(
+            "TYPE",
+            f"expected format 'safetensors', 'gguf' or 'kiln', found {show_value(format)}",
+        )
+    save(target, tensors, metadata, max_shard_size, progress)

@@ -1,0 +1,399 @@
+"""Reading GGUF: the header parsed into checked descriptions, never the data.
+
+:func:`read_gguf` checks everything the module docstring of ``kiln_np.gguf``
+lists (magic and version, counts, key/values, tensor infos, alignment, overlap,
+the data against the file's size, a split set) and returns a
+:class:`GGUFFile`; :func:`open_gguf` hands its tensors out as
+:class:`~kiln_np.Weights`, each file mapped when one of its tensors is read.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import re
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from kiln_np._core.checks import MAX_INT64, check_path, check_regular_file, set_module, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.tensors import Weights, WeightTensor
+
+from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, TYPES, GGMLType
+from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
+
+__all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
+
+_HEADER_BYTES = 24
+_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@set_module("kiln_np.gguf")
+class GGUFTensorInfo(NamedTuple):
+    """One tensor of a GGUF file, checked: where its payload is and what it is.
+
+    Attributes
+    ----------
+    name : str
+    path : str
+        The file (split) that holds it, absolute.
+    offset : int
+        Absolute byte offset of its data in ``path``.
+    info : PayloadInfo
+        Kiln code, shape (dims reversed, innermost in blocks), layout and
+        ``byte_length``.
+    ggml : GGMLType
+        Its GGML type.
+    dims : tuple of int
+        GGUF's ``ne``, innermost first, as the file lists them.
+    """
+
+    name: str
+    path: str
+    offset: int
+    info: PayloadInfo
+    ggml: GGMLType
+    dims: tuple[int, ...]
+
+
+@set_module("kiln_np.gguf")
+class GGUFFile(NamedTuple):
+    """What :func:`read_gguf` found: metadata and tensors of a file or of all its splits.
+
+    Attributes
+    ----------
+    paths : tuple of str
+        The files read, absolute (one per split, in split order).
+    version : int
+        The GGUF version of the (first) file: 2 or 3.
+    alignment : int
+        The data alignment (``general.alignment``, or 32).
+    metadata : GGUFMetadata
+        The (first split's) key/values.
+    tensors : tuple of GGUFTensorInfo
+        In tensor-info order, splits one after another.
+    """
+
+    paths: tuple[str, ...]
+    version: int
+    alignment: int
+    metadata: GGUFMetadata
+    tensors: tuple[GGUFTensorInfo, ...]
+
+
+@set_module("kiln_np.gguf")
+def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """Read the header of a GGUF file (and of its other splits), not its data.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.gguf`` file; the first split (``NAME-00001-of-000NN.gguf``) reads
+        every split.
+
+    Returns
+    -------
+    GGUFFile
+        Metadata (parsed lazily) and the checked tensor descriptions.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a malformed header or split set, LENGTH for counts, strings,
+        arrays or tensor data the file cannot hold, SHAPE for bad dims; each
+        names the file and the key or tensor.
+    FileNotFoundError
+        When the file or a split does not exist (naming it).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from kiln_np.gguf import save_gguf
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = save_gguf(p, {"w": np.zeros((2, 3), np.float32)})
+    ...     gguf = read_gguf(p)
+    >>> [(t.name, t.ggml.name, t.dims, t.info.shape, t.offset) for t in gguf.tensors]
+    [('w', 'F32', (3, 2), (2, 3), 96)]
+    """
+    first = _read_one(os.path.realpath(check_path(path)))
+    count = first.metadata.get("split.count")
+    if count is None:
+        return first
+    return _read_splits(first)
+
+
+def _read_one(path: str) -> GGUFFile:
+    where = f"{path!r}: "
+    with open(path, "rb") as f:
+        size = check_regular_file(path, f.fileno()).st_size
+        if size < _HEADER_BYTES:
+            raise truncated(where, "GGUF header", 0, _HEADER_BYTES, size)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _parse(path, mm, size, where)
+
+
+def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
+    p = HeaderParser(mm, size, where)
+    magic = bytes(mm[:4])
+    if magic != MAGIC:
+        raise malformed(
+            where,
+            f"expected the GGUF magic 47 47 55 46 ('GGUF'), found {magic.hex(' ')}",
+            expected=MAGIC,
+            found=magic,
+        )
+    version = p.u32(4, "version")
+    if version not in (2, 3):
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        why = (
+            f"a big-endian GGUF (version {swapped} byte-swapped), which kiln_np does not read"
+            if swapped in (2, 3)
+            else "version 1 used 32-bit counts and is not supported"
+            if version == 1
+            else "an unknown version"
+        )
+        raise malformed(
+            where,
+            f"expected GGUF version 2 or 3, found {version}: {why}",
+            expected=3,
+            found=version,
+        )
+    n_tensors = p.u64(8, "tensor count")
+    n_kv = p.u64(16, "metadata key/value count")
+    # Every key/value takes at least 12 bytes, every tensor info 24: fail before looping.
+    p.need(
+        _HEADER_BYTES, 12 * n_kv + 24 * n_tensors, f"{n_kv} key/values and {n_tensors} tensor infos"
+    )
+    pos = _HEADER_BYTES
+    entries: dict[str, tuple[Spec, int]] = {}
+    for i in range(n_kv):
+        end = p.string(pos, f"key {i}")
+        key = p.text(pos, end)
+        if key in entries:
+            raise malformed(where, f"key {key!r}: expected unique keys, found it twice")
+        vtype = p.u32(end, f"key {key!r} value type")
+        pos, spec = p.value(vtype, end + 4, f"key {key!r}")
+        entries[key] = (spec, end + 4)
+    infos: list[tuple[str, tuple[int, ...], GGMLType, int]] = []
+    names: set[str] = set()
+    for i in range(n_tensors):
+        end = p.string(pos, f"tensor info {i} name")
+        name = p.text(pos, end)
+        what = f"tensor {name!r}"
+        if name in names:
+            raise malformed(where, f"{what}: expected unique tensor names, found it twice")
+        names.add(name)
+        n_dims = p.u32(end, f"{what} n_dims")
+        if n_dims > MAX_DIMS:
+            raise KilnError(
+                "SHAPE", f"{where}{what}: expected at most {MAX_DIMS} dims, found {n_dims}"
+            )
+        p.need(end + 4, 8 * n_dims + 12, f"{what} dims, type and offset")
+        dims = struct.unpack_from(f"<{n_dims}Q", mm, end + 4)
+        pos = end + 4 + 8 * n_dims
+        type_id = p.u32(pos, f"{what} type")
+        row = TYPES.get(type_id)
+        if row is None:
+            raise malformed(
+                where,
+                f"{what}: expected a GGML type id in {sorted(TYPES)}, found {type_id}",
+                expected=sorted(TYPES),
+                found=type_id,
+            )
+        infos.append((name, dims, row, p.u64(pos + 4, f"{what} offset")))
+        pos += 12
+    metadata_end = pos
+    header = bytes(mm[:metadata_end])
+    metadata = GGUFMetadata(header, entries)
+    alignment = _alignment_of(metadata, where)
+    data_start = -(-metadata_end // alignment) * alignment
+    tensors = tuple(
+        _tensor(path, where, name, dims, row, rel, data_start, alignment, size)
+        for name, dims, row, rel in infos
+    )
+    _check_overlap(tensors, where)
+    return GGUFFile((path,), version, alignment, metadata, tensors)
+
+
+def _alignment_of(metadata: GGUFMetadata, where: str) -> int:
+    if "general.alignment" not in metadata:
+        return DEFAULT_ALIGNMENT
+    kind = metadata.types["general.alignment"]
+    value = metadata["general.alignment"]
+    if kind != "uint32" or value == 0 or value & (value - 1):
+        raise malformed(
+            where,
+            f"key 'general.alignment': expected a uint32 power of two, found "
+            f"{show_value(value)} (GGUF {kind})",
+            expected="uint32 power of two",
+            found=value,
+        )
+    return int(value)
+
+
+def _tensor(
+    path: str,
+    where: str,
+    name: str,
+    dims: tuple[int, ...],
+    row: GGMLType,
+    rel: int,
+    data_start: int,
+    alignment: int,
+    size: int,
+) -> GGUFTensorInfo:
+    what = f"{where}tensor {name!r} ({row.name}, dims {list(dims)}): "
+    if max(dims, default=0) > MAX_INT64 or math.prod(dims) > MAX_INT64:
+        raise KilnError(
+            "SHAPE",
+            f"{what}expected dims whose product is at most 2**63-1, found {math.prod(dims)}",
+            shape=dims,
+        )
+    if row.block_elements > 1 and (not dims or dims[0] % row.block_elements):
+        found = f"ne[0] = {dims[0]}" if dims else "a scalar"
+        raise KilnError(
+            "SHAPE",
+            f"{what}expected ne[0] to be a multiple of the {row.block_elements}-element "
+            f"block, found {found}",
+            shape=dims,
+        )
+    shape = dims[::-1]
+    if dims:
+        shape = (*shape[:-1], shape[-1] // row.block_elements)
+    try:
+        info = payload_info(row.code, shape, row.layout)
+    except KilnError as exc:
+        raise exc.prefixed(what) from None
+    if rel % alignment:
+        raise malformed(
+            what,
+            f"expected a data offset that is a multiple of the alignment {alignment}, found {rel}",
+            expected=alignment,
+            found=rel,
+        )
+    offset = data_start + rel
+    held = max(size - offset, 0)
+    if held < info.byte_length:
+        raise info.length_error(held, f"{what}data at byte {offset} of a {size}-byte file: ")
+    return GGUFTensorInfo(name, path, offset, info.with_offset(offset), row, dims)
+
+
+def _check_overlap(tensors: Sequence[GGUFTensorInfo], where: str) -> None:
+    if len(tensors) < 2:
+        return
+    starts = np.array([t.offset for t in tensors], np.int64)
+    ends = starts + np.array([t.info.byte_length for t in tensors], np.int64)
+    order = np.argsort(starts, kind="stable")
+    clash = np.flatnonzero(ends[order[:-1]] > starts[order[1:]])
+    if clash.size:
+        a, b = tensors[int(order[clash[0]])], tensors[int(order[clash[0] + 1])]
+        raise malformed(
+            where,
+            f"tensor {b.name!r}: expected its data to start at or after byte "
+            f"{a.offset + a.info.byte_length}, where tensor {a.name!r} ends; found byte {b.offset} "
+            "(tensors overlap)",
+            expected=a.offset + a.info.byte_length,
+            found=b.offset,
+        )
+
+
+def _split_value(gguf: GGUFFile, key: str) -> int:
+    value = gguf.metadata.get(key)
+    kind = gguf.metadata.types.get(key, "missing")
+    if not isinstance(value, np.integer):
+        found = "no such key" if key not in gguf.metadata else f"{show_value(value)} (GGUF {kind})"
+        raise malformed(
+            f"{gguf.paths[0]!r}: ",
+            f"key {key!r}: expected an integer, found {found}",
+            expected="integer",
+            found=kind,
+        )
+    return int(value)
+
+
+def _read_splits(first: GGUFFile) -> GGUFFile:
+    path = first.paths[0]
+    count = _split_value(first, "split.count")
+    if count <= 1:
+        return first  # a single split names itself as one
+    no = _split_value(first, "split.no")
+    match = _SPLIT.match(os.path.basename(path))
+    if no != 0 or match is None or int(match["count"]) != count:
+        raise malformed(
+            f"{path!r}: ",
+            f"expected the first of {count} splits, named NAME-00001-of-{count:05d}.gguf with "
+            f"split.no 0, found split.no {no}",
+            expected=0,
+            found=no,
+        )
+    total = _split_value(first, "split.tensors.count")
+    base = os.path.join(os.path.dirname(path), match["stem"])
+    tensors = list(first.tensors)
+    paths = [path]
+    for i in range(1, count):
+        shard = _read_one(f"{base}-{i + 1:05d}-of-{count:05d}.gguf")
+        got = (_split_value(shard, "split.no"), _split_value(shard, "split.count"))
+        if got != (i, count):
+            raise malformed(
+                f"{shard.paths[0]!r}: ",
+                f"expected split.no {i} and split.count {count}, found {got[0]} and {got[1]}",
+                expected=(i, count),
+                found=got,
+            )
+        tensors += shard.tensors
+        paths.append(shard.paths[0])
+    names = [t.name for t in tensors]
+    if len(set(names)) != len(names) or len(names) != total:
+        twice = sorted({n for n in names if names.count(n) > 1})[:3]
+        raise malformed(
+            f"{path!r}: ",
+            f"expected split.tensors.count {total} distinct tensors in {count} splits, found "
+            f"{len(names)}" + (f" (listed twice: {twice})" if twice else ""),
+            expected=total,
+            found=len(names),
+        )
+    return GGUFFile(tuple(paths), first.version, first.alignment, first.metadata, tuple(tensors))
+
+
+@set_module("kiln_np.gguf")
+def open_gguf(path: str | os.PathLike[str]) -> Weights:
+    """Open a GGUF file (all splits, from the first) as :class:`~kiln_np.Weights`.
+
+    ``kiln_np.open_weights`` calls this for a file starting with ``GGUF``.
+    Only the headers are read; each file is mapped when one of its tensors
+    hands out a payload.
+
+    Raises
+    ------
+    KilnError, FileNotFoundError
+        As :func:`read_gguf`.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from kiln_np.gguf import save_gguf
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = save_gguf(p, {"w": np.arange(3, dtype=np.float32)})
+    ...     with open_gguf(p) as w:
+    ...         print(w.format, w["w"], w["w"].numpy())
+    gguf WeightTensor('w', code 2 (f32), shape (3,), 12 bytes, F32) [0. 1. 2.]
+    """
+    gguf = read_gguf(path)
+    files = {p: MappedFile.open(p) for p in gguf.paths}
+    tensors = [WeightTensor(t.name, t.info, files[t.path], t.ggml.name) for t in gguf.tensors]
+    return Weights(
+        tensors,
+        format="gguf",
+        metadata=gguf.metadata,
+        path=gguf.paths[0],
+        files=files.values(),
+        opener=open_gguf,
+    )

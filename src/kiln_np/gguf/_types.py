@@ -1,0 +1,160 @@
+"""The GGML type table as data, and the constants of the GGUF format that its reader
+and writer share.
+
+Each :class:`GGMLType` row says how GGML lays out one tensor type (elements and
+bytes per block) and which Kiln code holds it: a closed code for the plain
+types, an opaque ``0x4700 + type id`` with a ``ggml.<name>`` layout for the
+block types.  :data:`TYPES` indexes the rows by GGML type id, as GGUF tensor
+infos store it; :func:`ggml_type_for_code` goes the other way, from a Kiln code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from kiln_np._core.checks import set_module
+from kiln_np._core.errors import KilnError
+from kiln_np._core.table import Code, Layout, code_label
+
+__all__ = ["DEFAULT_ALIGNMENT", "MAGIC", "MAX_DIMS", "TYPES", "GGMLType", "ggml_type_for_code"]
+
+MAGIC = b"GGUF"
+"""The first four bytes of every GGUF file."""
+DEFAULT_ALIGNMENT = 32
+"""Data alignment when ``general.alignment`` is absent."""
+MAX_DIMS = 4
+"""GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
+
+
+@set_module("kiln_np.gguf")
+@dataclass(frozen=True)
+class GGMLType:
+    """One GGML tensor type and its Kiln form.
+
+    Attributes
+    ----------
+    type_id : int
+        GGML's ``enum ggml_type`` value, as GGUF tensor infos store it.
+    name : str
+        GGML's name (``"F32"``, ``"Q4_0"``, ``"MXFP4"``).
+    block_elements : int
+        Elements per block (1 for the plain types).
+    block_bytes : int
+        Bytes per block.
+    code : int
+        The Kiln code: a closed :class:`~kiln_np.Code` for F32, F16, BF16, F64,
+        I8, I16, I32, I64; ``0x4700 + type_id`` (opaque) for the others.
+    layout : Layout or None
+        ``Layout("ggml.<name in lower case>", block_bytes)`` for opaque codes.
+    """
+
+    type_id: int
+    name: str
+    block_elements: int
+    block_bytes: int
+    code: int
+    layout: Layout | None
+
+
+_CLOSED: Mapping[str, Code] = MappingProxyType(
+    {
+        "F32": Code.F32,
+        "F16": Code.F16,
+        "BF16": Code.BF16,
+        "F64": Code.F64,
+        "I8": Code.I8,
+        "I16": Code.I16,
+        "I32": Code.I32,
+        "I64": Code.I64,
+    }
+)
+
+
+def _ggml(type_id: int, name: str, block_elements: int, block_bytes: int) -> GGMLType:
+    code = _CLOSED.get(name)
+    if code is not None:
+        return GGMLType(type_id, name, block_elements, block_bytes, code, None)
+    layout = Layout(f"ggml.{name.lower()}", block_bytes)
+    return GGMLType(type_id, name, block_elements, block_bytes, 0x4700 + type_id, layout)
+
+
+TYPES: Mapping[int, GGMLType] = MappingProxyType(
+    {
+        row.type_id: row
+        for row in (
+            _ggml(0, "F32", 1, 4),
+            _ggml(1, "F16", 1, 2),
+            _ggml(2, "Q4_0", 32, 18),
+            _ggml(3, "Q4_1", 32, 20),
+            _ggml(6, "Q5_0", 32, 22),
+            _ggml(7, "Q5_1", 32, 24),
+            _ggml(8, "Q8_0", 32, 34),
+            _ggml(9, "Q8_1", 32, 40),
+            _ggml(10, "Q2_K", 256, 84),
+            _ggml(11, "Q3_K", 256, 110),
+            _ggml(12, "Q4_K", 256, 144),
+            _ggml(13, "Q5_K", 256, 176),
+            _ggml(14, "Q6_K", 256, 210),
+            _ggml(15, "Q8_K", 256, 292),
+            _ggml(16, "IQ2_XXS", 256, 66),
+            _ggml(17, "IQ2_XS", 256, 74),
+            _ggml(18, "IQ3_XXS", 256, 98),
+            _ggml(19, "IQ1_S", 256, 50),
+            _ggml(20, "IQ4_NL", 32, 18),
+            _ggml(21, "IQ3_S", 256, 110),
+            _ggml(22, "IQ2_S", 256, 82),
+            _ggml(23, "IQ4_XS", 256, 136),
+            _ggml(24, "I8", 1, 1),
+            _ggml(25, "I16", 1, 2),
+            _ggml(26, "I32", 1, 4),
+            _ggml(27, "I64", 1, 8),
+            _ggml(28, "F64", 1, 8),
+            _ggml(29, "IQ1_M", 256, 56),
+            _ggml(30, "BF16", 1, 2),
+            _ggml(34, "TQ1_0", 256, 54),
+            _ggml(35, "TQ2_0", 256, 66),
+            _ggml(39, "MXFP4", 32, 17),
+            _ggml(40, "NVFP4", 64, 36),
+            _ggml(41, "Q1_0", 128, 18),
+        )
+    }
+)
+"""Every GGML type a GGUF tensor may have (gguf-py 0.19.0's table), by type id
+(``TYPES[8]`` is Q8_0), in type-id order.  Ids 4, 5 (Q4_2, Q4_3) and 31-33,
+36-38 (the repacked Q4_0/IQ4_NL variants) were removed from GGML and are
+refused."""
+
+_BY_CODE: Mapping[int, GGMLType] = MappingProxyType({int(t.code): t for t in TYPES.values()})
+
+
+@set_module("kiln_np.gguf")
+def ggml_type_for_code(code: int, layout: Layout | None = None) -> GGMLType:
+    """The GGML type that holds Kiln payloads of ``code`` (and ``layout``).
+
+    Raises
+    ------
+    KilnError
+        TYPE for a code GGUF cannot hold (u8, bool, the 4-bit and 8-bit floats,
+        e8m0, u16-u64, opaque codes other than ``0x4700 + type id`` with its
+        exact layout).
+
+    Examples
+    --------
+    >>> ggml_type_for_code(2).name
+    'F32'
+    >>> ggml_type_for_code(0x4708, Layout("ggml.q8_0", 34)).block_elements
+    32
+    """
+    row = _BY_CODE.get(int(code))
+    if row is None or row.layout != layout:
+        wanted = "" if row is None else f" (GGML {row.name} needs layout {row.layout!r})"
+        raise KilnError(
+            "TYPE",
+            f"GGUF cannot hold {code_label(int(code))} with layout {layout!r}{wanted}: expected "
+            "f32, f16, bf16, f64, i8, i16, i32, i64 or a GGML block layout (code 0x4700 + "
+            "GGML type id, Layout('ggml.<type>', bytes per block))",
+            code=int(code),
+        )
+    return row

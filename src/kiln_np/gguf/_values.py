@@ -1,0 +1,462 @@
+"""GGUF metadata values: their types, the checked scan of them in a header, the
+mapping that parses each when it is read, and the encoder that writes them.
+
+A value's type is a *spec*: a :class:`ValueType`, or ``("array", item spec)``
+(``None`` for the item when an array's arrays differ, or when a writer leaves
+it to the value), spelled ``"uint32"``, ``"array[string]"``,
+``"array[array[int32]]"`` (:func:`spell`, :func:`parse_spec`).  The reader scans
+every key/value once, bounds-checked (:class:`HeaderParser`), and keeps where
+each starts; :class:`GGUFMetadata` decodes a value when it is read.  The writer
+turns a Python value and an optional spec into its bytes
+(:func:`encode_value`).  Arrays nest at most 4 deep either way.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from kiln_np._core.checks import U8, set_module, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._kernels.nibbles import first_above
+
+__all__ = [
+    "U32",
+    "U64",
+    "GGUFMetadata",
+    "HeaderParser",
+    "Spec",
+    "ValueType",
+    "encode_value",
+    "malformed",
+    "parse_spec",
+    "spell",
+    "truncated",
+    "utf8",
+]
+
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+_MAX_ARRAY_DEPTH = 4  # an array of arrays is depth 2
+
+
+@set_module("kiln_np.gguf")
+class ValueType(enum.IntEnum):
+    """GGUF metadata value types (``enum gguf_type``)."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+_NUMERIC: Mapping[ValueType, np.dtype[Any]] = MappingProxyType(
+    {
+        ValueType.UINT8: np.dtype("u1"),
+        ValueType.INT8: np.dtype("i1"),
+        ValueType.UINT16: np.dtype("<u2"),
+        ValueType.INT16: np.dtype("<i2"),
+        ValueType.UINT32: np.dtype("<u4"),
+        ValueType.INT32: np.dtype("<i4"),
+        ValueType.FLOAT32: np.dtype("<f4"),
+        ValueType.BOOL: np.dtype("?"),
+        ValueType.UINT64: np.dtype("<u8"),
+        ValueType.INT64: np.dtype("<i8"),
+        ValueType.FLOAT64: np.dtype("<f8"),
+    }
+)
+_BY_NUMPY: Mapping[np.dtype[Any], ValueType] = MappingProxyType(
+    {d.newbyteorder("="): t for t, d in _NUMERIC.items()}
+)
+_NAMES: Mapping[str, ValueType] = MappingProxyType({t.name.lower(): t for t in ValueType})
+_VALUE_TYPES = ", ".join(f"{int(t)} {t.name.lower()}" for t in ValueType)
+
+# A type spec: a ValueType, or ("array", item spec or None when inferred).
+Spec: TypeAlias = "ValueType | tuple[str, Spec | None]"
+
+
+def spell(spec: Spec | None) -> str:
+    """A type spec as ``GGUFMetadata.types`` spells it (``"array[string]"``).
+
+    >>> spell(("array", ("array", ValueType.INT32)))
+    'array[array[int32]]'
+    """
+    if spec is None:
+        return "array"
+    if isinstance(spec, ValueType):
+        return spec.name.lower()
+    return "array" if spec[1] is None else f"array[{spell(spec[1])}]"
+
+
+def parse_spec(text: object, where: str) -> Spec | None:
+    """The type spec a spelling names (the inverse of :func:`spell`; ``"array"``
+    leaves the item type to the value); TYPE for anything else.
+
+    >>> parse_spec("array[uint8]", "")
+    ('array', <ValueType.UINT8: 0>)
+    """
+    if isinstance(text, ValueType):
+        return text
+    if isinstance(text, str):
+        if text in _NAMES and text != "array":
+            return _NAMES[text]
+        if text == "array":
+            return ("array", None)
+        if text.startswith("array[") and text.endswith("]"):
+            return ("array", parse_spec(text[6:-1], where))
+    raise KilnError(
+        "TYPE",
+        f"{where}expected a type such as 'uint32', 'float32', 'string', 'array[string]', "
+        f"found {show_value(text)}",
+    )
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def truncated(where: str, what: str, pos: int, need: int, size: int) -> KilnError:
+    """LENGTH: ``what`` needs ``need`` bytes at ``pos`` and the file ends at ``size``."""
+    held = max(size - pos, 0)
+    return KilnError(
+        "LENGTH",
+        f"{where}{what} at byte {pos}: expected {need} bytes, the file holds {held} "
+        f"(short by {need - held})",
+        expected=need,
+        found=held,
+    )
+
+
+def malformed(where: str, message: str, expected: object = None, found: object = None) -> KilnError:
+    """TYPE: a header fact that is not what GGUF allows."""
+    return KilnError("TYPE", where + message, expected=expected, found=found)
+
+
+# -- reading: the checked scan, and values parsed when read -----------------------------
+
+
+class HeaderParser:
+    """Bounds-checked reads of a mapped GGUF header; ``where`` names the file."""
+
+    def __init__(self, buf: Any, size: int, where: str) -> None:
+        self.buf = buf
+        self.size = size
+        self.where = where
+
+    def need(self, pos: int, n: int, what: str) -> None:
+        if n > self.size - pos:
+            raise truncated(self.where, what, pos, n, self.size)
+
+    def u32(self, pos: int, what: str) -> int:
+        self.need(pos, 4, what)
+        value: int = U32.unpack_from(self.buf, pos)[0]
+        return value
+
+    def u64(self, pos: int, what: str) -> int:
+        self.need(pos, 8, what)
+        value: int = U64.unpack_from(self.buf, pos)[0]
+        return value
+
+    def string(self, pos: int, what: str) -> int:
+        """The end of the string at ``pos``."""
+        n = self.u64(pos, what + " byte count")
+        self.need(pos + 8, n, f"{what} of {n} bytes")
+        return pos + 8 + n
+
+    def text(self, pos: int, end: int) -> str:
+        return bytes(self.buf[pos + 8 : end]).decode("utf-8", "surrogateescape")
+
+    def value(self, vtype: int, pos: int, what: str, depth: int = 1) -> tuple[int, Spec]:
+        """Check the value of type ``vtype`` at ``pos``; its end and type spec."""
+        if vtype == ValueType.STRING:
+            return self.string(pos, what), ValueType.STRING
+        if vtype == ValueType.ARRAY:
+            return self.array(pos, what, depth)
+        if vtype not in _NUMERIC:
+            raise malformed(
+                self.where,
+                f"{what}: expected a value type in 0-12 ({_VALUE_TYPES}), found {vtype}",
+                expected="0-12",
+                found=vtype,
+            )
+        t = ValueType(vtype)
+        self.need(pos, _NUMERIC[t].itemsize, f"{what} ({t.name.lower()})")
+        if t == ValueType.BOOL:
+            self.bools(pos, 1, what)
+        return pos + _NUMERIC[t].itemsize, t
+
+    def bools(self, pos: int, n: int, what: str) -> None:
+        raw = np.frombuffer(self.buf[pos : pos + n], U8)  # a copy: the map must close
+        i = first_above(raw, 1)  # no mask of the whole array on the error path
+        if i >= 0:
+            raise malformed(
+                self.where,
+                f"{what}: expected bool bytes 0x00 or 0x01, found 0x{int(raw[i]):02x} "
+                f"at byte {pos + i}",
+                expected="0x00 or 0x01",
+                found=int(raw[i]),
+            )
+
+    def array(self, pos: int, what: str, depth: int) -> tuple[int, Spec]:
+        if depth > _MAX_ARRAY_DEPTH:
+            raise malformed(
+                self.where,
+                f"{what}: expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found deeper",
+                expected=_MAX_ARRAY_DEPTH,
+                found=depth,
+            )
+        item = self.u32(pos, what + " item type")
+        n = self.u64(pos + 4, what + " item count")
+        pos += 12
+        if item == ValueType.STRING:
+            self.need(pos, 8 * n, f"{what}: {n} strings of at least 8 bytes each")
+            return self.strings(pos, n, what), ("array", ValueType.STRING)
+        if item == ValueType.ARRAY:
+            self.need(pos, 12 * n, f"{what}: {n} arrays of at least 12 bytes each")
+            specs: set[str] = set()
+            inner: Spec | None = None
+            for i in range(n):
+                pos, inner = self.array(pos, f"{what} item {i}", depth + 1)
+                specs.add(spell(inner))
+            return pos, ("array", inner if len(specs) == 1 else ("array", None))
+        if item not in _NUMERIC:
+            raise malformed(
+                self.where,
+                f"{what}: expected an array item type in 0-12 ({_VALUE_TYPES}), found {item}",
+                expected="0-12",
+                found=item,
+            )
+        t = ValueType(item)
+        width = _NUMERIC[t].itemsize
+        self.need(pos, width * n, f"{what}: {n} {t.name.lower()} items of {width} bytes")
+        if t == ValueType.BOOL:
+            self.bools(pos, n, what)
+        return pos + width * n, ("array", t)
+
+    def strings(self, pos: int, n: int, what: str) -> int:
+        # One pass over the byte counts: the strings are decoded when read.
+        unpack, buf, size = U64.unpack_from, self.buf, self.size
+        for i in range(n):
+            if pos + 8 > size:
+                raise truncated(self.where, f"{what}: string {i} byte count", pos, 8, size)
+            end = pos + 8 + unpack(buf, pos)[0]
+            if end > size:
+                raise truncated(self.where, f"{what}: string {i}", pos + 8, end - pos - 8, size)
+            pos = end
+        return pos
+
+
+def _decode(buf: bytes, spec: Spec, pos: int) -> tuple[Any, int]:
+    """The value of (checked) type ``spec`` at ``pos`` of the header, and its end."""
+    if spec == ValueType.STRING:
+        n = U64.unpack_from(buf, pos)[0]
+        return buf[pos + 8 : pos + 8 + n].decode("utf-8", "surrogateescape"), pos + 8 + n
+    if isinstance(spec, ValueType):
+        value = np.frombuffer(buf, _NUMERIC[spec], 1, pos)[0]
+        return (bool(value) if spec == ValueType.BOOL else value), pos + _NUMERIC[spec].itemsize
+    item, n = struct.unpack_from("<IQ", buf, pos)
+    pos += 12
+    if item == ValueType.STRING:
+        out: list[Any] = []
+        unpack, append = U64.unpack_from, out.append
+        for _ in range(n):
+            end = pos + 8 + unpack(buf, pos)[0]
+            append(buf[pos + 8 : end].decode("utf-8", "surrogateescape"))
+            pos = end
+        return out, pos
+    if item == ValueType.ARRAY:
+        out = []
+        for _ in range(n):
+            inner, pos = _decode(buf, ("array", None), pos)
+            out.append(inner)
+        return out, pos
+    dtype = _NUMERIC[ValueType(item)]
+    return np.frombuffer(buf, dtype, n, pos), pos + dtype.itemsize * n
+
+
+@set_module("kiln_np.gguf")
+class GGUFMetadata(Mapping[str, Any]):
+    """The key/values of a GGUF file, in file order, each parsed when read.
+
+    Values keep their GGUF types (see the module docstring): numpy scalars of
+    the exact type, ``bool``, ``str``, read-only numpy arrays, lists of
+    ``str``, lists of arrays.  :attr:`types` spells each key's type.  The
+    header bytes are kept (a copy; the file is not held open), so it pickles.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from kiln_np.gguf import read_gguf, save_gguf
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = save_gguf(p, {}, {"general.alignment": np.uint32(64), "tokens": ["a", "b"]})
+    ...     meta = read_gguf(p).metadata
+    >>> meta["general.alignment"], meta["tokens"], dict(meta.types)
+    (np.uint32(64), ['a', 'b'], {'general.alignment': 'uint32', 'tokens': 'array[string]'})
+    """
+
+    def __init__(self, header: bytes, entries: Mapping[str, tuple[Spec, int]]) -> None:
+        self._header = header
+        self._entries = dict(entries)
+        self._strings: dict[str, tuple[str, ...]] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        spec, pos = self._entries[key]
+        if spec == ("array", ValueType.STRING):
+            cached = self._strings.get(key)
+            if cached is None:  # decode a long token list once
+                cached = self._strings[key] = tuple(_decode(self._header, spec, pos)[0])
+            return list(cached)
+        return _decode(self._header, spec, pos)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def types(self) -> Mapping[str, str]:
+        """Each key's GGUF type, spelled as :func:`save_gguf`'s ``metadata_types`` takes it."""
+        return MappingProxyType({k: spell(s) for k, (s, _) in self._entries.items()})
+
+    def __repr__(self) -> str:
+        return (
+            f"GGUFMetadata({len(self)} keys: {', '.join(list(self)[:4])}{' ...' * (len(self) > 4)})"
+        )
+
+
+# -- writing: Python values -> bytes ---------------------------------------------------
+
+
+_INT_RANGES = (
+    (ValueType.INT32, -(2**31), 2**31 - 1),
+    (ValueType.INT64, -(2**63), 2**63 - 1),
+    (ValueType.UINT64, 0, 2**64 - 1),
+)
+
+
+_WIDENING = (ValueType.INT32, ValueType.INT64, ValueType.UINT64)
+
+
+def _infer(value: object, where: str) -> Spec:
+    """The GGUF type a metadata value carries itself."""
+    if isinstance(value, (bool, np.bool_)):
+        return ValueType.BOOL
+    if isinstance(value, (str, bytes)):
+        return ValueType.STRING
+    if isinstance(value, (np.generic, np.ndarray)) and value.dtype.newbyteorder("=") in _BY_NUMPY:
+        t = _BY_NUMPY[value.dtype.newbyteorder("=")]
+        return ("array", t) if isinstance(value, np.ndarray) and value.ndim == 1 else t
+    if isinstance(value, int):
+        for t, lo, hi in _INT_RANGES:
+            if lo <= value <= hi:
+                return t
+    if isinstance(value, float) and np.float32(value).astype(np.float64).tobytes() == (
+        np.float64(value).tobytes()
+    ):
+        return ValueType.FLOAT32
+    if isinstance(value, (list, tuple)):
+        items = [_infer(v, where) for v in value]
+        if not items or all(i == ValueType.STRING for i in items):
+            return ("array", ValueType.STRING)
+        if all(not isinstance(i, ValueType) for i in items):
+            return ("array", None)
+        if all(i in _WIDENING for i in items):  # Python ints: the widest type they need
+            return ("array", _WIDENING[max(_WIDENING.index(i) for i in items)])
+        if len(set(items)) == 1:
+            return ("array", items[0])
+    raise KilnError(
+        "TYPE",
+        f"{where}expected a value whose GGUF type it shows (bool, str, a numpy scalar or 1-D "
+        "array of a GGUF type, an int, a float that float32 holds exactly, a list of one "
+        f"of those), found {show_value(value)}; pass numpy.float32(x) or numpy.float64(x) "
+        "for a float, or give metadata_types",
+    )
+
+
+def encode_value(
+    value: object, spec: Spec | None, where: str, depth: int = 1
+) -> tuple[ValueType, bytes]:
+    """The value type id and the bytes of ``value`` as GGUF type ``spec``."""
+    if spec is None:
+        spec = _infer(value, where)
+    if spec == ValueType.STRING:
+        if not isinstance(value, (str, bytes)):
+            raise KilnError(
+                "TYPE", f"{where}expected a str for a string, found {show_value(value)}"
+            )
+        raw = utf8(value, where) if isinstance(value, str) else value
+        return ValueType.STRING, U64.pack(len(raw)) + raw
+    if isinstance(spec, ValueType):
+        return spec, _numbers(value, spec, where, scalar=True)
+    if depth > _MAX_ARRAY_DEPTH:
+        raise KilnError(
+            "TYPE", f"{where}expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found deeper"
+        )
+    item = spec[1]
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise KilnError(
+            "TYPE", f"{where}expected a 1-D array for a GGUF array, found shape {value.shape}"
+        )
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise KilnError(
+            "TYPE",
+            f"{where}expected a list or 1-D array for {spell(spec)}, found {show_value(value)}",
+        )
+    if item is None:
+        inferred = _infer(value, where)
+        assert not isinstance(inferred, ValueType)  # a list or a 1-D array infers an array
+        item = inferred[1] or ("array", None)
+    n = len(value)
+    if item == ValueType.STRING or not isinstance(item, ValueType):
+        # Items of an array of arrays carry no type of their own: only item type and count.
+        body = b"".join(
+            encode_value(v, item, f"{where}item {i}: ", depth + 1)[1] for i, v in enumerate(value)
+        )
+        kind = ValueType.STRING if item == ValueType.STRING else ValueType.ARRAY
+        return ValueType.ARRAY, struct.pack("<IQ", kind, n) + body
+    return ValueType.ARRAY, struct.pack("<IQ", item, n) + _numbers(value, item, where)
+
+
+def _numbers(value: object, t: ValueType, where: str, *, scalar: bool = False) -> bytes:
+    dtype = _NUMERIC[t]
+    arr = np.asarray(value)
+    kinds = "b" if t == ValueType.BOOL else "biu" if dtype.kind in "iu" else "biuf"
+    ok = arr.dtype.kind in kinds or (arr.size == 0 and not scalar)  # [] is float64 to numpy
+    if ok and arr.dtype.kind in "iu" and dtype.kind in "iu" and arr.size:
+        info = np.iinfo(dtype)
+        ok = info.min <= int(arr.min()) and int(arr.max()) <= info.max
+    if not ok or (scalar and arr.ndim != 0):
+        raise KilnError(
+            "TYPE",
+            f"{where}expected {'a value' if scalar else 'values'} that {t.name.lower()} holds, "
+            f"found {show_value(value)}",
+        )
+    return arr.astype(dtype).tobytes()
+
+
+def utf8(text: str, where: str) -> bytes:
+    """``text`` as UTF-8; the lone surrogates that stand for undecodable bytes
+    (``errors="surrogateescape"``, as the reader makes them) become those bytes."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise KilnError(
+            "TYPE",
+            f"{where}expected text UTF-8 can encode, found {exc.object[exc.start : exc.end]!r} "
+            f"at index {exc.start}",
+        ) from None

@@ -1,0 +1,237 @@
+"""Writing GGUF (version 3): every tensor and key/value checked before a byte is
+written, then the header and the data streamed into a new file, or into splits.
+
+Each tensor is planned first (its GGML type and dims, or the TYPE or SHAPE
+error that names it), the key/values are encoded, and only then are files
+written, each to a temporary sibling renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
+from kiln_np._core.errors import KilnError
+from kiln_np._files.io import replacing, write_all
+from kiln_np._weights.sources import TensorSource, tensor_sources
+
+from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, GGMLType, ggml_type_for_code
+from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
+
+__all__ = ["save_gguf"]
+
+_MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+
+
+class _Planned(NamedTuple):
+    source: TensorSource
+    ggml: GGMLType
+    dims: tuple[int, ...]
+
+
+def _plan(source: TensorSource) -> _Planned:
+    """Check that GGUF (and llama.cpp) can hold one tensor, before anything is written."""
+    what = f"tensor {source.name!r}: "
+    info = source.info
+    raw = utf8(source.name, f"{what}its name: ")
+    if len(raw) > _MAX_NAME_BYTES:
+        raise KilnError(
+            "TYPE",
+            f"{what}expected a name of at most {_MAX_NAME_BYTES} UTF-8 bytes (llama.cpp's "
+            f"GGML_MAX_NAME), found {len(raw)}",
+        )
+    try:
+        row = ggml_type_for_code(info.code, info.layout)
+    except KilnError as exc:
+        raise exc.prefixed(what) from None
+    if len(info.shape) > MAX_DIMS or info.count == 0 or (row.layout and not info.shape):
+        found = (
+            f"{len(info.shape)} dims"
+            if len(info.shape) > MAX_DIMS
+            else "an empty tensor (llama.cpp divides by ne[1])"
+            if info.count == 0
+            else "a scalar of one block"
+        )
+        raise KilnError(
+            "SHAPE",
+            f"{what}{info.context}GGUF expects 1 to {MAX_DIMS} dims (0 for a scalar of a plain "
+            f"type) and at least one element, found {found}",
+            code=info.code,
+            shape=info.shape,
+        )
+    dims = info.shape[::-1]
+    if dims:
+        dims = (dims[0] * row.block_elements, *dims[1:])
+    return _Planned(source, row, dims)
+
+
+def _metadata_bytes(
+    metadata: Mapping[str, Any], types: Mapping[str, object]
+) -> tuple[list[bytes], int]:
+    """Each key/value's bytes, and the alignment ``general.alignment`` asks for."""
+    parts = []
+    alignment = DEFAULT_ALIGNMENT
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise KilnError("TYPE", f"expected metadata keys as str, found {show_value(key)}")
+        where = f"metadata key {key!r}: "
+        spec = parse_spec(types[key], where) if key in types else None
+        t, body = encode_value(value, spec, where)
+        if key == "general.alignment":
+            if t != ValueType.UINT32 or not _is_power_of_two(int(np.asarray(value))):
+                raise KilnError(
+                    "TYPE",
+                    f"{where}expected a uint32 power of two (numpy.uint32(32)), found "
+                    f"{spell(t)} {show_value(value)}",
+                )
+            alignment = int(np.asarray(value))
+        raw = utf8(key, f"{where}its key: ")
+        parts.append(U64.pack(len(raw)) + raw + U32.pack(t) + body)
+    return parts, alignment
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _shards(plans: list[_Planned], max_shard_size: int | None) -> list[list[_Planned]]:
+    if max_shard_size is None:
+        return [plans]
+    shards: list[list[_Planned]] = [[]]
+    held = 0
+    for plan in plans:
+        if shards[-1] and held + plan.source.info.byte_length > max_shard_size:
+            shards.append([])
+            held = 0
+        shards[-1].append(plan)
+        held += plan.source.info.byte_length
+    return shards
+
+
+@set_module("kiln_np.gguf")
+def save_gguf(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    metadata_types: Mapping[str, str] | None = None,
+    max_shard_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Write tensors and metadata as a GGUF (version 3) file, or as splits.
+
+    Everything is checked before a byte is written; the data is streamed
+    (a weight-file tensor is copied from its file a chunk at a time).  Each
+    file is written to a temporary sibling and renamed into place; with
+    splits, the first split is renamed last, so a reader never finds a first
+    split whose others are missing.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file; with splits, ``NAME.gguf`` becomes ``NAME-00001-of-000NN.gguf``...
+    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
+        In the order to write.  Kiln f32, f16, bf16, f64, i8, i16, i32, i64,
+        and GGML blocks (code ``0x4700 + type id`` with its ``ggml.*`` layout).
+        A scalar (shape ``()``) of a plain type is written with ``n_dims`` 0
+        and reads back as a scalar (llama.cpp sees a 1-element tensor).
+    metadata : Mapping[str, Any], optional
+        Key/values, written in order.  Values say their type (see the module
+        docstring); a Python ``int`` is int32 (int64 or uint64 when it needs
+        them), a Python ``float`` float32 when float32 holds it exactly.
+        ``split.*`` keys are dropped: splits get their own.
+    metadata_types : Mapping[str, str], optional
+        Types by key, overriding what values say; a :class:`GGUFMetadata`
+        passed as ``metadata`` brings its own :attr:`~GGUFMetadata.types`.
+    max_shard_size : int, optional
+        Start a new split before a tensor that would take a split's data past
+        this many bytes (gguf-split's ``--split-max-size``).  When everything
+        fits in one split, ``path`` itself is written.
+    progress : callable, optional
+        Called with each number of payload bytes written.
+
+    Returns
+    -------
+    list of str
+        The files written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a tensor type GGUF cannot hold (naming the tensor and its
+        type), a name longer than 63 bytes, a metadata value of no GGUF type;
+        SHAPE for more than 4 dims, an empty tensor or a one-block scalar;
+        LENGTH for a Payload whose bytes are not its shape's.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from kiln_np.gguf import read_gguf
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = save_gguf(p, {"w": np.ones((2, 3), np.float32)}, {"n": np.uint32(7)})
+    ...     g = read_gguf(p)
+    ...     print(g.tensors[0].dims, g.metadata["n"], g.metadata.types["n"])
+    (3, 2) 7 uint32
+    """
+    target = written_path(check_path(path))
+    plans = [_plan(source) for source in tensor_sources(tensors)]
+    limit = (
+        None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
+    )
+    metadata = {} if metadata is None else metadata
+    for what, given in (("metadata", metadata), ("metadata_types", metadata_types or {})):
+        if not isinstance(given, Mapping):
+            raise KilnError("TYPE", f"expected {what} as a Mapping, found {show_value(given)}")
+    if metadata_types is None:
+        metadata_types = metadata.types if isinstance(metadata, GGUFMetadata) else {}
+    meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
+    kv, alignment = _metadata_bytes(meta, metadata_types)
+    shards = _shards(plans, limit)
+    if len(shards) == 1:
+        names = [target]
+    else:
+        stem = target[:-5] if target.endswith(".gguf") else target
+        names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.gguf" for i in range(len(shards))]
+    with contextlib.ExitStack() as stack:
+        for i, (name, shard) in enumerate(zip(names, shards, strict=True)):
+            extra = []
+            if len(shards) > 1:
+                split = {
+                    "split.no": np.uint16(i),
+                    "split.count": np.uint16(len(shards)),
+                    "split.tensors.count": np.int32(len(plans)),
+                }
+                extra = _metadata_bytes(split, {})[0]
+            head = _header(shard, (kv if i == 0 else []) + extra, alignment)
+            _, f = stack.enter_context(replacing(name))
+            fd = f.fileno()  # everything goes through the descriptor, unbuffered
+            write_all(fd, head)
+            for plan in shard:
+                plan.source.write_to(fd, progress=progress)
+                write_all(fd, bytes(-plan.source.info.byte_length % alignment))
+    return names
+
+
+def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:
+    parts = [MAGIC, U32.pack(3), U64.pack(len(shard)), U64.pack(len(kv)), *kv]
+    rel = 0
+    for plan in shard:
+        raw = utf8(plan.source.name, "")  # checked by _plan
+        parts += [
+            U64.pack(len(raw)),
+            raw,
+            struct.pack(
+                f"<I{len(plan.dims)}QIQ", len(plan.dims), *plan.dims, plan.ggml.type_id, rel
+            ),
+        ]
+        rel += -(-plan.source.info.byte_length // alignment) * alignment
+    head = b"".join(parts)
+    return head + bytes(-len(head) % alignment)

@@ -1,0 +1,325 @@
+"""The Kiln payload directory: ``manifest.json`` plus one payload file per tensor.
+
+kiln_np's own convention, not part of the Kiln spec: each payload file holds
+exactly the payload's bytes, and ``manifest.json`` is::
+
+    {"format": "kiln-np-weights/1", "source_format": ..., "metadata": {...},
+     "metadata_types": {...} or null, "tensors": [...]}
+
+with one tensor entry per line.  Each entry holds ``name``, ``file`` (a plain
+file name in the directory), ``code``, ``dtype`` (the decoded numpy dtype name,
+informative), ``layout`` (``{"name", "block_size"}`` or null), ``shape``,
+``byte_length`` and ``sha256``.  ``source_format`` is the format the tensors
+were read from, when they came from a weight file.  Metadata values keep their
+types (``kiln_np._weights.metadata.encode_metadata``), so a GGUF file's keys
+survive GGUF -> directory -> GGUF; ``metadata_types`` keeps a format's type
+names (GGUF's ``"uint32"``...).  The ``kiln-np-onnx/1`` manifests that
+``kiln-np onnx`` wrote before (``payload_bytes`` for ``byte_length``, a
+``model`` key) still open.
+
+Opening reads the manifest and checks each entry (its keys, a plain file name,
+the layout, code and shape, ``byte_length`` against the shape's, the payload
+file's size against it; with ``verify``, every file's SHA-256).  Saving builds
+the directory beside ``path`` and renames it into place; each file is hashed as
+written, read back in a helper thread while the next is copied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kiln_np._core.checks import check_path, show_value, written_path
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import payload_info
+from kiln_np._core.table import Layout
+from kiln_np._files.io import building_directory, open_regular_raw
+from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.metadata import Metadata, decode_metadata, encode_metadata, parse_json
+from kiln_np._weights.sources import Progress, sha256_file, tensor_sources
+from kiln_np._weights.tensors import Weights, WeightTensor
+
+__all__ = ["MANIFEST", "open_kiln", "save_kiln"]
+
+MANIFEST = "manifest.json"
+"""The manifest's file name: a directory holding it is a Kiln payload directory."""
+_MANIFEST_FORMAT = "kiln-np-weights/1"
+_ONNX_MANIFEST_FORMAT = "kiln-np-onnx/1"  # what `kiln-np onnx` wrote before this format
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def open_kiln(path: str | os.PathLike[str], verify: bool = False) -> Weights:
+    """Open a Kiln payload directory, reading its manifest (and, with ``verify``,
+    every payload file) but mapping nothing.
+
+    ``kiln_np.open_weights`` calls this for a directory holding ``manifest.json``
+    (or that file itself).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory.
+    verify : bool
+        Also check every payload file's SHA-256 against the manifest (this reads
+        every byte; sizes are always checked).
+
+    Raises
+    ------
+    KilnError
+        TYPE for a malformed manifest (naming it and the tensor entry) or a hash
+        mismatch; LENGTH for a payload file or ``byte_length`` that is not the
+        shape's; SHAPE for a malformed shape.
+    OSError
+        When the manifest or a payload file cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "w")
+    >>> save_kiln(d, {"w": np.arange(3, dtype=np.int16)}, metadata={"step": 7})
+    >>> with open_kiln(d, verify=True) as w:
+    ...     print(w.format, w["w"], dict(w.metadata))
+    kiln WeightTensor('w', code 10 (i16), shape (3,), 6 bytes, i16) {'step': 7}
+    >>> import shutil; shutil.rmtree(os.path.dirname(d))
+    """
+    directory = os.path.realpath(check_path(path))
+    manifest = os.path.join(directory, MANIFEST)
+    where = f"{manifest!r}: "
+    with open_regular_raw(manifest) as f:
+        doc = parse_json(f.read(), where)
+    if not isinstance(doc, dict) or doc.get("format") not in (
+        _MANIFEST_FORMAT,
+        _ONNX_MANIFEST_FORMAT,
+    ):
+        found = doc.get("format") if isinstance(doc, dict) else doc
+        raise KilnError(
+            "TYPE",
+            f'{where}expected a manifest with "format": "{_MANIFEST_FORMAT}", found '
+            f"{show_value(found)}",
+        )
+    old = doc["format"] == _ONNX_MANIFEST_FORMAT
+    entries = doc.get("tensors")
+    if not isinstance(entries, list):
+        raise KilnError(
+            "TYPE", f'{where}expected "tensors" to be a list, found {show_value(entries)}'
+        )
+    files = [_payload_file(directory, where, i, e, old, verify) for i, e in enumerate(entries)]
+    if old:
+        metadata = Metadata({"model": doc.get("model")})
+    else:
+        types = doc.get("metadata_types")
+        if types is not None and not (
+            isinstance(types, dict) and all(isinstance(v, str) for v in types.values())
+        ):
+            raise KilnError(
+                "TYPE",
+                f'{where}expected "metadata_types" to be null or an object of str, found '
+                f"{show_value(types)}",
+            )
+        metadata = Metadata(decode_metadata(doc.get("metadata", {}), where), types)
+    return Weights(
+        (tensor for tensor, _ in files),
+        format="kiln",
+        metadata=metadata,
+        path=directory,
+        files=[file for _, file in files],
+        opener=open_kiln,
+    )
+
+
+_ENTRY_KEYS = ("name", "file", "code", "layout", "shape", "sha256")
+
+
+def _payload_file(
+    directory: str, where: str, index: int, entry: object, old: bool, verify: bool
+) -> tuple[WeightTensor, MappedFile]:
+    """The tensor of one manifest entry, checked, and the file it maps."""
+    size_key = "payload_bytes" if old else "byte_length"
+    if not isinstance(entry, dict) or any(k not in entry for k in (*_ENTRY_KEYS, size_key)):
+        raise KilnError(
+            "TYPE",
+            f"{where}tensor entry {index}: expected an object with keys "
+            f"{', '.join((*_ENTRY_KEYS, size_key))}, found {show_value(entry)}",
+        )
+    name, file, layout = entry["name"], entry["file"], entry["layout"]
+    if not isinstance(name, str):
+        raise KilnError(
+            "TYPE", f"{where}tensor entry {index}: expected a str name, found {show_value(name)}"
+        )
+    at = f"{where}tensor {name!r}: "
+    if not (
+        isinstance(file, str)
+        and file not in ("", ".", "..")
+        and "/" not in file
+        and os.sep not in file
+        and "\x00" not in file
+    ):
+        raise KilnError(
+            "TYPE", f"{at}expected a plain file name in the directory, found {show_value(file)}"
+        )
+    if layout is not None:
+        if not (isinstance(layout, dict) and set(layout) == {"name", "block_size"}):
+            raise KilnError(
+                "TYPE",
+                f'{at}expected a layout {{"name", "block_size"}} or null, '
+                f"found {show_value(layout)}",
+            )
+        try:
+            layout = Layout(layout["name"], layout["block_size"])
+        except KilnError as exc:
+            raise exc.prefixed(at) from None
+    try:
+        info = payload_info(entry["code"], entry["shape"], layout)
+    except KilnError as exc:
+        raise exc.prefixed(at) from None
+    recorded, digest = entry[size_key], entry["sha256"]
+    if type(recorded) is not int:
+        raise KilnError(
+            "TYPE", f"{at}expected {size_key} as an integer, found {show_value(recorded)}"
+        )
+    info.check_length(recorded, f"{at}{size_key} in the manifest: ")
+    if not (isinstance(digest, str) and _SHA256_HEX.fullmatch(digest)):
+        raise KilnError(
+            "TYPE", f"{at}expected sha256 as 64 lowercase hex digits, found {show_value(digest)}"
+        )
+    path = os.path.join(directory, file)
+    mapped = MappedFile.open(path)
+    info.check_length(mapped.size, f"{at}file {file!r}: ")
+    if verify:
+        found = sha256_file(path)
+        if found != digest:
+            raise KilnError(
+                "TYPE",
+                f"{at}file {file!r}: expected SHA-256 {digest}, found {found}",
+                expected=digest,
+                found=found,
+            )
+    # The format's own type name is Kiln's: the code's short name, or the layout's.
+    label = info.layout.name if info.layout is not None else info.element.name
+    return WeightTensor(name, info, mapped, label), mapped
+
+
+def _kiln_files(directory: str) -> set[str] | None:
+    """What a previous Kiln directory save wrote (its manifest and payload files)."""
+    try:
+        with open_regular_raw(os.path.join(directory, MANIFEST)) as f:
+            doc = json.loads(f.read())
+        return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # KilnError too
+        return None
+
+
+def _file_name(index: int, name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "tensor"
+    return f"{index:04d}_{cleaned[:100]}.kiln"
+
+
+def save_kiln(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Any],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Write tensors as a Kiln payload directory, built beside ``path`` and
+    renamed into place.
+
+    ``kiln_np.save_weights(..., format="kiln")`` calls this.  Every tensor is
+    checked before anything is written; an existing directory is replaced only
+    when it is empty or holds nothing but what a previous save wrote.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory.
+    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
+        In the order to write; a :class:`~kiln_np.Weights` also records its
+        format as ``source_format``.
+    metadata : Mapping, optional
+        Any values ``encode_metadata`` keeps, with their types (and
+        ``metadata.types``, when it has them).
+    progress : callable, optional
+        Called with each number of payload bytes written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a tensor or metadata value of another type (naming it); LENGTH
+        for a payload whose bytes are not its shape's.  Nothing is written then.
+    OSError
+        When the directory cannot be written; ``FileExistsError`` for a
+        directory holding other files.
+
+    Examples
+    --------
+    >>> import json, os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "w")
+    >>> save_kiln(d, {"a/b": np.zeros(2, np.uint8)})
+    >>> sorted(os.listdir(d))
+    ['0000_a_b.kiln', 'manifest.json']
+    >>> import shutil; shutil.rmtree(os.path.dirname(d))
+    """
+    target = written_path(check_path(path))
+    sources = tensor_sources(tensors)
+    source_format = tensors.format if isinstance(tensors, Weights) else None
+    encoded = {} if metadata is None else encode_metadata(metadata)
+    types = getattr(metadata, "types", None)
+    # Each file is hashed as written, read back from the page cache in a helper
+    # thread while the next one is copied (in the kernel): hashing costs little
+    # more than one pass, and the digest is of the bytes on disk.
+    with building_directory(target, _kiln_files) as tmp, ThreadPoolExecutor(1) as pool:
+        entries: list[dict[str, Any]] = []
+        digests = []
+        for index, source in enumerate(sources):
+            info, file = source.info, _file_name(index, source.name)
+            written = os.path.join(tmp, file)
+            fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                source.write_to(fd, progress=progress)
+            finally:
+                os.close(fd)
+            digests.append(_hash_later(pool, written))
+            entries.append(
+                {
+                    "name": source.name,
+                    "file": file,
+                    "code": int(info.code),
+                    "dtype": None if info.layout is not None else info.dtype.name,
+                    "layout": None
+                    if info.layout is None
+                    else {"name": info.layout.name, "block_size": info.layout.block_size},
+                    "shape": list(info.shape),
+                    "byte_length": info.byte_length,
+                }
+            )
+        for entry, digest in zip(entries, digests, strict=True):
+            entry["sha256"] = digest()
+        manifest = {
+            "format": _MANIFEST_FORMAT,
+            "source_format": source_format,
+            "metadata": encoded,
+            "metadata_types": None if types is None else dict(types),
+            "tensors": entries,
+        }
+        # One line per tensor: readable, and diffable.
+        head = json.dumps({k: v for k, v in manifest.items() if k != "tensors"}, allow_nan=False)
+        rows = ",\n".join("  " + json.dumps(e, allow_nan=False) for e in entries)
+        body = f"\n{rows}\n" if entries else ""
+        text = f'{head[:-1]}, "tensors": [{body}]}}\n'
+
+        with open(os.path.join(tmp, MANIFEST), "x", encoding="utf-8") as f:
+            f.write(text)
+
+
+def _hash_later(pool: ThreadPoolExecutor, path: str) -> Callable[[], str]:
+    """The SHA-256 of ``path``, computed in ``pool`` while the caller goes on
+    (inline when no thread can start, as at interpreter exit)."""
+    try:
+        return pool.submit(sha256_file, path).result
+    except RuntimeError:
+        digest = sha256_file(path)
+        return lambda: digest

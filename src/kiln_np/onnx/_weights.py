@@ -1,0 +1,89 @@
+"""An ONNX model file opened as :class:`~kiln_np.Weights`: what
+``kiln_np.open_weights`` hands out for a model, its initializers in graph order.
+
+Initializers held inside the model are kept as the bytes protobuf parsed (a
+protobuf has no stable offsets, so they pickle as bytes); external data is
+mapped as ``model_to_kiln`` maps it.  ``onnx`` is imported when a model is opened.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import payload_info
+from kiln_np._files.io import open_regular_raw
+from kiln_np._weights.tensors import Weights, WeightTensor
+
+from ._proto import model_to_kiln
+
+__all__ = ["open_model_weights"]
+
+_HEAD = 16  # bytes shown of a file that does not parse
+
+
+def open_model_weights(path: str) -> Weights:
+    """The initializers of the binary ONNX model at ``path`` (absolute), as weights.
+
+    Raises
+    ------
+    ImportError
+        When onnx is not installed.
+    KilnError
+        TYPE for a file that does not parse as a ``ModelProto`` (showing its
+        first bytes in hex), and what ``model_to_kiln`` raises.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, onnx
+    >>> from kiln_np.onnx import from_numpy
+    >>> graph = onnx.helper.make_graph([], "g", [], [], [from_numpy(np.ones(2, "<f4"), name="w")])
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.onnx")
+    >>> onnx.save(onnx.helper.make_model(graph), path)
+    >>> with open_model_weights(path) as w:
+    ...     print(w.format, w["w"], w["w"].path)
+    onnx WeightTensor('w', code 2 (f32), shape (2,), 8 bytes, FLOAT) None
+    >>> import shutil; shutil.rmtree(os.path.dirname(path))
+    """
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ImportError(
+            f"{path!r} starts like an ONNX model (byte 0x08); reading ONNX needs onnx: "
+            "pip install 'kiln-np[onnx]'"
+        ) from exc
+    try:
+        # format= stops onnx choosing a text parser from the file name.
+        model = onnx.load(path, format="protobuf", load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        with open_regular_raw(path) as f:
+            head = f.read(_HEAD)
+        raise KilnError(
+            "TYPE",
+            f"{path!r}: expected a weight file; it starts like an ONNX model "
+            f"({head.hex(' ')}) but does not parse as one: {exc}",
+            found=head,
+        ) from None
+    initializers = model.graph.initializer
+    pairs = list(model_to_kiln(model, os.path.dirname(path)))
+    tensors = [
+        WeightTensor(
+            name,
+            payload_info(p.code, p.shape, p.layout),
+            None,
+            onnx.TensorProto.DataType.Name(init.data_type),
+            data=p.data,
+        )
+        for (name, p), init in zip(pairs, initializers, strict=True)
+    ]
+    metadata = {
+        "ir_version": int(model.ir_version),
+        "producer_name": model.producer_name,
+        "producer_version": model.producer_version,
+        "domain": model.domain,
+        "model_version": int(model.model_version),
+        "opset_import": {o.domain: int(o.version) for o in model.opset_import},
+        "metadata_props": {p.key: p.value for p in model.metadata_props},
+    }
+    return Weights(tensors, format="onnx", metadata=metadata, path=path, opener=open_model_weights)

@@ -1,0 +1,198 @@
+"""Writing safetensors: a file, or a sharded checkpoint (shards and their index),
+every tensor checked before a byte is written, then streamed widest element first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
+from kiln_np._core.errors import KilnError
+from kiln_np._files.io import building_directory, open_regular_raw, replacing
+from kiln_np._weights.sources import Progress, TensorSource, tensor_sources
+
+from ._types import INDEX_SUFFIX, MAX_HEADER_BYTES, SIZE_BYTES, SafetensorsDType, safetensors_dtype
+
+__all__ = ["save_safetensors"]
+
+
+@set_module("kiln_np.safetensors")
+def save_safetensors(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Any],
+    *,
+    metadata: Mapping[str, str] | None = None,
+    max_shard_size: int | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Write tensors as a safetensors file, or as a sharded checkpoint.
+
+    Every tensor is checked before a byte is written; data is copied a bounded
+    chunk at a time (in the kernel, from a weight file's tensors).  Tensors
+    are written widest element first (8-byte, 4, 2, then 1-byte and F4), in
+    the given order within a width, so every tensor is aligned to its element
+    size, as safetensors' own writer ensures; the header is padded with spaces
+    to a multiple of 8 bytes.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (written to a temporary sibling, renamed into place); with
+        ``max_shard_size``, a directory, built beside and renamed into place,
+        holding ``model-00001-of-0000N.safetensors`` ... and
+        ``model.safetensors.index.json`` (``{"metadata": {"total_size": ...},
+        "weight_map": ...}``, written as transformers writes it).
+    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
+    metadata : Mapping[str, str], optional
+        Written as ``__metadata__`` as given (every shard gets it).
+    max_shard_size : int, optional
+        Start a new shard before a tensor that would take a shard's data past
+        this many bytes; a larger tensor gets a shard of its own.
+    progress : callable, optional
+        Called with each number of payload bytes written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a tensor safetensors cannot hold (i4, u4, an odd-count e2m1,
+        an opaque code other than the foreign types; naming the tensor), a
+        name that is ``__metadata__`` or not UTF-8, metadata that is not str
+        to str, a header past 100 MB; LENGTH for a payload whose bytes are not
+        its shape's.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, ml_dtypes
+    >>> from kiln_np.safetensors import open_safetensors
+    >>> d = tempfile.mkdtemp()
+    >>> fp4 = np.array([0.5, -6.0], ml_dtypes.float4_e2m1fn)
+    >>> save_safetensors(d + "/f4.safetensors", {"q": fp4}, metadata={"format": "pt"})
+    >>> with open_safetensors(d + "/f4.safetensors") as w:
+    ...     print(w["q"].format_dtype, bytes(w["q"].payload().data).hex())
+    F4 f1
+    >>> import shutil; shutil.rmtree(d)
+    """
+    target = written_path(check_path(path))
+    sources = tensor_sources(tensors)
+    rows = [_row_for(s) for s in sources]
+    meta = _check_metadata(metadata)
+    if max_shard_size is None:
+        header = _header(sources, rows, meta)
+        with replacing(target) as (_, f):
+            f.write(header)
+            f.flush()
+            for source in _widest_first(sources, rows):
+                source.write_to(f.fileno(), progress=progress)
+        return
+    limit = check_int(max_shard_size, "max_shard_size", minimum=1)
+    shards = _shard(sources, rows, limit)
+    count = len(shards)
+    names = [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+    headers = [_header([s for s, _ in shard], [r for _, r in shard], meta) for shard in shards]
+    weight_map = {s.name: name for name, shard in zip(names, shards, strict=True) for s, _ in shard}
+    index = {
+        "metadata": {"total_size": sum(s.info.byte_length for s in sources)},
+        "weight_map": weight_map,
+    }
+    with building_directory(target, _index_files) as tmp:
+        for name, header, shard in zip(names, headers, shards, strict=True):
+            with open(os.path.join(tmp, name), "xb") as f:
+                f.write(header)
+                f.flush()
+                for source in _widest_first([s for s, _ in shard], [r for _, r in shard]):
+                    source.write_to(f.fileno(), progress=progress)
+        with open(os.path.join(tmp, "model" + INDEX_SUFFIX), "x", encoding="utf-8") as f:
+            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _row_for(source: TensorSource) -> SafetensorsDType:
+    at = f"tensor {source.name!r}: "
+    if source.name == "__metadata__":
+        raise KilnError(
+            "TYPE",
+            f"{at}expected a tensor name other than __metadata__, which safetensors reserves",
+        )
+    try:
+        source.name.encode("utf-8")
+        return safetensors_dtype(source.info)
+    except UnicodeEncodeError as exc:
+        raise KilnError("TYPE", f"{at}expected a name that UTF-8 can encode: {exc}") from None
+    except KilnError as exc:
+        raise exc.prefixed(at) from None
+
+
+def _check_metadata(metadata: object) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    if not (
+        isinstance(metadata, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise KilnError(
+            "TYPE",
+            "expected safetensors metadata to map str to str (such as {'format': 'pt'}), "
+            f"found {show_value(metadata)}",
+        )
+    try:
+        json.dumps(dict(metadata), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise KilnError("TYPE", f"expected metadata that UTF-8 can encode: {exc}") from None
+    return dict(metadata)
+
+
+def _widest_first(sources: list[TensorSource], rows: list[SafetensorsDType]) -> list[TensorSource]:
+    order = sorted(range(len(sources)), key=lambda i: -rows[i].alignment)  # stable
+    return [sources[i] for i in order]
+
+
+def _header(
+    sources: list[TensorSource], rows: list[SafetensorsDType], meta: dict[str, str] | None
+) -> bytes:
+    by_source = dict(zip((id(s) for s in sources), rows, strict=True))
+    obj: dict[str, Any] = {} if meta is None else {"__metadata__": meta}
+    offset = 0
+    for source in _widest_first(sources, rows):
+        end = offset + source.info.byte_length
+        obj[source.name] = {
+            "dtype": by_source[id(source)].name,
+            "shape": list(source.info.shape),
+            "data_offsets": [offset, end],
+        }
+        offset = end
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    if len(text) > MAX_HEADER_BYTES:
+        raise KilnError(
+            "TYPE",
+            f"expected a header of at most {MAX_HEADER_BYTES} bytes (safetensors' limit), "
+            f"found {len(text)} for {len(sources)} tensors: write shards (max_shard_size)",
+        )
+    return len(text).to_bytes(SIZE_BYTES, "little") + text
+
+
+def _shard(
+    sources: list[TensorSource], rows: list[SafetensorsDType], limit: int
+) -> list[list[tuple[TensorSource, SafetensorsDType]]]:
+    shards: list[list[tuple[TensorSource, SafetensorsDType]]] = [[]]
+    held = 0
+    for source, row in zip(sources, rows, strict=True):
+        size = source.info.byte_length
+        if shards[-1] and held + size > limit:
+            shards.append([])
+            held = 0
+        shards[-1].append((source, row))
+        held += size
+    return shards
+
+
+def _index_files(directory: str) -> set[str] | None:
+    """What a previous sharded save wrote: the index and the shards it names."""
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
+        with open_regular_raw(os.path.join(directory, "model" + INDEX_SUFFIX)) as f:
+            weight_map = json.loads(f.read())["weight_map"]
+        return {"model" + INDEX_SUFFIX, *map(str, weight_map.values())}
+    return None
