@@ -152,7 +152,7 @@ def test_the_first_offending_block_is_named(
     chunk: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if chunk is not None:  # the check runs a chunk of rows at a time: rows of 64 here
-        monkeypatch.setattr(mx, "_CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(mx.exact, "_CHUNK_ELEMENTS", chunk)
     v = np.full((3, 64), 6.0, E2M1)
     s = np.full((3, 2), 127, np.uint8)
     s[1, 1] = s[2, 0] = 0xFE  # 6 x 2**127 overflows float32
@@ -259,7 +259,7 @@ def test_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
     for rows, n in ((7, 6), (5, 3), (9, 32), (3, 130)):
         codes = rng.integers(0, 16, (rows, n), dtype=np.uint8).view(E2M1)
         s = rng.integers(120, 130, (rows, -(-n // 4)), dtype=np.uint8)
-        monkeypatch.setattr(mx, "_CHUNK_ELEMENTS", 8)
+        monkeypatch.setattr(mx.exact, "_CHUNK_ELEMENTS", 8)
         small = [mx.dequantize(v, s, block_size=4) for v in (codes, from_numpy(codes))]
         monkeypatch.undo()
         want = mx.dequantize(codes, s, block_size=4, dtype=np.float64).astype(np.float32)
