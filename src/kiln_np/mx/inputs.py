@@ -10,6 +10,7 @@ the elements each scale covers) is here too.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from kiln_np._codec import Payload, decode, to_numpy
 from kiln_np._core.checks import U8, byte_view, check_int, storage_error
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
-from kiln_np._core.table import Code, code_label, dtype_info
+from kiln_np._core.table import Code, DTypeIndex, code_label, dtype_info
 from kiln_np._kernels import nibbles
 
 from .kinds import ELEMENT_DTYPES, ELEMENTS, SCALE_DTYPES, SCALES, Kind, spoken
@@ -90,6 +91,43 @@ class Source:
         return to_numpy(Code.E2M1, self.data, (count,)).view(U8)
 
 
+def _payload_kind(p: Payload, what: str, kinds: Mapping[int, Kind]) -> Kind:
+    """The kind of the payload ``p`` among ``kinds``; TYPE naming them for another."""
+    kind = kinds.get(int(p.code)) if p.layout is None else None
+    if kind is None:
+        codes = [
+            f"{int(c)} ({dtype_info(c).name}{'' if c == k.code else f', read as {k.name}'})"
+            for c, k in kinds.items()
+        ]
+        raise KilnError(
+            "TYPE",
+            f"{what}: expected a Kiln payload of code {spoken(codes)}, "
+            f"found {code_label(int(p.code))}",
+            code=int(p.code),
+        )
+    return kind
+
+
+def _array_kind(
+    arr: np.ndarray, what: str, kinds: Mapping[int, Kind], index: DTypeIndex[Kind]
+) -> Kind:
+    """The kind of ``arr``'s dtype (``index`` holds ``kinds`` by dtype); TYPE naming
+    them for another."""
+    kind = index[arr.dtype] if arr.dtype.fields is None else None
+    if kind is None:
+        names = [
+            f"{dtype_info(c).dtype}{'' if c == k.code else f' {k.name} bytes'}"
+            for c, k in kinds.items()
+        ]
+        raise KilnError(
+            "TYPE",
+            f"{what}: expected an array of {spoken(names)} (or their Kiln payloads), "
+            f"found {arr.dtype}",
+            found=str(arr.dtype),
+        )
+    return kind
+
+
 def values_source(values: object) -> Source:
     """The kind and element codes of ``values``; TYPE for another type.
 
@@ -99,30 +137,14 @@ def values_source(values: object) -> Source:
     """
     p = payload_of(values)
     if p is not None:
-        kind = ELEMENTS.get(int(p.code)) if p.layout is None else None
-        if kind is None:
-            codes = [f"{int(c)} ({k.name})" for c, k in ELEMENTS.items()]
-            raise KilnError(
-                "TYPE",
-                f"values: expected a Kiln payload of code {spoken(codes)}, "
-                f"found {code_label(int(p.code))}",
-                code=int(p.code),
-            )
+        kind = _payload_kind(p, "values", ELEMENTS)
         info, src = payload_bytes(p, "values")
         if kind.code == Code.E2M1 and info.count % 2 == 0:
             return Source(kind, src, info.shape, packed=True)
         arr = decode(info, src)
         return Source(kind, arr.reshape(-1).view(U8), info.shape, packed=False)
     arr = np.asarray(values)
-    kind = ELEMENT_DTYPES[arr.dtype] if arr.dtype.fields is None else None
-    if kind is None:
-        names = [str(k.dtype) for k in ELEMENTS.values()]
-        raise KilnError(
-            "TYPE",
-            f"values: expected an array of {spoken(names)} (or their Kiln payloads), "
-            f"found {arr.dtype}",
-            found=str(arr.dtype),
-        )
+    kind = _array_kind(arr, "values", ELEMENTS, ELEMENT_DTYPES)
     flat = np.ascontiguousarray(arr).reshape(-1).view(U8)
     # One read; on failure the first bad byte is found without a mask of it all.
     bad = nibbles.first_above(flat, kind.codes - 1) if kind.codes < 256 else -1
@@ -140,34 +162,11 @@ def scales_bytes(scales: object) -> tuple[Kind, np.ndarray]:
     """
     p = payload_of(scales)
     if p is not None:
-        kind = SCALES.get(int(p.code)) if p.layout is None else None
-        if kind is None:
-            codes = [
-                f"{int(c)} ({dtype_info(c).name}{'' if c == k.code else f', read as {k.name}'})"
-                for c, k in SCALES.items()
-            ]
-            raise KilnError(
-                "TYPE",
-                f"scales: expected a Kiln payload of code {spoken(codes)}, "
-                f"found {code_label(int(p.code))}",
-                code=int(p.code),
-            )
+        kind = _payload_kind(p, "scales", SCALES)
         info, src = payload_bytes(p, "scales")
         return kind, decode(info, src).view(U8)
     arr = np.asarray(scales)
-    kind = SCALE_DTYPES[arr.dtype] if arr.dtype.fields is None else None
-    if kind is None:
-        names = [
-            f"{dtype_info(c).dtype}{'' if c == k.code else f' {k.name} bytes'}"
-            for c, k in SCALES.items()
-        ]
-        raise KilnError(
-            "TYPE",
-            f"scales: expected an array of {spoken(names)} (or their Kiln payloads), "
-            f"found {arr.dtype}",
-            found=str(arr.dtype),
-        )
-    return kind, arr.view(U8)
+    return _array_kind(arr, "scales", SCALES, SCALE_DTYPES), arr.view(U8)
 
 
 def check_axis(axis: object, ndim: int, what: str) -> int:

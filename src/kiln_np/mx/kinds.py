@@ -3,10 +3,10 @@
 Each row of :data:`KINDS` is one Kiln type a block-scaled tensor may hold, as
 elements, as scales, or both (f8e4m3); every other fact (the numpy dtype, the
 value of each storage byte, the largest finite element) is derived from the
-row.  :data:`ELEMENTS` and :data:`SCALES` index the rows by the Kiln code a
-payload or an array has.  :data:`ELEMENT_DTYPES` and :data:`SCALE_DTYPES` index them
-by an array's dtype.  The values tables are built the first time they are
-used, so importing this module does not import ml_dtypes.
+row.  :data:`ELEMENTS` and :data:`SCALES` index the rows by a payload's Kiln
+code, :data:`ELEMENT_DTYPES` and :data:`SCALE_DTYPES` by an array's dtype.
+The values tables are built the first time they are used, so importing this
+module does not import ml_dtypes.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ KINDS: tuple[Kind, ...] = (
     Kind(Code.F8E5M2, element=True, emax=15),
     Kind(Code.I8, element=True, unit=2.0**-6),
 )
-"""Every element and scale type, the MX scale first: MXFP4 is e2m1 + e8m0, MXFP8 f8e4m3/f8e5m2 +
-e8m0, MXINT8 i8 + e8m0, NVFP4 e2m1 + f8e4m3."""
+"""Every element and scale type, the MX scale first: MXFP4 is e2m1 + e8m0,
+MXFP8 f8e4m3/f8e5m2 + e8m0, MXINT8 i8 + e8m0, NVFP4 e2m1 + f8e4m3."""
 
 ELEMENTS: Mapping[int, Kind] = MappingProxyType({int(k.code): k for k in KINDS if k.element})
 """The element kinds by Kiln code, in table order."""

@@ -69,7 +69,8 @@ def _shared_exponent(amax: np.ndarray, kind: Kind, rule: Rule) -> np.ndarray:
         exponent += np.ldexp(top, exponent) < amax
         exponent -= np.ldexp(top, exponent - 1) >= amax
     else:  # OCP: floor(log2(amax)) - emax, exactly (frexp's exponent is floor + 1)
-        exponent = np.frexp(amax)[1].astype(np.int64) - 1 - (kind.emax or 0)
+        assert kind.emax is not None  # a QUANTIZED kind: a float element
+        exponent = np.frexp(amax)[1].astype(np.int64) - 1 - kind.emax
     exponent[zero] = -127
     return exponent
 
