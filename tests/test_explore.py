@@ -196,8 +196,8 @@ def test_describe_random_samples_match_numpy(row: kiln_np.DType) -> None:
 def test_wide_types_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch, row: kiln_np.DType) -> None:
     arr = _sample(row, 500)
     whole = describe(arr).to_dict()
-    monkeypatch.setattr(_explore, "CHUNK", 7)
-    monkeypatch.setattr(_explore, "_COUNT_CHUNK", 11)
+    monkeypatch.setattr(_explore.chunks, "CHUNK", 7)
+    monkeypatch.setattr(_explore.chunks, "COUNT_CHUNK", 11)
     chunked = describe(arr).to_dict()
     for key in ("mean", "std"):  # merged chunk by chunk: rounding differs
         assert chunked.pop(key) == pytest.approx(whole.pop(key), rel=1e-12)
@@ -231,7 +231,7 @@ def test_mean_and_std_never_overflow(values: list[float], mean: float, std: floa
 
 def test_mean_of_huge_values_from_a_list_and_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert describe([1e308, 1e308]).mean == 1e308
-    monkeypatch.setattr(_explore, "CHUNK", 3)
+    monkeypatch.setattr(_explore.chunks, "CHUNK", 3)
     d = describe(np.array([1e308] * 10 + [-1e308] * 10 + [1e-300]))
     assert d.mean == pytest.approx(1e-300 / 21, rel=1e-6) or abs(d.mean or 0) < 1e292
     assert d.std == pytest.approx(1e308 * math.sqrt(20 / 21), rel=1e-12)
@@ -293,7 +293,7 @@ def test_describe_nonfinite_json() -> None:
 
 
 def test_describe_chunks_in_c_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_explore, "CHUNK", 7)
+    monkeypatch.setattr(_explore.chunks, "CHUNK", 7)
     base = np.arange(-50, 50, dtype=np.int8).reshape(10, 10)
     view = base.T[::2]  # not contiguous: chunks are small C-order copies
     d = describe(view, first=12)
@@ -363,7 +363,7 @@ def test_bit_histogram_refuses_non_kiln_dtypes() -> None:
 def test_bit_histogram_refuses_bytes_outside_the_type(
     monkeypatch: pytest.MonkeyPatch, dtype: Any, storage: int, limit: str
 ) -> None:
-    monkeypatch.setattr(_explore, "CHUNK", 4)  # the bad byte sits in the third chunk
+    monkeypatch.setattr(_explore.chunks, "CHUNK", 4)  # the bad byte sits in the third chunk
     raw = np.zeros(11, np.uint8)
     raw[9] = storage
     with pytest.raises(
@@ -428,7 +428,7 @@ def test_describe_a_payload(monkeypatch: pytest.MonkeyPatch, row: kiln_np.DType)
     arr = _sample(row, 41).reshape(-1)[:41]  # odd: a padding nibble for 4-bit codes
     payload = kiln_np.from_numpy(arr)
     want = describe(arr).to_dict()
-    monkeypatch.setattr(_explore, "_COUNT_CHUNK", 5)  # chunks of 10 elements
+    monkeypatch.setattr(_explore.chunks, "COUNT_CHUNK", 5)  # chunks of 10 elements
     got = describe(payload).to_dict()
     for key in ("mean", "std"):  # merged chunk by chunk: rounding differs
         assert got.pop(key) == pytest.approx(want.pop(key), rel=1e-12)
@@ -440,7 +440,7 @@ def test_describe_a_payload(monkeypatch: pytest.MonkeyPatch, row: kiln_np.DType)
 def test_describe_a_payload_with_a_bad_byte_names_its_element(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_explore, "_COUNT_CHUNK", 2)  # chunks of 4 elements
+    monkeypatch.setattr(_explore.chunks, "COUNT_CHUNK", 2)  # chunks of 4 elements
     data = bytes([1, 0, 1, 1, 0, 0, 2, 1, 0])
     payload = kiln_np.Payload(Code.BOOL, memoryview(data), (9,))
     with pytest.raises(KilnError, match="at element 6") as info:
@@ -625,7 +625,7 @@ def test_describe_block_scaled_against_the_definition(
     assert d.dequantized.exponents is not None
     np.testing.assert_array_equal(d.dequantized.exponents, _exponent_fields(deq))
     # chunk by chunk: rows and columns cut small give the same answers
-    monkeypatch.setattr(_explore, "CHUNK", 16)
+    monkeypatch.setattr(_explore.chunks, "CHUNK", 16)
     small = describe(values, scales, block_size=block, axis=axis, first=5)
     for part in ("values", "scales", "dequantized"):
         a, b = getattr(small, part).to_dict(), getattr(d, part).to_dict()
@@ -672,7 +672,7 @@ def test_block_scaled_long_rows_in_lazy_payloads(
     want = describe(values, scales).to_dict()
     (tmp_path / "v").write_bytes(bytes(kiln_np.from_numpy(values).data))
     (tmp_path / "s").write_bytes(bytes(kiln_np.from_numpy(scales).data))
-    monkeypatch.setattr(_explore, "CHUNK", 64)  # a row is read in column ranges
+    monkeypatch.setattr(_explore.chunks, "CHUNK", 64)  # a row is read in column ranges
     got = describe(
         kiln_np.LazyPayload(tmp_path / "v", Code.E2M1, values.shape),
         kiln_np.LazyPayload(tmp_path / "s", Code.E8M0, scales.shape),

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from onnx.reference import ReferenceEvaluator
 
 import kiln_np
-from kiln_np import KilnError, Layout, Payload, from_numpy, mx
+from kiln_np import Code, KilnError, Layout, Payload, from_numpy, mx
 
 GG = gguf.GGMLQuantizationType
 E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
@@ -152,7 +152,7 @@ def test_the_first_offending_block_is_named(
     chunk: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if chunk is not None:  # the check runs a chunk of rows at a time: rows of 64 here
-        monkeypatch.setattr(mx, "_CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(mx.exact, "_CHUNK_ELEMENTS", chunk)
     v = np.full((3, 64), 6.0, E2M1)
     s = np.full((3, 2), 127, np.uint8)
     s[1, 1] = s[2, 0] = 0xFE  # 6 x 2**127 overflows float32
@@ -259,7 +259,7 @@ def test_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
     for rows, n in ((7, 6), (5, 3), (9, 32), (3, 130)):
         codes = rng.integers(0, 16, (rows, n), dtype=np.uint8).view(E2M1)
         s = rng.integers(120, 130, (rows, -(-n // 4)), dtype=np.uint8)
-        monkeypatch.setattr(mx, "_CHUNK_ELEMENTS", 8)
+        monkeypatch.setattr(mx.exact, "_CHUNK_ELEMENTS", 8)
         small = [mx.dequantize(v, s, block_size=4) for v in (codes, from_numpy(codes))]
         monkeypatch.undo()
         want = mx.dequantize(codes, s, block_size=4, dtype=np.float64).astype(np.float32)
@@ -1030,3 +1030,54 @@ def test_rejecting_bad_storage_bytes_costs_at_most_a_chunk() -> None:
         tracemalloc.stop()
     assert (caught.value.kind, caught.value.index, caught.value.found) == ("TYPE", 0, 0x10)
     assert peak < 4 << 20
+
+
+def test_the_kind_table_is_exactly_what_dequantize_and_describe_take() -> None:
+    # One table of element and scale kinds (issue 18): every Kiln code is taken as
+    # values or as scales by mx.dequantize and kiln_np.describe exactly when the
+    # table has it, as a payload and as an array.
+    from kiln_np.mx.kinds import ELEMENTS, KINDS, SCALES
+
+    assert sorted(ELEMENTS) == [Code.F8E4M3, Code.F8E5M2, Code.I8, Code.E2M1]
+    assert sorted(SCALES) == [Code.F8E4M3, Code.U8, Code.E8M0]
+    assert {k.code for k in KINDS} == set(ELEMENTS) | {SCALES[c].code for c in SCALES}
+    e8m0 = np.full(2, 127, np.uint8).view(E8M0)
+    e2m1 = np.ones(64, E2M1)
+
+    def taken(call: Any, *args: Any, **kwargs: Any) -> str:
+        """ "taken", or the kind of the KilnError the call raised."""
+        try:
+            call(*args, **kwargs)
+        except KilnError as exc:
+            return exc.kind
+        return "taken"
+
+    f64 = {"dtype": np.float64}
+    for row in kiln_np.DTYPES:
+        values = np.zeros(64, row.dtype)
+        scales = np.zeros(2, row.dtype)
+        as_values = "taken" if row.code in ELEMENTS else "TYPE"
+        as_scales = "taken" if row.code in SCALES else "TYPE"
+        for v in (values, from_numpy(values)):
+            assert taken(mx.dequantize, v, e8m0, **f64) == as_values, row
+        for s in (scales, from_numpy(scales)):
+            assert taken(mx.dequantize, e2m1, s, block_size=32, **f64) == as_scales, row
+        assert taken(kiln_np.describe, values, e8m0) == as_values, row
+        assert taken(kiln_np.describe, e2m1, scales, block_size=32) == as_scales, row
+    # the default block size is the scale kind's: 32 for e8m0 (and raw bytes), 16 for f8e4m3
+    for code, kind in SCALES.items():
+        scales = np.zeros(64 // (kind.block_size or 1), kiln_np.dtype_for_code(code))
+        assert mx.dequantize(e2m1, scales, dtype=np.float64).shape == (64,), code
+
+
+def test_the_kinds_values_are_the_dtypes_values() -> None:
+    from kiln_np.mx.kinds import KINDS
+
+    for kind in KINDS:
+        patterns = np.arange(kind.codes, dtype=np.uint8).view(kind.dtype).astype(np.float64)
+        expected = np.zeros(256)
+        expected[: kind.codes] = patterns * (2.0**-6 if kind.code == Code.I8 else 1.0)
+        assert np.array_equal(kind.values, expected, equal_nan=True), kind.name
+        nan = np.isnan(kind.values)
+        assert (kind.values.view(np.uint64)[nan] == 0x7FF8000000000000).all(), kind.name
+        assert not kind.values.flags.writeable

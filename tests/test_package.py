@@ -170,7 +170,7 @@ def test_ml_dtypes_loads_when_a_dtype_is_first_needed(tmp_path: Path) -> None:
     tensors = {f"w{i}": np.zeros((2, 3), ml_dtypes.bfloat16 if i % 2 else "<f4") for i in range(6)}
     kiln_np.save_weights(path, tensors, format="safetensors")
     code = (
-        "import contextlib, io, sys, kiln_np, kiln_np.onnx\n"
+        "import contextlib, io, sys, kiln_np, kiln_np.onnx, kiln_np.mx, kiln_np._explore\n"
         "from kiln_np.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         "    main(['--version'])\n"

@@ -1,0 +1,121 @@
+"""The notebook's entry point: :func:`describe`, of a tensor or a block-scaled one.
+
+Without scales it is the statistics engine's one pass over the array's
+chunks (:func:`~kiln_np._explore.stats.summarize`); with scales it is
+:func:`~kiln_np._explore.scaled.describe_scaled`.
+"""
+
+from __future__ import annotations
+
+from typing import overload
+
+from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
+from kiln_np._core.errors import KilnError
+
+from .chunks import Source, source
+from .description import Description
+from .scaled import ScaledDescription, describe_scaled
+from .stats import summarize
+
+__all__ = ["describe"]
+
+
+@overload
+def describe(array: Source, scales: None = None, *, first: int = 8) -> Description: ...
+
+
+@overload
+def describe(
+    array: Source,
+    scales: Source,
+    *,
+    block_size: int | None = None,
+    axis: int | None = None,
+    first: int = 8,
+) -> ScaledDescription: ...
+
+
+@set_module("kiln_np")
+def describe(
+    array: Source,
+    scales: Source | None = None,
+    *,
+    block_size: int | None = None,
+    axis: int | None = None,
+    first: int = 8,
+) -> Description | ScaledDescription:
+    """Summarize an array of any Kiln dtype, or a block-scaled tensor, without
+    touching its bits.
+
+    Parameters
+    ----------
+    array : array_like, Payload or LazyPayload
+        An array of a Kiln dtype: numpy's or ml_dtypes' (bfloat16, float8,
+        float4, int4, ...), or a payload of one (a :class:`Payload`, as
+        ``kiln_np.onnx.model_to_kiln`` yields, decoded a bounded range at a
+        time; a :class:`LazyPayload` from :func:`open_payload`, decoded a
+        bounded chunk at a time).  Read, never changed, so a memory-mapped
+        array costs no extra memory.  With ``scales``: the elements of a
+        block-scaled tensor, e2m1, f8e4m3, f8e5m2 or i8 (MXINT8).
+    scales : array_like, Payload or LazyPayload, optional
+        One scale per block: e8m0 (MX; raw uint8 bytes are read as e8m0) or
+        f8e4m3 (NVFP4-style).  Their shape is the array's with ``axis``
+        divided by ``block_size``, rounded up (the last block may be
+        partial).  Read a chunk of blocks at a time; a :class:`LazyPayload`
+        is read lazily when the blocks run along its last axis, decoded
+        whole otherwise.
+    block_size : int, optional
+        Elements per block; by default 32 for e8m0 scales, 16 for f8e4m3.
+    axis : int, optional
+        The axis the blocks run along; by default the last.
+    first : int
+        How many leading elements (C order) to keep.
+
+    Returns
+    -------
+    Description or ScaledDescription
+        Without ``scales``: counts of NaN, inf, zero and subnormal elements;
+        min, max, absmax, mean and std of the finite elements; the first
+        elements; for types of 16 bits or fewer the exact bit-pattern
+        histogram, for f16, bf16, f32, f64 the histogram by binary exponent.
+        With ``scales``: a :class:`ScaledDescription` of the scales, the
+        element codes and the dequantized values, and counts of saturated,
+        all-zero and NaN-scaled blocks.  Their ``repr`` is a readable
+        summary and they render as tables in Jupyter.
+
+    Raises
+    ------
+    KilnError
+        TYPE for something numpy cannot make an array of (``__array__``
+        raising included), a dtype with no Kiln code, an opaque payload, a
+        storage byte that is no bit pattern of the type (4-bit above 0x0f,
+        bool above 0x01), element or scale types that are not block-scaled
+        ones; SHAPE for ``first`` that is not an integer in 0..2**63-1, a
+        ``block_size`` below 1, an ``axis`` out of range, or scales whose
+        shape does not match, ``block_size`` or ``axis`` without ``scales``;
+        a payload's own LENGTH and SHAPE errors.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> import numpy as np
+    >>> d = describe(np.array([1.0, -0.0, np.nan, 448.0], ml_dtypes.float8_e4m3fn))
+    >>> d.nan, d.zero, d.min, d.max, d.mean
+    (1, 1, -0.0, 448.0, 149.66666666666666)
+    >>> values = np.array([6.0, 1.0, 0.0, 0.0], ml_dtypes.float4_e2m1fn)
+    >>> blocks = describe(values, np.array([0.5, 4.0], ml_dtypes.float8_e8m0fnu), block_size=2)
+    >>> blocks.saturated, blocks.zero_blocks, blocks.dequantized.max
+    (1, 1, 3.0)
+    """
+    head = check_int(first, "first", kind="SHAPE", maximum=MAX_INT64)
+    if scales is not None:
+        return describe_scaled(array, scales, block_size, -1 if axis is None else axis, head)
+    if block_size is not None or axis is not None:
+        given = "block_size" if block_size is not None else "axis"
+        raise KilnError(
+            "SHAPE",
+            f"{given} is for block-scaled tensors: expected scales with it, found "
+            f"{given}={show_value(block_size if block_size is not None else axis)} and no scales",
+        )
+    row, shape, chunks = source(array)
+    return summarize(row, shape, chunks, head)

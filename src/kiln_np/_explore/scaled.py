@@ -1,0 +1,389 @@
+"""Block-scaled tensors (MX, NVFP4-style): :class:`ScaledDescription`.
+
+Given values and their scales, :func:`describe_scaled` reads a chunk of
+blocks at a time and summarizes three things at once: the element codes
+(unscaled), the scales (one per block; for e8m0 the histogram of scale bytes
+is the distribution of scale exponents) and the exact dequantized values, as
+:func:`kiln_np.mx.dequantize` computes them; and it counts the blocks that
+saturate, are all zero or have a NaN scale.  Which element and scale types
+there are, and what each storage byte means, is :mod:`kiln_np.mx`'s table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kiln_np import mx
+from kiln_np._codec import Payload, to_numpy
+from kiln_np._core.checks import MAX_INT64, U8, check_int, set_module
+from kiln_np._core.errors import KilnError
+from kiln_np._core.table import Code, DType, code_label, dtype_info, row_for_dtype
+from kiln_np._files.payload import LazyPayload
+from kiln_np.mx.kinds import ELEMENTS, SCALES, Kind
+
+from . import chunks, plot
+from .chunks import Source, as_array, refuse_opaque
+from .description import Description, html_table, share
+from .patterns import pattern_floats
+from .stats import Summary
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["ScaledDescription", "describe_scaled"]
+
+
+def _dequantize(values: np.ndarray, scales: np.ndarray, block_size: int) -> np.ndarray:
+    """The exact float64 values of ``(r, c)`` elements with ``(r, ceil(c / block_size))``
+    scales: the one place describe dequantizes, with the MX codec's own rule."""
+    return mx.dequantize(values, scales, block_size=block_size, axis=-1, dtype=np.float64)
+
+
+def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType, Kind]:
+    """An array (or a LazyPayload, read lazily), its row and its kind in mx's table."""
+    if isinstance(x, Payload):
+        info = x.info
+        if info.layout is not None:
+            raise refuse_opaque(info.code, info.layout)
+        arr: np.ndarray | LazyPayload = to_numpy(x.code, x.data, x.shape)
+    elif isinstance(x, LazyPayload):
+        if x.layout is not None:
+            raise refuse_opaque(x.code, x.layout)
+        arr = x
+    else:
+        arr = as_array(x)
+    row = row_for_dtype(arr.dtype)
+    kind = (ELEMENTS if what == "values" else SCALES).get(row.code)
+    if kind is not None and kind.code != row.code and isinstance(arr, np.ndarray):
+        # Raw scale bytes are e8m0, as the MX codec reads them.
+        arr = arr.view(kind.dtype)
+        row = kind.row
+    if kind is None or kind.code != row.code:
+        kinds = (
+            "e2m1, f8e4m3, f8e5m2 or i8 elements (MXFP4, MXFP8, MXINT8)"
+            if what == "values"
+            else "e8m0 scales (MX; raw uint8 bytes too) or f8e4m3 scales (NVFP4-style)"
+        )
+        raise KilnError(
+            "TYPE",
+            f"block-scaled {what}: expected {kinds}, found {code_label(row.code)} ({row.dtype})",
+            code=int(row.code),
+        )
+    return arr, row, kind
+
+
+def _rows_reader(
+    x: np.ndarray | LazyPayload, axis: int
+) -> Callable[[int, int, int, int], np.ndarray]:
+    """``read(r0, r1, c0, c1)``: rows ``[r0, r1)`` and columns ``[c0, c1)`` of ``x``
+    seen with ``axis`` last and the other axes flattened in C order (block
+    order), as a new ``(r, c)`` array."""
+    if isinstance(x, LazyPayload):
+        if axis != x.ndim - 1:  # only leading-axis rows read lazily: decode it all
+            return _rows_reader(np.asarray(x), axis)
+        lazy = x
+        if lazy.ndim == 1:
+            return lambda r0, r1, c0, c1: np.asarray(lazy[c0:c1])[None]
+        inner = math.prod(lazy.shape[1:-1])  # block rows per leading-axis index
+        n = lazy.shape[-1]
+        held: dict[tuple[int, int], np.ndarray] = {}  # the rows last decoded
+
+        def read_lazy(r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+            span = (r0 // inner, -(-r1 // inner))
+            if span not in held:
+                held.clear()  # a long row is read in column ranges: decode it once
+                held[span] = np.asarray(lazy[span[0] : span[1]]).reshape(-1, n)
+            skip = span[0] * inner
+            return held[span][r0 - skip : r1 - skip, c0:c1]
+
+        return read_lazy
+    moved = np.moveaxis(x, axis, -1)
+    lead = moved.shape[:-1]
+
+    def read(r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        if not lead:
+            return moved[c0:c1][None]
+        index = np.unravel_index(np.arange(r0, r1), lead)
+        return np.asarray(moved[(*index, slice(c0, c1))])  # type: ignore[arg-type]
+
+    return read
+
+
+@set_module("kiln_np")
+@dataclass(frozen=True, eq=False)
+class ScaledDescription:
+    """What :func:`describe` found in a block-scaled tensor (values and scales).
+
+    Attributes
+    ----------
+    values : Description
+        The element codes (their exact bit-pattern histogram, unscaled).
+    scales : Description
+        The scales: one per block (for e8m0, the histogram of scale bytes is
+        the distribution of scale exponents, byte - 127).
+    dequantized : Description
+        The exact dequantized values, as float64: statistics and the
+        histogram by binary exponent.
+    block_size : int
+        Elements per block.
+    axis : int
+        The axis the blocks run along (non-negative).
+    blocks : int
+        Number of blocks (``scales.count``).
+    saturated : int
+        Blocks holding an element at an end of the element type's finite
+        range (+-6 for e2m1, +-448 for f8e4m3, +-57344 for f8e5m2, -128 or
+        127 for i8): the block's scale could not be smaller.
+    zero_blocks : int
+        Blocks whose elements are all +-0 (whatever their scale).
+    nan_blocks : int
+        Blocks whose scale is NaN (e8m0 0xFF; f8e4m3 0x7F, 0xFF), which makes
+        every element NaN.
+
+    ``first`` of the three descriptions is in block order: the block axis
+    last, the other axes in C order (C order itself when the blocks run along
+    the last axis).
+    """
+
+    values: Description
+    scales: Description
+    dequantized: Description
+    block_size: int
+    axis: int
+    blocks: int
+    saturated: int
+    zero_blocks: int
+    nan_blocks: int
+
+    def scale_exponents(self) -> list[tuple[int, int]]:
+        """(binary exponent, blocks) of the finite nonzero scales, by exponent.
+
+        Examples
+        --------
+        >>> from kiln_np import describe
+        >>> import ml_dtypes
+        >>> values = np.ones(64, ml_dtypes.float4_e2m1fn)
+        >>> scales = np.array([0.25, 8.0], ml_dtypes.float8_e8m0fnu)
+        >>> describe(values, scales).scale_exponents()
+        [(-2, 1), (3, 1)]
+        """
+        histogram = self.scales.histogram
+        assert histogram is not None
+        values = pattern_floats(self.scales.dtype)
+        usable = np.isfinite(values) & (values != 0) & (histogram > 0)
+        exponents = np.frexp(values[usable])[1] - 1
+        counts = histogram[usable]
+        unique, where = np.unique(exponents, return_inverse=True)
+        totals = np.zeros(unique.size, np.int64)
+        np.add.at(totals, where, counts)
+        return list(zip(unique.tolist(), totals.tolist(), strict=True))
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The block summary as (label, text) rows.
+
+        Examples
+        --------
+        >>> from kiln_np import describe
+        >>> import ml_dtypes
+        >>> values = np.zeros(64, ml_dtypes.float4_e2m1fn)
+        >>> scales = np.ones(2, ml_dtypes.float8_e8m0fnu)
+        >>> describe(values, scales).rows()[0]
+        ('blocks', '2 of 32 elements each, along axis 0')
+        """
+        top = pattern_floats(self.values.dtype)
+        largest = float(np.max(np.abs(top[np.isfinite(top)])))
+        exponents = self.scale_exponents()
+        spread = (
+            f"{exponents[0][0]} .. {exponents[-1][0]}; most common: "
+            + ", ".join(
+                f"{e} ({share(c, self.blocks)})"
+                for e, c in sorted(exponents, key=lambda ec: -ec[1])[:4]
+            )
+            if exponents
+            else "-"
+        )
+        return [
+            ("blocks", f"{self.blocks} of {self.block_size} elements each, along axis {self.axis}"),
+            ("saturated", f"{self.saturated} (hold +-{largest:g}, the largest element)"),
+            ("all zero", str(self.zero_blocks)),
+            ("NaN scale", str(self.nan_blocks)),
+            ("scale exponents", spread),
+        ]
+
+    def __repr__(self) -> str:
+        head = (
+            f"<kiln_np.ScaledDescription of {self.values.name} {self.values.shape} with "
+            f"{self.scales.name} scales {self.scales.shape}>"
+        )
+        lines = [head] + [f"  {k:<16}  {v}" for k, v in self.rows()]
+        for label, part in (
+            ("scales", self.scales),
+            ("values", self.values),
+            ("dequantized", self.dequantized),
+        ):
+            lines.append(f"  {label}:")
+            lines += ["  " + line for line in repr(part).splitlines()[1:]]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        parts = "".join(
+            f"<h4>{label}</h4>{part._repr_html_()}"
+            for label, part in (
+                ("scales", self.scales),
+                ("values", self.values),
+                ("dequantized", self.dequantized),
+            )
+        )
+        return html_table(self.rows()) + parts
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready data.
+
+        Returns
+        -------
+        dict
+            ``block_size``, ``axis``, ``blocks``, ``saturated``,
+            ``zero_blocks``, ``nan_blocks``, ``scale_exponents`` (pairs of
+            exponent and blocks), and ``values``, ``scales``, ``dequantized``
+            as :meth:`Description.to_dict` gives them.
+
+        Examples
+        --------
+        >>> from kiln_np import describe
+        >>> import ml_dtypes
+        >>> values = np.full(32, 6.0, ml_dtypes.float4_e2m1fn)
+        >>> scales = np.ones(1, ml_dtypes.float8_e8m0fnu)
+        >>> describe(values, scales).to_dict()["saturated"]
+        1
+        """
+        return {
+            "block_size": self.block_size,
+            "axis": self.axis,
+            "blocks": self.blocks,
+            "saturated": self.saturated,
+            "zero_blocks": self.zero_blocks,
+            "nan_blocks": self.nan_blocks,
+            "scale_exponents": [list(pair) for pair in self.scale_exponents()],
+            "values": self.values.to_dict(),
+            "scales": self.scales.to_dict(),
+            "dequantized": self.dequantized.to_dict(),
+        }
+
+    def plot(self, axes: Sequence[Axes] | None = None, *, log: bool = False) -> list[Axes]:
+        """Draw three panels: blocks by scale exponent, the element codes, and
+        the dequantized values by binary exponent.
+
+        Needs matplotlib.  A figure made here lays itself out (constrained
+        layout); given ``axes``, the figure's layout is yours.
+
+        Parameters
+        ----------
+        axes : sequence of three matplotlib.axes.Axes, optional
+            Where to draw; a new figure's three axes by default.
+        log : bool
+            Logarithmic count axes.
+
+        Returns
+        -------
+        list of matplotlib.axes.Axes
+            The three axes drawn on.
+
+        Examples
+        --------
+        >>> from kiln_np import describe
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> import ml_dtypes
+        >>> values = np.ones(64, ml_dtypes.float4_e2m1fn)
+        >>> scales = np.array([0.25, 8.0], ml_dtypes.float8_e8m0fnu)
+        >>> [ax.get_xlabel() for ax in describe(values, scales).plot()][0]
+        'scale exponent (scale = 2^e)'
+        """
+        drawn = list(axes) if axes is not None else plot.figure((16, 4), 3)[1]
+        if len(drawn) != 3:
+            raise KilnError("SHAPE", f"expected three axes to draw on, found {len(drawn)}")
+        first, second, third = drawn
+        plot.draw_scale_exponents(first, self.scale_exponents(), log)
+        first.set_title(
+            f"{self.blocks} blocks of {self.block_size}: {self.saturated} saturated, "
+            f"{self.zero_blocks} all zero"
+        )
+        self.values.plot(second, log=log, what="patterns")
+        second.set_title(f"{self.values.name} element codes (unscaled)")
+        self.dequantized.plot(third, log=log, what="exponents")
+        third.set_title(f"dequantized: {self.dequantized.count} values")
+        return drawn
+
+
+def describe_scaled(
+    values: Source, scales: Source, block_size: object, axis: object, first: int
+) -> ScaledDescription:
+    v, vrow, vkind = _blocks_input(values, "values")
+    s, srow, skind = _blocks_input(scales, "scales")
+    shape, found = tuple(v.shape), tuple(s.shape)
+    if not shape:
+        raise KilnError(
+            "SHAPE", "block-scaled values: expected an array of at least one dimension, found ()"
+        )
+    ax = check_int(axis, "axis", kind="SHAPE", minimum=-len(shape), maximum=len(shape) - 1)
+    ax %= len(shape)
+    size = skind.block_size if block_size is None else block_size
+    bs = check_int(size, "block_size", kind="SHAPE", minimum=1, maximum=MAX_INT64)
+    n = shape[ax]
+    nb = -(-n // bs)
+    expected = (*shape[:ax], nb, *shape[ax + 1 :])
+    if found != expected:
+        raise KilnError(
+            "SHAPE",
+            f"block-scaled values of shape {shape} in blocks of {bs} along axis {ax}: "
+            f"expected scales of shape {expected}, found {found}",
+            shape=found,
+        )
+    rows = math.prod(shape) // n if n else 0
+    moved = (*shape[:ax], *shape[ax + 1 :], n)
+    vsum = Summary(vrow, moved, first)
+    ssum = Summary(srow, (*moved[:-1], nb), first)
+    dsum = Summary(dtype_info(Code.F64), moved, first)
+    read_v, read_s = _rows_reader(v, ax), _rows_reader(s, ax)
+    # By storage byte (the bytes past a 4-bit type's 16 never occur): the element
+    # is at an end of its type's finite range, is zero; the scale is NaN.
+    finite = vkind.values[np.isfinite(vkind.values)]
+    saturating = (vkind.values == finite.max()) | (vkind.values == finite.min())
+    zero = vkind.values == 0
+    nan_scale = np.isnan(skind.values)
+    saturated = zero_blocks = nan_blocks = 0
+    step = max(1, chunks.CHUNK // max(n, 1))  # rows per chunk
+    cols = n if step > 1 else bs * max(1, chunks.CHUNK // bs)
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        for c0 in range(0, n, cols):
+            c1 = min(c0 + cols, n)
+            vc = read_v(r0, r1, c0, c1)
+            sc = read_s(r0, r1, c0 // bs, -(-c1 // bs))
+            vsum.add(vc.reshape(-1))
+            ssum.add(sc.reshape(-1))
+            dsum.add(_dequantize(vc, sc, bs).reshape(-1))
+            codes = np.zeros((vc.shape[0], sc.shape[1] * bs), U8)
+            codes[:, : vc.shape[1]] = vc.view(U8)
+            blocks = codes.reshape(vc.shape[0], sc.shape[1], bs)
+            saturated += int(np.count_nonzero(saturating[blocks].any(axis=-1)))
+            zero_blocks += int(np.count_nonzero(zero[blocks].all(axis=-1)))
+            nan_blocks += int(np.count_nonzero(nan_scale[np.ascontiguousarray(sc).view(U8)]))
+
+    return ScaledDescription(
+        values=dataclasses.replace(vsum.result(), shape=shape),
+        scales=dataclasses.replace(ssum.result(), shape=found),
+        dequantized=dataclasses.replace(dsum.result(), shape=shape),
+        block_size=bs,
+        axis=ax,
+        blocks=math.prod(found),
+        saturated=saturated,
+        zero_blocks=zero_blocks,
+        nan_blocks=nan_blocks,
+    )
