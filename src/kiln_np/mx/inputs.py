@@ -113,7 +113,7 @@ def _array_kind(
 ) -> Kind:
     """The kind of ``arr``'s dtype (``index`` holds ``kinds`` by dtype); TYPE naming
     them for another."""
-    kind = index[arr.dtype] if arr.dtype.fields is None else None
+    kind = index.lookup(arr.dtype) if arr.dtype.fields is None else None
     if kind is None:
         names = [
             f"{dtype_info(c).dtype}{'' if c == k.code else f' {k.name} bytes'}"
