@@ -1,4 +1,4 @@
-"""Payload files: open_payload + full decode and write_payload against plain numpy I/O.
+"""Payload files: open_payload + full decode and save_payload against plain numpy I/O.
 
 Run from the repository root::
 
@@ -12,14 +12,14 @@ ratio to its plain-numpy counterpart measured in the same rounds:
 
 - whole-byte read: ``np.array(open_payload(...))`` (map, then copy every byte
   into memory) against ``np.fromfile``;
-- whole-byte write: ``write_payload(path, array)`` (temporary file, rename)
-  and ``write_payload`` from 4 MiB chunks, against ``ndarray.tofile``, both to
+- whole-byte write: ``save_payload(path, array)`` (temporary file, rename)
+  and ``save_payload`` from 4 MiB chunks, against ``ndarray.tofile``, both to
   a path that does not exist yet and over the file the previous round wrote
   (there ext4 starts writing the renamed file's data back at once, see
   docs/big-files.md);
 - 4-bit read: ``np.asarray(open_payload(...))`` and a pass over
   ``iter_chunks()`` against ``np.fromfile`` + ``to_numpy`` (decode in memory);
-- 4-bit write: ``write_payload`` against ``from_numpy`` + ``tofile``.
+- 4-bit write: ``save_payload`` against ``from_numpy`` + ``tofile``.
 
 Files live in a temporary directory and the reads hit the page cache, so the
 read figures measure kiln_np's overhead over numpy's, not the disk.
@@ -68,8 +68,8 @@ def run(mib: int, rounds: int, directory: str) -> list[list[object]]:
     f32_path = os.path.join(directory, "f32.bin")
     u4_path = os.path.join(directory, "u4.bin")
 
-    kiln_np.write_payload(f32_path, f32)
-    kiln_np.write_payload(u4_path, u4)
+    kiln_np.save_payload(f32_path, f32)
+    kiln_np.save_payload(u4_path, u4)
     chunk_rows = (4 << 20) // 4
 
     def new_file(name: str, write: Callable[[str], object]) -> Callable[[], object]:
@@ -106,16 +106,16 @@ def run(mib: int, rounds: int, directory: str) -> list[list[object]]:
         },
         "f32 write, new file": {
             "ndarray.tofile": new_file("a", f32.tofile),
-            "write_payload(array)": new_file(
-                "b", partial(kiln_np.write_payload, array_or_chunks=f32)
+            "save_payload(array)": new_file(
+                "b", partial(kiln_np.save_payload, array_or_chunks=f32)
             ),
-            "write_payload(4 MiB chunks)": new_file(
-                "c", lambda p: kiln_np.write_payload(p, chunks_of(f32, chunk_rows))
+            "save_payload(4 MiB chunks)": new_file(
+                "c", lambda p: kiln_np.save_payload(p, chunks_of(f32, chunk_rows))
             ),
         },
         "f32 write, over a file": {
             "ndarray.tofile": over("d", f32.tofile),
-            "write_payload(array)": over("e", lambda p: kiln_np.write_payload(p, f32)),
+            "save_payload(array)": over("e", lambda p: kiln_np.save_payload(p, f32)),
         },
         "u4 read": {
             "np.fromfile + to_numpy": lambda: kiln_np.to_numpy(
@@ -128,9 +128,7 @@ def run(mib: int, rounds: int, directory: str) -> list[list[object]]:
         },
         "u4 write, new file": {
             "from_numpy + tofile": new_file("f", u4_tofile),
-            "write_payload(array)": new_file(
-                "g", partial(kiln_np.write_payload, array_or_chunks=u4)
-            ),
+            "save_payload(array)": new_file("g", partial(kiln_np.save_payload, array_or_chunks=u4)),
         },
     }
     functions: dict[str, Callable[[], object]] = {"np.copy": lambda: np.copy(f32)}

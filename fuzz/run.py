@@ -62,7 +62,7 @@ ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
             "dtype_for_code",
             "code_for_dtype",
             "open_payload",
-            "write_payload",
+            "save_payload",
             "describe",
             "bit_histogram",
             "bit_values",

@@ -25,7 +25,7 @@ from kiln_np import (
     PayloadInfo,
     from_numpy,
     open_payload,
-    write_payload,
+    save_payload,
 )
 from kiln_np.dask import from_payload, to_payload
 
@@ -55,7 +55,7 @@ def test_from_payload_sum_matches_numpy(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     f32 = rng.standard_normal((301, 7)).astype("<f4")
     path = tmp_path / "f32.bin"
-    write_payload(path, f32)
+    save_payload(path, f32)
     x = from_payload(path, Code.F32, (301, 7), chunks=(50, 7))
     assert (x.shape, x.dtype, x.npartitions) == ((301, 7), np.dtype("<f4"), 7)
     assert x.sum().compute() == pytest.approx(float(f32.sum(dtype=np.float64)), rel=1e-5)
@@ -65,7 +65,7 @@ def test_from_payload_sum_matches_numpy(tmp_path: Path) -> None:
 
     nibbles = u4(rng.integers(0, 16, (301, 7)))  # odd rows: chunks start on odd nibbles
     path = tmp_path / "u4.bin"
-    write_payload(path, nibbles)
+    save_payload(path, nibbles)
     y = from_payload(path, Code.U4, (301, 7), chunks=(33, 7))
     assert int(y.astype(np.int64).sum().compute()) == int(nibbles.astype(np.int64).sum())
     assert bits(y.compute()) == bits(nibbles)
@@ -75,12 +75,12 @@ def test_from_payload_sum_matches_numpy(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("threads")
 def test_from_payload_default_chunks_keep_rows_whole(tmp_path: Path) -> None:
     path = tmp_path / "b.bin"
-    write_payload(path, np.ones((5, 4, 3), bool))
+    save_payload(path, np.ones((5, 4, 3), bool))
     x = from_payload(path, Code.BOOL, (5, 4, 3), offset=0)
     assert x.chunks[1:] == ((4,), (3,))
     assert int(x.sum().compute()) == 60
     scalar = tmp_path / "s.bin"
-    write_payload(scalar, np.array(2.5, "<f8"))
+    save_payload(scalar, np.array(2.5, "<f8"))
     assert from_payload(scalar, Code.F64, ()).compute() == 2.5
 
 
@@ -159,7 +159,7 @@ def test_local_cluster_with_processes(tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     nibbles = u4(rng.integers(0, 16, (63, 5)))
     src, dst = tmp_path / "src.bin", tmp_path / "dst.bin"
-    write_payload(src, nibbles)
+    save_payload(src, nibbles)
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
@@ -210,7 +210,7 @@ def test_paths_whose_fspath_raises_are_type() -> None:
 
 
 @pytest.mark.usefixtures("threads")
-def test_to_payload_replaces_as_write_payload_does(tmp_path: Path) -> None:
+def test_to_payload_replaces_as_save_payload_does(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     target = tmp_path / "data" / "t.bin"
     target.write_bytes(b"old")

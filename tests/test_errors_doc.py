@@ -129,7 +129,7 @@ def _lazy(rows: Any) -> Any:
 
 
 def _write_past_prefix() -> Any:
-    return kiln_np.write_payload(_file("w.kiln", b"\x00" * 4), _f4(1), offset=8)
+    return kiln_np.save_payload(_file("w.kiln", b"\x00" * 4), _f4(1), offset=8)
 
 
 def _dask_unknown_chunks() -> Any:
@@ -342,19 +342,19 @@ FILES: list[Entry] = [
     ("LazyPayload", "nonzero padding nibble, when the last element is read", _lazy_padding_read),
     ("LazyPayload.iter_chunks", "rows not an integer", lambda: _lazy(2.0)),
     ("LazyPayload.iter_chunks", "rows below 1", lambda: _lazy(0)),
-    ("write_payload", "layout without a code", lambda: kiln_np.write_payload(io.BytesIO(), np.zeros((1, 2), np.uint8), layout=Layout("pair", 2))),
-    ("write_payload", "neither a path nor a seekable file", lambda: kiln_np.write_payload(3, _f4(1))),  # type: ignore[arg-type]
-    ("write_payload", "neither an array nor chunks", lambda: kiln_np.write_payload(io.BytesIO(), "abc")),
-    ("write_payload", "chunks for shape=()", lambda: kiln_np.write_payload(io.BytesIO(), [_f4(1)], shape=())),
-    ("write_payload", "array shape is not shape=", lambda: kiln_np.write_payload(io.BytesIO(), _f4(3), shape=(4,))),
-    ("write_payload", "empty stream without code=", lambda: kiln_np.write_payload(io.BytesIO(), [])),
-    ("write_payload", "0-d chunk", lambda: kiln_np.write_payload(io.BytesIO(), [np.float32(1)])),
-    ("write_payload", "chunk trailing shape differs", lambda: kiln_np.write_payload(io.BytesIO(), [np.zeros((1, 2), "<f4"), np.zeros((1, 3), "<f4")])),
-    ("write_payload", "more rows than shape[0]", lambda: kiln_np.write_payload(io.BytesIO(), [_f4(2), _f4(2)], shape=(3,))),
-    ("write_payload", "fewer rows than shape[0]", lambda: kiln_np.write_payload(io.BytesIO(), [_f4(2)], shape=(3,))),
-    ("write_payload", "bool byte other than 0/1 in a chunk", lambda: kiln_np.write_payload(io.BytesIO(), [_bools(1, 0), _bools(1, 2)])),
-    ("write_payload", "offset past the end of the existing file", _write_past_prefix),
-    ("write_payload", "path exists and is not a regular file", lambda: kiln_np.write_payload(_scratch(), _f4(1))),
+    ("save_payload", "layout without a code", lambda: kiln_np.save_payload(io.BytesIO(), np.zeros((1, 2), np.uint8), layout=Layout("pair", 2))),
+    ("save_payload", "neither a path nor a seekable file", lambda: kiln_np.save_payload(3, _f4(1))),  # type: ignore[arg-type]
+    ("save_payload", "neither an array nor chunks", lambda: kiln_np.save_payload(io.BytesIO(), "abc")),
+    ("save_payload", "chunks for shape=()", lambda: kiln_np.save_payload(io.BytesIO(), [_f4(1)], shape=())),
+    ("save_payload", "array shape is not shape=", lambda: kiln_np.save_payload(io.BytesIO(), _f4(3), shape=(4,))),
+    ("save_payload", "empty stream without code=", lambda: kiln_np.save_payload(io.BytesIO(), [])),
+    ("save_payload", "0-d chunk", lambda: kiln_np.save_payload(io.BytesIO(), [np.float32(1)])),
+    ("save_payload", "chunk trailing shape differs", lambda: kiln_np.save_payload(io.BytesIO(), [np.zeros((1, 2), "<f4"), np.zeros((1, 3), "<f4")])),
+    ("save_payload", "more rows than shape[0]", lambda: kiln_np.save_payload(io.BytesIO(), [_f4(2), _f4(2)], shape=(3,))),
+    ("save_payload", "fewer rows than shape[0]", lambda: kiln_np.save_payload(io.BytesIO(), [_f4(2)], shape=(3,))),
+    ("save_payload", "bool byte other than 0/1 in a chunk", lambda: kiln_np.save_payload(io.BytesIO(), [_bools(1, 0), _bools(1, 2)])),
+    ("save_payload", "offset past the end of the existing file", _write_past_prefix),
+    ("save_payload", "path exists and is not a regular file", lambda: kiln_np.save_payload(_scratch(), _f4(1))),
     ("kiln_np.dask.from_payload", "file too short", _dask_short_file),
     ("kiln_np.dask.from_payload", "chunks dask cannot apply (chunks=0)", _dask_zero_chunks),
     ("kiln_np.dask.to_payload", "unknown (NaN) chunk sizes", _dask_unknown_chunks),

@@ -1,4 +1,4 @@
-"""open_payload / write_payload / LazyPayload: lazy reads, streamed writes, big files."""
+"""open_payload / save_payload / LazyPayload: lazy reads, streamed writes, big files."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from kiln_np import (
     _codec,
     from_numpy,
     open_payload,
+    save_payload,
     to_numpy,
-    write_payload,
 )
 from kiln_np._core import checks as _checks
 from kiln_np._files import io as _io
@@ -94,7 +94,7 @@ def test_write_then_open_round_trips_every_code(
 ) -> None:
     arr = sample(row, shape)
     path = tmp_path / "p.bin"
-    info = write_payload(path, arr)
+    info = save_payload(path, arr)
     wire = bytes(from_numpy(arr).data)
     assert (info, info.byte_length) == (PayloadInfo(row.code, shape), len(wire))
     assert path.read_bytes() == wire
@@ -130,7 +130,7 @@ def test_memmap_aliases_the_file(tmp_path: Path) -> None:
 def test_packed_and_bool_open_lazily(tmp_path: Path, row: kiln_np.DType) -> None:
     arr = sample(row, (5, 3))
     path = tmp_path / "p.bin"
-    write_payload(path, arr)
+    save_payload(path, arr)
     opened = open_payload(path, row.code, (5, 3))
     assert isinstance(opened, LazyPayload)
     assert (opened.shape, opened.dtype, opened.ndim, opened.size, len(opened)) == (
@@ -161,7 +161,7 @@ def test_opaque_code_opens_as_blocks(tmp_path: Path) -> None:
     layout = Layout("q4_k", 3)
     blocks = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
     path = tmp_path / "p.bin"
-    info = write_payload(path, blocks, code=4100, layout=layout)
+    info = save_payload(path, blocks, code=4100, layout=layout)
     assert (info, info.byte_length) == (PayloadInfo(4100, (2, 4), layout), 24)
     opened = open_mapped(path, 4100, (2, 4), layout=layout)
     assert bits(opened) == bits(blocks)
@@ -175,7 +175,7 @@ def test_big_endian_hosts_decode_bf16_lazily(
 ) -> None:
     arr = sample(DTYPES[Code.BF16 - 1], (3, 2))
     path = tmp_path / "p.bin"
-    write_payload(path, arr)
+    save_payload(path, arr)
     monkeypatch.setattr(_codec, "BIG_ENDIAN_HOST", True)
     monkeypatch.setattr(_files, "BIG_ENDIAN_HOST", True)
     opened = open_payload(path, Code.BF16, (3, 2))
@@ -273,7 +273,7 @@ def test_lazy_indexing_matches_numpy(
     shape, key = case
     arr = sample(DTYPES[code - 1], shape, seed=len(shape))
     path = tmp_path_factory.mktemp("lazy") / "p.bin"
-    write_payload(path, arr)
+    save_payload(path, arr)
     lazy = open_lazy(path, code, shape)
     got, want = lazy[key], arr[key]
     assert np.shape(got) == np.shape(want)
@@ -283,7 +283,7 @@ def test_lazy_indexing_matches_numpy(
 def test_rows_that_start_on_an_odd_nibble(tmp_path: Path) -> None:
     values = np.arange(15, dtype=np.uint8).reshape(5, 3)  # 3 nibbles a row
     path = tmp_path / "p.bin"
-    write_payload(path, u4(values))
+    save_payload(path, u4(values))
     lazy = open_lazy(path, Code.U4, (5, 3))
     assert np.asarray(lazy[1]).view(np.uint8).tolist() == [3, 4, 5]
     assert np.asarray(lazy[3:]).view(np.uint8).tolist() == [[9, 10, 11], [12, 13, 14]]
@@ -292,7 +292,7 @@ def test_rows_that_start_on_an_odd_nibble(tmp_path: Path) -> None:
 
 def test_unsupported_keys_raise_like_numpy(tmp_path: Path) -> None:
     path = tmp_path / "p.bin"
-    write_payload(path, u4([[1, 2], [3, 4]]))
+    save_payload(path, u4([[1, 2], [3, 4]]))
     lazy = open_lazy(path, Code.U4, (2, 2))
     with pytest.raises(IndexError, match="index 2 is out of bounds for axis 0 with size 2"):
         lazy[2]
@@ -304,7 +304,7 @@ def test_unsupported_keys_raise_like_numpy(tmp_path: Path) -> None:
 
 def test_scalar_payload(tmp_path: Path) -> None:
     path = tmp_path / "p.bin"
-    write_payload(path, np.array(9, np.uint8).view(ml_dtypes.uint4))
+    save_payload(path, np.array(9, np.uint8).view(ml_dtypes.uint4))
     lazy = open_lazy(path, Code.U4, ())
     assert lazy.shape == ()
     assert int(lazy[()]) == 9
@@ -319,7 +319,7 @@ def test_scalar_payload(tmp_path: Path) -> None:
 def test_array_protocol_iteration_and_chunks(tmp_path: Path) -> None:
     arr = sample(DTYPES[Code.I4 - 1], (9, 3))
     path = tmp_path / "p.bin"
-    write_payload(path, arr)
+    save_payload(path, arr)
     lazy = open_lazy(path, Code.I4, (9, 3))
     assert bits(np.asarray(lazy, dtype=np.int8)) == bits(arr.astype(np.int8))
     with pytest.raises(ValueError, match="copy=False"):
@@ -389,22 +389,22 @@ def test_chunks_split_anywhere_write_the_same_bytes(
     edges = [0, *sorted(cuts), 13]
     chunks = (arr[a:b] for a, b in itertools.pairwise(edges))
     path = tmp_path_factory.mktemp("stream") / "p.bin"
-    info = write_payload(path, chunks, shape=(13, cols))
+    info = save_payload(path, chunks, shape=(13, cols))
     assert path.read_bytes() == bytes(from_numpy(arr).data)
     assert (info, info.byte_length) == (PayloadInfo(code, (13, cols)), (13 * cols + 1) // 2)
 
 
 def test_chunk_stream_infers_the_shape(tmp_path: Path) -> None:
     chunks = [np.ones((2, 3), "<f2"), np.zeros((0, 3), "<f2"), np.ones((1, 3), "<f2")]
-    info = write_payload(tmp_path / "p.bin", chunks)
+    info = save_payload(tmp_path / "p.bin", chunks)
     assert (info, info.byte_length) == (PayloadInfo(Code.F16, (3, 3)), 18)
 
 
-def test_lazy_payload_streams_into_write_payload(tmp_path: Path) -> None:
+def test_lazy_payload_streams_into_save_payload(tmp_path: Path) -> None:
     arr = sample(DTYPES[Code.U4 - 1], (11, 3))
     src, dst = tmp_path / "a.bin", tmp_path / "b.bin"
-    write_payload(src, arr)
-    write_payload(dst, open_payload(src, Code.U4, (11, 3)), shape=(11, 3))
+    save_payload(src, arr)
+    save_payload(dst, open_payload(src, Code.U4, (11, 3)), shape=(11, 3))
     assert dst.read_bytes() == src.read_bytes()
 
 
@@ -422,7 +422,7 @@ def test_big_array_is_written_in_bounded_chunks(
     monkeypatch.setattr(_files._Stream, "feed", feed)
     arr = sample(DTYPES[Code.E2M1 - 1], (10, 3))
     path = tmp_path / "p.bin"
-    write_payload(path, arr)
+    save_payload(path, arr)
     assert path.read_bytes() == bytes(from_numpy(arr).data)
     assert seen == [15, 15]
 
@@ -468,7 +468,7 @@ def test_bad_stream_leaves_no_file(
 ) -> None:
     path = tmp_path / "p.bin"
     with pytest.raises(KilnError, match=match) as info:
-        write_payload(path, iter(chunks), shape=shape)
+        save_payload(path, iter(chunks), shape=shape)
     assert info.value.kind == kind
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -477,45 +477,45 @@ def test_failure_keeps_the_old_file(tmp_path: Path) -> None:
     path = tmp_path / "p.bin"
     path.write_bytes(b"old")
     with pytest.raises(RuntimeError, match="source died"):
-        write_payload(path, _failing_stream(), shape=(6,))
+        save_payload(path, _failing_stream(), shape=(6,))
     assert path.read_bytes() == b"old"
     assert leftovers(tmp_path) == []
 
 
 def test_bad_nibble_index_is_the_payloads(tmp_path: Path) -> None:
     with pytest.raises(KilnError) as info:
-        write_payload(tmp_path / "p.bin", iter([u4([1, 2, 3]), u4([4, 16])]))
+        save_payload(tmp_path / "p.bin", iter([u4([1, 2, 3]), u4([4, 16])]))
     assert (info.value.index, info.value.found, info.value.code) == (4, 16, Code.U4)
 
 
 def test_empty_stream_with_code_and_shape(tmp_path: Path) -> None:
-    info = write_payload(tmp_path / "p.bin", iter([]), code=Code.F32, shape=(0, 4))
+    info = save_payload(tmp_path / "p.bin", iter([]), code=Code.F32, shape=(0, 4))
     assert (info, info.byte_length) == (PayloadInfo(Code.F32, (0, 4)), 0)
     assert (tmp_path / "p.bin").read_bytes() == b""
 
 
 def test_array_shape_must_match(tmp_path: Path) -> None:
     with pytest.raises(KilnError, match=r"shape=\(4,\) was given") as info:
-        write_payload(tmp_path / "p.bin", np.zeros((2, 2), "<f4"), shape=(4,))
+        save_payload(tmp_path / "p.bin", np.zeros((2, 2), "<f4"), shape=(4,))
     assert info.value.kind == "SHAPE"
 
 
 @pytest.mark.parametrize("source", [3, "abc", b"\x00"], ids=repr)
 def test_source_must_be_array_or_chunks(tmp_path: Path, source: object) -> None:
     with pytest.raises(KilnError, match="an array or an iterable of array chunks") as info:
-        write_payload(tmp_path / "p.bin", source)
+        save_payload(tmp_path / "p.bin", source)
     assert info.value.kind == "TYPE"
 
 
 def test_target_must_be_path_or_file() -> None:
     with pytest.raises(KilnError, match="a path or a seekable binary file") as info:
-        write_payload(3, np.zeros(2, np.uint8))  # type: ignore[arg-type]
+        save_payload(3, np.zeros(2, np.uint8))  # type: ignore[arg-type]
     assert info.value.kind == "TYPE"
 
 
 def test_file_object_written_at_offset(tmp_path: Path) -> None:
     buf = io.BytesIO(b"0123456789")
-    info = write_payload(buf, iter([u4([1, 2, 3]), u4([4])]), offset=3)
+    info = save_payload(buf, iter([u4([1, 2, 3]), u4([4])]), offset=3)
     assert (info, info.byte_length) == (PayloadInfo(Code.U4, (4,), offset=3), 2)
     assert buf.getvalue() == b"012\x21\x43" + b"56789"
 
@@ -530,25 +530,25 @@ class _Trickle(io.BytesIO):
 def test_partial_writes_are_completed() -> None:
     buf = _Trickle()
     arr = np.arange(10, dtype="<u2")
-    write_payload(buf, arr)
+    save_payload(buf, arr)
     assert buf.getvalue() == bytes(from_numpy(arr).data)
 
 
 def test_path_offset_keeps_the_prefix(tmp_path: Path) -> None:
     path = tmp_path / "p.bin"
     path.write_bytes(b"HEADER--and-an-old-payload")
-    info = write_payload(path, np.arange(3, dtype="<u2"), offset=8)
+    info = save_payload(path, np.arange(3, dtype="<u2"), offset=8)
     assert path.read_bytes() == b"HEADER--" + bytes.fromhex("00 00 01 00 02 00")
     assert open_mapped(path, info.code, info.shape, offset=info.offset).tolist() == [0, 1, 2]
     with pytest.raises(KilnError, match=r"it holds 14 \(short by 16\)") as err:
-        write_payload(path, np.arange(3, dtype="<u2"), offset=30)
+        save_payload(path, np.arange(3, dtype="<u2"), offset=30)
     assert (err.value.kind, err.value.expected, err.value.found) == ("LENGTH", 30, 14)
     assert leftovers(tmp_path) == []
 
 
 def test_layout_needs_a_code(tmp_path: Path) -> None:
     with pytest.raises(KilnError, match="needs an opaque code") as info:
-        write_payload(tmp_path / "p.bin", np.zeros((1, 2), np.uint8), layout=Layout("x", 2))
+        save_payload(tmp_path / "p.bin", np.zeros((1, 2), np.uint8), layout=Layout("x", 2))
     assert info.value.kind == "TYPE"
 
 
@@ -616,7 +616,7 @@ def chunks():
         yield base_values[: min(piece, total - start)]
 
 reset_peak(); base = rss_mb()
-info = kiln_np.write_payload(path, chunks(), shape=(total,))
+info = kiln_np.save_payload(path, chunks(), shape=(total,))
 peak = hwm_mb() - base
 lazy = kiln_np.open_payload(path, info.code, info.shape)
 ok = True
@@ -687,7 +687,7 @@ def test_replacing_keeps_the_permission_bits(tmp_path: Path, mode: int) -> None:
     path = tmp_path / "p.bin"
     path.write_bytes(b"old")
     path.chmod(mode)
-    write_payload(path, u4([1, 2, 3]))
+    save_payload(path, u4([1, 2, 3]))
     assert stat.S_IMODE(path.stat().st_mode) == mode
     assert path.read_bytes() == bytes.fromhex("21 03")
 
@@ -696,7 +696,7 @@ def test_a_new_file_gets_the_mode_open_gives(tmp_path: Path) -> None:
     reference = tmp_path / "by-open.bin"
     with open(reference, "wb"):
         pass
-    write_payload(tmp_path / "new.bin", u4([1]))
+    save_payload(tmp_path / "new.bin", u4([1]))
     assert (tmp_path / "new.bin").stat().st_mode == reference.stat().st_mode
 
 
@@ -713,7 +713,7 @@ def test_the_temporary_file_is_private_and_named_for_kiln_np(tmp_path: Path) -> 
         )
         yield u4([3])
 
-    write_payload(path, chunks())
+    save_payload(path, chunks())
     [(name, mode)] = seen
     assert re.fullmatch(r"\.p\.bin\.kiln-np-[0-9a-f]{12}\.part", name)
     assert name.endswith(_io.TEMP_SUFFIX)
@@ -724,7 +724,7 @@ def test_the_temporary_file_is_private_and_named_for_kiln_np(tmp_path: Path) -> 
 
 def test_a_very_long_name_gets_a_temporary_name_the_os_accepts(tmp_path: Path) -> None:
     path = tmp_path / ("w" * 250)
-    write_payload(path, u4([1, 2, 3]))
+    save_payload(path, u4([1, 2, 3]))
     assert path.read_bytes() == bytes.fromhex("21 03")
 
 
@@ -736,7 +736,7 @@ def test_a_symlink_is_written_through(tmp_path: Path, relative: bool) -> None:
     target.chmod(0o600)
     link = tmp_path / "link.bin"
     link.symlink_to(Path("data") / "t.bin" if relative else target)
-    write_payload(link, u4([4, 5]))
+    save_payload(link, u4([4, 5]))
     assert link.is_symlink()
     assert target.read_bytes() == bytes([0x54])
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
@@ -747,7 +747,7 @@ def test_a_symlink_is_written_through(tmp_path: Path, relative: bool) -> None:
 def test_a_dangling_symlink_gets_its_target_created(tmp_path: Path) -> None:
     link = tmp_path / "link.bin"
     link.symlink_to(tmp_path / "made.bin")
-    write_payload(link, u4([6]))
+    save_payload(link, u4([6]))
     assert link.is_symlink()
     assert (tmp_path / "made.bin").read_bytes() == b"\x06"
 
@@ -757,7 +757,7 @@ def test_other_hard_links_keep_the_old_bytes(tmp_path: Path) -> None:
     path, other = tmp_path / "p.bin", tmp_path / "other.bin"
     path.write_bytes(b"old")
     os.link(path, other)
-    write_payload(path, u4([7]))
+    save_payload(path, u4([7]))
     assert (path.read_bytes(), other.read_bytes()) == (b"\x07", b"old")
 
 
@@ -770,7 +770,7 @@ def test_errors_name_the_users_path_not_the_temporary(tmp_path: Path, where: str
     (tmp_path / "a-file").write_bytes(b"")
     path = str(tmp_path / where)
     with pytest.raises(OSError, match=re.escape(path)) as info:
-        write_payload(path, u4([1]))
+        save_payload(path, u4([1]))
     assert info.value.filename == path
     assert ".part" not in str(info.value)
     assert isinstance(info.value, (FileNotFoundError, NotADirectoryError))
@@ -781,7 +781,7 @@ def test_a_symlink_loop_is_the_os_error_open_gives(tmp_path: Path) -> None:
     a.symlink_to(b)
     b.symlink_to(a)
     with pytest.raises(OSError, match="symbolic links") as info:
-        write_payload(a, u4([1]))
+        save_payload(a, u4([1]))
     assert (info.value.errno, info.value.filename) == (errno.ELOOP, str(a))
     assert leftovers(tmp_path) == []
 
@@ -795,13 +795,13 @@ def test_a_path_open_refuses_is_refused_not_normalised(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     # A lexical '..' is not the kernel's: 'missing/../p.bin' is ENOENT for
-    # open(), and was p.bin for write_payload (kiln-np decode X ... missing/../X
+    # open(), and was p.bin for save_payload (kiln-np decode X ... missing/../X
     # replaced its own input X).
     monkeypatch.chdir(tmp_path)
     Path("p.bin").write_bytes(b"input")
     Path("dangling.bin").symlink_to("missing/../p.bin")
     with pytest.raises(OSError, match=re.escape(repr(where))) as info:
-        write_payload(where, u4([1]))
+        save_payload(where, u4([1]))
     assert isinstance(info.value, (FileNotFoundError, NotADirectoryError))
     assert Path("p.bin").read_bytes() == b"input"
     assert sorted(os.listdir()) == ["dangling.bin", "p.bin"]
@@ -810,7 +810,7 @@ def test_a_path_open_refuses_is_refused_not_normalised(
 def test_dotdot_after_a_symlinked_directory_goes_where_the_kernel_goes(tmp_path: Path) -> None:
     (tmp_path / "deep" / "sub").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "deep" / "sub")
-    write_payload(str(tmp_path / "link" / ".." / "p.bin"), u4([1, 2]))
+    save_payload(str(tmp_path / "link" / ".." / "p.bin"), u4([1, 2]))
     with open(tmp_path / "link" / ".." / "p.bin", "rb") as f:  # deep/p.bin, as open() resolves it
         assert f.read() == b"\x21"
     assert not (tmp_path / "p.bin").exists()
@@ -822,7 +822,7 @@ def test_a_path_that_is_not_a_regular_file_is_not_replaced(tmp_path: Path) -> No
     os.mkfifo(fifo)
     for target in (fifo, tmp_path):
         with pytest.raises(KilnError, match="expected a regular file, found a") as info:
-            write_payload(target, u4([1]))
+            save_payload(target, u4([1]))
         assert info.value.kind == "TYPE"
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert leftovers(tmp_path) == []
@@ -838,7 +838,7 @@ def test_shape_is_checked_before_length_everywhere(tmp_path: Path) -> None:
         lambda: to_numpy(Code.F64, bytes(7), (2**62, 4)),
         lambda: open_payload(path, Code.F64, (2**62, 4)),
         lambda: LazyPayload(path, Code.F64, (2**62, 4)),
-        lambda: write_payload(io.BytesIO(), [], code=Code.F64, shape=(2**62, 4)),
+        lambda: save_payload(io.BytesIO(), [], code=Code.F64, shape=(2**62, 4)),
     ):
         with pytest.raises(KilnError) as info:
             call()
@@ -896,7 +896,7 @@ def test_only_regular_files_are_opened(tmp_path: Path, special: str) -> None:
     for call in (
         lambda: open_payload(path, Code.U8, (0,)),
         lambda: LazyPayload(path, Code.U4, (0,)),
-        lambda: write_payload(path, u4([1]), offset=1),
+        lambda: save_payload(path, u4([1]), offset=1),
     ):
         with pytest.raises(KilnError, match="expected a regular file") as info:
             call()
@@ -940,7 +940,7 @@ def test_huge_integers_give_bounded_messages(tmp_path: Path) -> None:
         (lambda: LazyPayload(path, Code.U8, (10,), offset=huge), "TYPE"),
         (lambda: open_payload(path, Code.U8, (huge,)), "SHAPE"),
         (lambda: open_payload(path, huge, (1,)), "TYPE"),
-        (lambda: write_payload(path, u4([1]), offset=-huge), "TYPE"),
+        (lambda: save_payload(path, u4([1]), offset=-huge), "TYPE"),
     ):
         with pytest.raises(KilnError) as info:
             call()
@@ -967,7 +967,7 @@ def test_fspath_that_raises_or_returns_a_non_path_is_type(result: object) -> Non
     for call in (
         lambda: open_payload(path, Code.U8, (1,)),
         lambda: LazyPayload(path, Code.U8, (1,)),
-        lambda: write_payload(path, u4([1])),
+        lambda: save_payload(path, u4([1])),
     ):
         with pytest.raises(KilnError, match="path") as info:
             call()
@@ -1031,7 +1031,7 @@ def test_stepped_slices_gather_in_bounded_batches(
     monkeypatch.setattr(_files, "_GATHER_BYTES", 7)  # two 3-element u4 rows a batch
     arr = sample(DTYPES[Code.U4 - 1], (40, 3), seed=3)
     path = tmp_path / "p.bin"
-    write_payload(path, arr)
+    save_payload(path, arr)
     lazy = open_lazy(path, Code.U4, (40, 3))
     batches: list[int] = []
     gather, rows = LazyPayload._gather, LazyPayload._rows

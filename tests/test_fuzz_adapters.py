@@ -1,7 +1,7 @@
 """Hostile input at the entry points added after the core: the allow-list oracle.
 
 ``kiln_np.onnx``, the file functions (``open_payload``, ``LazyPayload``,
-``write_payload``) and the explore functions (``describe``, ``bit_histogram``,
+``save_payload``) and the explore functions (``describe``, ``bit_histogram``,
 ``bit_values``).  Each call returns a result consistent with ``byte_length``
 (checked by a round trip) or raises ``KilnError``.  The only other exceptions
 allowed, each where its entry point documents it:
@@ -702,12 +702,12 @@ def write_cases(draw: st.DrawFn) -> tuple[Any, Any, Any, Any, Any, bytes]:
 
 @settings(max_examples=FILE_EXAMPLES)
 @given(case=write_cases(), kind=st.sampled_from(["path", "path", "link", "file"]))
-def test_write_payload_oracle(case: tuple[Any, Any, Any, Any, Any, bytes], kind: str) -> None:
+def test_save_payload_oracle(case: tuple[Any, Any, Any, Any, Any, bytes], kind: str) -> None:
     source, code, shape, offset, layout, prefix = case
     with _target(kind, prefix) as target:
         replaced = kind != "file"  # written through a temporary file and a rename
         try:
-            info = kiln_np.write_payload(
+            info = kiln_np.save_payload(
                 target, source, code=code, shape=shape, offset=offset, layout=layout
             )
         except Exception as exc:
@@ -822,7 +822,7 @@ class _BadPath:
 F32 = np.zeros(1, np.float32)
 U8 = np.zeros(2, np.uint8)
 Q1 = Layout("q", 1)
-_write = kiln_np.write_payload
+_write = kiln_np.save_payload
 _open = kiln_np.open_payload
 _tensor: Any = ko.from_numpy  # called with hostile arguments
 _field: Any = ko.decode_field
@@ -852,7 +852,7 @@ REGRESSIONS: list[tuple[str, str, Any]] = [
     ("SHAPE", "open_payload f32 (0, 2**62)", lambda: _open(_f32_file(), 2, (0, 2**62))),
     ("SHAPE", "LazyPayload (0, 2**63-1, 2)", lambda: LazyPayload(_f32_file(), 17, (0, BIG, 2))),
     # ValueError "cannot fit 'int' into an offset-sized integer" from seek
-    ("TYPE", "write offset 2**70", lambda: kiln_np.write_payload(io.BytesIO(), U8, offset=2**70)),
+    ("TYPE", "write offset 2**70", lambda: kiln_np.save_payload(io.BytesIO(), U8, offset=2**70)),
     ("TYPE", "open_payload offset 2**63", lambda: _open(_f32_file(), 2, (2,), offset=2**63)),
     # ValueError "Exceeds the limit (4300 digits)" from formatting the value
     ("TYPE", "open_payload offset 10**5000", lambda: _open(_f32_file(), 2, (2,), offset=10**5000)),
@@ -861,7 +861,7 @@ REGRESSIONS: list[tuple[str, str, Any]] = [
     ("SHAPE", "opaque rank 64", lambda: _open(_f32_file(), 4096, (1,) * 64, layout=Q1)),
     # an open() that blocks forever on a FIFO
     ("TYPE", "open_payload of a FIFO", lambda: _open(_fifo(), 2, (2,))),
-    ("TYPE", "write_payload offset 1 into a FIFO", lambda: _write(_fifo(), U8, offset=1)),
+    ("TYPE", "save_payload offset 1 into a FIFO", lambda: _write(_fifo(), U8, offset=1)),
     # RuntimeError from __fspath__
     ("TYPE", "open_payload path whose __fspath__ raises", lambda: _open(_BadPath(), 2, (2,))),
     # TypeError "bad argument type for built-in operation", Unicode errors, from protobuf

@@ -173,7 +173,7 @@ def test_many_threads_decode_and_encode_identically() -> None:
 # -- files: nothing blocks, a stepped read costs what it selects ----------------------
 
 
-@pytest.mark.parametrize("call", ["open_payload", "LazyPayload", "write_payload-offset"])
+@pytest.mark.parametrize("call", ["open_payload", "LazyPayload", "save_payload-offset"])
 def test_a_fifo_is_refused_without_blocking(tmp_path: Path, call: str) -> None:
     """Opening a FIFO for reading blocks until a writer comes: it must never be opened."""
     fifo = tmp_path / "pipe"
@@ -181,9 +181,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path, call: str) -> None:
     calls: dict[str, Callable[[], object]] = {
         "open_payload": lambda: kiln_np.open_payload(fifo, Code.U8, (1,)),
         "LazyPayload": lambda: kiln_np.LazyPayload(fifo, Code.U4, (3,)),
-        "write_payload-offset": lambda: kiln_np.write_payload(
-            fifo, np.zeros(2, np.uint8), offset=4
-        ),
+        "save_payload-offset": lambda: kiln_np.save_payload(fifo, np.zeros(2, np.uint8), offset=4),
     }
     outcome: list[BaseException] = []
 

@@ -21,7 +21,7 @@ from ._core.table import (
     dtype_for_code,
     dtype_info,
 )
-from ._files.payload import LazyPayload, open_payload, write_payload
+from ._files.payload import LazyPayload, open_payload, save_payload
 from ._kernels.backend import kernel_backend
 from ._kernels.nibbles import pack_nibbles, unpack_nibbles
 from ._version import __version__
@@ -86,8 +86,8 @@ __all__ = [
     "open_weights",
     "pack_nibbles",
     "payload_info",
+    "save_payload",
     "save_weights",
     "to_numpy",
     "unpack_nibbles",
-    "write_payload",
 ]

@@ -169,10 +169,10 @@ def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 
 
     Each chunk is encoded by the worker that computes it and written to its
     own byte range of a temporary sibling of ``path`` (as
-    :func:`kiln_np.write_payload` names it), which is renamed over ``path``
+    :func:`kiln_np.save_payload` names it), which is renamed over ``path``
     once every chunk is written (on failure it is removed and ``path`` is
     untouched; a symlink is written through and permission bits kept, as
-    ``write_payload`` does).  Trailing axes are rechunked whole, so each
+    ``save_payload`` does).  Trailing axes are rechunked whole, so each
     chunk is one contiguous byte range; for 4-bit codes with an odd row size
     the axis-0 chunk boundaries move down to even rows, so no two chunks
     share a byte.

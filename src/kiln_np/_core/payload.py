@@ -54,7 +54,7 @@ class PayloadInfo:
     Built from untrusted facts, and checked on construction in the order the
     module docstring gives; once built, everything derived from it (element
     count, exact byte length, decoded dtype and shape, the context that starts
-    every message) is a plain attribute.  :func:`kiln_np.write_payload`
+    every message) is a plain attribute.  :func:`kiln_np.save_payload`
     returns one, with the payload's ``offset`` in the file.
 
     Parameters

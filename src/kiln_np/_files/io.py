@@ -116,7 +116,7 @@ def replacing(path: str, offset: int = 0) -> Iterator[tuple[str, IO[bytes]]]:
     permission bits (``0o777``) go to the new file, which is created ``0600``
     until then.  A hard link is not: the rename gives ``path`` a new inode, so
     other names of the old file keep the old bytes.  An ``OSError`` names
-    ``path``, never the temporary name.  Used by :func:`write_payload`,
+    ``path``, never the temporary name.  Used by :func:`save_payload`,
     ``kiln_np.dask.to_payload`` and the CLI's outputs.
 
     Raises

@@ -23,7 +23,7 @@ rules this module keeps:
   bool come back as a :class:`LazyPayload`, which decodes only the rows it is
   asked for and checks exactly the bytes it reads (a bad bool byte or a
   nonzero final padding nibble is TYPE when read, not when opened).
-- **Writing.**  :func:`write_payload` encodes an array, or an iterable of
+- **Writing.**  :func:`save_payload` encodes an array, or an iterable of
   C-order chunks along axis 0, with memory bounded by the chunk size.  A
   chunk boundary on an odd 4-bit element carries the unpaired nibble into the
   next chunk.  To a path it writes a temporary sibling and renames it over
@@ -68,12 +68,12 @@ __all__ = [
     "CHUNK_BYTES",
     "LazyPayload",
     "open_payload",
-    "write_payload",
+    "save_payload",
 ]
 
 CHUNK_BYTES = 16 << 20
 """Default chunk size (decoded bytes) for :meth:`LazyPayload.iter_chunks`
-and for splitting one large array in :func:`write_payload`."""
+and for splitting one large array in :func:`save_payload`."""
 
 _GATHER_BYTES = 1 << 20  # decoded bytes per batch of a stepped slice: bounds its scratch
 
@@ -717,7 +717,7 @@ def _stream_to(
 
 
 @set_module("kiln_np")
-def write_payload(
+def save_payload(
     path_or_file: PathLike | IO[bytes],
     array_or_chunks: object,
     *,
@@ -786,7 +786,7 @@ def write_payload(
     >>> chunks = (np.array(c, dtype=ml_dtypes.uint4) for c in ([1, 2, 3], [4, 5]))
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     path = os.path.join(tmp, "u4.bin")
-    ...     print(write_payload(path, chunks))
+    ...     print(save_payload(path, chunks))
     ...     print(Path(path).read_bytes().hex(" "))
     PayloadInfo(code=<Code.U4: 17>, shape=(5,), layout=None, offset=0, byte_length=3)
     21 43 05

@@ -41,7 +41,7 @@ from kiln_np._explore import Description, summarize
 from kiln_np._explore.golden import CaseResult, format_table, load_cases, run_case
 from kiln_np._files.io import replacing
 from kiln_np._files.npy import npy_header, read_npy_header
-from kiln_np._files.payload import write_payload
+from kiln_np._files.payload import save_payload
 from kiln_np._kernels.nibbles import check_padding
 from kiln_np._version import __version__
 from kiln_np._weights.tensors import Weights, WeightTensor
@@ -548,7 +548,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     _refuse_overwrite(args.output, {_identity(npy.stat): args.input})
     try:
         # Streamed in bounded chunks; a dtype other than --code's is TYPE (never cast).
-        written = write_payload(args.output, npy.array, code=code)
+        written = save_payload(args.output, npy.array, code=code)
     except OSError as exc:
         raise _file_error("write", args.output, exc) from exc
     record, text = _conversion("kiln-np-encode/1", args.input, args.output, written)
