@@ -1,12 +1,13 @@
-"""The I/O primitives: one way to open a file to read, one to write all of a buffer,
-one to replace a file and one to replace a directory crash-safely.
+"""The I/O primitives: one way to open a file to read, one to fill a buffer from it, one
+to write all of a buffer, one to replace a file and one to replace a directory crash-safely.
 
 Every file kiln_np reads is opened by :func:`open_regular` (or its unbuffered
 :func:`open_regular_raw`): anything but a regular file is refused before it is
 opened, so a FIFO never blocks and a device never streams forever.  Every file it
 writes goes through :func:`replacing` (a temporary sibling renamed over the target
 on success) and every directory through :func:`building_directory`; every loop that
-must write a whole buffer is :func:`write_all`.
+must write a whole buffer is :func:`write_all`, and every one that must fill a buffer
+from a raw file :func:`read_all`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "building_directory",
     "open_regular",
     "open_regular_raw",
+    "read_all",
     "replacing",
     "write_all",
 ]
@@ -70,6 +72,30 @@ def open_regular_raw(path: str) -> io.FileIO:
     """:func:`open_regular`, unbuffered: the raw file, for ``readinto`` and
     ``os.copy_file_range`` (the weight-file readers and writers)."""
     return io.FileIO(_regular_fd(path), "r")
+
+
+def read_all(f: io.RawIOBase, view: memoryview) -> int:
+    """Fill ``view`` from the raw file ``f`` (one ``readinto`` may return less
+    than asked); the number of bytes read, fewer only where the file ended.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     _ = f.write(b"abc")
+    ...     f.flush()
+    ...     view = memoryview(bytearray(5))
+    ...     with open_regular_raw(f.name) as raw:
+    ...         read_all(raw, view), bytes(view)
+    (3, b'abc\\x00\\x00')
+    """
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _regular_fd(path: str) -> int:

@@ -61,8 +61,10 @@ from kiln_np._core.checks import (
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, CodeLike, Layout, ShapeLike, check_shape, code_label, resolve
-from kiln_np._files.io import open_regular, replacing, write_all
 from kiln_np._kernels import nibbles
+
+from .chunks import check_padding_read, decode_span, file_where
+from .io import open_regular, replacing, write_all
 
 __all__ = [
     "CHUNK_BYTES",
@@ -86,7 +88,7 @@ PathLike = str | os.PathLike[str]
 def _check_file_length(path: str, info: PayloadInfo, size: int, exact: bool) -> None:
     """LENGTH unless the file of ``size`` bytes holds the payload at ``info.offset``
     (and, ``exact``, nothing after it)."""
-    where = f"{path!r} at offset {info.offset}: "
+    where = file_where(path, info)
     if info.offset > size:
         raise KilnError(
             "LENGTH",
@@ -344,20 +346,14 @@ class LazyPayload:
     def _rows(self, r0: int, r1: int) -> np.ndarray:
         """Decode leading-axis rows ``[r0, r1)`` into a new array."""
         shape = (r1 - r0, *self.shape[1:])
-        element = self.info.element
         e0, e1 = r0 * self._row_elems, r1 * self._row_elems
-        if element.packed:
-            self._check_padding(e0, e1)
-            b0 = e0 // 2
-            out = np.empty(2 * ((e1 + 1) // 2 - b0), U8)
-            nibbles.unpack_into(self._map[b0 : (e1 + 1) // 2], out, out.size)
-            # An odd first element is the high nibble of byte b0: skip one.
-            first = e0 % 2
-            return out[first : first + e1 - e0].view(element.dtype).reshape(shape)
-        width = self.dtype.itemsize
-        src = self._map[e0 * width : e1 * width]
-        self._check_bool(src, lambda index: e0 + index, f"read in rows {r0}..{r1 - 1}")
-        return self._host_order(src.copy()).reshape(shape)
+        if self.info.packed:
+            src = self._map[e0 // 2 : (e1 + 1) // 2]  # unpacked into a new array
+        else:
+            width = self.dtype.itemsize
+            src = self._map[e0 * width : e1 * width].copy()  # never aliases the file
+        note = f"read in rows {r0}..{r1 - 1}"
+        return decode_span(self.info, src, e0, e1, note=note).reshape(shape)
 
     def _stepped(self, rows: range) -> np.ndarray:
         """Decode the rows of ``rows`` (a step other than 1) into a new array,
@@ -398,7 +394,7 @@ class LazyPayload:
                 f"read in rows {rows[0]}..{rows[-1]} step {step}",
             )
             return self._host_order(src.reshape(-1)).reshape(n, r)
-        self._check_padding(rows[-1] * r, (rows[-1] + 1) * r)
+        check_padding_read(self.info, self._map, rows[-1] * r, (rows[-1] + 1) * r)
         out = np.empty((n, r), U8)
         # Rows of an odd length alternate between starting on a low and a high
         # nibble; an even step keeps one parity, an odd one alternates it, so
@@ -418,12 +414,6 @@ class LazyPayload:
             nibbles.unpack_into(np.ascontiguousarray(windows).reshape(-1), unpacked, unpacked.size)
             out[j::parts] = unpacked.reshape(len(sub), 2 * span)[:, first : first + r]
         return out.view(element.dtype)
-
-    def _check_padding(self, e0: int, e1: int) -> None:
-        """The padding nibble is checked when the last element is read."""
-        count = self.info.count
-        if e1 == count and e1 > e0:
-            nibbles.check_padding(self._map, count, self.info.context)
 
     def _check_bool(self, src: np.ndarray, element_of: Callable[[int], int], where: str) -> None:
         """Check the bytes read of a bool payload; a bad byte's index is re-aimed at
