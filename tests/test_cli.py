@@ -24,9 +24,12 @@ import pytest
 from _helpers import bits, kiln_np_exe
 
 import kiln_np
-from kiln_np import DTYPES, cli, from_numpy
+from kiln_np import DTYPES, from_numpy
 from kiln_np._core.table import code_label
-from kiln_np.cli import _Progress, main
+from kiln_np._files import chunks
+from kiln_np.cli import entry as cli_entry
+from kiln_np.cli import main, payloads
+from kiln_np.cli.output import Progress
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -231,7 +234,7 @@ def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: Runner) -> 
 
 
 def test_decode_reads_in_chunks(work: Path, run: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "_READ_BYTES", 3)  # odd: 4-bit chunks must still start on a byte
+    monkeypatch.setattr(chunks, "READ_BYTES", 3)  # odd: 4-bit chunks must still start on a byte
     values = np.array([1, 2, 3, 4, 5, 6, 7], ml_dtypes.uint4)
     Path("u4.kiln").write_bytes(bytes(from_numpy(values).data))
     run("decode", "u4.kiln", "--code", "u4", "--shape", "7", "u4.npy").ok()
@@ -260,15 +263,15 @@ def test_decode_reads_in_chunks(work: Path, run: Runner, monkeypatch: pytest.Mon
 def test_a_file_that_shrinks_while_read_is_a_clean_error(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_READ_BYTES", 16)
-    args = cli._parser().parse_args(
+    monkeypatch.setattr(chunks, "READ_BYTES", 16)
+    args = cli_entry.parser().parse_args(
         ["decode", "f32x12.kiln", "--code", "f32", "--shape", "12", "x"]
     )
-    chunks = cli._chunks(cli._open_input(args, exact=True))
-    assert next(chunks).tolist() == [0.0, 1.0, 2.0, 3.0]
+    read = payloads._chunks(payloads._open_input(args, exact=True))
+    assert next(read).tolist() == [0.0, 1.0, 2.0, 3.0]
     os.truncate("f32x12.kiln", 20)  # another process cuts the file
     with pytest.raises(kiln_np.KilnError) as info:
-        next(chunks)
+        next(read)
     assert info.value.kind == "LENGTH"
     assert (
         "the file shrank while read: code 2 (f32) shape (12,): expected 12 x 4 = 48 bytes, "
@@ -814,7 +817,7 @@ class _Terminal(io.StringIO):
 def test_progress_bar_only_on_a_terminal() -> None:
     tty, pipe = _Terminal(), io.StringIO()
     for stream in (tty, pipe):
-        with _Progress(4, "export", stream) as bar:
+        with Progress(4, "export", stream) as bar:
             for _ in range(4):
                 bar.advance(1)
     assert pipe.getvalue() == ""

@@ -1,0 +1,112 @@
+"""The entry point: the parser assembled from each command group's subparser
+functions, :func:`run` (one command, its exit status) and :func:`main` (the
+console script: every error one line on stderr, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from kiln_np._core.errors import KilnError
+from kiln_np._version import __version__
+
+from .errors import CliError
+from .golden import add_golden
+from .onnx import add_onnx
+from .payloads import add_decode, add_encode, add_inspect
+from .weights import add_convert, add_ls
+
+__all__ = ["main", "parser", "run"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, like every other error, instead of argparse's usage block.
+        print(f"kiln-np: USAGE: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+_COMMANDS: list[Callable[[Any], None]] = [
+    add_golden,
+    add_encode,
+    add_decode,
+    add_inspect,
+    add_onnx,
+    add_ls,
+    add_convert,
+]
+"""One subparser function per command, in the order ``--help`` lists them."""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``kiln-np`` parser: every command, each with its ``run`` default.
+
+    Examples
+    --------
+    >>> parser().parse_args(["ls", "model.gguf"]).path
+    'model.gguf'
+    """
+    top = _Parser(
+        prog="kiln-np",
+        description="Kiln tensor payloads <-> numpy arrays, bit for bit.",
+        epilog="Errors: one line 'kiln-np: KIND: message' on stderr, exit status 2. "
+        "See docs/cli.md.",
+    )
+    top.add_argument("--version", action="version", version=f"kiln-np {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
+    return top
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run one command and return its exit status; errors propagate
+    (:class:`KilnError` and the like), which :func:`main` prints as one line.
+
+    A malformed command line exits (status 2) as argparse does.
+
+    Examples
+    --------
+    >>> run(["golden"])  # doctest: +ELLIPSIS
+    case  code  dtype ...
+    0
+    """
+    args = parser().parse_args(argv)
+    status: int = args.run(args)
+    return status
+
+
+_UTF8 = frozenset({"utf-8", "utf8"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["golden", "--json"])  # doctest: +ELLIPSIS
+    {"format": "kiln-np-golden/1", ...}
+    0
+    """
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.encoding.lower() in _UTF8:
+        # A path from argv may hold undecodable bytes (as surrogates): print them
+        # back as the bytes they were, as ls does, instead of failing to encode.
+        sys.stdout.reconfigure(errors="surrogateescape")
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except KilnError as exc:
+        print(f"kiln-np: {exc}", file=sys.stderr)
+        return 2
+    except CliError as exc:
+        print(f"kiln-np: {exc.kind}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`kiln-np inspect ... | head`): end quietly, as a
+        # command killed by SIGPIPE would, and keep Python's exit-time flush silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -1,0 +1,118 @@
+"""What the command line prints: one JSON object (``--json``, ``docs/cli.md``) or
+text, tables of aligned columns, and a progress bar on stderr, drawn only when
+it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, TextIO
+
+from kiln_np._core.table import Layout
+
+__all__ = ["Progress", "emit", "layout_json", "print_json", "shape_text", "table"]
+
+
+def print_json(record: dict[str, Any]) -> None:
+    """Print ``record`` as one line of strict JSON (no NaN or Infinity).
+
+    Examples
+    --------
+    >>> print_json({"format": "kiln-np-ls/1", "tensors": []})
+    {"format": "kiln-np-ls/1", "tensors": []}
+    """
+    print(json.dumps(record, allow_nan=False))
+
+
+def emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
+    """Print ``record`` with ``--json``, else ``text``."""
+    if args.json:
+        print_json(record)
+    else:
+        print(text)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as text: ``3x4``, ``()`` for a scalar.
+
+    Examples
+    --------
+    >>> shape_text([3, 4]), shape_text([])
+    ('3x4', '()')
+    """
+    return "x".join(map(str, shape)) or "()"
+
+
+def layout_json(layout: Layout | None) -> dict[str, Any] | None:
+    """A layout as JSON: ``{"name": ..., "block_size": ...}``, or ``None``."""
+    return None if layout is None else {"name": layout.name, "block_size": layout.block_size}
+
+
+def table(rows: list[list[str]]) -> str:
+    """Rows of cells in aligned columns, the last (byte counts) to the right.
+
+    Examples
+    --------
+    >>> print(table([["name", "bytes"], ["w", "24"], ["bias", "4"]]))
+    name  bytes
+    w        24
+    bias      4
+    """
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {len(widths) - 1}  # the byte counts
+    return "\n".join(
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    )
+
+
+class Progress:
+    """A one-line progress bar on ``stream``, drawn only when it is a terminal.
+
+    Examples
+    --------
+    >>> import io
+    >>> with Progress(4, "decode", io.StringIO()) as bar:  # not a terminal: nothing drawn
+    ...     bar.advance(4)
+    >>> bar.done, bar.enabled
+    (4, False)
+    """
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = self.stream.isatty()
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.drawn = 0.0
+
+    def advance(self, step: int) -> None:
+        self.done += step
+        now = time.monotonic()
+        if self.enabled and (now - self.drawn >= 0.1 or self.done >= self.total):
+            self.drawn = now
+            share = self.done / self.total if self.total else 1.0
+            bar = "#" * int(30 * share)
+            self.stream.write(f"\r{self.label} [{bar:<30}] {100 * share:5.1f}%")
+            self.stream.flush()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.enabled and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,210 @@
+"""Weight files on the command line: opening and saving them for any command (an
+``OSError`` is FILE), the files a conversion reads, and the ``ls`` and
+``convert`` commands.
+
+The one module of the command line that imports the weight-file API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np.formats import open_weights, save_weights
+
+from .args import json_flag, parse_size, subparser
+from .errors import file_error
+from .files import Inputs, identity, refuse_directory_over_inputs, refuse_overwrite, stat_or_none
+from .output import Progress, emit, layout_json, print_json, shape_text, table
+
+__all__ = ["add_convert", "add_ls", "open_weights_file", "save_weights_file"]
+
+
+def open_weights_file(path: str) -> Weights:
+    """:func:`kiln_np.open_weights`, an ``OSError`` as FILE naming the user's own
+    spelling of the path, or the shard the error is about."""
+    try:
+        return open_weights(path)
+    except OSError as exc:
+        named = path if exc.filename in (None, os.path.abspath(path)) else exc.filename
+        raise file_error("read", named, exc) from exc
+
+
+def save_weights_file(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Any],
+    label: str,
+    total_bytes: int,
+    *,
+    format: str,
+    metadata: Mapping[str, Any] | None,
+    max_shard_size: int | None = None,
+) -> None:
+    """:func:`kiln_np.save_weights` with a progress bar ``label`` over the
+    payload bytes, an ``OSError`` as FILE naming ``path``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = os.path.join(tmp, "w")
+    ...     save_weights_file(out, {"b": np.ones(2, "<f4")}, "export", 8, format="kiln",
+    ...                       metadata=None)
+    ...     sorted(os.listdir(out))
+    ['0000_b.kiln', 'manifest.json']
+    """
+    with Progress(max(total_bytes, 1), label) as bar:
+        try:
+            save_weights(
+                path,
+                tensors,
+                format=format,
+                metadata=metadata,
+                max_shard_size=max_shard_size,
+                progress=bar.advance,
+            )
+        except OSError as exc:
+            raise file_error("write", path, exc) from exc
+        bar.advance(bar.total - bar.done)
+
+
+def _inputs(weights: Weights) -> Inputs:
+    """Every file a conversion reads: the tensors' files and what was opened."""
+    paths = dict.fromkeys([weights.path, *(t.path for t in weights.values() if t.path)])
+    stats = {path: stat_or_none(path) for path in paths}
+    return {identity(st): path for path, st in stats.items() if st is not None}
+
+
+def _tensor_record(t: WeightTensor) -> dict[str, Any]:
+    info = t.info
+    return {
+        "name": t.name,
+        "format_dtype": t.format_dtype,
+        "code": int(info.code),
+        "kiln": info.layout.name if info.layout else info.element.name,
+        "layout": layout_json(info.layout),
+        "shape": list(info.shape),
+        "byte_length": info.byte_length,
+    }
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    with open_weights_file(args.path) as weights:
+        tensors = [_tensor_record(t) for t in weights.values()]
+        record = {
+            "format": "kiln-np-ls/1",
+            "path": args.path,
+            "weights_format": weights.format,
+            "byte_length": weights.byte_length,
+            "tensors": tensors,
+        }
+    if args.json:
+        print_json(record)
+        return 0
+    rows = [["name", "dtype", "kiln", "shape", "bytes"]]
+    rows += [
+        [t["name"], t["format_dtype"], t["kiln"], shape_text(t["shape"]), str(t["byte_length"])]
+        for t in tensors
+    ]
+    print(table(rows))
+    total, fmt = record["byte_length"], record["weights_format"]
+    print(f"{len(tensors)} tensors, {total} payload bytes ({fmt})")
+    return 0
+
+
+def _carried_metadata(weights: Weights, to: str) -> Mapping[str, Any] | None:
+    """The source's metadata when the target format can hold it, else None."""
+    metadata = weights.metadata
+    if to in ("kiln", weights.format):
+        return metadata
+    all_text = all(isinstance(v, str) for v in metadata.values())
+    if to == "gguf" and getattr(metadata, "types", None) is not None:
+        return metadata
+    return metadata if all_text else None
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    limit = None if args.max_shard_size is None else parse_size(args.max_shard_size)
+    with open_weights_file(args.src) as weights:
+        inputs = _inputs(weights)
+        refuse_overwrite(args.dst, inputs)
+        refuse_directory_over_inputs(args.dst, inputs)
+        metadata = _carried_metadata(weights, args.to)
+        save_weights_file(
+            args.dst,
+            weights,
+            f"convert {args.src}",
+            weights.byte_length,
+            format=args.to,
+            metadata=metadata,
+            max_shard_size=limit,
+        )
+        record = {
+            "format": "kiln-np-convert/1",
+            "input": args.src,
+            "output": args.dst,
+            "from": weights.format,
+            "to": args.to,
+            "tensors": len(weights),
+            "byte_length": weights.byte_length,
+            "metadata": "carried" if metadata is not None else "dropped",
+        }
+    dropped = (
+        ""
+        if metadata is not None
+        else f"; {record['from']} metadata not carried ({args.to} cannot hold it)"
+    )
+    emit(
+        args,
+        record,
+        f"{args.dst}: {record['tensors']} tensors, {record['byte_length']} payload bytes, "
+        f"{record['from']} -> {args.to}{dropped}",
+    )
+    return 0
+
+
+def add_ls(sub: Any) -> None:
+    """The ``ls`` command."""
+    parser = subparser(
+        sub,
+        "ls",
+        "list the tensors of a weight file",
+        "List the tensors of a weight file (safetensors, a sharded checkpoint, GGUF, ONNX, a "
+        "Kiln payload directory): name, the format's dtype, the Kiln code or layout, shape, "
+        "payload bytes.  Only headers are read.",
+        ["kiln-np ls model.safetensors", "kiln-np ls llama.gguf --json"],
+    )
+    parser.add_argument("path", metavar="PATH")
+    json_flag(parser, "print one JSON object, a row per tensor")
+    parser.set_defaults(run=_cmd_ls)
+
+
+def add_convert(sub: Any) -> None:
+    """The ``convert`` command."""
+    parser = subparser(
+        sub,
+        "convert",
+        "write a weight file in another format",
+        "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
+        "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
+        "before anything is written.  Metadata goes along when the target can hold it.",
+        [
+            "kiln-np convert model.safetensors weights/ --to kiln",
+            "kiln-np convert model.gguf model.safetensors --to safetensors",
+            "kiln-np convert big.safetensors ckpt/ --to safetensors --max-shard-size 5000000000",
+        ],
+    )
+    parser.add_argument("src", metavar="SRC")
+    parser.add_argument("dst", metavar="DST")
+    parser.add_argument("--to", required=True, choices=["safetensors", "gguf", "kiln"])
+    parser.add_argument(
+        "--max-shard-size",
+        metavar="BYTES",
+        help="write shards (safetensors: DST is a directory with an index) or GGUF splits",
+    )
+    json_flag(parser)
+    parser.set_defaults(run=_cmd_convert)
