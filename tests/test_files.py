@@ -42,6 +42,7 @@ from kiln_np import (
 from kiln_np._core import checks as _checks
 from kiln_np._files import io as _io
 from kiln_np._files import payload as _files
+from kiln_np._files import saving as _saving
 
 WHOLE = [r for r in DTYPES if not r.packed]
 MAPPED = [r for r in WHOLE if r.code != Code.BOOL]
@@ -411,15 +412,15 @@ def test_lazy_payload_streams_into_save_payload(tmp_path: Path) -> None:
 def test_big_array_is_written_in_bounded_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_files, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_saving, "CHUNK_BYTES", 16)
     seen: list[int] = []
-    real = _files._Stream.feed
+    real = _saving._Stream.feed
 
-    def feed(self: _files._Stream, chunk: object) -> None:
+    def feed(self: _saving._Stream, chunk: object) -> None:
         seen.append(np.asarray(chunk).nbytes)
         real(self, chunk)
 
-    monkeypatch.setattr(_files._Stream, "feed", feed)
+    monkeypatch.setattr(_saving._Stream, "feed", feed)
     arr = sample(DTYPES[Code.E2M1 - 1], (10, 3))
     path = tmp_path / "p.bin"
     save_payload(path, arr)
@@ -556,7 +557,7 @@ def test_shift_in_moves_every_nibble_up_one() -> None:
     for count in range(1, 9):
         values = np.arange(1, count + 1, dtype=np.uint8) % 16
         packed = kiln_np.pack_nibbles(values)
-        shifted = _files._shift_in(0xA, packed, count)
+        shifted = _saving._shift_in(0xA, packed, count)
         assert bits(shifted) == bits(kiln_np.pack_nibbles(np.r_[np.uint8(0xA), values]))
 
 

@@ -21,7 +21,8 @@ from ._core.table import (
     dtype_for_code,
     dtype_info,
 )
-from ._files.payload import LazyPayload, open_payload, save_payload
+from ._files.payload import LazyPayload, open_payload
+from ._files.saving import save_payload
 from ._kernels.backend import kernel_backend
 from ._kernels.nibbles import pack_nibbles, unpack_nibbles
 from ._version import __version__

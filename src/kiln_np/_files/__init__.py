@@ -1,5 +1,7 @@
-"""Files: the I/O primitives every file output and input goes through, payload files
-(``open_payload``, ``LazyPayload``, ``save_payload``) and ``.npy`` headers.
+"""Files: the I/O primitives every file output and input goes through (``io``), a
+payload's checked chunks (``chunks``), payload files read (``payload``:
+``open_payload``, ``LazyPayload``) and written (``saving``: ``save_payload``), and
+``.npy`` headers (``npy``).
 
 They import the core, the kernels and the codec; no format adapter.
 """

@@ -26,7 +26,7 @@ from kiln_np._core.table import DType, Layout, code_label, code_range, row_for_d
 from kiln_np._explore import Description, summarize
 from kiln_np._files.chunks import file_where, read_chunks
 from kiln_np._files.npy import npy_header, read_npy_header
-from kiln_np._files.payload import save_payload
+from kiln_np._files.saving import save_payload
 
 from .args import describe_payload, json_flag, parse_code, parse_first, payload_args, subparser
 from .errors import CliError, file_error
