@@ -4,9 +4,9 @@
     python fuzz/run.py hypothesis --examples 2000 --match onnx
     python fuzz/run.py atheris --seconds 600        # needs: pip install atheris
 
-``hypothesis`` runs the ``test_*_oracle`` properties of tests/test_fuzz.py (the
-core), tests/test_fuzz_adapters.py (``kiln_np.onnx``, the file functions and
-the explore functions) and tests/test_fuzz_cli.py (``kiln-np`` command lines and
+``hypothesis`` runs the ``test_*_oracle`` properties of tests/fuzz/test_fuzz.py (the
+core), tests/fuzz/test_fuzz_adapters.py (``kiln_np.onnx``, the file functions and
+the explore functions) and tests/fuzz/test_fuzz_cli.py (``kiln-np`` command lines and
 ``.npy`` headers) with many more, non-derandomized examples: the allow-list
 oracle, a result consistent with ``byte_length`` or ``KilnError`` (plus the few
 documented exceptions listed in each file's docstring).  It counts the calls each
@@ -39,13 +39,13 @@ from kiln_np import onnx as ko
 from kiln_np import safetensors as kst
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
-PROPERTY_MODULES = [
-    "test_fuzz",
-    "test_fuzz_adapters",
-    "test_fuzz_cli",
-    "test_fuzz_gguf",
-    "test_safetensors",
-    "test_weights",
+PROPERTY_MODULES = [  # (folder of tests/, module)
+    ("fuzz", "test_fuzz"),
+    ("fuzz", "test_fuzz_adapters"),
+    ("fuzz", "test_fuzz_cli"),
+    ("fuzz", "test_fuzz_gguf"),
+    ("formats", "test_safetensors"),
+    ("formats", "test_weights"),
 ]
 
 ENTRY_POINTS: list[tuple[Any, str, list[str]]] = [
@@ -136,11 +136,11 @@ def run_hypothesis(examples: int, match: str) -> int:
         suppress_health_check=list(HealthCheck),
     )
     settings.load_profile("fuzz")
-    sys.path.insert(0, str(TESTS))
+    sys.path[:0] = [str(TESTS), *sorted({str(TESTS / folder) for folder, _ in PROPERTY_MODULES})]
     calls: defaultdict[str, Counter[str]] = defaultdict(Counter)
     _count_calls(calls)
     properties = []
-    for module_name in PROPERTY_MODULES:
+    for _, module_name in PROPERTY_MODULES:
         module = __import__(module_name)
         properties += [
             getattr(module, n)

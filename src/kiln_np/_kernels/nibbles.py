@@ -13,7 +13,7 @@ Two implementations, one contract
   C compiler exists; an optional extension, so the install succeeds without
   one.
 - **numpy** (below): the portable fallback and the reference the compiled
-  kernels are tested against, bit for bit (``tests/test_kernels.py``).
+  kernels are tested against, bit for bit (``tests/kernels/test_kernels.py``).
   ``KILN_NP_PURE=1`` in the environment (read at import) forces it.
   :func:`kernel_backend` says which one runs.
 

@@ -19,7 +19,7 @@ chosen by its ``COMPILED`` flag (``KILN_NP_PURE=1`` turns it off):
   ``kiln_np._kernels``): one pass each, split over the thread pool on groups
   of four elements (the ``COMPILED_*`` thresholds).
 - **numpy** (below): the fallback and the reference the compiled kernels are
-  tested against bit for bit (``tests/test_onnx_kernels.py``).  The bulk
+  tested against bit for bit (``tests/kernels/test_onnx_kernels.py``).  The bulk
   work runs on ``'<u4'`` lanes (one lane = four unpacked bytes = one packed
   2-bit byte or one 3-byte 6-bit group) in cache-sized chunks, split across
   the thread pool on multiples of ``CHUNK_LANES``.  Shifts and masks are

@@ -37,7 +37,7 @@ COUNTED = [r for r in DTYPES if r.bits <= 16]
 SMALL = [r for r in DTYPES if r.bits <= 8]
 WIDE = [r for r in DTYPES if r.bits > 16]
 FLOATS = [r for r in DTYPES if r.name in ("f64", "f32", "f16", "bf16")]
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 E8M0 = ml_dtypes.float8_e8m0fnu
 E2M1 = ml_dtypes.float4_e2m1fn
 

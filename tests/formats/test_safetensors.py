@@ -28,7 +28,7 @@ from kiln_np import safetensors as kst
 from kiln_np._core.foreign import FOREIGN_BY_NAME
 from kiln_np.safetensors._types import BY_NAME
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 st_deserialize: Any = safetensors.deserialize  # the package ships no annotations for it
 
 # safetensors name -> (the package's TensorSpec dtype, bytes per element or None for F4)

@@ -45,7 +45,7 @@ E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 MXFP4 = Layout("ggml.mxfp4", 17)
 NVFP4 = Layout("ggml.nvfp4", 36)
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "mx.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "mx.md"
 CANONICAL_NAN = {
     np.dtype(np.float32): 0x7FC00000,
     np.dtype(np.float64): 0x7FF8000000000000,

@@ -10,7 +10,7 @@ import pytest
 from kiln_np._explore.golden import Case, CaseFileError, load_cases, run_case
 
 CASES = load_cases()
-REPO_GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+REPO_GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

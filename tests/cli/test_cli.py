@@ -31,7 +31,7 @@ from kiln_np.cli import entry as cli_entry
 from kiln_np.cli import main, payloads
 from kiln_np.cli.output import Progress
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 class Run:

@@ -1,6 +1,6 @@
 """The ONNX 2- and 6-bit kernels: bit-exact at every chunk and thread boundary.
 
-Mirrors tests/test_nibbles.py and tests/test_kernels.py: the kernels of
+Mirrors tests/kernels/test_nibbles.py and tests/kernels/test_kernels.py: the kernels of
 ``kiln_np.onnx._subbyte`` are checked, compiled and numpy alike (the
 ``backend`` fixture switches ``_backend.COMPILED``, so both run whatever
 ``KILN_NP_PURE`` says), against a bit-by-bit numpy reference, at the lengths

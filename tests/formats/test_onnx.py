@@ -124,7 +124,7 @@ def _doc_row(row: ko.OnnxType) -> str:
 
 
 def test_docs_table_matches() -> None:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "onnx.md").read_text("utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "onnx.md").read_text("utf-8")
     lines = text.splitlines()
     start = lines.index("| value | name | bits | typed field | numpy dtype | Kiln |") + 2
     assert lines[start : start + len(ROWS)] == [_doc_row(r) for r in ROWS]

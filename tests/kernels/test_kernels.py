@@ -504,7 +504,7 @@ def every_kernel(kernels: Any) -> list[bytes]:
     ],
 )
 def test_the_other_builds_of_the_kernels_agree(tmp_path: Path, define: str) -> None:
-    source = Path(__file__).parents[1] / "src" / "kiln_np" / "_kernels" / "native.c"
+    source = Path(__file__).parents[2] / "src" / "kiln_np" / "_kernels" / "native.c"
     target = tmp_path / f"native{sysconfig.get_config_var('EXT_SUFFIX')}"
     compiler = shlex.split(sysconfig.get_config_var("CC"))
     include = sysconfig.get_paths()["include"]

@@ -1105,7 +1105,7 @@ def test_doctests_leave_no_temporary_files(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     if source.endswith(".md"):
-        root = Path(__file__).resolve().parents[1]
+        root = Path(__file__).resolve().parents[2]
         result = doctest.testfile(str(root / source), module_relative=False, optionflags=flags)
     else:
         result = doctest.testmod(importlib.import_module(source), optionflags=flags)

@@ -2,7 +2,7 @@
 
 For well-formed tensors the two must agree on dtype, shape and every byte.
 Where they part (onnx accepts what the seed or Kiln rules out), the tests are
-in tests/test_onnx.py under "the seed wins".
+in tests/formats/test_onnx.py under "the seed wins".
 """
 
 from __future__ import annotations

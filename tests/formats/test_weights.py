@@ -645,7 +645,7 @@ def test_weights_md_safetensors_table_is_the_code_table() -> None:
     from kiln_np import safetensors as kst
     from kiln_np._core.table import code_label
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "weights.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "weights.md").read_text()
     block = text.split("<!-- safetensors-dtypes")[1].split("<!-- /safetensors-dtypes -->")[0]
     rows = [line for line in block.splitlines() if line.startswith("| ") and "---" not in line]
     expected = ["| safetensors | bits | Kiln code | layout |"]
@@ -672,7 +672,7 @@ def test_detection_order_is_the_format_table() -> None:
 
     names = [f.name for f in formats.FORMATS]
     assert names == ["kiln", "safetensors", "gguf", "onnx"]
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "weights.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "weights.md").read_text()
     opening = doc.split("## Opening")[1].split("\n## ")[0]
     assert _detection_order(opening) == names
     assert _detection_order(formats.__doc__ or "") == names
@@ -925,7 +925,7 @@ def test_cli_inspect_a_tensor(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def _documented_keys(section: str) -> list[str]:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     block = text.split(f"<!-- {section} -->")[1].split(f"<!-- /{section} -->")[0]
     return re.findall(r"^\| `(\w+)` \|", block, re.M)
 
