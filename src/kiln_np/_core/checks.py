@@ -3,7 +3,7 @@
 Everything here has a public name: a leading underscore means "used only in
 this module", so helpers that several modules need live here instead of being
 imported across modules as ``_name``.  Nothing here knows about dtype codes;
-the table (``_table``) and the payload description (``_payload``) build on it.
+the table (``table``) and the payload description (``payload``) build on it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ T = TypeVar("T")
 def set_module(module: str) -> Callable[[T], T]:
     """Decorator: give a public function or class the ``__module__`` users import
     it from (numpy's ``set_module``), so tracebacks and reprs say
-    ``kiln_np.KilnError``, not ``kiln_np._errors.KilnError``."""
+    ``kiln_np.KilnError``, not ``kiln_np._core.errors.KilnError``."""
 
     def decorate(obj: T) -> T:
         obj.__module__ = module

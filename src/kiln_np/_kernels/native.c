@@ -9,7 +9,7 @@
  * is byte arithmetic, so the bytes are the same on either byte order, and
  * plain enough for the compiler to vectorize at -O2/-O3 without intrinsics.
  *
- * The caller (kiln_np._nibbles) guarantees that source and destination do not
+ * The caller (kiln_np._kernels.nibbles) guarantees that source and destination do not
  * overlap (it copies the source first when they do); the bounds of every
  * range are checked here all the same, so a wrong call is a ValueError, never
  * a stray write.  The ONNX 2- and 6-bit kernels (the section before the method
@@ -775,7 +775,7 @@ static PyModuleDef_Slot slots[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kiln_np._kernels.native",
-    .m_doc = "Fused single-pass 4-bit and byte-check kernels behind kiln_np._nibbles.\n\n"
+    .m_doc = "Fused single-pass 4-bit and byte-check kernels behind kiln_np._kernels.nibbles.\n\n"
              "Each works on one range [lo, hi) of flat C-contiguous buffers:\n\n"
              ">>> import numpy as np\n"
              ">>> out = np.zeros(3, np.uint8)\n"

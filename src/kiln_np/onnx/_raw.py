@@ -1,7 +1,7 @@
 """``raw_data`` bytes <-> numpy arrays, and the bridge to Kiln payloads.
 
 Every function here starts from the Kiln description of the tensor
-(:meth:`RawType.kiln`, which is :func:`kiln_np._payload.payload_info`): the
+(:meth:`RawType.kiln`, which is :func:`kiln_np._core.payload.payload_info`): the
 dims are checked there, once, and a ``raw_data`` that is a Kiln payload (every
 type but the 2- and 6-bit ones, which ONNX packs) is measured against its
 ``byte_length`` with Kiln's own LENGTH error.

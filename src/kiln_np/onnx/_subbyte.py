@@ -12,7 +12,7 @@ Unpacked, each element is one byte holding its bits in the low bits (the
 storage of ml_dtypes ``int2``/``uint2``/``float6_*``).  Padding and the range
 of unpacked bytes are checked by the callers; these kernels assume both.
 
-Two implementations, as for the nibble kernels of :mod:`kiln_np._nibbles`,
+Two implementations, as for the nibble kernels of :mod:`kiln_np._kernels.nibbles`,
 chosen by its ``COMPILED`` flag (``KILN_NP_PURE=1`` turns it off):
 
 - **Compiled** (``unpack2``/``pack2``/``unpack6``/``pack6`` of

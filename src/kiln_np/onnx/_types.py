@@ -3,7 +3,7 @@
 Every fact about an ONNX type is derived from its row.  The 19 types Kiln has
 name their Kiln code; the eight ONNX-only types take their opaque code and
 layout from the shared registry of foreign element types
-(:mod:`kiln_np._foreign`), so every adapter uses the same ones.  STRING, the
+(:mod:`kiln_np._core.foreign`), so every adapter uses the same ones.  STRING, the
 one row with no bits and no Kiln form, is kept out of the byte paths by
 :func:`raw_type`: everything that handles bytes gets a :class:`RawType`, whose
 facts are never None.
