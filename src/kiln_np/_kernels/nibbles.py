@@ -324,14 +324,15 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
         raise KilnError(
             "TYPE", f"expected an array of nibble values; numpy cannot make one: {exc}"
         ) from exc
-    if arr.dtype in _FOUR_BIT or (arr.dtype.kind not in "iu" and _FOUR_BIT.lookup(arr.dtype)):
+    dtype = arr.dtype
+    if dtype != U8 and dtype.kind not in "iu":  # uint8, the common case: one comparison
+        if not _FOUR_BIT.lookup(dtype):
+            raise KilnError(
+                "TYPE",
+                "expected nibble values as an integer dtype or an ml_dtypes 4-bit type "
+                f"(int4, uint4, float4_e2m1fn), found {arr.dtype}",
+            )
         arr = arr.view(U8)  # ml_dtypes keeps each value's nibble in the low bits of a byte
-    elif arr.dtype.kind not in "iu":
-        raise KilnError(
-            "TYPE",
-            "expected nibble values as an integer dtype or an ml_dtypes 4-bit type "
-            f"(int4, uint4, float4_e2m1fn), found {arr.dtype}",
-        )
     if arr.dtype != U8:
         flat = arr.reshape(-1)
         bad = _first_outside_nibble(flat)
