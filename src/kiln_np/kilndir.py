@@ -30,8 +30,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln_np._core.checks import check_path, show_value, written_path
 from kiln_np._core.errors import KilnError
@@ -42,6 +41,9 @@ from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.metadata import Metadata, decode_metadata, encode_metadata, parse_json
 from kiln_np._weights.sources import Progress, sha256_file, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["MANIFEST", "open_kiln", "save_kiln"]
 
@@ -271,6 +273,9 @@ def save_kiln(
     # Each file is hashed as written, read back from the page cache in a helper
     # thread while the next one is copied (in the kernel): hashing costs little
     # more than one pass, and the digest is of the bytes on disk.
+    # concurrent.futures (with logging and threading) is loaded by a save, not at import.
+    from concurrent.futures import ThreadPoolExecutor
+
     with building_directory(target, _kiln_files) as tmp, ThreadPoolExecutor(1) as pool:
         entries: list[dict[str, Any]] = []
         digests = []

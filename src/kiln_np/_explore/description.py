@@ -8,7 +8,6 @@ elements, the histograms); its views are the text of its ``repr`` and of
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,6 +60,13 @@ def share(count: int, total: int) -> str:
     return f"{100 * count / total:.1f}%"
 
 
+def _escape(text: str) -> str:
+    # html (and its 2,000-entity table) loads when a notebook first renders HTML.
+    import html
+
+    return html.escape(text)
+
+
 def html_table(rows: list[tuple[str, str]]) -> str:
     """(label, text) rows as an HTML table, left-aligned, escaped.
 
@@ -68,8 +74,8 @@ def html_table(rows: list[tuple[str, str]]) -> str:
     (1, True)
     """
     cells = "".join(
-        f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-        f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+        f"<tr><th style='text-align:left'>{_escape(k)}</th>"
+        f"<td style='text-align:left'>{_escape(v)}</td></tr>"
         for k, v in rows
     )
     return f"<table>{cells}</table>"
@@ -305,7 +311,7 @@ class Description:
         page = html_table(self.rows())
         if self.histogram is not None:
             rows = "".join(
-                f"<tr><td>{p}</td><td>{html.escape(v)}</td><td>{c}</td><td>{s}</td></tr>"
+                f"<tr><td>{p}</td><td>{_escape(v)}</td><td>{c}</td><td>{s}</td></tr>"
                 for p, v, c, s in self.histogram_rows(16)
             )
             page += (
@@ -314,7 +320,7 @@ class Description:
             )
         if self.exponents is not None:
             rows = "".join(
-                f"<tr><td>{html.escape(e)}</td><td>{c}</td><td>{s}</td></tr>"
+                f"<tr><td>{_escape(e)}</td><td>{c}</td><td>{s}</td></tr>"
                 for e, c, s in self.exponent_rows(16)
             )
             page += f"<table><tr><th>exponent</th><th>count</th><th>share</th></tr>{rows}</table>"

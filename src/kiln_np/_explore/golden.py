@@ -15,7 +15,6 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +131,10 @@ def _case(file: str, raw: object) -> Case:
 
 def _files(directory: Path | None) -> Iterator[tuple[str, bytes]]:
     if directory is None:
+        # Imported here: importlib.resources (with tempfile, zipfile) costs more
+        # than the rest of `kiln-np --version`, and only the golden command reads it.
+        from importlib import resources
+
         root = resources.files("kiln_np") / "golden"
         for entry in sorted(root.iterdir(), key=lambda e: e.name):
             if entry.name.endswith(".json"):

@@ -16,8 +16,6 @@ import contextlib
 import errno
 import io
 import os
-import secrets
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from typing import IO
@@ -127,7 +125,7 @@ def _sibling(target: str, suffix: str) -> str:
     characters, so the name stays within NAME_MAX)."""
     directory, base = os.path.split(target)
     stem = base if len(os.fsencode(base)) <= 120 else base[:30]
-    return os.path.join(directory, f".{stem}{_TEMP_TAG}{secrets.token_hex(6)}{suffix}")
+    return os.path.join(directory, f".{stem}{_TEMP_TAG}{os.urandom(6).hex()}{suffix}")
 
 
 @contextlib.contextmanager
@@ -291,12 +289,20 @@ def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Ite
             except BaseException:
                 os.rename(aside, target)  # put the old one back
                 raise
-            shutil.rmtree(aside)
+            _rmtree(aside)
         else:
             os.rename(tmp, target)  # an empty directory is replaced by rename itself
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _rmtree(path: str, *, ignore_errors: bool = False) -> None:
+    # shutil (with bz2, lzma and fnmatch) is imported when a directory is removed,
+    # not by every command that might write one.
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=ignore_errors)
 
 
 def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> bool:

@@ -12,7 +12,6 @@ with :meth:`TensorSource.write_to`.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import os
 import threading
@@ -138,6 +137,8 @@ def sha256_file(path: str) -> str:
     ...     sha256_file(os.path.join(d, "f"))[:16]
     'ba7816bf8f01cfea'
     """
+    import hashlib  # OpenSSL's loading costs a start-up that never hashes
+
     hasher = hashlib.sha256()
     view = _buffer()
     with open_regular_raw(path) as f:
