@@ -945,3 +945,79 @@ def test_onnx_progress_bar_on_a_terminal(
     drawn = terminal.getvalue()
     assert drawn.startswith("\ronnx model.onnx [")
     assert drawn.endswith("] 100.0%\n")
+
+
+# -- convert: what it writes ----------------------------------------------------------
+
+
+@pytest.fixture
+def weights(work: Path) -> Path:
+    """``m.safetensors`` in the working directory: three f32 tensors of 16 bytes."""
+    path = work / "m.safetensors"
+    kiln_np.save_weights(
+        path, {f"t{i}": np.full(4, i, np.float32) for i in range(3)}, format="safetensors"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("dst", "to", "found"),
+    [
+        ("old.gguf", "gguf", "it exists (a file of 9 bytes); pass --force to replace it"),
+        ("olddir", "kiln", "it exists (a directory, not empty); pass --force to replace it"),
+    ],
+    ids=["file", "directory"],
+)
+def test_convert_refuses_an_existing_output_without_force(
+    weights: Path, run: Runner, dst: str, to: str, found: str
+) -> None:
+    if to == "kiln":
+        Path(dst).mkdir()
+        Path(dst, "notes.txt").write_text("mine")
+    else:
+        Path(dst).write_bytes(b"old model")
+    before = _listing(weights.parent)
+    run("convert", weights.name, dst, "--to", to).error("FILE", f"cannot write {dst!r}: {found}")
+    assert _listing(weights.parent) == before
+    assert not [p for p in weights.parent.iterdir() if ".kiln-np-" in p.name]
+    if to == "gguf":
+        run("convert", weights.name, dst, "--to", to, "--force").ok()
+        with kiln_np.open_weights(dst) as w:
+            assert list(w) == ["t0", "t1", "t2"]
+
+
+def test_convert_into_an_empty_directory_or_a_dangling_link(weights: Path, run: Runner) -> None:
+    Path("empty").mkdir()
+    run("convert", weights.name, "empty", "--to", "kiln").ok()
+    os.symlink("target.safetensors", "link.safetensors")  # writes through: nothing replaced
+    run("convert", weights.name, "link.safetensors", "--to", "safetensors").ok()
+    with kiln_np.open_weights("target.safetensors") as w:
+        assert list(w) == ["t0", "t1", "t2"]
+
+
+def test_convert_refuses_gguf_splits_of_its_name(weights: Path, run: Runner) -> None:
+    # splits of another count would be left beside the new ones: refused as well
+    Path("s-00001-of-00003.gguf").write_bytes(b"old")
+    Path("s-00003-of-00003.gguf").write_bytes(b"old")
+    run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "16").error(
+        "FILE",
+        "cannot write 's.gguf' as splits: 's-00001-of-00003.gguf', 's-00003-of-00003.gguf' "
+        "exist; pass --force to replace them",
+    )
+    assert Path("s-00001-of-00003.gguf").read_bytes() == b"old"
+    run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "16", "--force").ok()
+    assert Path("s-00001-of-00003.gguf").read_bytes() != b"old"
+
+
+def test_force_never_writes_over_an_input(weights: Path, run: Runner) -> None:
+    before = weights.read_bytes()
+    run("convert", weights.name, weights.name, "--to", "safetensors", "--force").error(
+        "FILE", "it is the input file"
+    )
+    assert weights.read_bytes() == before
+
+
+def test_the_python_api_replaces_as_numpy_save_does(weights: Path) -> None:
+    kiln_np.save_weights(weights, {"w": np.ones(2, np.float32)}, format="safetensors")
+    with kiln_np.open_weights(weights) as w:
+        assert list(w) == ["w"]

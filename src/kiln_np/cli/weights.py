@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from kiln_np._weights.tensors import Weights, WeightTensor
 from kiln_np.formats import open_weights, save_weights
 
 from .args import json_flag, parse_size, subparser
-from .errors import file_error
+from .errors import CliError, file_error
 from .files import Inputs, identity, refuse_directory_over_inputs, refuse_overwrite, stat_or_none
 from .output import Progress, emit, layout_json, print_json, shape_text, table
 
@@ -127,12 +128,44 @@ def _carried_metadata(weights: Weights, to: str) -> Mapping[str, Any] | None:
     return metadata if all_text else None
 
 
+def _refuse_replacing(dst: str, splits: bool) -> None:
+    """FILE when ``convert`` would replace what is there (unless ``--force``):
+    DST itself, a file or a directory that is not empty, and with GGUF splits
+    any ``STEM-NNNNN-of-NNNNN.gguf`` beside it, whatever their count."""
+    force = "pass --force to replace"
+    try:
+        if os.path.isdir(dst):
+            if os.listdir(dst):
+                what = "a directory, not empty"
+                raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
+        elif os.path.exists(dst):
+            what = f"a file of {os.stat(dst).st_size} bytes"
+            raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
+        if splits:
+            folder, name = os.path.split(dst)
+            stem = re.escape(name.removesuffix(".gguf"))
+            found = sorted(
+                f
+                for f in os.listdir(folder or os.curdir)
+                if re.fullmatch(rf"{stem}-\d{{5}}-of-\d{{5}}\.gguf", f)
+            )
+            if found:
+                shown = ", ".join(map(repr, found[:3])) + (", ..." if len(found) > 3 else "")
+                raise CliError(
+                    "FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them"
+                )
+    except OSError:
+        return  # unreadable or gone meanwhile: writing will say so
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     limit = None if args.max_shard_size is None else parse_size(args.max_shard_size)
     with open_weights_file(args.src) as weights:
         inputs = _inputs(weights)
         refuse_overwrite(args.dst, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
+        if not args.force:
+            _refuse_replacing(args.dst, args.to == "gguf" and limit is not None)
         metadata = _carried_metadata(weights, args.to)
         save_weights_file(
             args.dst,
@@ -191,7 +224,8 @@ def add_convert(sub: Any) -> None:
         "write a weight file in another format",
         "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
         "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
-        "before anything is written.  Metadata goes along when the target can hold it.",
+        "before anything is written.  Metadata goes along when the target can hold it.  "
+        "An existing DST is replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
             "kiln-np convert model.gguf model.safetensors --to safetensors",
@@ -205,6 +239,11 @@ def add_convert(sub: Any) -> None:
         "--max-shard-size",
         metavar="BYTES",
         help="write shards (safetensors: DST is a directory with an index) or GGUF splits",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DST (or GGUF splits of its name) when it exists; never an input",
     )
     json_flag(parser)
     parser.set_defaults(run=_cmd_convert)
