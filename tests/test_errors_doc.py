@@ -708,7 +708,6 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: name UTF-8 cannot encode", lambda: _save({"\ud800": np.ones(1)}, "safetensors")),
     ("save_weights", "safetensors: metadata not str to str", lambda: _save(_ONE, "safetensors", metadata={"k": 1})),
     ("save_weights", "safetensors: metadata UTF-8 cannot encode", lambda: _save(_ONE, "safetensors", metadata={"k": "\udcff"})),
-    ("kiln-np convert", "--max-shard-size not a number", lambda: run_command("convert", _weights_file(), str(_scratch() / "o"), "--to", "kiln", "--max-shard-size", "5GB")),
     ("kiln-np inspect", "--tensor not in the file", lambda: run_command("inspect", _weights_file(), "--tensor", "nope")),
     ("kiln-np inspect", "--tensor held inside an ONNX model", lambda: run_command("inspect", _onnx_model("w"), "--tensor", "w")),
     ("kiln-np onnx", "two initializers of one name", lambda: run_command("onnx", _onnx_model("w", "w"), str(_scratch() / "out"))),

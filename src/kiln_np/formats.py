@@ -59,9 +59,10 @@ _HEAD = 16  # bytes shown of a file no format recognises
 
 PathLike = str | os.PathLike[str]
 Save = Callable[
-    [str, Mapping[str, Any], Mapping[str, Any] | None, int | None, Progress | None], None
+    [str, Mapping[str, Any], Mapping[str, Any] | None, int | None, Progress | None], list[str]
 ]
-"""``(path, tensors, metadata, max_shard_size, progress)``: a format's writer."""
+"""``(path, tensors, metadata, max_shard_size, progress)``: a format's writer,
+returning the paths it wrote."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class WeightFormat:
     open : callable
         ``(path, verify)``: the :class:`~kiln_np.Weights` of a recognised path.
     save : callable or None
-        ``(path, tensors, metadata, max_shard_size, progress)``; None for a
+        ``(path, tensors, metadata, max_shard_size, progress)``, returning the
+        paths written (the file, each split, or the directory); None for a
         format kiln_np only reads.
     """
 
@@ -142,12 +144,13 @@ def _save_kiln(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
-) -> None:
+) -> list[str]:
     if max_shard_size is not None:
         raise KilnError(
             "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
         )
     save_kiln(path, tensors, metadata=metadata, progress=progress)
+    return [path]
 
 
 def _save_safetensors(
@@ -156,10 +159,11 @@ def _save_safetensors(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
-) -> None:
+) -> list[str]:
     save_safetensors(
         path, tensors, metadata=metadata, max_shard_size=max_shard_size, progress=progress
     )
+    return [path]  # a file, or the directory of a sharded checkpoint
 
 
 def _save_gguf(
@@ -168,8 +172,8 @@ def _save_gguf(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
-) -> None:
-    save_gguf(
+) -> list[str]:
+    return save_gguf(
         path,
         tensors,
         metadata,
@@ -229,7 +233,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> path = os.path.join(d, "m.safetensors")
-    >>> kiln_np.save_weights(path, {"w": np.eye(2, dtype=np.float32)}, format="safetensors")
+    >>> _ = kiln_np.save_weights(path, {"w": np.eye(2, dtype=np.float32)}, format="safetensors")
     >>> w = kiln_np.open_weights(path)
     >>> w.format, list(w), w["w"].code, w["w"].byte_length
     ('safetensors', ['w'], <Code.F32: 2>, 16)
@@ -274,7 +278,7 @@ def save_weights(
     metadata: Mapping[str, Any] | None = None,
     max_shard_size: int | None = None,
     progress: Progress | None = None,
-) -> None:
+) -> list[str]:
     """Write named tensors as safetensors, GGUF or a Kiln payload directory.
 
     Every tensor is checked against what the format can hold before anything
@@ -305,6 +309,13 @@ def save_weights(
     progress : callable, optional
         Called with each number of payload bytes written.
 
+    Returns
+    -------
+    list of str
+        The absolute paths written: ``[path]`` for a file or a directory (a
+        Kiln payload directory, a sharded checkpoint), each split's for GGUF
+        splits (``NAME-00001-of-00002.gguf``, ...).
+
     Raises
     ------
     KilnError
@@ -321,10 +332,10 @@ def save_weights(
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> path = os.path.join(d, "m.safetensors")
-    >>> kiln_np.save_weights(path, {"w": np.zeros(3, np.uint8)}, format="safetensors",
-    ...                      metadata={"format": "pt"})
-    >>> kiln_np.open_weights(path).metadata
-    mappingproxy({'format': 'pt'})
+    >>> written = kiln_np.save_weights(path, {"w": np.zeros(3, np.uint8)},
+    ...                                format="safetensors", metadata={"format": "pt"})
+    >>> written == [path], kiln_np.open_weights(path).metadata
+    (True, mappingproxy({'format': 'pt'}))
     >>> import shutil; shutil.rmtree(d)
     """
     target = written_path(check_path(path))
@@ -334,4 +345,4 @@ def save_weights(
             "TYPE",
             f"expected format 'safetensors', 'gguf' or 'kiln', found {show_value(format)}",
         )
-    save(target, tensors, metadata, max_shard_size, progress)
+    return save(target, tensors, metadata, max_shard_size, progress)

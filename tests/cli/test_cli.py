@@ -27,8 +27,8 @@ import kiln_np
 from kiln_np import DTYPES, from_numpy
 from kiln_np._core.table import code_label
 from kiln_np._files import chunks
+from kiln_np.cli import args, main, payloads
 from kiln_np.cli import entry as cli_entry
-from kiln_np.cli import main, payloads
 from kiln_np.cli.output import Progress
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -1021,3 +1021,86 @@ def test_the_python_api_replaces_as_numpy_save_does(weights: Path) -> None:
     kiln_np.save_weights(weights, {"w": np.ones(2, np.float32)}, format="safetensors")
     with kiln_np.open_weights(weights) as w:
         assert list(w) == ["w"]
+
+
+SIZES = [
+    ("5GB", 5 * 10**9),
+    ("500MB", 500 * 10**6),
+    ("2GiB", 2 * 2**30),
+    ("1.5GB", 15 * 10**8),
+    ("1.5KiB", 1536),
+    ("0.001KB", 1),
+    ("64kB", 64_000),
+    ("3mib", 3 * 2**20),
+    ("1TiB", 2**40),
+    ("4096B", 4096),
+    ("4096", 4096),
+    ("0x40", 64),
+    (" 7 GB ", 7 * 10**9),
+]
+
+
+@pytest.mark.parametrize(("text", "size"), SIZES, ids=[t for t, _ in SIZES])
+def test_sizes_read_as_hugging_face_reads_them(text: str, size: int) -> None:
+    assert args.parse_size(text) == size
+
+
+REFUSED_SIZES = [
+    ("-5GB", "a size in bytes such as 5GB"),
+    ("5Gb", "a lowercase b means bits"),
+    ("100b", "a lowercase b means bits"),
+    ("1.5B", "a whole number of bytes, found '1.5B'"),
+    ("1.0001KB", "a whole number of bytes"),
+    ("0", "a size of at least 1 byte"),
+    ("0.0GB", "a size of at least 1 byte"),
+    ("1e9", "a size in bytes"),
+    (".5GB", "a size in bytes"),
+    ("5PB", "a size in bytes"),
+    ("5 G B", "a size in bytes"),
+    ("1" * 41 + "GB", "at most 40 digits, found one of 41 digits"),
+    ("0." + "1" * 40 + "GB", "at most 40 digits, found one of 41 digits"),
+]
+
+
+@pytest.mark.parametrize(("text", "found"), REFUSED_SIZES, ids=[t[:12] for t, _ in REFUSED_SIZES])
+def test_malformed_sizes_are_usage(weights: Path, run: Runner, text: str, found: str) -> None:
+    done = run("convert", weights.name, "o.gguf", "--to", "gguf", f"--max-shard-size={text}")
+    assert found in done.error("USAGE", "argument --max-shard-size: expected ")
+    assert not Path("o.gguf").exists()
+
+
+def test_convert_names_the_files_it_writes(weights: Path, run: Runner) -> None:
+    out = run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "32B").ok()
+    splits = ["s-00001-of-00002.gguf", "s-00002-of-00002.gguf"]
+    assert sorted(p.name for p in weights.parent.glob("s*")) == splits
+    assert out == f"{', '.join(splits)}: 3 tensors, 48 payload bytes, safetensors -> gguf\n"
+    sub = weights.parent / "sub"
+    sub.mkdir()
+    record = json.loads(
+        run(
+            "convert", weights.name, "sub/t.gguf", "--to", "gguf", "--max-shard-size=16B", "--json"
+        ).ok()
+    )
+    assert record["files"] == [f"sub/t-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert all(Path(f).is_file() for f in record["files"])
+    out = run(
+        "convert", weights.name, "sub/u.gguf", "--to", "gguf", "--max-shard-size", "1KiB"
+    ).ok()
+    assert out.startswith("sub/u.gguf: 3 tensors")  # one split: the file itself
+    for dst, to in [("one.safetensors", "safetensors"), ("kdir/", "kiln")]:
+        assert json.loads(run("convert", weights.name, dst, "--to", to, "--json").ok())[
+            "files"
+        ] == [dst]
+    record = json.loads(
+        run(
+            "convert", weights.name, "ckpt", "--to", "safetensors", "--max-shard-size=16B", "--json"
+        ).ok()
+    )
+    assert record["files"] == ["ckpt"]  # a sharded checkpoint is its directory
+
+
+def test_save_weights_returns_the_paths_it_wrote(weights: Path) -> None:
+    tensors = {f"t{i}": np.ones(4, np.float32) for i in range(3)}
+    written = kiln_np.save_weights("m.gguf", tensors, format="gguf", max_shard_size=16)
+    assert written == [str(weights.parent / f"m-0000{i}-of-00003.gguf") for i in (1, 2, 3)]
+    assert kiln_np.save_weights("k", tensors, format="kiln") == [str(weights.parent / "k")]

@@ -79,7 +79,7 @@ def test_ctrl_c_during_decode_is_one_line_and_keeps_the_old_output(tmp_path: Pat
 @pytest.mark.parametrize(
     "target",
     [
-        ["out.gguf", "--to", "gguf", "--max-shard-size", "2000000000"],
+        ["out.gguf", "--to", "gguf", "--max-shard-size", "2GB"],
         ["kdir", "--to", "kiln"],
         ["ckpt", "--to", "safetensors", "--max-shard-size", "1500000000"],
     ],
