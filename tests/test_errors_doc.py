@@ -20,6 +20,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -70,6 +71,22 @@ def _npy(name: str, array: np.ndarray) -> str:
     path = _scratch() / name
     np.save(path, array, allow_pickle=True)
     return str(path)
+
+
+def _torch_zip() -> str:
+    """A zip laid out as ``torch.save`` writes one: ``archive/data.pkl`` first."""
+    path = _scratch() / "pytorch_model.bin"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"w": [1.0]}, protocol=2))
+    return str(path)
+
+
+def _folder(*names: str) -> str:
+    """A directory holding an empty file of each name (and a config.json)."""
+    directory = _scratch()
+    for name in (*names, "config.json"):
+        (directory / name).write_bytes(b"")
+    return str(directory)
 
 
 def _released() -> memoryview:
@@ -648,8 +665,12 @@ def _onnx_model(*names: str) -> str:
 
 
 WEIGHTS: list[Entry] = [
-    ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"PK\x03\x04 not a weight file"))),
-    ("open_weights", "a directory with no manifest or index", lambda: kiln_np.open_weights(_scratch())),
+    ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"\x00\x01 not a weight file"))),
+    ("open_weights", "a torch.save checkpoint (a zip of pickles)", lambda: kiln_np.open_weights(_torch_zip())),
+    ("open_weights", "a pickle (torch.save's legacy format)", lambda: kiln_np.open_weights(_file("old.pt", pickle.dumps({"w": [1.0]}, protocol=2)))),
+    ("open_weights", "a directory with no manifest, index or weight file", lambda: kiln_np.open_weights(_scratch())),
+    ("open_weights", "a directory of two weight files", lambda: kiln_np.open_weights(_folder("a.safetensors", "b.gguf"))),
+    ("open_weights", "a directory of torch pickles only", lambda: kiln_np.open_weights(os.path.dirname(_torch_zip()))),
     ("open_weights", "verify not a bool", lambda: kiln_np.open_weights(_scratch(), verify="yes")),  # type: ignore[arg-type]
     ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
     ("WeightTensor.payload", "file cut short since it was opened", _shrunk),

@@ -12,8 +12,10 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import subprocess
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+import safetensors.numpy
 from _helpers import bits, kiln_np_exe
 
 import kiln_np
@@ -1104,3 +1107,115 @@ def test_save_weights_returns_the_paths_it_wrote(weights: Path) -> None:
     written = kiln_np.save_weights("m.gguf", tensors, format="gguf", max_shard_size=16)
     assert written == [str(weights.parent / f"m-0000{i}-of-00003.gguf") for i in (1, 2, 3)]
     assert kiln_np.save_weights("k", tensors, format="kiln") == [str(weights.parent / "k")]
+
+
+# -- what open_weights (and ls) takes: folders, and what is no weight file ---------------
+
+
+def _torch_zip(path: Path) -> None:
+    """A zip laid out as torch.save (torch >= 1.6) writes one: the pickle first."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"w": [1.0]}, protocol=2))
+        z.writestr("archive/data/0", bytes(8))
+
+
+def _npz(path: Path) -> None:
+    """What np.savez writes: a zip of .npy members, no pickle."""
+    with path.open("wb") as f:
+        np.savez(f, w=np.ones(2))
+
+
+def test_a_hugging_face_folder_opens_as_its_one_weight_file(work: Path, run: Runner) -> None:
+    folder = work / "tiny-model"
+    folder.mkdir()
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    safetensors.numpy.save_file({"w": arr}, str(folder / "model.safetensors"))  # the oracle writes
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "tokenizer.json").write_text("{}")
+    _torch_zip(folder / "pytorch_model.bin")  # beside it, as hub repositories often have
+    with kiln_np.open_weights(folder) as w:
+        assert (w.format, w.path, list(w)) == (
+            "safetensors",
+            str(folder / "model.safetensors"),
+            ["w"],
+        )
+        assert bits(w["w"].numpy()) == bits(arr)
+    assert run("ls", "tiny-model").ok().endswith("1 tensors, 24 payload bytes (safetensors)\n")
+
+
+def test_a_folder_of_an_onnx_model_and_its_external_data(work: Path) -> None:
+    path, inits = _model(work)  # model.onnx and model.data
+    with kiln_np.open_weights(work) as w:
+        assert (w.format, w.path, len(w)) == ("onnx", str(path), len(inits))
+
+
+def test_a_folder_of_gguf_splits_opens_the_set(work: Path) -> None:
+    tensors = {f"t{i}": np.full(4, i, np.float32) for i in range(3)}
+    kiln_np.save_weights(work / "m.gguf", tensors, format="gguf", max_shard_size=16)
+    for p in work.iterdir():
+        if not p.name.startswith("m-"):
+            p.unlink()
+    with kiln_np.open_weights(work) as w:
+        assert (w.format, list(w)) == ("gguf", ["t0", "t1", "t2"])
+
+
+@pytest.mark.parametrize(
+    ("names", "found"),
+    [
+        (["a.safetensors", "b.gguf"], "found 2 weight files ('a.safetensors', 'b.gguf')"),
+        (  # shards without their index: which is the model is not said
+            ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"],
+            "found 2 weight files ('model-00001-of-00002.safetensors', ",
+        ),
+        ([], "found neither a manifest nor an index nor a weight file"),
+        (["notes.bin"], "found neither"),  # a .bin that is no pickle is just a file
+        (["pytorch_model.bin"], "found only pickles ('pytorch_model.bin'): kiln_np does not"),
+    ],
+    ids=["two", "shards-without-index", "nothing", "bin-not-a-pickle", "pickles-only"],
+)
+def test_a_folder_of_other_than_one_weight_file_is_type_naming_them(
+    work: Path, run: Runner, names: list[str], found: str
+) -> None:
+    folder = work / "f"
+    folder.mkdir()
+    for name in names:
+        if name == "pytorch_model.bin":
+            _torch_zip(folder / name)
+        else:
+            (folder / name).write_bytes(b"not read")
+    (folder / "config.json").write_text("{}")
+    err = run("ls", "f").error("TYPE", f"'{folder}': expected a directory holding manifest.json")
+    assert found in err
+    assert "one weight file (*.safetensors, *.gguf, *.onnx)" in err
+
+
+@pytest.mark.parametrize(
+    ("make", "found"),
+    [
+        (
+            _torch_zip,
+            "found a torch.save checkpoint (a zip archive holding the pickle 'archive/data.pkl')",
+        ),
+        (
+            lambda p: p.write_bytes(pickle.dumps({"w": [1.0]}, protocol=2)),
+            "found a Python pickle (protocol 2; torch.save's legacy .pt/.bin format)",
+        ),
+        (
+            lambda p: p.write_bytes(pickle.dumps({"w": [1.0]}, protocol=4)),
+            "found a Python pickle (protocol 4;",
+        ),
+        (
+            _npz,
+            "found a zip archive (torch.save writes .pt and .bin checkpoints so",
+        ),
+    ],
+    ids=["torch-zip", "legacy-pickle", "pickle-protocol-4", "npz"],
+)
+def test_a_torch_checkpoint_says_what_it_is(
+    work: Path, run: Runner, make: Callable[[Path], object], found: str
+) -> None:
+    make(work / "model.pt")
+    err = run("ls", "model.pt").error("TYPE", f"'{work / 'model.pt'}': expected a weight file, ")
+    assert found in err
+    assert "kiln_np does not execute pickles" in err
+    assert "safetensors.torch.save_file(torch.load(path, weights_only=True)" in err
