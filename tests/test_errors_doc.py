@@ -105,6 +105,16 @@ class _RaisingArray:
         raise RuntimeError("no array today")
 
 
+class Tensor:
+    """Stands in for a torch bfloat16 tensor: numpy cannot make an array of it."""
+
+    __module__ = "torch"
+    dtype = "torch.bfloat16"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise TypeError("Got unsupported ScalarType BFloat16")
+
+
 class _BadLength(tuple[int, ...]):
     def __len__(self) -> int:
         raise RuntimeError("no length")
@@ -719,6 +729,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "tensors not a mapping", lambda: _save([np.ones(2)])),
     ("save_weights", "tensor name not a str", lambda: _save({1: np.ones(2)})),
     ("save_weights", "tensor of another type", lambda: _save({"w": "text"})),
+    ("save_weights", "another library's array (a torch bfloat16 tensor)", lambda: _save({"w": Tensor()})),
     ("save_weights", "max_shard_size for a Kiln directory", lambda: _save(_ONE, max_shard_size=8)),
     ("save_weights", "metadata key not a str", lambda: _save(_ONE, metadata={1: "x"})),
     ("save_weights", "metadata value of no JSON form", lambda: _save(_ONE, metadata={"k": {1, 2}})),
