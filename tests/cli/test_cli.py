@@ -1219,3 +1219,12 @@ def test_a_torch_checkpoint_says_what_it_is(
     assert found in err
     assert "kiln_np does not execute pickles" in err
     assert "safetensors.torch.save_file(torch.load(path, weights_only=True)" in err
+
+
+def test_inspect_a_tensor_in_onnx_external_data(work: Path, run: Runner) -> None:
+    path, _ = _model(work)  # "big" (64 int64) is in model.data, "scale" inside the model
+    record = json.loads(run("inspect", path.name, "--tensor", "big", "--json").ok())
+    with kiln_np.open_weights(path) as w:
+        assert (record["file"], record["offset"]) == (str(work / "model.data"), w["big"].offset)
+    assert (record["min"], record["max"], record["byte_length"]) == (0, 63, 512)
+    run("inspect", path.name, "--tensor", "scale").error("TYPE", "is held in memory, not at")
