@@ -568,6 +568,9 @@ GGUF: list[Entry] = [
 MX: list[Entry] = [
     ("mx.dequantize", "values payload of another code", lambda: mx.dequantize(kiln_np.from_numpy(_f4(32)), _E8M0_1)),
     ("mx.dequantize", "values of another dtype", lambda: mx.dequantize(_f4(32), _E8M0_1)),
+    ("mx.dequantize", "values payload whose data is no buffer", lambda: mx.dequantize(kiln_np.Payload(Code.E2M1, cast(Any, [0] * 16), (32,)), _E8M0_1)),
+    ("mx.dequantize", "values numpy cannot make an array of (ragged)", lambda: mx.dequantize([[1, 2], [3]], _E8M0_1)),
+    ("mx.dequantize", "block_size past numpy's index range", lambda: mx.dequantize(_E2M1_32, _E8M0_1, block_size=2**63)),
     ("mx.dequantize", "e2m1 storage byte above 0x0f", lambda: mx.dequantize(np.full(32, 0x10, np.uint8).view(ml_dtypes.float4_e2m1fn), _E8M0_1)),
     ("mx.dequantize", "scales payload of another code", lambda: mx.dequantize(_E2M1_32, kiln_np.from_numpy(_f4(1)))),
     ("mx.dequantize", "scales of another dtype", lambda: mx.dequantize(_E2M1_32, _f4(1))),
