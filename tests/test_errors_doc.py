@@ -20,6 +20,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -72,6 +73,22 @@ def _npy(name: str, array: np.ndarray) -> str:
     return str(path)
 
 
+def _torch_zip() -> str:
+    """A zip laid out as ``torch.save`` writes one: ``archive/data.pkl`` first."""
+    path = _scratch() / "pytorch_model.bin"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"w": [1.0]}, protocol=2))
+    return str(path)
+
+
+def _folder(*names: str) -> str:
+    """A directory holding an empty file of each name (and a config.json)."""
+    directory = _scratch()
+    for name in (*names, "config.json"):
+        (directory / name).write_bytes(b"")
+    return str(directory)
+
+
 def _released() -> memoryview:
     view = memoryview(b"ab")
     view.release()
@@ -86,6 +103,16 @@ class _BadSequence(tuple[int, ...]):
 class _RaisingArray:
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         raise RuntimeError("no array today")
+
+
+class Tensor:
+    """Stands in for a torch bfloat16 tensor: numpy cannot make an array of it."""
+
+    __module__ = "torch"
+    dtype = "torch.bfloat16"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise TypeError("Got unsupported ScalarType BFloat16")
 
 
 class _BadLength(tuple[int, ...]):
@@ -541,6 +568,9 @@ GGUF: list[Entry] = [
 MX: list[Entry] = [
     ("mx.dequantize", "values payload of another code", lambda: mx.dequantize(kiln_np.from_numpy(_f4(32)), _E8M0_1)),
     ("mx.dequantize", "values of another dtype", lambda: mx.dequantize(_f4(32), _E8M0_1)),
+    ("mx.dequantize", "values payload whose data is no buffer", lambda: mx.dequantize(kiln_np.Payload(Code.E2M1, cast(Any, [0] * 16), (32,)), _E8M0_1)),
+    ("mx.dequantize", "values numpy cannot make an array of (ragged)", lambda: mx.dequantize([[1, 2], [3]], _E8M0_1)),
+    ("mx.dequantize", "block_size past numpy's index range", lambda: mx.dequantize(_E2M1_32, _E8M0_1, block_size=2**63)),
     ("mx.dequantize", "e2m1 storage byte above 0x0f", lambda: mx.dequantize(np.full(32, 0x10, np.uint8).view(ml_dtypes.float4_e2m1fn), _E8M0_1)),
     ("mx.dequantize", "scales payload of another code", lambda: mx.dequantize(_E2M1_32, kiln_np.from_numpy(_f4(1)))),
     ("mx.dequantize", "scales of another dtype", lambda: mx.dequantize(_E2M1_32, _f4(1))),
@@ -648,8 +678,12 @@ def _onnx_model(*names: str) -> str:
 
 
 WEIGHTS: list[Entry] = [
-    ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"PK\x03\x04 not a weight file"))),
-    ("open_weights", "a directory with no manifest or index", lambda: kiln_np.open_weights(_scratch())),
+    ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"\x00\x01 not a weight file"))),
+    ("open_weights", "a torch.save checkpoint (a zip of pickles)", lambda: kiln_np.open_weights(_torch_zip())),
+    ("open_weights", "a pickle (torch.save's legacy format)", lambda: kiln_np.open_weights(_file("old.pt", pickle.dumps({"w": [1.0]}, protocol=2)))),
+    ("open_weights", "a directory with no manifest, index or weight file", lambda: kiln_np.open_weights(_scratch())),
+    ("open_weights", "a directory of two weight files", lambda: kiln_np.open_weights(_folder("a.safetensors", "b.gguf"))),
+    ("open_weights", "a directory of torch pickles only", lambda: kiln_np.open_weights(os.path.dirname(_torch_zip()))),
     ("open_weights", "verify not a bool", lambda: kiln_np.open_weights(_scratch(), verify="yes")),  # type: ignore[arg-type]
     ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
     ("WeightTensor.payload", "file cut short since it was opened", _shrunk),
@@ -698,6 +732,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "tensors not a mapping", lambda: _save([np.ones(2)])),
     ("save_weights", "tensor name not a str", lambda: _save({1: np.ones(2)})),
     ("save_weights", "tensor of another type", lambda: _save({"w": "text"})),
+    ("save_weights", "another library's array (a torch bfloat16 tensor)", lambda: _save({"w": Tensor()})),
     ("save_weights", "max_shard_size for a Kiln directory", lambda: _save(_ONE, max_shard_size=8)),
     ("save_weights", "metadata key not a str", lambda: _save(_ONE, metadata={1: "x"})),
     ("save_weights", "metadata value of no JSON form", lambda: _save(_ONE, metadata={"k": {1, 2}})),
@@ -708,7 +743,6 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: name UTF-8 cannot encode", lambda: _save({"\ud800": np.ones(1)}, "safetensors")),
     ("save_weights", "safetensors: metadata not str to str", lambda: _save(_ONE, "safetensors", metadata={"k": 1})),
     ("save_weights", "safetensors: metadata UTF-8 cannot encode", lambda: _save(_ONE, "safetensors", metadata={"k": "\udcff"})),
-    ("kiln-np convert", "--max-shard-size not a number", lambda: run_command("convert", _weights_file(), str(_scratch() / "o"), "--to", "kiln", "--max-shard-size", "5GB")),
     ("kiln-np inspect", "--tensor not in the file", lambda: run_command("inspect", _weights_file(), "--tensor", "nope")),
     ("kiln-np inspect", "--tensor held inside an ONNX model", lambda: run_command("inspect", _onnx_model("w"), "--tensor", "w")),
     ("kiln-np onnx", "two initializers of one name", lambda: run_command("onnx", _onnx_model("w", "w"), str(_scratch() / "out"))),

@@ -166,13 +166,28 @@ class Payload(NamedTuple):
         return payload_info(self.code, self.shape, self.layout)
 
     def __repr__(self) -> str:
-        head = bytes(self.data[:8]).hex(" ")
-        more = " ..." if self.data.nbytes > 8 else ""
         layout = "" if self.layout is None else f", layout={self.layout!r}"
         return (
             f"Payload({code_label(int(self.code))}, shape={self.shape}, "
-            f"{self.data.nbytes} bytes [{head}{more}]{layout})"
+            f"{_shown_bytes(self.data)}{layout})"
         )
+
+
+def _shown_bytes(data: object) -> str:
+    """``'12 bytes [00 01 ...]'`` for any buffer (bytes, bytearray, memoryview, an
+    array of any dtype, an mmap), ``data=...`` for what is none: a repr never raises."""
+    flat: np.ndarray | memoryview | None
+    try:
+        if isinstance(data, np.ndarray):
+            n, flat = data.nbytes, data.reshape(-1).view(U8) if data.flags.c_contiguous else None
+        else:
+            view = memoryview(data)  # type: ignore[arg-type]  # TypeError: caught below
+            n, flat = view.nbytes, view.cast("B") if view.c_contiguous else None
+    except (TypeError, ValueError):  # no buffer, a released one, object elements
+        return f"data={show_value(data)}"
+    if flat is None:
+        return f"{n} bytes [not C-contiguous]"
+    return f"{n} bytes [{bytes(flat[:8]).hex(' ')}{' ...' if n > 8 else ''}]"
 
 
 # numpy functions on the small-call paths, bound once: reading them off the numpy

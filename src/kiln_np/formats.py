@@ -27,7 +27,13 @@ The rows of :data:`FORMATS` are tried in order, the first that fits opens it:
    ``0x08`` (the tag of ``ir_version``, field 1, which every ONNX writer puts
    first).
 
-Anything else is TYPE, showing the first bytes in hex.  Only the order of
+A directory that no row takes (a Hugging Face model folder: ``model.safetensors``
+beside ``config.json`` and a tokenizer) opens as the one weight file it holds
+(``*.safetensors``, ``*.gguf``, ``*.onnx``; a GGUF split set counts once, by its
+first split); several are TYPE naming them.  A torch checkpoint (a zip holding
+a pickle, as ``torch.save`` writes ``.pt``/``.bin``, or a bare pickle) is TYPE
+saying so: kiln_np does not execute pickles.  Anything else is TYPE, showing
+the first bytes in hex.  Only the order of
 safetensors and ONNX matters for a file (a safetensors header of 8 bytes
 starts with ``0x08``; ``GGUF`` read as a header size is above 100 MB), and of
 the Kiln directory and a checkpoint for a directory (one may hold both).
@@ -36,6 +42,7 @@ the Kiln directory and a checkpoint for a directory (one may hold both).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,9 +66,10 @@ _HEAD = 16  # bytes shown of a file no format recognises
 
 PathLike = str | os.PathLike[str]
 Save = Callable[
-    [str, Mapping[str, Any], Mapping[str, Any] | None, int | None, Progress | None], None
+    [str, Mapping[str, Any], Mapping[str, Any] | None, int | None, Progress | None], list[str]
 ]
-"""``(path, tensors, metadata, max_shard_size, progress)``: a format's writer."""
+"""``(path, tensors, metadata, max_shard_size, progress)``: a format's writer,
+returning the paths it wrote."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,8 @@ class WeightFormat:
     open : callable
         ``(path, verify)``: the :class:`~kiln_np.Weights` of a recognised path.
     save : callable or None
-        ``(path, tensors, metadata, max_shard_size, progress)``; None for a
+        ``(path, tensors, metadata, max_shard_size, progress)``, returning the
+        paths written (the file, each split, or the directory); None for a
         format kiln_np only reads.
     """
 
@@ -142,12 +151,13 @@ def _save_kiln(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
-) -> None:
+) -> list[str]:
     if max_shard_size is not None:
         raise KilnError(
             "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
         )
     save_kiln(path, tensors, metadata=metadata, progress=progress)
+    return [path]
 
 
 def _save_safetensors(
@@ -156,10 +166,11 @@ def _save_safetensors(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
-) -> None:
+) -> list[str]:
     save_safetensors(
         path, tensors, metadata=metadata, max_shard_size=max_shard_size, progress=progress
     )
+    return [path]  # a file, or the directory of a sharded checkpoint
 
 
 def _save_gguf(
@@ -168,8 +179,8 @@ def _save_gguf(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
-) -> None:
-    save_gguf(
+) -> list[str]:
+    return save_gguf(
         path,
         tensors,
         metadata,
@@ -200,7 +211,8 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     path : str or os.PathLike
         A safetensors, GGUF or ONNX file; a sharded safetensors checkpoint (its
         ``*.safetensors.index.json``, or the directory holding it); the first
-        split of a GGUF; a Kiln payload directory.  The module docstring gives
+        split of a GGUF; a Kiln payload directory; a directory holding one
+        weight file (a Hugging Face model folder).  The module docstring gives
         the order in which formats are tried (the order of :data:`FORMATS`).
     verify : bool
         For a Kiln payload directory, also check every payload file's SHA-256
@@ -214,7 +226,8 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     Raises
     ------
     KilnError
-        TYPE for a file no format recognises (showing its first bytes in hex),
+        TYPE for a file no format recognises (showing its first bytes in hex;
+        a torch pickle checkpoint says so), a directory of several weight files,
         a malformed header, index or manifest (naming the file and tensor), a
         hash mismatch; LENGTH for a byte count the file contradicts; SHAPE for
         a malformed shape.
@@ -229,7 +242,7 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> path = os.path.join(d, "m.safetensors")
-    >>> kiln_np.save_weights(path, {"w": np.eye(2, dtype=np.float32)}, format="safetensors")
+    >>> _ = kiln_np.save_weights(path, {"w": np.eye(2, dtype=np.float32)}, format="safetensors")
     >>> w = kiln_np.open_weights(path)
     >>> w.format, list(w), w["w"].code, w["w"].byte_length
     ('safetensors', ['w'], <Code.F32: 2>, 16)
@@ -238,23 +251,26 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     name = os.path.realpath(check_path(path))
     if isinstance(verify, bool) is False:
         raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
-    head: bytes | None = None
-    size = 0
-    if not os.path.isdir(name):
-        with open_regular_raw(name) as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(_HEAD)
+    if os.path.isdir(name):
+        for row in FORMATS:
+            target = row.recognise(name, None, 0)
+            if target is not None:
+                return row.open(target, verify)
+        name = _one_weight_file(name)
+    with open_regular_raw(name) as f:
+        size = os.fstat(f.fileno()).st_size
+        start = f.read(_START)
+    head = start[:_HEAD]
     for row in FORMATS:
         target = row.recognise(name, head, size)
         if target is not None:
             return row.open(target, verify)
-    if head is None:
-        indexes = _indexes(name)
-        found = f"{len(indexes)} indexes ({', '.join(indexes[:4])})" if indexes else "neither"
+    pickled = _pickle_kind(start)
+    if pickled is not None:
         raise KilnError(
             "TYPE",
-            f"{name!r}: expected a directory holding {MANIFEST} (a Kiln payload directory) "
-            f"or one *{INDEX_SUFFIX} (a sharded safetensors checkpoint), found {found}",
+            f"{name!r}: expected a weight file, found {pickled}: {_NO_PICKLES}",
+            found=head,
         )
     shown = f"the bytes {head.hex(' ')}{' ...' * (size > _HEAD)}" if head else "an empty file"
     raise KilnError(
@@ -263,6 +279,82 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
         f"or a sharded checkpoint), found {shown}",
         found=head,
     )
+
+
+# -- what a directory or a file that is no weight file holds --------------------------
+
+_WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".onnx")
+"""The files a directory is opened as, when it holds exactly one."""
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+_LATER_SPLIT = re.compile(r"-(?!00001-)\d{5}-of-\d{5}\.gguf$")  # opened with the first
+_NO_PICKLES = (
+    "kiln_np does not execute pickles (unpickling runs whatever code the file holds); "
+    "convert it to safetensors where torch runs, e.g. "
+    "safetensors.torch.save_file(torch.load(path, weights_only=True), 'model.safetensors')"
+)
+_START = 512  # bytes read to recognise a file: the head, a zip's first member name
+
+
+def _one_weight_file(directory: str) -> str:
+    """The one weight file in a directory no row recognises (a Hugging Face
+    model folder: ``model.safetensors``, ``config.json``, a tokenizer), else
+    TYPE naming what it holds: several weight files, pickles, or nothing."""
+    entries = sorted(os.listdir(directory))
+    files = [
+        f
+        for f in entries
+        if f.endswith(_WEIGHT_SUFFIXES)
+        and not _LATER_SPLIT.search(f)
+        and not os.path.isdir(os.path.join(directory, f))
+    ]
+    if len(files) == 1:
+        return os.path.join(directory, files[0])
+    indexes = _indexes(directory)
+    named = [f for f in entries if f.endswith(_PICKLE_SUFFIXES)][:4]
+    pickles = [f for f in named if _pickle_kind(_start(os.path.join(directory, f)))]
+    if len(indexes) > 1:
+        found = f"{len(indexes)} indexes ({_names(indexes)})"
+    elif files:
+        found = f"{len(files)} weight files ({_names(files)}): open one of them"
+    elif pickles:
+        found = f"only pickles ({_names(pickles)}): {_NO_PICKLES}"
+    else:
+        found = "neither a manifest nor an index nor a weight file"
+    raise KilnError(
+        "TYPE",
+        f"{directory!r}: expected a directory holding {MANIFEST} (a Kiln payload directory), "
+        f"one *{INDEX_SUFFIX} (a sharded safetensors checkpoint) or one weight file "
+        f"(*{', *'.join(_WEIGHT_SUFFIXES)}), found {found}",
+    )
+
+
+def _start(path: str) -> bytes:
+    """The first bytes of a file (empty when it cannot be read, or is no regular file)."""
+    try:
+        with open_regular_raw(path) as f:
+            return f.read(_START)
+    except (OSError, KilnError):
+        return b""
+
+
+def _names(files: list[str]) -> str:
+    return ", ".join(map(repr, files[:4])) + (", ..." if len(files) > 4 else "")
+
+
+def _pickle_kind(start: bytes) -> str | None:
+    """What a file starting with ``start`` is when it is a torch checkpoint:
+    a zip (``torch.save`` since torch 1.6, a pickle inside) or a bare pickle
+    (the legacy format: protocol 2, the pickled magic number first)."""
+    if start[:4] == b"PK\x03\x04":
+        # the local file header: the name's length at 26, the name at 30
+        member = start[30 : 30 + int.from_bytes(start[26:28], "little")]
+        if member.endswith(b".pkl"):
+            shown = member.decode(errors="replace")
+            return f"a torch.save checkpoint (a zip archive holding the pickle {shown!r})"
+        return "a zip archive (torch.save writes .pt and .bin checkpoints so, pickles inside)"
+    if start[:1] == b"\x80" and start[1:2] in {b"\x02", b"\x03", b"\x04", b"\x05"}:
+        return f"a Python pickle (protocol {start[1]}; torch.save's legacy .pt/.bin format)"
+    return None
 
 
 @set_module("kiln_np")
@@ -274,7 +366,7 @@ def save_weights(
     metadata: Mapping[str, Any] | None = None,
     max_shard_size: int | None = None,
     progress: Progress | None = None,
-) -> None:
+) -> list[str]:
     """Write named tensors as safetensors, GGUF or a Kiln payload directory.
 
     Every tensor is checked against what the format can hold before anything
@@ -305,6 +397,13 @@ def save_weights(
     progress : callable, optional
         Called with each number of payload bytes written.
 
+    Returns
+    -------
+    list of str
+        The absolute paths written: ``[path]`` for a file or a directory (a
+        Kiln payload directory, a sharded checkpoint), each split's for GGUF
+        splits (``NAME-00001-of-00002.gguf``, ...).
+
     Raises
     ------
     KilnError
@@ -321,10 +420,10 @@ def save_weights(
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> path = os.path.join(d, "m.safetensors")
-    >>> kiln_np.save_weights(path, {"w": np.zeros(3, np.uint8)}, format="safetensors",
-    ...                      metadata={"format": "pt"})
-    >>> kiln_np.open_weights(path).metadata
-    mappingproxy({'format': 'pt'})
+    >>> written = kiln_np.save_weights(path, {"w": np.zeros(3, np.uint8)},
+    ...                                format="safetensors", metadata={"format": "pt"})
+    >>> written == [path], kiln_np.open_weights(path).metadata
+    (True, mappingproxy({'format': 'pt'}))
     >>> import shutil; shutil.rmtree(d)
     """
     target = written_path(check_path(path))
@@ -334,4 +433,4 @@ def save_weights(
             "TYPE",
             f"expected format 'safetensors', 'gguf' or 'kiln', found {show_value(format)}",
         )
-    save(target, tensors, metadata, max_shard_size, progress)
+    return save(target, tensors, metadata, max_shard_size, progress)

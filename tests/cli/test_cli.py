@@ -12,8 +12,10 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import subprocess
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,14 +23,15 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+import safetensors.numpy
 from _helpers import bits, kiln_np_exe
 
 import kiln_np
 from kiln_np import DTYPES, from_numpy
 from kiln_np._core.table import code_label
 from kiln_np._files import chunks
+from kiln_np.cli import args, main, payloads
 from kiln_np.cli import entry as cli_entry
-from kiln_np.cli import main, payloads
 from kiln_np.cli.output import Progress
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -945,3 +948,283 @@ def test_onnx_progress_bar_on_a_terminal(
     drawn = terminal.getvalue()
     assert drawn.startswith("\ronnx model.onnx [")
     assert drawn.endswith("] 100.0%\n")
+
+
+# -- convert: what it writes ----------------------------------------------------------
+
+
+@pytest.fixture
+def weights(work: Path) -> Path:
+    """``m.safetensors`` in the working directory: three f32 tensors of 16 bytes."""
+    path = work / "m.safetensors"
+    kiln_np.save_weights(
+        path, {f"t{i}": np.full(4, i, np.float32) for i in range(3)}, format="safetensors"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("dst", "to", "found"),
+    [
+        ("old.gguf", "gguf", "it exists (a file of 9 bytes); pass --force to replace it"),
+        ("olddir", "kiln", "it exists (a directory, not empty); pass --force to replace it"),
+    ],
+    ids=["file", "directory"],
+)
+def test_convert_refuses_an_existing_output_without_force(
+    weights: Path, run: Runner, dst: str, to: str, found: str
+) -> None:
+    if to == "kiln":
+        Path(dst).mkdir()
+        Path(dst, "notes.txt").write_text("mine")
+    else:
+        Path(dst).write_bytes(b"old model")
+    before = _listing(weights.parent)
+    run("convert", weights.name, dst, "--to", to).error("FILE", f"cannot write {dst!r}: {found}")
+    assert _listing(weights.parent) == before
+    assert not [p for p in weights.parent.iterdir() if ".kiln-np-" in p.name]
+    if to == "gguf":
+        run("convert", weights.name, dst, "--to", to, "--force").ok()
+        with kiln_np.open_weights(dst) as w:
+            assert list(w) == ["t0", "t1", "t2"]
+
+
+def test_convert_into_an_empty_directory_or_a_dangling_link(weights: Path, run: Runner) -> None:
+    Path("empty").mkdir()
+    run("convert", weights.name, "empty", "--to", "kiln").ok()
+    os.symlink("target.safetensors", "link.safetensors")  # writes through: nothing replaced
+    run("convert", weights.name, "link.safetensors", "--to", "safetensors").ok()
+    with kiln_np.open_weights("target.safetensors") as w:
+        assert list(w) == ["t0", "t1", "t2"]
+
+
+def test_convert_refuses_gguf_splits_of_its_name(weights: Path, run: Runner) -> None:
+    # splits of another count would be left beside the new ones: refused as well
+    Path("s-00001-of-00003.gguf").write_bytes(b"old")
+    Path("s-00003-of-00003.gguf").write_bytes(b"old")
+    run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "16").error(
+        "FILE",
+        "cannot write 's.gguf' as splits: 's-00001-of-00003.gguf', 's-00003-of-00003.gguf' "
+        "exist; pass --force to replace them",
+    )
+    assert Path("s-00001-of-00003.gguf").read_bytes() == b"old"
+    run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "16", "--force").ok()
+    assert Path("s-00001-of-00003.gguf").read_bytes() != b"old"
+
+
+def test_force_never_writes_over_an_input(weights: Path, run: Runner) -> None:
+    before = weights.read_bytes()
+    run("convert", weights.name, weights.name, "--to", "safetensors", "--force").error(
+        "FILE", "it is the input file"
+    )
+    assert weights.read_bytes() == before
+
+
+def test_the_python_api_replaces_as_numpy_save_does(weights: Path) -> None:
+    kiln_np.save_weights(weights, {"w": np.ones(2, np.float32)}, format="safetensors")
+    with kiln_np.open_weights(weights) as w:
+        assert list(w) == ["w"]
+
+
+SIZES = [
+    ("5GB", 5 * 10**9),
+    ("500MB", 500 * 10**6),
+    ("2GiB", 2 * 2**30),
+    ("1.5GB", 15 * 10**8),
+    ("1.5KiB", 1536),
+    ("0.001KB", 1),
+    ("64kB", 64_000),
+    ("3mib", 3 * 2**20),
+    ("1TiB", 2**40),
+    ("4096B", 4096),
+    ("4096", 4096),
+    ("0x40", 64),
+    (" 7 GB ", 7 * 10**9),
+]
+
+
+@pytest.mark.parametrize(("text", "size"), SIZES, ids=[t for t, _ in SIZES])
+def test_sizes_read_as_hugging_face_reads_them(text: str, size: int) -> None:
+    assert args.parse_size(text) == size
+
+
+REFUSED_SIZES = [
+    ("-5GB", "a size in bytes such as 5GB"),
+    ("5Gb", "a lowercase b means bits"),
+    ("100b", "a lowercase b means bits"),
+    ("1.5B", "a whole number of bytes, found '1.5B'"),
+    ("1.0001KB", "a whole number of bytes"),
+    ("0", "a size of at least 1 byte"),
+    ("0.0GB", "a size of at least 1 byte"),
+    ("1e9", "a size in bytes"),
+    (".5GB", "a size in bytes"),
+    ("5PB", "a size in bytes"),
+    ("5 G B", "a size in bytes"),
+    ("1" * 41 + "GB", "at most 40 digits, found one of 41 digits"),
+    ("0." + "1" * 40 + "GB", "at most 40 digits, found one of 41 digits"),
+]
+
+
+@pytest.mark.parametrize(("text", "found"), REFUSED_SIZES, ids=[t[:12] for t, _ in REFUSED_SIZES])
+def test_malformed_sizes_are_usage(weights: Path, run: Runner, text: str, found: str) -> None:
+    done = run("convert", weights.name, "o.gguf", "--to", "gguf", f"--max-shard-size={text}")
+    assert found in done.error("USAGE", "argument --max-shard-size: expected ")
+    assert not Path("o.gguf").exists()
+
+
+def test_convert_names_the_files_it_writes(weights: Path, run: Runner) -> None:
+    out = run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "32B").ok()
+    splits = ["s-00001-of-00002.gguf", "s-00002-of-00002.gguf"]
+    assert sorted(p.name for p in weights.parent.glob("s*")) == splits
+    assert out == f"{', '.join(splits)}: 3 tensors, 48 payload bytes, safetensors -> gguf\n"
+    sub = weights.parent / "sub"
+    sub.mkdir()
+    record = json.loads(
+        run(
+            "convert", weights.name, "sub/t.gguf", "--to", "gguf", "--max-shard-size=16B", "--json"
+        ).ok()
+    )
+    assert record["files"] == [f"sub/t-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert all(Path(f).is_file() for f in record["files"])
+    out = run(
+        "convert", weights.name, "sub/u.gguf", "--to", "gguf", "--max-shard-size", "1KiB"
+    ).ok()
+    assert out.startswith("sub/u.gguf: 3 tensors")  # one split: the file itself
+    for dst, to in [("one.safetensors", "safetensors"), ("kdir/", "kiln")]:
+        assert json.loads(run("convert", weights.name, dst, "--to", to, "--json").ok())[
+            "files"
+        ] == [dst]
+    record = json.loads(
+        run(
+            "convert", weights.name, "ckpt", "--to", "safetensors", "--max-shard-size=16B", "--json"
+        ).ok()
+    )
+    assert record["files"] == ["ckpt"]  # a sharded checkpoint is its directory
+
+
+def test_save_weights_returns_the_paths_it_wrote(weights: Path) -> None:
+    tensors = {f"t{i}": np.ones(4, np.float32) for i in range(3)}
+    written = kiln_np.save_weights("m.gguf", tensors, format="gguf", max_shard_size=16)
+    assert written == [str(weights.parent / f"m-0000{i}-of-00003.gguf") for i in (1, 2, 3)]
+    assert kiln_np.save_weights("k", tensors, format="kiln") == [str(weights.parent / "k")]
+
+
+# -- what open_weights (and ls) takes: folders, and what is no weight file ---------------
+
+
+def _torch_zip(path: Path) -> None:
+    """A zip laid out as torch.save (torch >= 1.6) writes one: the pickle first."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"w": [1.0]}, protocol=2))
+        z.writestr("archive/data/0", bytes(8))
+
+
+def _npz(path: Path) -> None:
+    """What np.savez writes: a zip of .npy members, no pickle."""
+    with path.open("wb") as f:
+        np.savez(f, w=np.ones(2))
+
+
+def test_a_hugging_face_folder_opens_as_its_one_weight_file(work: Path, run: Runner) -> None:
+    folder = work / "tiny-model"
+    folder.mkdir()
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    safetensors.numpy.save_file({"w": arr}, str(folder / "model.safetensors"))  # the oracle writes
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "tokenizer.json").write_text("{}")
+    _torch_zip(folder / "pytorch_model.bin")  # beside it, as hub repositories often have
+    with kiln_np.open_weights(folder) as w:
+        assert (w.format, w.path, list(w)) == (
+            "safetensors",
+            str(folder / "model.safetensors"),
+            ["w"],
+        )
+        assert bits(w["w"].numpy()) == bits(arr)
+    assert run("ls", "tiny-model").ok().endswith("1 tensors, 24 payload bytes (safetensors)\n")
+
+
+def test_a_folder_of_an_onnx_model_and_its_external_data(work: Path) -> None:
+    path, inits = _model(work)  # model.onnx and model.data
+    with kiln_np.open_weights(work) as w:
+        assert (w.format, w.path, len(w)) == ("onnx", str(path), len(inits))
+
+
+def test_a_folder_of_gguf_splits_opens_the_set(work: Path) -> None:
+    tensors = {f"t{i}": np.full(4, i, np.float32) for i in range(3)}
+    kiln_np.save_weights(work / "m.gguf", tensors, format="gguf", max_shard_size=16)
+    for p in work.iterdir():
+        if not p.name.startswith("m-"):
+            p.unlink()
+    with kiln_np.open_weights(work) as w:
+        assert (w.format, list(w)) == ("gguf", ["t0", "t1", "t2"])
+
+
+@pytest.mark.parametrize(
+    ("names", "found"),
+    [
+        (["a.safetensors", "b.gguf"], "found 2 weight files ('a.safetensors', 'b.gguf')"),
+        (  # shards without their index: which is the model is not said
+            ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"],
+            "found 2 weight files ('model-00001-of-00002.safetensors', ",
+        ),
+        ([], "found neither a manifest nor an index nor a weight file"),
+        (["notes.bin"], "found neither"),  # a .bin that is no pickle is just a file
+        (["pytorch_model.bin"], "found only pickles ('pytorch_model.bin'): kiln_np does not"),
+    ],
+    ids=["two", "shards-without-index", "nothing", "bin-not-a-pickle", "pickles-only"],
+)
+def test_a_folder_of_other_than_one_weight_file_is_type_naming_them(
+    work: Path, run: Runner, names: list[str], found: str
+) -> None:
+    folder = work / "f"
+    folder.mkdir()
+    for name in names:
+        if name == "pytorch_model.bin":
+            _torch_zip(folder / name)
+        else:
+            (folder / name).write_bytes(b"not read")
+    (folder / "config.json").write_text("{}")
+    err = run("ls", "f").error("TYPE", f"'{folder}': expected a directory holding manifest.json")
+    assert found in err
+    assert "one weight file (*.safetensors, *.gguf, *.onnx)" in err
+
+
+@pytest.mark.parametrize(
+    ("make", "found"),
+    [
+        (
+            _torch_zip,
+            "found a torch.save checkpoint (a zip archive holding the pickle 'archive/data.pkl')",
+        ),
+        (
+            lambda p: p.write_bytes(pickle.dumps({"w": [1.0]}, protocol=2)),
+            "found a Python pickle (protocol 2; torch.save's legacy .pt/.bin format)",
+        ),
+        (
+            lambda p: p.write_bytes(pickle.dumps({"w": [1.0]}, protocol=4)),
+            "found a Python pickle (protocol 4;",
+        ),
+        (
+            _npz,
+            "found a zip archive (torch.save writes .pt and .bin checkpoints so",
+        ),
+    ],
+    ids=["torch-zip", "legacy-pickle", "pickle-protocol-4", "npz"],
+)
+def test_a_torch_checkpoint_says_what_it_is(
+    work: Path, run: Runner, make: Callable[[Path], object], found: str
+) -> None:
+    make(work / "model.pt")
+    err = run("ls", "model.pt").error("TYPE", f"'{work / 'model.pt'}': expected a weight file, ")
+    assert found in err
+    assert "kiln_np does not execute pickles" in err
+    assert "safetensors.torch.save_file(torch.load(path, weights_only=True)" in err
+
+
+def test_inspect_a_tensor_in_onnx_external_data(work: Path, run: Runner) -> None:
+    path, _ = _model(work)  # "big" (64 int64) is in model.data, "scale" inside the model
+    record = json.loads(run("inspect", path.name, "--tensor", "big", "--json").ok())
+    with kiln_np.open_weights(path) as w:
+        assert (record["file"], record["offset"]) == (str(work / "model.data"), w["big"].offset)
+    assert (record["min"], record["max"], record["byte_length"]) == (0, 63, 512)
+    run("inspect", path.name, "--tensor", "scale").error("TYPE", "is held in memory, not at")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+import safetensors.numpy
 from _helpers import bits, external_tensor
 from hypothesis import given
 from hypothesis import strategies as st
@@ -787,3 +789,75 @@ def test_import_kiln_np_does_not_import_onnx() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+# -- external data as weight files ----------------------------------------------------------
+
+
+def _external_model(directory: Path, tensors: dict[str, np.ndarray]) -> Path:
+    """A model whose initializers all go to ``model.data``, as onnx saves it."""
+    inits = [numpy_helper.from_array(a, name) for name, a in tensors.items()]
+    graph = onnx.helper.make_graph([], "g", [], [], initializer=inits)
+    path = directory / "model.onnx"
+    onnx.save_model(
+        onnx.helper.make_model(graph), path, save_as_external_data=True,
+        location="model.data", size_threshold=0,
+    )  # fmt: skip
+    return path
+
+
+def test_external_tensors_are_tensors_of_their_file(tmp_path: Path) -> None:
+    tensors = {"w1": np.arange(6, dtype=np.float32), "w3": np.arange(1 << 20, dtype=np.int32)}
+    path = _external_model(tmp_path, tensors)
+    oracle = onnx.load(path, load_external_data=False)
+    with kiln_np.open_weights(path) as w:
+        for init in oracle.graph.initializer:
+            t = w[init.name]
+            entries = {e.key: e.value for e in init.external_data}
+            assert (t.path, t.offset) == (str(tmp_path / "model.data"), int(entries["offset"]))
+            # onnx itself reads the external data
+            assert bits(t.numpy()) == bits(numpy_helper.to_array(init, base_dir=str(tmp_path)))
+        # one map for the file, however many tensors it holds: released by close()
+        w3 = pickle.dumps(w["w3"])
+        assert len(w3) < 1000  # by reference, not its 4 MiB
+    back = pickle.loads(w3)
+    assert (back.path, back.offset) == (str(tmp_path / "model.data"), w["w3"].offset)
+    assert bits(back.numpy()) == bits(tensors["w3"])
+
+
+def test_external_tensors_convert_from_their_file(tmp_path: Path) -> None:
+    tensors: dict[str, np.ndarray] = {
+        "a": np.arange(5, dtype=np.float16),
+        "b": np.array([1, -2], np.int64),
+    }
+    path = _external_model(tmp_path, tensors)
+    with kiln_np.open_weights(path) as w:
+        kiln_np.save_weights(tmp_path / "m.safetensors", w, format="safetensors")
+    loaded = safetensors.numpy.load_file(str(tmp_path / "m.safetensors"))
+    assert {n: bits(a) for n, a in loaded.items()} == {n: bits(a) for n, a in tensors.items()}
+
+
+def test_external_data_is_checked_against_its_file_when_opened(tmp_path: Path) -> None:
+    path = _external_model(tmp_path, {"w": np.arange(4, dtype=np.float32)})
+    with (tmp_path / "model.data").open("r+b") as f:
+        f.truncate(12)
+    err = _raise("LENGTH", kiln_np.open_weights, path)
+    assert "tensor 'w': external data" in str(err)
+    os.unlink(tmp_path / "model.data")
+    os.mkfifo(tmp_path / "model.data")  # never opened: it would block
+    assert "FIFO" in str(_raise("TYPE", kiln_np.open_weights, path))
+
+
+def test_two_bit_external_tensors_are_held_unpacked(tmp_path: Path) -> None:
+    # ONNX packs 2-bit values four to a byte, Kiln one per byte: no file offset
+    # holds the Kiln payload, so it is in memory (and pickles as its bytes)
+    init = onnx.helper.make_tensor("q", onnx.TensorProto.UINT2, [4], b"\xe4", raw=True)
+    graph = onnx.helper.make_graph([], "g", [], [], initializer=[init])
+    path = tmp_path / "model.onnx"
+    onnx.save_model(
+        onnx.helper.make_model(graph), path, save_as_external_data=True,
+        location="model.data", size_threshold=0,
+    )  # fmt: skip
+    with kiln_np.open_weights(path) as w:
+        assert w["q"].path is None
+        assert bytes(pickle.loads(pickle.dumps(w["q"])).payload().data) == b"\x00\x01\x02\x03"

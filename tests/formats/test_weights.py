@@ -769,7 +769,7 @@ def test_cli_ls_gguf_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (["convert", "a.safetensors", "o.gguf", "--to", "gguf"], "kiln-np: TYPE: tensor 'u4'"),
         (
             ["convert", "a.safetensors", "o", "--to", "kiln", "--max-shard-size", "x"],
-            "kiln-np: TYPE: ",
+            "kiln-np: USAGE: ",
         ),
         (
             ["convert", "a.safetensors", "o", "--to", "kiln", "--max-shard-size", "9"],

@@ -36,6 +36,7 @@ from onnx.reference import ReferenceEvaluator
 
 import kiln_np
 from kiln_np import Code, KilnError, Layout, Payload, from_numpy, mx
+from kiln_np._core.checks import U8
 
 GG = gguf.GGMLQuantizationType
 E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
@@ -1081,3 +1082,80 @@ def test_the_kinds_values_are_the_dtypes_values() -> None:
         nan = np.isnan(kind.values)
         assert (kind.values.view(np.uint64)[nan] == 0x7FF8000000000000).all(), kind.name
         assert not kind.values.flags.writeable
+
+
+# -- what every entry point takes: any bytes-like payload data; clean errors otherwise ------
+
+
+_V = np.array([0.5, -6.0, 1.0, 0.0] * 8, ml_dtypes.float4_e2m1fn)  # 32 e2m1: one MX block
+_S = np.array([127], np.uint8).view(ml_dtypes.float8_e8m0fnu)
+_BLOCK = mx.to_ggml(_V, _S, layout="ggml.mxfp4")
+_GPT_OSS = mx.to_gpt_oss(_V, _S)
+
+# entry point: (call of (values, scales) or (payload,), its inputs)
+ENTRY_POINTS: dict[str, tuple[Any, tuple[Any, ...]]] = {
+    "dequantize": (mx.dequantize, (_V, _S)),
+    "to_ggml": (lambda v, s: mx.to_ggml(v, s, layout="ggml.mxfp4"), (_V, _S)),
+    "to_gpt_oss": (mx.to_gpt_oss, (_V, _S)),
+    "to_onnx": (mx.to_onnx, (_V, _S)),
+    "from_gpt_oss": (mx.from_gpt_oss, _GPT_OSS),
+    "dequantize_gpt_oss": (mx.dequantize_gpt_oss, _GPT_OSS),
+    "from_ggml": (mx.from_ggml, (_BLOCK,)),
+    "dequantize_ggml": (mx.dequantize_ggml, (_BLOCK,)),
+    "quantize": (mx.quantize, (np.linspace(-4, 4, 32),)),
+}
+
+
+def _as_payload(arg: Any) -> Payload:
+    return arg if isinstance(arg, Payload) else from_numpy(np.asarray(arg))
+
+
+def _results(result: Any) -> list[bytes]:
+    parts = result if isinstance(result, tuple) else (result,)
+    return [bytes(p.data) if isinstance(p, Payload) else bits(np.asarray(p)) for p in parts]
+
+
+@pytest.mark.parametrize("data", [bytes, bytearray, memoryview, lambda b: np.frombuffer(b, U8)])
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if e not in {"quantize", "to_onnx"}])
+def test_payload_data_of_any_bytes_like_type(entry: str, data: Any) -> None:
+    call, args = ENTRY_POINTS[entry]
+    payloads = [_as_payload(a) for a in args]
+    retyped = [Payload(p.code, data(bytes(p.data)), p.shape, p.layout) for p in payloads]
+    assert _results(call(*retyped)) == _results(call(*payloads))
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [[1, 2], [3]],  # ragged: numpy's own ValueError before
+        np.ma.masked_array(np.zeros(32, np.float32), mask=[True] * 32),
+        Payload(Code.E2M1, cast(Any, [0] * 16), (32,)),  # data that is no buffer
+    ],
+    ids=["ragged", "masked", "list-data"],
+)
+def test_inputs_numpy_cannot_read_are_type(entry: str, bad: Any) -> None:
+    call, args = ENTRY_POINTS[entry]
+    for i in range(len(args)):
+        with pytest.raises(KilnError) as info:
+            call(*args[:i], bad, *args[i + 1 :])
+        assert info.value.kind == "TYPE", info.value
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda bs: mx.dequantize(_V, _S, block_size=bs),
+        lambda bs: mx.quantize(np.ones(32), block_size=bs),
+        lambda bs: mx.dequantize_onnx(*mx.to_onnx(_V, _S), block_size=bs, axis=0),
+    ],
+    ids=["dequantize", "quantize", "dequantize_onnx"],
+)
+def test_block_size_past_numpys_index_range_is_shape(call: Any) -> None:
+    for bs in (2**63, 2**64, 10**30):
+        with pytest.raises(
+            KilnError, match=r"block_size to be an integer in 1\.\.9223372036854775807"
+        ) as info:
+            call(bs)
+        assert info.value.kind == "SHAPE"
+    call(2**63 - 1)  # the largest: one block per axis

@@ -26,6 +26,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.foreign import foreign_for_dtype
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw, write_all
+from kiln_np._files.payload import LazyPayload
 
 from .tensors import WeightTensor
 
@@ -152,12 +153,17 @@ def tensor_sources(tensors: object) -> list[TensorSource]:
     :class:`WeightTensor`, :class:`~kiln_np.Payload` or arrays), in order,
     before anything is written.
 
+    Values are taken as they are (a numpy scalar as a 0-d array, a
+    :class:`~kiln_np.LazyPayload` decoded from its file); another library's
+    array (torch, jax, ...) is refused, saying how to make it a numpy array.
+
     Raises
     ------
     KilnError
         TYPE for a non-mapping, a name that is not a str, a value of another
-        type, an array dtype with no Kiln code; LENGTH for a payload whose
-        bytes are not its ``byte_length``; the message names the tensor.
+        type (another library's array included), an array dtype with no Kiln
+        code; LENGTH for a payload whose bytes are not its ``byte_length``;
+        the message names the tensor.
 
     Examples
     --------
@@ -188,8 +194,8 @@ def _source(name: str, value: object) -> TensorSource:
             data = byte_view(value.data, "the payload's data")
             info.check_length(data.size)
             return TensorSource(name, info, data.data, None, None)
-        if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-            arr = np.asarray(value)
+        if isinstance(value, (np.ndarray, np.generic, LazyPayload)):
+            arr = np.asarray(value)  # a LazyPayload decodes (and checks) its file
             foreign = foreign_for_dtype(arr.dtype)
             if foreign is not None and foreign.bits == 8 * foreign.dtype.itemsize:
                 # complex64, the FNUZ float8s: every bit is the element's; one block each
@@ -204,5 +210,23 @@ def _source(name: str, value: object) -> TensorSource:
     raise KilnError(
         "TYPE",
         f"{where}expected a kiln_np.Payload, a numpy array or a WeightTensor, "
-        f"found {show_value(value)}",
+        f"found {_foreign_array(value) or show_value(value)}",
+    )
+
+
+def _foreign_array(value: object) -> str | None:
+    """Another library's array (torch, jax, cupy, ...) as a message shows it,
+    with what to do, or None for anything else.  kiln_np does not convert them
+    itself: numpy's ``__array__`` works for some dtypes and fails for the ones
+    Kiln is for (a torch bfloat16 or float8 tensor)."""
+    if not any(hasattr(value, a) for a in ("__array__", "__dlpack__", "__array_interface__")):
+        return None
+    kind = type(value)
+    dtype = show_value(getattr(value, "dtype", None)).partition(" ")[2]
+    return (
+        f"a {kind.__module__}.{kind.__qualname__} of dtype {dtype}: kiln_np converts no "
+        "other library's arrays; pass a numpy array: np.asarray(x), or t.numpy() for a CPU "
+        "torch tensor of a numpy dtype, and for torch's bfloat16 and float8 types its bits "
+        "viewed, t.view(torch.int16).numpy().view(ml_dtypes.bfloat16), "
+        "t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)"
     )

@@ -69,7 +69,7 @@ class WeightTensor:
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> path = os.path.join(d, "w.safetensors")
-    >>> kiln_np.save_weights(path, {"w": np.arange(3, dtype=np.float32)}, format="safetensors")
+    >>> _ = kiln_np.save_weights(path, {"w": np.arange(3, dtype=np.float32)}, format="safetensors")
     >>> with kiln_np.open_weights(path) as weights:
     ...     t = weights["w"]
     ...     print(t, t.numpy())
@@ -248,7 +248,7 @@ class Weights(Mapping[str, WeightTensor]):
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> tensors = {"b": np.zeros(2, np.int8), "a": np.ones((2, 2), np.float16)}
-    >>> kiln_np.save_weights(d + "/w", tensors, format="kiln", metadata={"step": 3})
+    >>> _ = kiln_np.save_weights(d + "/w", tensors, format="kiln", metadata={"step": 3})
     >>> with kiln_np.open_weights(d + "/w") as w:
     ...     print(w.format, list(w), dict(w.metadata), w["a"].shape)
     kiln ['b', 'a'] {'step': 3} (2, 2)

@@ -1,6 +1,7 @@
 """The entry point: the parser assembled from each command group's subparser
 functions, :func:`run` (one command, its exit status) and :func:`main` (the
-console script: every error one line on stderr, exit status 2).
+console script: every error one line on stderr, exit status 2; Ctrl-C one line,
+exit status 130).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="kiln-np",
         description="Kiln tensor payloads <-> numpy arrays, bit for bit.",
-        epilog="Errors: one line 'kiln-np: KIND: message' on stderr, exit status 2. "
-        "See docs/cli.md.",
+        epilog="Errors: one line 'kiln-np: KIND: message' on stderr, exit status 2 "
+        "(130 for Ctrl-C). See docs/cli.md.",
     )
     top.add_argument("--version", action="version", version=f"kiln-np {__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -110,3 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # command killed by SIGPIPE would, and keep Python's exit-time flush silent.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KeyboardInterrupt:
+        # Ctrl-C: the writers' cleanup has run while the exception rose (no
+        # temporary file is left); end with one line and 128 + SIGINT, as a shell does.
+        print(
+            "kiln-np: INTERRUPTED: stopped by SIGINT (Ctrl-C); unfinished outputs were removed",
+            file=sys.stderr,
+        )
+        return 130

@@ -94,8 +94,9 @@ def _tensor_input(args: argparse.Namespace) -> _Input:
         if tensor.path is None:
             raise KilnError(
                 "TYPE",
-                f"{args.input!r}: tensor {args.tensor!r} is held inside the model, not at an "
-                "offset of a file: expected a tensor stored in a file (export the model with "
+                f"{args.input!r}: tensor {args.tensor!r} is held in memory, not at an offset "
+                "of a file (inside the model, or a 2- or 6-bit type Kiln holds unpacked): "
+                "expected a tensor stored in a file (export the model with "
                 "kiln-np convert MODEL DIR --to kiln, then inspect DIR --tensor NAME)",
             )
         return _Input(tensor.path, tensor.info, stat_input(tensor.path))

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from kiln_np._core.checks import written_path
 from kiln_np._weights.tensors import Weights, WeightTensor
 from kiln_np.formats import open_weights, save_weights
 
 from .args import json_flag, parse_size, subparser
-from .errors import file_error
+from .errors import CliError, file_error
 from .files import Inputs, identity, refuse_directory_over_inputs, refuse_overwrite, stat_or_none
 from .output import Progress, emit, layout_json, print_json, shape_text, table
 
@@ -42,9 +44,10 @@ def save_weights_file(
     format: str,
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None = None,
-) -> None:
+) -> list[str]:
     """:func:`kiln_np.save_weights` with a progress bar ``label`` over the
-    payload bytes, an ``OSError`` as FILE naming ``path``.
+    payload bytes, an ``OSError`` as FILE naming ``path``; returns the paths
+    written, spelled as ``path`` is (GGUF splits beside it).
 
     Examples
     --------
@@ -52,14 +55,14 @@ def save_weights_file(
     >>> import numpy as np
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     out = os.path.join(tmp, "w")
-    ...     save_weights_file(out, {"b": np.ones(2, "<f4")}, "export", 8, format="kiln",
-    ...                       metadata=None)
-    ...     sorted(os.listdir(out))
-    ['0000_b.kiln', 'manifest.json']
+    ...     written = save_weights_file(out, {"b": np.ones(2, "<f4")}, "export", 8,
+    ...                                 format="kiln", metadata=None)
+    ...     written == [out], sorted(os.listdir(out))
+    (True, ['0000_b.kiln', 'manifest.json'])
     """
     with Progress(max(total_bytes, 1), label) as bar:
         try:
-            save_weights(
+            written = save_weights(
                 path,
                 tensors,
                 format=format,
@@ -70,6 +73,12 @@ def save_weights_file(
         except OSError as exc:
             raise file_error("write", path, exc) from exc
         bar.advance(bar.total - bar.done)
+    given = os.fspath(path)
+    folder = os.path.dirname(given)
+    return [
+        given if p == written_path(given) else os.path.join(folder, os.path.basename(p))
+        for p in written
+    ]
 
 
 def _inputs(weights: Weights) -> Inputs:
@@ -127,14 +136,47 @@ def _carried_metadata(weights: Weights, to: str) -> Mapping[str, Any] | None:
     return metadata if all_text else None
 
 
+def _refuse_replacing(dst: str, splits: bool) -> None:
+    """FILE when ``convert`` would replace what is there (unless ``--force``):
+    DST itself, a file or a directory that is not empty, and with GGUF splits
+    any ``STEM-NNNNN-of-NNNNN.gguf`` beside it, whatever their count."""
+    force = "pass --force to replace"
+    try:
+        if os.path.isdir(dst):
+            if os.listdir(dst):
+                what = "a directory, not empty"
+                raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
+        elif os.path.exists(dst):
+            what = f"a file of {os.stat(dst).st_size} bytes"
+            raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
+        if splits:
+            folder, name = os.path.split(dst)
+            stem = re.escape(name.removesuffix(".gguf"))
+            found = sorted(
+                f
+                for f in os.listdir(folder or os.curdir)
+                if re.fullmatch(rf"{stem}-\d{{5}}-of-\d{{5}}\.gguf", f)
+            )
+            if found:
+                shown = ", ".join(repr(os.path.join(folder, f)) for f in found[:3])
+                shown += ", ..." if len(found) > 3 else ""
+                raise CliError(
+                    "FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them"
+                )
+    except OSError:
+        return  # unreadable or gone meanwhile: writing will say so
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
-    limit = None if args.max_shard_size is None else parse_size(args.max_shard_size)
+    limit = args.max_shard_size
     with open_weights_file(args.src) as weights:
         inputs = _inputs(weights)
         refuse_overwrite(args.dst, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
+        if not args.force:
+            _refuse_replacing(args.dst, args.to == "gguf" and limit is not None)
         metadata = _carried_metadata(weights, args.to)
-        save_weights_file(
+        written = save_weights_file(
             args.dst,
             weights,
             f"convert {args.src}",
@@ -152,6 +194,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             "tensors": len(weights),
             "byte_length": weights.byte_length,
             "metadata": "carried" if metadata is not None else "dropped",
+            "files": written,
         }
     dropped = (
         ""
@@ -161,10 +204,24 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     emit(
         args,
         record,
-        f"{args.dst}: {record['tensors']} tensors, {record['byte_length']} payload bytes, "
-        f"{record['from']} -> {args.to}{dropped}",
+        f"{_files_text(written)}: {record['tensors']} tensors, "
+        f"{record['byte_length']} payload bytes, {record['from']} -> {args.to}{dropped}",
     )
     return 0
+
+
+def _files_text(paths: list[str]) -> str:
+    """The files written, as a line starts: all of up to three, else the
+    first and the last.
+
+    Examples
+    --------
+    >>> _files_text(["m.gguf"]), _files_text([f"m-{i}.gguf" for i in range(1, 5)])
+    ('m.gguf', 'm-1.gguf, ..., m-4.gguf (4 files)')
+    """
+    if len(paths) <= 3:
+        return ", ".join(paths)
+    return f"{paths[0]}, ..., {paths[-1]} ({len(paths)} files)"
 
 
 def add_ls(sub: Any) -> None:
@@ -191,7 +248,8 @@ def add_convert(sub: Any) -> None:
         "write a weight file in another format",
         "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
         "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
-        "before anything is written.  Metadata goes along when the target can hold it.",
+        "before anything is written.  Metadata goes along when the target can hold it.  "
+        "An existing DST is replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
             "kiln-np convert model.gguf model.safetensors --to safetensors",
@@ -203,8 +261,15 @@ def add_convert(sub: Any) -> None:
     parser.add_argument("--to", required=True, choices=["safetensors", "gguf", "kiln"])
     parser.add_argument(
         "--max-shard-size",
-        metavar="BYTES",
-        help="write shards (safetensors: DST is a directory with an index) or GGUF splits",
+        metavar="SIZE",
+        type=parse_size,
+        help="write shards (safetensors: DST is a directory with an index) or GGUF splits "
+        "of at most SIZE data bytes: 5GB (5*10**9), 500MB, 2GiB (2*2**30), 4096",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DST (or GGUF splits of its name) when it exists; never an input",
     )
     json_flag(parser)
     parser.set_defaults(run=_cmd_convert)

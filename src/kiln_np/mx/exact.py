@@ -19,12 +19,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kiln_np._core.checks import check_int, set_module, show_value
+from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, dtype_info
 from kiln_np._kernels import block_scaled, pool
 
-from .inputs import Source, blocked_shape, check_axis, repeats, scales_bytes, values_source
+from .inputs import (
+    Source,
+    blocked_shape,
+    check_axis,
+    check_block_size,
+    repeats,
+    scales_bytes,
+    values_source,
+)
 from .kinds import SCALES, Kind
 
 __all__ = ["dequantize"]
@@ -293,12 +301,7 @@ def dequantize(
     """
     src = values_source(values)
     sk, sbytes = scales_bytes(scales)
-    bs = check_int(
-        sk.block_size if block_size is None else block_size,
-        "block_size",
-        kind="SHAPE",
-        minimum=1,
-    )
+    bs = check_block_size(sk.block_size if block_size is None else block_size)
     try:
         out_dtype = np.dtype(dtype)
     except (TypeError, ValueError) as exc:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kiln_np._codec import Payload, decode, to_numpy
-from kiln_np._core.checks import U8, byte_view, check_int, storage_error
+from kiln_np._codec import Payload, as_array, decode, to_numpy
+from kiln_np._core.checks import MAX_INT64, U8, byte_view, check_int, show_value, storage_error
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, DTypeIndex, code_label, dtype_info
@@ -27,6 +27,8 @@ __all__ = [
     "Source",
     "blocked_shape",
     "check_axis",
+    "check_block_size",
+    "input_array",
     "payload_bytes",
     "payload_of",
     "repeats",
@@ -53,16 +55,48 @@ def payload_of(obj: object) -> Payload | None:
 
 
 def payload_bytes(p: Payload, what: str) -> tuple[PayloadInfo, np.ndarray]:
-    """The payload's checked description, built once, and its flat bytes, whose
-    count it has checked (LENGTH names ``what``).
+    """The payload's checked description, built once, and its flat bytes (any
+    bytes-like ``data``: bytes, bytearray, memoryview, an array), whose count it
+    has checked (LENGTH names ``what``); TYPE for data that is no buffer.
 
-    >>> info, src = payload_bytes(Payload(19, memoryview(b"\\x7f"), (1,)), "scales")
+    >>> info, src = payload_bytes(Payload(19, b"\\x7f", (1,)), "scales")
     >>> info.count, src.tolist()
     (1, [127])
     """
     info = payload_info(p.code, p.shape, p.layout)
-    info.check_length(p.data.nbytes, f"{what}: ")
-    return info, byte_view(p.data, what)
+    try:
+        src = byte_view(p.data, what)
+    except TypeError:
+        raise KilnError(
+            "TYPE",
+            f"{what}: expected the payload's data as a bytes-like buffer, "
+            f"found {show_value(p.data)}",
+        ) from None
+    info.check_length(src.size, f"{what}: ")
+    return info, src
+
+
+def input_array(obj: object, what: str) -> np.ndarray:
+    """``obj`` (not a payload) as an ndarray; TYPE naming ``what`` for what numpy
+    cannot make one of (a ragged list, an ``__array__`` that raises) and for a
+    masked array.
+
+    >>> input_array([1, 2], "values").tolist()
+    [1, 2]
+    """
+    try:
+        return as_array(obj)
+    except KilnError as exc:
+        raise exc.prefixed(f"{what}: ") from None
+
+
+def check_block_size(block_size: object) -> int:
+    """``block_size`` as an int in 1..2**63-1 (numpy's index range), else SHAPE.
+
+    >>> check_block_size(32)
+    32
+    """
+    return check_int(block_size, "block_size", kind="SHAPE", minimum=1, maximum=MAX_INT64)
 
 
 class Source:
@@ -143,7 +177,7 @@ def values_source(values: object) -> Source:
             return Source(kind, src, info.shape, packed=True)
         arr = decode(info, src)
         return Source(kind, arr.reshape(-1).view(U8), info.shape, packed=False)
-    arr = np.asarray(values)
+    arr = input_array(values, "values")
     kind = _array_kind(arr, "values", ELEMENTS, ELEMENT_DTYPES)
     flat = np.ascontiguousarray(arr).reshape(-1).view(U8)
     # One read; on failure the first bad byte is found without a mask of it all.
@@ -165,7 +199,7 @@ def scales_bytes(scales: object) -> tuple[Kind, np.ndarray]:
         kind = _payload_kind(p, "scales", SCALES)
         info, src = payload_bytes(p, "scales")
         return kind, decode(info, src).view(U8)
-    arr = np.asarray(scales)
+    arr = input_array(scales, "scales")
     return _array_kind(arr, "scales", SCALES, SCALE_DTYPES), arr.view(U8)
 
 

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from kiln_np import gguf
 from kiln_np import onnx as kiln_onnx
-from kiln_np._codec import Payload, check_content, from_numpy, readonly_view, to_numpy
+from kiln_np._codec import Payload, check_content, decode, from_numpy, readonly_view
 from kiln_np._core.checks import U8, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
@@ -29,7 +29,7 @@ from kiln_np._core.table import Code, Layout, code_label
 from kiln_np._kernels import block_scaled
 
 from .exact import dequantize
-from .inputs import payload_bytes, payload_of, scales_bytes, values_source
+from .inputs import input_array, payload_bytes, payload_of, scales_bytes, values_source
 from .kinds import ELEMENTS, SCALES, Kind
 
 __all__ = [
@@ -269,7 +269,7 @@ def _e2m1_bytes(values: object, what: str) -> tuple[np.ndarray, tuple[int, ...]]
     its shape."""
     p = payload_of(values)
     if p is None:
-        arr = np.asarray(values)
+        arr = input_array(values, what)
         if arr.dtype != _E2M1.dtype:
             raise KilnError(
                 "TYPE",
@@ -411,7 +411,7 @@ def dequantize_ggml(payload: object, *, dtype: npt.DTypeLike = np.float32) -> np
 
 def _u8_array(obj: object, what: str, *, e8m0: bool = False) -> np.ndarray:
     p = payload_of(obj)
-    arr = to_numpy(*p) if p is not None else np.asarray(obj)
+    arr = decode(*payload_bytes(p, what)) if p is not None else input_array(obj, what)
     if arr.dtype == U8 or (e8m0 and arr.dtype == _E8M0.dtype):
         return arr.view(U8)
     allowed = "uint8 or float8_e8m0fnu" if e8m0 else "uint8"

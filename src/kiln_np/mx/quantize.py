@@ -14,11 +14,11 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from kiln_np._core.checks import U8, check_int, set_module, show_value
+from kiln_np._core.checks import U8, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, load_ml_dtypes
 
-from .inputs import blocked_shape, check_axis, repeats
+from .inputs import blocked_shape, check_axis, check_block_size, input_array, repeats
 from .kinds import ELEMENTS, QUANTIZED, SCALES, Kind, spoken
 
 __all__ = ["Rule", "quantize"]
@@ -29,7 +29,7 @@ _E2M1 = ELEMENTS[Code.E2M1]
 
 
 def _float64(x: npt.ArrayLike) -> np.ndarray:
-    arr = np.asarray(x)
+    arr = input_array(x, "x")
     try:
         info = load_ml_dtypes().finfo(arr.dtype)
     except (TypeError, ValueError):
@@ -143,7 +143,7 @@ def quantize(
         raise KilnError(
             "TYPE", f"rule 'ggml' is GGML's MXFP4 rule: expected element 'e2m1', found {element!r}"
         )
-    bs = check_int(block_size, "block_size", kind="SHAPE", minimum=1)
+    bs = check_block_size(block_size)
     arr = _float64(x)
     shape = tuple(arr.shape)
     a = check_axis(axis, len(shape), f"x of shape {shape}")

@@ -117,10 +117,12 @@ def _location(entries: Mapping[object, object], where: str) -> str:
     return location
 
 
-def _external_bytes(
+def external_range(
     tensor: onnx.TensorProto, name: str, base_dir: str | os.PathLike[str] | None
-) -> memoryview:
-    """The bytes an external-data tensor points at, resolved inside ``base_dir``."""
+) -> tuple[str, int, int]:
+    """Where an external-data tensor's bytes are, checked against the file:
+    ``(path, offset, length)``, the path resolved inside ``base_dir`` (real,
+    symlinks followed), a regular file holding ``offset + length`` bytes."""
     where = f"tensor {name!r}: external data"
     # Keys and values are str, or bytes where protobuf found no UTF-8.
     entries: Mapping[object, object] = {e.key: e.value for e in tensor.external_data}
@@ -139,23 +141,13 @@ def _external_bytes(
             found=location,
         )
     offset = _external_int(entries, "offset", where, 0)
-    _regular_file(path, where)  # before opening: a FIFO or a device could block
-    with open(path, "rb") as f:
-        size = _regular_file(path, where, f.fileno()).st_size
-        return _mapped_range(f.fileno(), entries, where, location, offset, size)
-
-
-def _regular_file(path: str, where: str, fd: int | None = None) -> os.stat_result:
-    try:
-        return check_regular_file(path, fd)
-    except KilnError as exc:
-        raise exc.prefixed(f"{where}: ") from None
-
-
-def _mapped_range(
-    fd: int, entries: Mapping[object, object], where: str, location: str, offset: int, size: int
-) -> memoryview:
+    size = _regular_file(path, where).st_size  # a FIFO or a device could block an open
     length = _external_int(entries, "length", where, max(size - offset, 0))
+    _check_end(where, location, offset, length, size)
+    return path, offset, length
+
+
+def _check_end(where: str, location: str, offset: int, length: int, size: int) -> None:
     end = offset + length
     if end > size:
         raise KilnError(
@@ -165,13 +157,33 @@ def _mapped_range(
             expected=end,
             found=size,
         )
+
+
+def _external_bytes(
+    tensor: onnx.TensorProto, name: str, base_dir: str | os.PathLike[str] | None
+) -> memoryview:
+    """The bytes an external-data tensor points at, resolved inside ``base_dir``."""
+    path, offset, length = external_range(tensor, name, base_dir)
     if length == 0:
         return memoryview(b"")
-    # A read-only map of the pages that hold [offset, end), not of the whole
-    # file: thousands of tensors in one huge file would exhaust the address space.
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    mapped = mmap.mmap(fd, end - start, access=mmap.ACCESS_READ, offset=start)
-    return memoryview(mapped)[offset - start :]
+    where = f"tensor {name!r}: external data"
+    with open(path, "rb") as f:
+        size = _regular_file(path, where, f.fileno()).st_size
+        _check_end(where, path, offset, length, size)  # cut short since it was checked?
+        # A read-only map of the pages that hold [offset, end), not of the whole
+        # file: thousands of tensors in one huge file would exhaust the address space.
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(
+            f.fileno(), offset + length - start, access=mmap.ACCESS_READ, offset=start
+        )
+        return memoryview(mapped)[offset - start :]
+
+
+def _regular_file(path: str, where: str, fd: int | None = None) -> os.stat_result:
+    try:
+        return check_regular_file(path, fd)
+    except KilnError as exc:
+        raise exc.prefixed(f"{where}: ") from None
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,13 @@
 ``kiln_np.open_weights`` hands out for a model, its initializers in graph order.
 
 Initializers held inside the model are kept as the bytes protobuf parsed (a
-protobuf has no stable offsets, so they pickle as bytes); external data is
-mapped as ``model_to_kiln`` maps it.  ``onnx`` is imported when a model is opened.
+protobuf has no stable offsets, so they pickle as bytes).  A tensor in an
+external data file is a tensor of that file, like a safetensors tensor: its
+``path`` and ``offset`` are the file's, the file is mapped once, on first use,
+and it pickles by reference.  The 2- and 6-bit types are the exception: ONNX
+packs them and Kiln holds them one element per byte, so they are unpacked when
+the model is opened and kept in memory.  ``onnx`` is imported when a model is
+opened.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ import os
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._files.io import open_regular_raw
+from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-from ._proto import model_to_kiln
+from ._proto import external_range, model_to_kiln
+from ._types import raw_type
 
 __all__ = ["open_model_weights"]
 
@@ -65,18 +72,22 @@ def open_model_weights(path: str) -> Weights:
             f"({head.hex(' ')}) but does not parse as one: {exc}",
             found=head,
         ) from None
-    initializers = model.graph.initializer
-    pairs = list(model_to_kiln(model, os.path.dirname(path)))
-    tensors = [
-        WeightTensor(
-            name,
-            payload_info(p.code, p.shape, p.layout),
-            None,
-            onnx.TensorProto.DataType.Name(init.data_type),
-            data=p.data,
-        )
-        for (name, p), init in zip(pairs, initializers, strict=True)
-    ]
+    base = os.path.dirname(path)
+    files: dict[str, MappedFile] = {}
+    tensors = []
+    # model_to_kiln checks every initializer (its external data against the file,
+    # the content of bool and 4-bit ones) before any tensor is handed out.
+    for (name, p), init in zip(model_to_kiln(model, base), model.graph.initializer, strict=True):
+        info = payload_info(p.code, p.shape, p.layout)
+        dtype = onnx.TensorProto.DataType.Name(init.data_type)
+        if init.data_location != onnx.TensorProto.EXTERNAL or raw_type(init.data_type).sub_byte:
+            # inside the model, or 2-/6-bit values that Kiln holds unpacked: in memory
+            tensors.append(WeightTensor(name, info, None, dtype, data=p.data))
+            continue
+        external, offset, _ = external_range(init, name, base)
+        if external not in files:
+            files[external] = MappedFile.open(external)
+        tensors.append(WeightTensor(name, info.with_offset(offset), files[external], dtype))
     metadata = {
         "ir_version": int(model.ir_version),
         "producer_name": model.producer_name,
@@ -86,4 +97,11 @@ def open_model_weights(path: str) -> Weights:
         "opset_import": {o.domain: int(o.version) for o in model.opset_import},
         "metadata_props": {p.key: p.value for p in model.metadata_props},
     }
-    return Weights(tensors, format="onnx", metadata=metadata, path=path, opener=open_model_weights)
+    return Weights(
+        tensors,
+        format="onnx",
+        metadata=metadata,
+        path=path,
+        files=files.values(),
+        opener=open_model_weights,
+    )

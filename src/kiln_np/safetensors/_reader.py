@@ -73,8 +73,8 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
     --------
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
-    >>> kiln_np.save_weights(d + "/a.safetensors", {"x": np.ones(2, np.int16)},
-    ...                      format="safetensors")
+    >>> _ = kiln_np.save_weights(d + "/a.safetensors", {"x": np.ones(2, np.int16)},
+    ...                          format="safetensors")
     >>> w = open_safetensors(d + "/a.safetensors")
     >>> w["x"].format_dtype, w["x"].offset
     ('I16', 64)
