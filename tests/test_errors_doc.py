@@ -594,6 +594,15 @@ def _shrunk() -> Any:
     return weights["w"].payload()
 
 
+def _replaced() -> Any:
+    """A tensor whose file was replaced (by one of the same size) after it was opened."""
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.zeros(4)}, format="safetensors")
+    weights = kiln_np.open_weights(path)
+    kiln_np.save_weights(path, {"w": np.ones(4)}, format="safetensors")
+    return weights["w"].payload()
+
+
 def _index(weight_map: dict[str, str], shards: dict[str, dict[str, Any]]) -> Any:
     directory = _scratch()
     for name, tensors in shards.items():
@@ -653,6 +662,7 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "verify not a bool", lambda: kiln_np.open_weights(_scratch(), verify="yes")),  # type: ignore[arg-type]
     ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
     ("WeightTensor.payload", "file cut short since it was opened", _shrunk),
+    ("WeightTensor.payload", "file replaced since it was opened", _replaced),
     ("open_safetensors", "file shorter than the 8-byte size", lambda: kst.open_safetensors(_file("w.safetensors", b"\x02\x00"))),
     ("open_safetensors", "header size above 100 MB", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 10**9) + b"{}"))),
     ("open_safetensors", "header longer than the file", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 9) + b"{}"))),

@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import pickle
+import platform
 import re
 import subprocess
 import sys
@@ -219,6 +220,83 @@ def test_unpickled_tensor_maps_only_its_range(tmp_path: Path) -> None:
     assert t._file is not None
     assert t._file._map is not None
     assert len(t._file._map) < 2 * 400_000
+
+
+def test_a_file_replaced_since_it_was_opened_is_type_never_its_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "a.st"
+    kiln_np.save_weights(path, {"a": np.zeros(4), "b": np.zeros(4)}, format="safetensors")
+    w = kiln_np.open_weights(path)
+    blob = pickle.dumps(w["b"])
+    os.replace(_same_size_other(tmp_path, {"a": np.ones(4), "b": np.ones(4)}), path)
+    err = _raise("TYPE", w["b"].numpy)  # the old bytes were never mapped: refused, not 1.0s
+    assert str(path) in str(err)
+    assert "changed since it was opened" in str(err)
+    assert "replaced" in str(err)
+    _raise("TYPE", pickle.loads(blob).numpy)  # an unpickled tensor checks the same identity
+    err = _raise("TYPE", kiln_np.save_weights, tmp_path / "c.st", w, format="safetensors")
+    assert "tensor 'a'" in str(err)  # copying from it checks it too
+    assert not (tmp_path / "c.st").exists()
+
+
+def _same_size_other(tmp_path: Path, tensors: dict[str, Any]) -> Path:
+    other = tmp_path / "other.st"
+    kiln_np.save_weights(other, tensors, format="safetensors")
+    return other
+
+
+def test_a_file_modified_in_place_since_it_was_opened_is_type(tmp_path: Path) -> None:
+    path = tmp_path / "a.st"
+    kiln_np.save_weights(path, {"a": np.zeros(4)}, format="safetensors")
+    w = kiln_np.open_weights(path)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # same inode, same size, other bytes
+        f.seek(size - 8)
+        f.write(np.float64(1.0).tobytes())
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    err = _raise("TYPE", w["a"].numpy)
+    assert "modification time" in str(err)
+    with open(path, "ab") as f:
+        f.write(b"x")
+    assert f"{size} bytes when opened, {size + 1} now" in str(_raise("TYPE", w["a"].numpy))
+
+
+def test_saving_over_its_own_file_reads_every_tensor_before_replacing(tmp_path: Path) -> None:
+    # docs/weights.md: what was mapped keeps the old bytes; what was not is TYPE.
+    path = tmp_path / "a.st"
+    kiln_np.save_weights(path, {"a": np.zeros(4), "b": np.full(4, 2.0)}, format="safetensors")
+    with kiln_np.open_weights(path) as w:
+        kiln_np.save_weights(path, w, format="safetensors", metadata={"format": "pt"})
+        _raise("TYPE", w["a"].numpy)
+    with kiln_np.open_weights(path) as w:
+        assert w.metadata == {"format": "pt"}
+        assert w["b"].numpy().tolist() == [2.0] * 4
+        held = w["b"].numpy()  # maps the whole file
+        kiln_np.save_weights(path, {"b": np.ones(4)}, format="safetensors")
+        assert held.tolist() == w["b"].numpy().tolist() == [2.0] * 4  # the old file, mapped
+        assert w["a"].numpy().tolist() == [0.0] * 4  # the same map
+    directory = tmp_path / "dir"
+    kiln_np.save_weights(directory, {"a": np.zeros(4), "b": np.full(4, 2.0)}, format="kiln")
+    with kiln_np.open_weights(directory) as w:
+        a = w["a"].numpy()
+        kiln_np.save_weights(directory, w, format="kiln")
+        assert a.tolist() == w["a"].numpy().tolist() == [0.0] * 4  # a's file was mapped
+        _raise("TYPE", w["b"].numpy)  # b's file is the new directory's
+    with kiln_np.open_weights(directory, verify=True) as w:
+        assert w["b"].numpy().tolist() == [2.0] * 4
+
+
+def test_a_tensor_unpickled_on_another_machine_skips_the_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kiln_np.save_weights(tmp_path / "a.st", {"a": np.arange(3.0)}, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as w:
+        blob = pickle.dumps(w["a"])
+    monkeypatch.setattr(platform, "node", lambda: "another-machine")
+    t = pickle.loads(blob)
+    assert t._file is not None
+    assert t._file.identity.device is None
+    assert t.numpy().tolist() == [0.0, 1.0, 2.0]
 
 
 def test_onnx_tensors_pickle_their_bytes(tmp_path: Path) -> None:

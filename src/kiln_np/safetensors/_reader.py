@@ -12,7 +12,7 @@ from kiln_np._core.checks import check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
-from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.mapped import FileIdentity, MappedFile
 from kiln_np._weights.metadata import parse_json
 from kiln_np._weights.tensors import Weights, WeightTensor
 
@@ -97,7 +97,8 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
 def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str]]:
     where = f"{path!r}: "
     with open_regular_raw(path) as f:
-        size = os.fstat(f.fileno()).st_size
+        identity = FileIdentity.of(os.fstat(f.fileno()))
+        size = identity.size
         first = f.read(SIZE_BYTES)
         if len(first) < SIZE_BYTES:
             raise KilnError(
@@ -131,7 +132,7 @@ def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str
         )
     metadata = _metadata(header.pop("__metadata__", None), where)
     data_start = SIZE_BYTES + n
-    file = MappedFile(path, size)
+    file = MappedFile(path, identity)
     entries = sorted(
         (_entry(name, value, where) for name, value in header.items()),
         key=lambda e: (e[0], e[1]),
