@@ -37,16 +37,26 @@ from kiln_np._core.checks import check_path, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._core.table import Layout
-from kiln_np._files.io import building_directory, open_regular_raw
+from kiln_np._files.io import building_directory
 from kiln_np._weights.mapped import MappedFile
-from kiln_np._weights.metadata import Metadata, decode_metadata, encode_metadata, parse_json
+from kiln_np._weights.metadata import (
+    Metadata,
+    check_json,
+    decode_metadata,
+    encode_metadata,
+    read_json,
+)
 from kiln_np._weights.sources import Progress, sha256_file, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-__all__ = ["MANIFEST", "open_kiln", "save_kiln"]
+__all__ = ["MANIFEST", "MAX_MANIFEST_BYTES", "open_kiln", "save_kiln"]
 
 MANIFEST = "manifest.json"
 """The manifest's file name: a directory holding it is a Kiln payload directory."""
+MAX_MANIFEST_BYTES = 100_000_000
+"""The largest manifest read or written: the safetensors crate's cap on a JSON header.
+A manifest is a line per tensor and the metadata; the largest it carries in practice,
+a GGUF file's 256,000-token vocabulary and merges, is under 30 MB."""
 _MANIFEST_FORMAT = "kiln-np-weights/1"
 _ONNX_MANIFEST_FORMAT = "kiln-np-onnx/1"  # what `kiln-np onnx` wrote before this format
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -89,8 +99,7 @@ def open_kiln(path: str | os.PathLike[str], verify: bool = False) -> Weights:
     directory = os.path.realpath(check_path(path))
     manifest = os.path.join(directory, MANIFEST)
     where = f"{manifest!r}: "
-    with open_regular_raw(manifest) as f:
-        doc = parse_json(f.read(), where)
+    doc = read_json(manifest, where, MAX_MANIFEST_BYTES, "a manifest", serde=False)
     if not isinstance(doc, dict) or doc.get("format") not in (
         _MANIFEST_FORMAT,
         _ONNX_MANIFEST_FORMAT,
@@ -206,10 +215,10 @@ def _payload_file(
 def _kiln_files(directory: str) -> set[str] | None:
     """What a previous Kiln directory save wrote (its manifest and payload files)."""
     try:
-        with open_regular_raw(os.path.join(directory, MANIFEST)) as f:
-            doc = json.loads(f.read())
+        manifest = os.path.join(directory, MANIFEST)
+        doc = read_json(manifest, "", MAX_MANIFEST_BYTES, "a manifest", serde=False)
         return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # KilnError too
+    except (OSError, ValueError, TypeError, KeyError):  # KilnError too
         return None
 
 
@@ -268,6 +277,16 @@ def save_kiln(
     source_format = tensors.format if isinstance(tensors, Weights) else None
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)
+    head = json.dumps(
+        {
+            "format": _MANIFEST_FORMAT,
+            "source_format": source_format,
+            "metadata": encoded,
+            "metadata_types": None if types is None else dict(types),
+        },
+        allow_nan=False,
+    )
+    _check_manifest(head + "}")  # the metadata alone, before a payload is written
     # Each file is hashed as written, read back from the page cache in a helper
     # thread while the next one is copied (in the kernel): hashing costs little
     # more than one pass, and the digest is of the bytes on disk.
@@ -298,21 +317,27 @@ def save_kiln(
             )
         for entry, digest in zip(entries, digests, strict=True):
             entry["sha256"] = digest()
-        manifest = {
-            "format": _MANIFEST_FORMAT,
-            "source_format": source_format,
-            "metadata": encoded,
-            "metadata_types": None if types is None else dict(types),
-            "tensors": entries,
-        }
         # One line per tensor: readable, and diffable.
-        head = json.dumps({k: v for k, v in manifest.items() if k != "tensors"}, allow_nan=False)
         rows = ",\n".join("  " + json.dumps(e, allow_nan=False) for e in entries)
         body = f"\n{rows}\n" if entries else ""
         text = f'{head[:-1]}, "tensors": [{body}]}}\n'
-
+        _check_manifest(text)
         with open(os.path.join(tmp, MANIFEST), "x", encoding="utf-8") as f:
             f.write(text)
+
+
+def _check_manifest(text: str) -> None:
+    """Refuse to write a manifest that :func:`open_kiln` would refuse to read."""
+    raw = text.encode("utf-8")
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise KilnError(
+            "TYPE",
+            f"expected a manifest of at most {MAX_MANIFEST_BYTES} bytes, found {len(raw)}: "
+            "the metadata and tensor list are too large for a Kiln directory",
+            expected=MAX_MANIFEST_BYTES,
+            found=len(raw),
+        )
+    check_json(raw, "the manifest: ", serde=False)
 
 
 def _hash_later(pool: ThreadPoolExecutor, path: str) -> Callable[[], str]:

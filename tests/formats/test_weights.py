@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import tracemalloc
 from pathlib import Path
 from typing import Any, cast
 
@@ -562,6 +563,79 @@ def test_reads_the_manifest_kiln_np_onnx_wrote(tmp_path: Path) -> None:
     with kiln_np.open_weights(tmp_path, verify=True) as w:
         assert w.metadata["model"] == "m.onnx"
         assert w["w"].numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def _nested(levels: int, leaf: object = 1) -> object:
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _manifest_with(directory: Path, **keys: bytes) -> None:
+    """Add raw JSON values under new keys of the manifest."""
+    manifest = directory / "manifest.json"
+    text = manifest.read_bytes()
+    extra = b"".join(b'"%s": %s, ' % (k.encode(), v) for k, v in keys.items())
+    manifest.write_bytes(text.replace(b'"source_format"', extra + b'"source_format"', 1))
+
+
+def test_manifests_nested_deep_are_type_not_recursion_error(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.ones(2)}, format="kiln")
+    doc = json.loads((out / "manifest.json").read_text())
+    deep: object = ["int", 1]
+    for _ in range(300):  # a few hundred levels of typed metadata
+        deep = ["list", [deep]]
+    doc["metadata"] = {"k": deep}
+    (out / "manifest.json").write_text(json.dumps(doc))
+    assert "127 levels" in str(_raise("TYPE", kiln_np.open_weights, out))
+    with pytest.raises(FileExistsError):  # an unreadable manifest is not one kiln_np wrote
+        kiln_np.save_weights(out, {"a": np.ones(2)}, format="kiln")
+    other = tmp_path / "other"
+    kiln_np.save_weights(other, {"a": np.ones(2)}, format="kiln")
+    _manifest_with(other, junk=b"[" * 5000 + b"]" * 5000)  # in a key the reader ignores
+    assert "127 levels" in str(_raise("TYPE", kiln_np.open_weights, other))
+    # the writer refuses what the reader would: deep metadata, before writing
+    for levels in (33, 5000):
+        err = _raise("TYPE", kiln_np.save_weights, tmp_path / "new", {"a": np.ones(1)},
+                     format="kiln", metadata={"k": _nested(levels)})  # fmt: skip
+        assert "32 levels" in str(err)
+    assert not (tmp_path / "new").exists()
+    kiln_np.save_weights(tmp_path / "new", {"a": np.ones(1)}, format="kiln",
+                         metadata={"k": _nested(32), "d": {"x": {"y": [[]]}}})  # fmt: skip
+    with kiln_np.open_weights(tmp_path / "new") as w:
+        assert w.metadata["k"] == _nested(32)
+
+
+def test_manifests_are_bounded_in_size_and_cost(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.ones(2)}, format="kiln")
+    _manifest_with(out, junk=b"[" + b"[]," * 2_500_000 + b"[]]")
+    tracemalloc.start()
+    err = _raise("TYPE", kiln_np.open_weights, out)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "as Python objects" in str(err)
+    assert peak < (7_500_000 + (24 << 20)), peak  # the text and the scan's scratch
+    with open(out / "manifest.json", "r+b") as f:
+        f.truncate(kiln_np.kilndir.MAX_MANIFEST_BYTES + 1)
+    assert "at most 100000000 bytes" in str(_raise("TYPE", kiln_np.open_weights, out))
+    with pytest.raises(FileExistsError):  # no longer recognised as one kiln_np wrote
+        kiln_np.save_weights(out, {"a": np.ones(1)}, format="kiln")
+    big = {"k": "x" * kiln_np.kilndir.MAX_MANIFEST_BYTES}
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "new", {"a": np.ones(1)}, format="kiln",
+           metadata=big)  # fmt: skip
+    assert os.listdir(tmp_path) == ["dir"]  # nothing written
+
+
+def test_manifests_keep_what_python_json_reads(tmp_path: Path) -> None:
+    # a GGUF string that is not UTF-8 and a Python int past binary64: not serde's
+    metadata = {"s": b"\xff\xfe".decode("utf-8", "surrogateescape"), "n": 10**400}
+    kiln_np.save_weights(tmp_path / "d", {"a\udcff": np.ones(1)}, format="kiln", metadata=metadata)
+    with kiln_np.open_weights(tmp_path / "d") as w:
+        assert dict(w.metadata) == metadata
+        assert list(w) == ["a\udcff"]
 
 
 def test_kiln_dir_is_replaced_whole_and_only_when_it_is_ours(tmp_path: Path) -> None:

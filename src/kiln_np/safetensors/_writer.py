@@ -12,10 +12,18 @@ from typing import Any
 
 from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
-from kiln_np._files.io import building_directory, open_regular_raw, replacing
+from kiln_np._files.io import building_directory, replacing
+from kiln_np._weights.metadata import read_json
 from kiln_np._weights.sources import Progress, TensorSource, tensor_sources
 
-from ._types import INDEX_SUFFIX, MAX_HEADER_BYTES, SIZE_BYTES, SafetensorsDType, safetensors_dtype
+from ._types import (
+    INDEX_SUFFIX,
+    MAX_HEADER_BYTES,
+    MAX_INDEX_BYTES,
+    SIZE_BYTES,
+    SafetensorsDType,
+    safetensors_dtype,
+)
 
 __all__ = ["save_safetensors"]
 
@@ -191,8 +199,8 @@ def _shard(
 
 def _index_files(directory: str) -> set[str] | None:
     """What a previous sharded save wrote: the index and the shards it names."""
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
-        with open_regular_raw(os.path.join(directory, "model" + INDEX_SUFFIX)) as f:
-            weight_map = json.loads(f.read())["weight_map"]
+    index = os.path.join(directory, "model" + INDEX_SUFFIX)
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # KilnError too
+        weight_map = read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"]
         return {"model" + INDEX_SUFFIX, *map(str, weight_map.values())}
     return None
