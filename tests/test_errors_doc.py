@@ -642,6 +642,17 @@ def _entry_edit(**entry: Any) -> Callable[[dict[str, Any]], None]:
     return lambda doc: doc["tensors"][0].update(entry)
 
 
+def _symlinked_payload() -> Any:
+    """A Kiln directory whose payload file is a symlink to a file outside it."""
+    directory = _scratch() / "dir"
+    kiln_np.save_weights(directory, {"w": np.arange(4, dtype=np.int32)}, format="kiln")
+    outside = directory.parent / "secret"
+    outside.write_bytes(bytes(16))
+    (directory / "0000_w.kiln").unlink()
+    (directory / "0000_w.kiln").symlink_to(outside)
+    return kiln_np.open_weights(directory)
+
+
 def _tampered() -> Any:
     def edit(doc: dict[str, Any]) -> None:
         doc["tensors"][0]["sha256"] = "0" * 64
@@ -724,6 +735,7 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "manifest byte_length not an integer", lambda: _kiln_dir(_entry_edit(byte_length="16"))),
     ("open_weights", "manifest byte_length not the shape's", lambda: _kiln_dir(_entry_edit(byte_length=15))),
     ("open_weights", "manifest sha256 not hex", lambda: _kiln_dir(_entry_edit(sha256="xyz"))),
+    ("open_weights", "payload file a symlink", _symlinked_payload),
     ("open_weights", "payload file of the wrong size", lambda: _kiln_dir(_entry_edit(shape=[5], byte_length=20))),
     ("open_weights", "payload hash mismatch (verify=True)", _tampered),
     ("save_weights", "unknown format", lambda: _save(_ONE, "npz")),

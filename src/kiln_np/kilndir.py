@@ -29,16 +29,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kiln_np._core.checks import check_path, show_value, written_path
+from kiln_np._core.checks import check_path, check_regular_file, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._core.table import Layout
 from kiln_np._files.io import building_directory
-from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.mapped import FileIdentity, MappedFile
 from kiln_np._weights.metadata import (
     Metadata,
     check_json,
@@ -196,7 +197,16 @@ def _payload_file(
             "TYPE", f"{at}expected sha256 as 64 lowercase hex digits, found {show_value(digest)}"
         )
     path = os.path.join(directory, file)
-    mapped = MappedFile.open(path)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):  # it could lead anywhere: a secret becomes tensor data
+        raise KilnError(
+            "TYPE",
+            f"{at}file {file!r}: expected a regular file in the directory, found a symlink "
+            "(a payload file must not lead out of its directory)",
+        )
+    check_regular_file(path)  # TYPE for a FIFO, a device, a directory
+    # The identity is the entry's own (lstat): a symlink put there later is TYPE when mapped.
+    mapped = MappedFile(path, FileIdentity.of(st))
     info.check_length(mapped.size, f"{at}file {file!r}: ")
     if verify:
         found = sha256_file(path)
@@ -213,13 +223,28 @@ def _payload_file(
 
 
 def _kiln_files(directory: str) -> set[str] | None:
-    """What a previous Kiln directory save wrote (its manifest and payload files)."""
+    """What a previous :func:`save_kiln` wrote: its manifest and the payload files
+    it lists, or None unless everything says this writer made it: a
+    ``kiln-np-weights/1`` manifest whose entry ``i`` names a file as
+    :func:`_file_name` names it (``building_directory`` checks that each is a
+    regular file).  A manifest naming someone's ``notes.txt`` is not enough."""
     try:
         manifest = os.path.join(directory, MANIFEST)
         doc = read_json(manifest, "", MAX_MANIFEST_BYTES, "a manifest", serde=False)
-        return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
+        if doc["format"] != _MANIFEST_FORMAT:
+            return None
+        names = [entry["file"] for entry in doc["tensors"]]
     except (OSError, ValueError, TypeError, KeyError):  # KilnError too
         return None
+    for index, name in enumerate(names):
+        if not (isinstance(name, str) and _WRITTEN.fullmatch(name)):
+            return None
+        if not name.startswith(f"{index:04d}_"):
+            return None
+    return {MANIFEST, *names}
+
+
+_WRITTEN = re.compile(r"[0-9]{4,}_[A-Za-z0-9._-]{1,100}\.kiln")  # what _file_name gives
 
 
 def _file_name(index: int, name: str) -> str:

@@ -657,6 +657,105 @@ def test_kiln_dir_is_replaced_whole_and_only_when_it_is_ours(tmp_path: Path) -> 
     assert len(kiln_np.open_weights(tmp_path / "empty")) == 1
 
 
+def test_payload_files_that_are_symlinks_are_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.zeros(2), "b": np.zeros(2)}, format="kiln")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"password" * 2)
+    (out / "0000_a.kiln").unlink()
+    (out / "0000_a.kiln").symlink_to(secret)
+    err = _raise("TYPE", kiln_np.open_weights, out)
+    assert "symlink" in str(err)
+    assert "'0000_a.kiln'" in str(err)
+    code, _, err_line = _cli(
+        capsys, "convert", str(out), str(tmp_path / "c.st"), "--to", "safetensors"
+    )
+    assert (code, err_line.count("\n")) == (2, 1)  # convert copies nothing of it
+    assert not (tmp_path / "c.st").exists()
+    # a symlink inside the directory is refused too: the rule is no symlinks
+    (out / "0000_a.kiln").unlink()
+    (out / "0000_a.kiln").symlink_to("0001_b.kiln")
+    _raise("TYPE", kiln_np.open_weights, out)
+    # put there after opening: the entry's own identity no longer holds
+    kiln_np.save_weights(out2 := tmp_path / "dir2", {"a": np.zeros(2)}, format="kiln")
+    with kiln_np.open_weights(out2) as w:
+        (out2 / "0000_a.kiln").unlink()
+        (out2 / "0000_a.kiln").symlink_to(secret)
+        assert "changed since it was opened" in str(_raise("TYPE", w["a"].numpy))
+
+
+def _doctored(directory: Path, files: list[str], fmt: str = "kiln-np-weights/1") -> None:
+    """A manifest that lists ``files``, which this writer did not write."""
+    doc = json.loads((directory / "manifest.json").read_text())
+    doc["format"] = fmt
+    doc["tensors"] += [{**doc["tensors"][0], "file": f} for f in files]
+    (directory / "manifest.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("listed", "make"),
+    [
+        (["notes.txt", "src"], "user files"),
+        (["0001_x.kiln"], "a directory"),
+        (["0001_x.kiln"], "a symlink"),
+        (["0007_x.kiln"], "misnumbered"),
+        ([], "another format"),
+    ],
+)
+def test_a_manifest_alone_does_not_make_a_directory_ours(
+    tmp_path: Path, listed: list[str], make: str
+) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.zeros(2)}, format="kiln")
+    if make == "user files":
+        (out / "notes.txt").write_text("mine")
+        (out / "src").mkdir()
+        (out / "src" / "main.py").write_text("mine")
+    elif make == "a directory":
+        (out / "0001_x.kiln").mkdir()
+        (out / "0001_x.kiln" / "mine").write_text("mine")
+    elif make == "a symlink":
+        (tmp_path / "mine").write_text("mine")
+        (out / "0001_x.kiln").symlink_to(tmp_path / "mine")
+    else:
+        (out / listed[0] if listed else out / "0000_a.kiln").touch()
+    _doctored(out, listed, "kiln-np-onnx/1" if make == "another format" else "kiln-np-weights/1")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(out, {"b": np.ones(1)}, format="kiln")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert os.listdir(tmp_path) == (["dir", "mine"] if make == "a symlink" else ["dir"])
+
+
+def test_an_index_alone_does_not_make_a_directory_ours(tmp_path: Path) -> None:
+    out = tmp_path / "ckpt"
+    kiln_np.save_weights(out, {"a": np.zeros(2), "b": np.zeros(2)}, format="safetensors",
+                         max_shard_size=16)  # fmt: skip
+    (out / "notes.txt").write_text("mine")
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    index["weight_map"]["notes"] = "notes.txt"
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(out, {"c": np.ones(1)}, format="safetensors", max_shard_size=16)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_file_put_in_the_old_directory_while_saving_is_never_deleted(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.zeros(2)}, format="kiln")
+
+    def progress(n: int) -> None:
+        (out / "late.txt").write_text("mine")
+
+    kiln_np.save_weights(out, {"b": np.ones(2)}, format="kiln", progress=progress)
+    assert list(kiln_np.open_weights(out)) == ["b"]
+    [left] = [p for p in tmp_path.iterdir() if p.name != "dir"]
+    assert os.listdir(left) == ["late.txt"]  # the writer's files went; this one stayed
+    assert (left / "late.txt").read_text() == "mine"
+
+
 def test_a_failed_directory_write_leaves_nothing(tmp_path: Path) -> None:
     class BoomError(Exception):
         pass

@@ -275,14 +275,16 @@ def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Ite
     ``.NAME.kiln-np-RANDOM.part`` directory, which may be deleted).
 
     An existing ``path`` is replaced only when it is an empty directory or
-    holds nothing but what ``keep(path)`` lists (the files a previous save
-    wrote; ``keep`` returns None when it does not recognise the directory);
-    otherwise ``FileExistsError``.  On Linux the new directory and the old one
+    holds nothing but regular files (no symlink, no directory) that
+    ``keep(path)`` lists (the files a previous save wrote; ``keep`` returns
+    None when it does not recognise the directory); otherwise
+    ``FileExistsError``.  On Linux the new directory and the old one
     are exchanged in one ``renameat2(RENAME_EXCHANGE)``, so ``path`` always
     names one of them; where the kernel or file system cannot, the old one is
     renamed aside (``.NAME.kiln-np-RANDOM.old``) and the new one into place.
-    Either way the old one is then deleted: a writer killed meanwhile leaves
-    it under that temporary name, whole or partly deleted.
+    Either way the old one's files are then deleted, and it: a writer killed
+    meanwhile leaves it under that temporary name, whole or partly deleted;
+    a file someone else put there meanwhile is left there, with it.
 
     Permissions are kept as :func:`replacing` keeps a file's: the temporary
     directory is ``0700`` while it is written; then the directory gets the old
@@ -314,7 +316,19 @@ def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Ite
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(tmp)  # the old directory, now under the temporary name
+    _remove_old(tmp, old)  # the old directory, now under the temporary name
+
+
+def _remove_old(directory: str, old: dict[str, int]) -> None:
+    """Delete the files of the old directory that the writer wrote (the names
+    in ``old``), then the directory; anything else found there meanwhile is
+    left, with the directory: never delete what the writer did not write."""
+    for name in old:
+        if name:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+    with contextlib.suppress(OSError):  # ENOTEMPTY: someone else's file appeared
+        os.rmdir(directory)
 
 
 def _keep_modes(tmp: str, made: int, old: dict[str, int] | None) -> None:
@@ -347,8 +361,12 @@ def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> dict[st
         if known is not None and entries <= known:
             modes = {"": stat.S_IMODE(st.st_mode) & 0o777}
             for name in entries:
-                modes[name] = stat.S_IMODE(os.lstat(os.path.join(target, name)).st_mode) & 0o777
-            return modes
+                entry = os.lstat(os.path.join(target, name))
+                if not stat.S_ISREG(entry.st_mode):  # the writer writes regular files only
+                    break
+                modes[name] = stat.S_IMODE(entry.st_mode) & 0o777
+            else:
+                return modes
         raise FileExistsError(
             errno.EEXIST,
             "expected a new directory, an empty one or one this writer wrote, found a "

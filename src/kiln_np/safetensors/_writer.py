@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -198,9 +199,17 @@ def _shard(
 
 
 def _index_files(directory: str) -> set[str] | None:
-    """What a previous sharded save wrote: the index and the shards it names."""
+    """What a previous sharded save wrote: the index and the shards it names, or
+    None unless each is named as this writer names shards
+    (``model-00001-of-00002.safetensors``; ``building_directory`` checks that
+    each is a regular file).  An index naming someone's ``notes.txt`` is not
+    enough."""
     index = os.path.join(directory, "model" + INDEX_SUFFIX)
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # KilnError too
-        weight_map = read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"]
-        return {"model" + INDEX_SUFFIX, *map(str, weight_map.values())}
+        shards = set(read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"].values())
+        if all(isinstance(s, str) and _WRITTEN.fullmatch(s) for s in shards):
+            return {"model" + INDEX_SUFFIX, *shards}
     return None
+
+
+_WRITTEN = re.compile(r"model-[0-9]{5,}-of-[0-9]{5,}\.safetensors")  # the shards' names
