@@ -181,6 +181,21 @@ def test_payloads_outlive_close(tmp_path: Path) -> None:
     del payload, arr
 
 
+@pytest.mark.parametrize("fmt", ["safetensors", "kiln", "gguf"])
+def test_after_close_no_tensor_hands_out_a_payload(tmp_path: Path, fmt: str) -> None:
+    """docs/weights.md: mapped or not, every tensor refuses after close()."""
+    path = tmp_path / ("w" if fmt == "kiln" else f"w.{fmt}")
+    kiln_np.save_weights(path, {"a": np.arange(3.0), "b": np.ones(2)}, format=fmt)
+    w = kiln_np.open_weights(path)
+    w["a"].numpy().sum()  # its file mapped (the whole file, but for a Kiln directory)
+    held = w["a"].numpy()
+    w.close()
+    for name in ("a", "b"):  # mapped and not
+        with pytest.raises(ValueError, match="closed"):
+            w[name].payload()
+    assert held.tolist() == [0.0, 1.0, 2.0]
+
+
 def test_closing_releases_unreferenced_maps(tmp_path: Path) -> None:
     kiln_np.save_weights(tmp_path / "a.st", {"a": np.arange(4.0)}, format="safetensors")
     with kiln_np.open_weights(tmp_path / "a.st") as w:

@@ -241,7 +241,8 @@ class Weights(Mapping[str, WeightTensor]):
 
     Returned by :func:`kiln_np.open_weights`.  A context manager: leaving it (or
     :meth:`close`) releases the file maps that no handed-out payload still
-    uses; payloads already handed out stay valid until they are dropped.
+    uses; payloads already handed out stay valid until they are dropped, and
+    no tensor hands out a new one.
 
     Attributes
     ----------
@@ -324,8 +325,9 @@ class Weights(Mapping[str, WeightTensor]):
 
     def close(self) -> None:
         """Release the file maps (those still used by a handed-out payload are
-        released when it is dropped).  A tensor not yet mapped cannot be read
-        after this: its :meth:`~WeightTensor.payload` raises ``ValueError``."""
+        released when it is dropped).  No tensor hands out a new payload after
+        this, whether its file was mapped or not: :meth:`~WeightTensor.payload`
+        raises ``ValueError``; payloads handed out before stay valid."""
         for file in self._files:
             file.close()
 
