@@ -166,7 +166,7 @@ def tensor_sources(tensors: object) -> list[TensorSource]:
 
     Examples
     --------
-    >>> [(s.name, s.info.byte_length, s.path) for s in tensor_sources({"w": np.ones(3, "<f4")})]
+    >>> [(s.name, s.info.byte_length, s.file) for s in tensor_sources({"w": np.ones(3, "<f4")})]
     [('w', 12, None)]
     """
     if not isinstance(tensors, Mapping):
