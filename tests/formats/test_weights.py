@@ -32,6 +32,7 @@ import kiln_np
 from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
 from kiln_np import gguf as kgguf
 from kiln_np import onnx as konnx
+from kiln_np._weights import metadata
 from kiln_np._weights.metadata import decode_metadata, encode_metadata
 
 
@@ -848,6 +849,55 @@ def test_metadata_encoding_refuses(bad: dict[Any, Any]) -> None:
 )
 def test_metadata_decoding_refuses(bad: object) -> None:
     _raise("TYPE", decode_metadata, bad)
+
+
+_JSON_TEXT = st.text(st.sampled_from('ab\\"\ud800\udc00\U0001f600'), max_size=6)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | _JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _lone_surrogate(value: object) -> bool:
+    if isinstance(value, str):
+        return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    return isinstance(value, list) and any(map(_lone_surrogate, value))
+
+
+@given(
+    value=_JSON_VALUES,
+    wrap=st.sampled_from([0, 1, 120, 124, 125, 126, 127, 128]),
+    chunk=st.sampled_from([1, 2, 3, 5, 7, 11, 1 << 18]),
+    spaces=st.booleans(),
+)
+def test_parse_json_agrees_with_json_and_serde(
+    value: object, wrap: int, chunk: int, spaces: bool
+) -> None:
+    """The pre-scan (its chunks cut anywhere) accepts exactly what is nested at most
+    127 levels and holds no half surrogate pair; what it accepts parses as json
+    parses it."""
+    text = json.dumps(value, separators=(", ", ": ") if spaces else (",", ":"))
+    raw = ("[" * wrap + text + "]" * wrap).encode()
+    expected = json.loads(raw)  # escapes of two halves in a row are one character
+    good = _depth(expected) <= metadata.MAX_JSON_DEPTH and not _lone_surrogate(expected)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metadata, "_SCAN_CHUNK", chunk)
+        if not good:
+            _raise("TYPE", metadata.parse_json, raw, "")
+            return
+        assert metadata.parse_json(raw, "") == expected
+        assert metadata.parse_json(raw, "", serde=False) == expected
 
 
 @given(edits=st.lists(st.tuples(st.integers(0, 600), st.integers(0, 255)), min_size=1, max_size=3))
