@@ -36,6 +36,7 @@ import kiln_np.gguf as kg
 import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
+from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "errors.md"
@@ -624,6 +625,31 @@ def _shrunk() -> Any:
     return weights["w"].payload()
 
 
+def _sparse(name: str, size: int) -> str:
+    """A file of ``size`` bytes, ``{`` and then a hole (no disk space)."""
+    path = _scratch() / name
+    with open(path, "wb") as f:
+        f.write(b"{")
+        f.truncate(size)
+    return str(path)
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _replaced() -> Any:
+    """A tensor whose file was replaced (by one of the same size) after it was opened."""
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.zeros(4)}, format="safetensors")
+    weights = kiln_np.open_weights(path)
+    kiln_np.save_weights(path, {"w": np.ones(4)}, format="safetensors")
+    return weights["w"].payload()
+
+
 def _index(weight_map: dict[str, str], shards: dict[str, dict[str, Any]]) -> Any:
     directory = _scratch()
     for name, tensors in shards.items():
@@ -644,6 +670,17 @@ def _kiln_dir(edit: Callable[[dict[str, Any]], None], verify: bool = False) -> A
 
 def _entry_edit(**entry: Any) -> Callable[[dict[str, Any]], None]:
     return lambda doc: doc["tensors"][0].update(entry)
+
+
+def _symlinked_payload() -> Any:
+    """A Kiln directory whose payload file is a symlink to a file outside it."""
+    directory = _scratch() / "dir"
+    kiln_np.save_weights(directory, {"w": np.arange(4, dtype=np.int32)}, format="kiln")
+    outside = directory.parent / "secret"
+    outside.write_bytes(bytes(16))
+    (directory / "0000_w.kiln").unlink()
+    (directory / "0000_w.kiln").symlink_to(outside)
+    return kiln_np.open_weights(directory)
 
 
 def _tampered() -> Any:
@@ -687,14 +724,18 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "verify not a bool", lambda: kiln_np.open_weights(_scratch(), verify="yes")),  # type: ignore[arg-type]
     ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
     ("WeightTensor.payload", "file cut short since it was opened", _shrunk),
+    ("WeightTensor.payload", "file replaced since it was opened", _replaced),
     ("open_safetensors", "file shorter than the 8-byte size", lambda: kst.open_safetensors(_file("w.safetensors", b"\x02\x00"))),
     ("open_safetensors", "header size above 100 MB", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 10**9) + b"{}"))),
     ("open_safetensors", "header longer than the file", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 9) + b"{}"))),
     ("open_safetensors", "header not JSON", lambda: _st_open(None, raw=b"{'a': 1}")),
     ("open_safetensors", "header with a key twice", lambda: _st_open(None, raw=b'{"a": {}, "a": {}}')),
     ("open_safetensors", "header nested too deep", lambda: _st_open(None, raw=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")),
+    ("open_safetensors", "header with NaN (serde_json refuses it)", lambda: _st_open(None, raw=b'{"w": NaN}')),
+    ("open_safetensors", "header number past binary64", lambda: _st_open(None, raw=b'{"__metadata__": {}, "x": 1e999}')),
+    ("open_safetensors", "header whose values cost too much memory", lambda: _st_open(None, raw=b'{"x": [' + b"{}," * 1_000_000 + b"{}]}")),
     ("open_safetensors", "header not an object", lambda: _st_open([1, 2])),
-    ("open_safetensors", "tensor name escaping half a character", lambda: _st_open(None, raw=b'{"\\ud800": {}}')),
+    ("open_safetensors", "header escaping half a surrogate pair", lambda: _st_open(None, raw=b'{"\\ud800": {}}')),
     ("open_safetensors", "__metadata__ not str to str", lambda: _st_open({"__metadata__": {"a": 1}})),
     ("open_safetensors", "tensor entry not an object", lambda: _st_open({"w": [1]})),
     ("open_safetensors", "unknown dtype", lambda: _st_open({"w": _st_entry("F33")}, bytes(8))),
@@ -710,6 +751,8 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "shard holds a tensor the index does not list", lambda: _index({"a": "a.safetensors"}, {"a.safetensors": {"a": np.ones(1), "b": np.ones(1)}})),
     ("open_weights", "index lists a tensor its shard lacks", lambda: _index({"a": "a.safetensors", "c": "a.safetensors"}, {"a.safetensors": {"a": np.ones(1)}})),
     ("open_weights", "shard outside the index's directory", lambda: _index({"a": "../a.safetensors"}, {})),
+    ("open_weights", "index above 100 MB", lambda: kiln_np.open_weights(_sparse("model.safetensors.index.json", kst.MAX_INDEX_BYTES + 1))),
+    ("open_weights", "manifest above 100 MB", lambda: kiln_np.open_weights(_sparse("manifest.json", MAX_MANIFEST_BYTES + 1))),
     ("open_weights", "manifest of another format", lambda: _kiln_dir(lambda doc: doc.update(format="kiln-np-weights/9"))),
     ("open_weights", "manifest tensors not a list", lambda: _kiln_dir(lambda doc: doc.update(tensors={}))),
     ("open_weights", "manifest metadata_types not str values", lambda: _kiln_dir(lambda doc: doc.update(metadata_types={"a": 1}))),
@@ -726,6 +769,7 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "manifest byte_length not an integer", lambda: _kiln_dir(_entry_edit(byte_length="16"))),
     ("open_weights", "manifest byte_length not the shape's", lambda: _kiln_dir(_entry_edit(byte_length=15))),
     ("open_weights", "manifest sha256 not hex", lambda: _kiln_dir(_entry_edit(sha256="xyz"))),
+    ("open_weights", "payload file a symlink", _symlinked_payload),
     ("open_weights", "payload file of the wrong size", lambda: _kiln_dir(_entry_edit(shape=[5], byte_length=20))),
     ("open_weights", "payload hash mismatch (verify=True)", _tampered),
     ("save_weights", "unknown format", lambda: _save(_ONE, "npz")),
@@ -736,6 +780,8 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "max_shard_size for a Kiln directory", lambda: _save(_ONE, max_shard_size=8)),
     ("save_weights", "metadata key not a str", lambda: _save(_ONE, metadata={1: "x"})),
     ("save_weights", "metadata value of no JSON form", lambda: _save(_ONE, metadata={"k": {1, 2}})),
+    ("save_weights", "metadata nested deeper than 32 levels", lambda: _save(_ONE, metadata={"k": _nested(33)})),
+    ("save_weights", "manifest above 100 MB", lambda: _save(_ONE, metadata={"k": "x" * MAX_MANIFEST_BYTES})),
     ("save_weights", "metadata array of strings", lambda: _save(_ONE, metadata={"k": np.array(["s"])})),
     ("save_weights", "safetensors: a type it cannot hold", lambda: _save({"q": np.zeros(2, ml_dtypes.uint4)}, "safetensors")),
     ("save_weights", "safetensors: odd F4 count", lambda: _save({"q": np.zeros(3, ml_dtypes.float4_e2m1fn)}, "safetensors")),

@@ -271,3 +271,25 @@ def test_truncating_a_mapped_file_is_sigbus_as_documented(tmp_path: Path, how: s
     for name in ("`open_payload`", "`LazyPayload`", "`kiln_np.dask.from_payload`",
                  "ONNX external data", "`kiln_np.safetensors`", "`kiln-np decode`"):  # fmt: skip
         assert name in section
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
+
+
+def test_descriptors_held_by_live_maps_are_as_documented(tmp_path: Path) -> None:
+    """docs/safety.md: on Python 3.13+ a map keeps no descriptor (trackfd=False);
+    before, CPython's mmap keeps a duplicate per live map, until it is dropped."""
+    n = 300
+    kiln_np.save_weights(
+        tmp_path / "d", {f"t{i}": np.full(2, i % 100, np.int8) for i in range(n)}, format="kiln"
+    )
+    before = _descriptors()
+    weights = kiln_np.open_weights(tmp_path / "d")
+    assert _descriptors() == before  # opening keeps none
+    arrays = [t.numpy() for t in weights.values()]
+    assert _descriptors() - before == (0 if sys.version_info >= (3, 13) else n)
+    weights.close()
+    assert [int(a[0]) for a in arrays] == [i % 100 for i in range(n)]  # still readable
+    del arrays
+    assert _descriptors() == before  # dropped with the last array

@@ -29,26 +29,37 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kiln_np._core.checks import check_path, show_value, written_path
+from kiln_np._core.checks import check_path, check_regular_file, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._core.table import Layout
-from kiln_np._files.io import building_directory, open_regular_raw
-from kiln_np._weights.mapped import MappedFile
-from kiln_np._weights.metadata import Metadata, decode_metadata, encode_metadata, parse_json
+from kiln_np._files.io import building_directory
+from kiln_np._weights.mapped import FileIdentity, MappedFile
+from kiln_np._weights.metadata import (
+    Metadata,
+    check_json,
+    decode_metadata,
+    encode_metadata,
+    read_json,
+)
 from kiln_np._weights.sources import Progress, sha256_file, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["MANIFEST", "open_kiln", "save_kiln"]
+__all__ = ["MANIFEST", "MAX_MANIFEST_BYTES", "open_kiln", "save_kiln"]
 
 MANIFEST = "manifest.json"
 """The manifest's file name: a directory holding it is a Kiln payload directory."""
+MAX_MANIFEST_BYTES = 100_000_000
+"""The largest manifest read or written: the safetensors crate's cap on a JSON header.
+A manifest is a line per tensor and the metadata; the largest it carries in practice,
+a GGUF file's 256,000-token vocabulary and merges, is under 30 MB."""
 _MANIFEST_FORMAT = "kiln-np-weights/1"
 _ONNX_MANIFEST_FORMAT = "kiln-np-onnx/1"  # what `kiln-np onnx` wrote before this format
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -91,8 +102,7 @@ def open_kiln(path: str | os.PathLike[str], verify: bool = False) -> Weights:
     directory = os.path.realpath(check_path(path))
     manifest = os.path.join(directory, MANIFEST)
     where = f"{manifest!r}: "
-    with open_regular_raw(manifest) as f:
-        doc = parse_json(f.read(), where)
+    doc = read_json(manifest, where, MAX_MANIFEST_BYTES, "a manifest", serde=False)
     if not isinstance(doc, dict) or doc.get("format") not in (
         _MANIFEST_FORMAT,
         _ONNX_MANIFEST_FORMAT,
@@ -189,7 +199,16 @@ def _payload_file(
             "TYPE", f"{at}expected sha256 as 64 lowercase hex digits, found {show_value(digest)}"
         )
     path = os.path.join(directory, file)
-    mapped = MappedFile.open(path)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):  # it could lead anywhere: a secret becomes tensor data
+        raise KilnError(
+            "TYPE",
+            f"{at}file {file!r}: expected a regular file in the directory, found a symlink "
+            "(a payload file must not lead out of its directory)",
+        )
+    check_regular_file(path)  # TYPE for a FIFO, a device, a directory
+    # The identity is the entry's own (lstat): a symlink put there later is TYPE when mapped.
+    mapped = MappedFile(path, FileIdentity.of(st))
     info.check_length(mapped.size, f"{at}file {file!r}: ")
     if verify:
         found = sha256_file(path)
@@ -206,13 +225,28 @@ def _payload_file(
 
 
 def _kiln_files(directory: str) -> set[str] | None:
-    """What a previous Kiln directory save wrote (its manifest and payload files)."""
+    """What a previous :func:`save_kiln` wrote: its manifest and the payload files
+    it lists, or None unless everything says this writer made it: a
+    ``kiln-np-weights/1`` manifest whose entry ``i`` names a file as
+    :func:`_file_name` names it (``building_directory`` checks that each is a
+    regular file).  A manifest naming someone's ``notes.txt`` is not enough."""
     try:
-        with open_regular_raw(os.path.join(directory, MANIFEST)) as f:
-            doc = json.loads(f.read())
-        return {MANIFEST, *(str(t["file"]) for t in doc["tensors"])}
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # KilnError too
+        manifest = os.path.join(directory, MANIFEST)
+        doc = read_json(manifest, "", MAX_MANIFEST_BYTES, "a manifest", serde=False)
+        if doc["format"] != _MANIFEST_FORMAT:
+            return None
+        names = [entry["file"] for entry in doc["tensors"]]
+    except (OSError, ValueError, TypeError, KeyError):  # KilnError too
         return None
+    for index, name in enumerate(names):
+        if not (isinstance(name, str) and _WRITTEN.fullmatch(name)):
+            return None
+        if not name.startswith(f"{index:04d}_"):
+            return None
+    return {MANIFEST, *names}
+
+
+_WRITTEN = re.compile(r"[0-9]{4,}_[A-Za-z0-9._-]{1,100}\.kiln")  # what _file_name gives
 
 
 def _file_name(index: int, name: str) -> str:
@@ -270,6 +304,16 @@ def save_kiln(
     source_format = tensors.format if isinstance(tensors, Weights) else None
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)
+    head = json.dumps(
+        {
+            "format": _MANIFEST_FORMAT,
+            "source_format": source_format,
+            "metadata": encoded,
+            "metadata_types": None if types is None else dict(types),
+        },
+        allow_nan=False,
+    )
+    _check_manifest(head + "}")  # the metadata alone, before a payload is written
     # Each file is hashed as written, read back from the page cache in a helper
     # thread while the next one is copied (in the kernel): hashing costs little
     # more than one pass, and the digest is of the bytes on disk.
@@ -303,21 +347,27 @@ def save_kiln(
             )
         for entry, digest in zip(entries, digests, strict=True):
             entry["sha256"] = digest()
-        manifest = {
-            "format": _MANIFEST_FORMAT,
-            "source_format": source_format,
-            "metadata": encoded,
-            "metadata_types": None if types is None else dict(types),
-            "tensors": entries,
-        }
         # One line per tensor: readable, and diffable.
-        head = json.dumps({k: v for k, v in manifest.items() if k != "tensors"}, allow_nan=False)
         rows = ",\n".join("  " + json.dumps(e, allow_nan=False) for e in entries)
         body = f"\n{rows}\n" if entries else ""
         text = f'{head[:-1]}, "tensors": [{body}]}}\n'
-
+        _check_manifest(text)
         with open(os.path.join(tmp, MANIFEST), "x", encoding="utf-8") as f:
             f.write(text)
+
+
+def _check_manifest(text: str) -> None:
+    """Refuse to write a manifest that :func:`open_kiln` would refuse to read."""
+    raw = text.encode("utf-8")
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise KilnError(
+            "TYPE",
+            f"expected a manifest of at most {MAX_MANIFEST_BYTES} bytes, found {len(raw)}: "
+            "the metadata and tensor list are too large for a Kiln directory",
+            expected=MAX_MANIFEST_BYTES,
+            found=len(raw),
+        )
+    check_json(raw, "the manifest: ", serde=False)
 
 
 def _hash_later(pool: ThreadPoolExecutor, path: str) -> Callable[[], str]:

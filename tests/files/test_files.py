@@ -723,6 +723,141 @@ def test_the_temporary_file_is_private_and_named_for_kiln_np(tmp_path: Path) -> 
     assert leftovers(tmp_path) == []
 
 
+# -- directories: building_directory ---------------------------------------------------
+
+
+def _save_dir(path: Path, fmt: str, tensors: dict[str, Any], **kw: Any) -> None:
+    if fmt == "safetensors":
+        kw["max_shard_size"] = 16
+    kiln_np.save_weights(path, tensors, format=fmt, **kw)
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+    return {"": stat.S_IMODE(directory.stat().st_mode), **modes}
+
+
+_TWO = {"a": np.ones(2), "b": np.zeros(2)}
+
+
+def _recording_renames(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The targets of every os.rename from now on (each still done)."""
+    targets: list[str] = []
+    rename = os.rename
+
+    def recording(a: str, b: str) -> None:
+        targets.append(b)
+        rename(a, b)
+
+    monkeypatch.setattr(os, "rename", recording)
+    return targets
+
+
+@pytest.mark.parametrize("fmt", ["kiln", "safetensors"])
+def test_replacing_a_directory_keeps_its_modes(tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / "dir"
+    _save_dir(out, fmt, _TWO)
+    out.chmod(0o700)
+    for p in out.iterdir():
+        p.chmod(0o600)
+    _save_dir(out, fmt, _TWO)  # the same files
+    assert set(_modes(out).values()) == {0o700, 0o600}
+    _save_dir(out, fmt, {"a": np.ones(2), "b": np.zeros(2), "c": np.ones(1), "d": np.ones(1)})
+    modes = _modes(out)
+    assert modes.pop("") == 0o700
+    assert set(modes.values()) == {0o600}  # new files too: nothing more open than it was
+    for p in out.iterdir():  # mixed: a new name gets the bits every old file has
+        p.chmod(0o640 if p.suffix == ".json" else 0o604)
+    out.chmod(0o750)
+    _save_dir(out, fmt, {"z": np.ones(1)})
+    index = "manifest.json" if fmt == "kiln" else "model.safetensors.index.json"
+    payload = "0000_z.kiln" if fmt == "kiln" else "model-00001-of-00001.safetensors"
+    assert _modes(out) == {"": 0o750, index: 0o640, payload: 0o600}
+
+
+def test_a_new_directory_gets_the_mode_mkdir_gives_and_is_private_while_written(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ref").mkdir()
+    seen: list[int] = []
+
+    def progress(n: int) -> None:
+        [tmp] = [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+        seen.append(stat.S_IMODE(tmp.stat().st_mode))
+
+    kiln_np.save_weights(tmp_path / "dir", _TWO, format="kiln", progress=progress)
+    assert set(seen) == {0o700}
+    assert _modes(tmp_path / "dir")[""] == _modes(tmp_path / "ref")[""]
+    (tmp_path / "dir").chmod(0o755)
+    seen.clear()
+    kiln_np.save_weights(tmp_path / "dir", _TWO, format="kiln", progress=progress)
+    assert set(seen) == {0o700}  # replacing a readable one: private until swapped in
+
+
+def test_a_directory_is_swapped_in_one_step_on_linux(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, _TWO, format="kiln")
+    renames = _recording_renames(monkeypatch)
+    kiln_np.save_weights(out, {"c": np.ones(3)}, format="kiln")
+    assert list(kiln_np.open_weights(out)) == ["c"]
+    assert leftovers(tmp_path) == []
+    assert os.listdir(tmp_path) == ["dir"]
+    # Linux exchanges the two in one renameat2: no moment without the directory
+    exchange = _io._renameat2()
+    assert (exchange is not None) == sys.platform.startswith("linux")
+    assert len(renames) == (0 if exchange is not None else 2)
+
+
+@pytest.mark.parametrize("answer", [errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, None])
+def test_without_an_exchange_the_old_directory_is_renamed_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: int | None
+) -> None:
+    # a file system that refuses RENAME_EXCHANGE, a kernel without it, another OS
+    monkeypatch.setattr(
+        _io, "_renameat2", lambda: None if answer is None else (lambda a, b: answer)
+    )
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, _TWO, format="kiln")
+    renames = _recording_renames(monkeypatch)
+    kiln_np.save_weights(out, {"c": np.ones(3)}, format="kiln")
+    assert list(kiln_np.open_weights(out)) == ["c"]
+    assert re.fullmatch(r"\.dir\.kiln-np-[0-9a-f]{12}\.old", os.path.basename(renames[0]))
+    assert [os.path.basename(b) for b in renames[1:]] == ["dir"]
+    assert os.listdir(tmp_path) == ["dir"]
+
+
+def test_an_exchange_that_fails_otherwise_leaves_the_old_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, _TWO, format="kiln")
+    monkeypatch.setattr(_io, "_renameat2", lambda: lambda a, b: errno.EACCES)
+    with pytest.raises(PermissionError):
+        kiln_np.save_weights(out, {"c": np.ones(3)}, format="kiln")
+    assert list(kiln_np.open_weights(out)) == ["a", "b"]
+    assert os.listdir(tmp_path) == ["dir"]
+
+
+def test_a_writer_killed_while_deleting_the_old_directory(tmp_path: Path) -> None:
+    """What is left is the new directory in place and the old one under the
+    temporary name (docs/safety.md), never a missing directory."""
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, _TWO, format="kiln")
+    script = (
+        "import os, signal, sys, numpy as np, kiln_np\n"
+        "os.unlink = lambda p: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "kiln_np.save_weights(sys.argv[1], {'c': np.ones(3)}, format='kiln')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(out)], check=False)
+    assert done.returncode == -9
+    assert list(kiln_np.open_weights(out)) == ["c"]
+    [left] = leftovers(tmp_path)
+    assert re.fullmatch(r"\.dir\.kiln-np-[0-9a-f]{12}\.part", left)
+    assert list(kiln_np.open_weights(tmp_path / left)) == ["a", "b"]  # the old one, whole
+
+
 def test_a_very_long_name_gets_a_temporary_name_the_os_accepts(tmp_path: Path) -> None:
     path = tmp_path / ("w" * 250)
     save_payload(path, u4([1, 2, 3]))

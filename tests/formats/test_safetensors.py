@@ -433,6 +433,97 @@ def test_header_json(tmp_path: Path, kind: str, raw: bytes, words: str) -> None:
     assert words in str(err)
 
 
+_ENTRY = b'"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]'
+
+
+def _with_field(value: bytes, key: bytes = b'"x"') -> bytes:
+    """A valid one-tensor header whose entry has a field the crate ignores."""
+    return b"{" + _ENTRY + b"," + key + b":" + value + b"}}"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _with_field(b"NaN"),
+        _with_field(b"Infinity"),
+        _with_field(b"-Infinity"),
+        _with_field(b"[1, NaN]"),
+        _with_field(b'"\\ud800"'),  # a lone high half
+        _with_field(b'"\\udc00"'),  # a lone low half
+        _with_field(b'"\\ud800\\u0041"'),  # a high half then not a low one
+        _with_field(b'"\\udc00\\ud800"'),  # the halves in the wrong order
+        _with_field(b"1", key=b'"\\udbff"'),  # in a key
+        b'{"__metadata__":{"k":"\\ud800"},' + _ENTRY + b"}}",
+        _with_field(b'"\\ud83d\\ude00"'),  # a pair: both accept
+        _with_field(b'"\\\\ud800"'),  # an escaped backslash, then text: both accept
+        _with_field(b'"\\\\\\ud800"'),  # an escaped backslash, then a lone half
+        _with_field(b"[" * 125 + b"]" * 125),  # 127 levels: both accept
+        _with_field(b"[" * 126 + b"]" * 126),  # 128 levels
+        _with_field(b"9" * 308),
+        _with_field(b"9" * 309),
+        _with_field(b"-" + b"9" * 309),
+        _with_field(b"1e308"),
+        _with_field(b"1e999"),
+        _with_field(b"-1.5e400"),
+        _with_field(b'"\\u0000"'),
+        _with_field(b'"a\tb"'),
+        _with_field(b"[1,]"),
+    ],
+)
+def test_header_json_is_as_strict_as_the_crate(tmp_path: Path, raw: bytes) -> None:
+    """serde_json (the crate's parser) and kiln_np refuse and accept the same
+    headers, fields the crate ignores included."""
+    path = header_file(tmp_path, None, b"\x01", raw=raw + b" " * (-len(raw) % 8))
+    try:
+        with safetensors.safe_open(path, framework="numpy") as f:
+            theirs = list(f.keys())
+    except Exception:
+        theirs = None
+    ours: list[str] | None = None
+    try:
+        with kst.open_safetensors(path) as w:
+            ours = list(w)
+    except KilnError as exc:
+        kind = exc.kind
+    else:
+        kind = "TYPE"
+    assert (ours, kind) == (theirs, "TYPE")
+
+
+def test_lone_surrogates_are_found_across_scan_chunks(tmp_path: Path) -> None:
+    for gap in range((1 << 18) - 16, (1 << 18) + 2):  # the two halves either side of a chunk
+        pair = b'"\\ud83d\\ude00"'
+        raw = b'{"__metadata__":{"k":"' + b"a" * gap + b'","p":' + pair + b"}}"
+        assert (
+            kst.open_safetensors(header_file(tmp_path, None, raw=raw)).metadata["p"] == "\U0001f600"
+        )
+        lone = raw.replace(b"\\ude00", b"x" * 6)
+        _raise("TYPE", kst.open_safetensors, header_file(tmp_path, None, raw=lone))
+    # a backslash run across a chunk boundary: 3 backslashes escape a quote, 2 do not
+    for cut in range(1, 4):
+        text = b"a" * ((1 << 18) - 5 - cut) + b"\\" * 2 + b'"'
+        doc = json.dumps({"__metadata__": {"k": text.decode()}}).encode()
+        assert kst.open_safetensors(header_file(tmp_path, None, raw=doc)).metadata["k"] == (
+            text.decode()
+        )
+
+
+def test_hostile_headers_are_refused_before_they_are_parsed(tmp_path: Path) -> None:
+    """1,500,000 empty objects (5 MB) used to take 300 MB of Python objects before the
+    first was refused: now refused by a scan that keeps a few MiB."""
+    for raw in (
+        b"{" + b",".join(b'"%d":{}' % i for i in range(1_500_000)) + b"}",
+        b'{"x":[' + b"[]," * 2_500_000 + b"[]]}",
+    ):
+        path = header_file(tmp_path, None, raw=raw)
+        tracemalloc.start()
+        err = _raise("TYPE", kst.open_safetensors, path)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert "as Python objects" in str(err)
+        assert peak < len(raw) + (24 << 20), peak
+
+
 def test_header_sizes(tmp_path: Path) -> None:
     path = tmp_path / "s.safetensors"
     path.write_bytes(struct.pack("<Q", 100_000_001) + b"{}")
@@ -588,6 +679,29 @@ def test_index_json_rules(tmp_path: Path) -> None:
     _raise("TYPE", kst.open_safetensors, index)
     (tmp_path / "other.safetensors.index.json").write_text("{}")
     assert "2 indexes" in str(_raise("TYPE", kiln_np.open_weights, tmp_path))
+
+
+def test_index_json_is_bounded(tmp_path: Path) -> None:
+    _hf_checkpoint(tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"]
+    listed = json.dumps(weight_map).encode()
+    deep = b"[" * 500 + b"]" * 500
+    index.write_bytes(b'{"metadata": {"x": ' + deep + b'}, "weight_map": ' + listed + b"}")
+    assert "127 levels" in str(_raise("TYPE", kiln_np.open_weights, tmp_path))
+    index.write_bytes(b'{"metadata": {"x": NaN}, "weight_map": ' + listed + b"}")
+    _raise("TYPE", kiln_np.open_weights, tmp_path)
+    with open(index, "wb") as f:  # past the cap: refused from its size, nothing read
+        f.write(b"{")
+        f.truncate(kst.MAX_INDEX_BYTES + 1)
+    tracemalloc.start()
+    err = _raise("TYPE", kiln_np.open_weights, tmp_path)
+    assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    tracemalloc.stop()
+    assert "at most 100000000 bytes" in str(err)
+    # a directory holding such an index is not one this writer may replace
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(tmp_path, {"a": np.ones(2)}, format="safetensors", max_shard_size=8)
 
 
 def test_writes_shards_as_transformers_does(tmp_path: Path) -> None:

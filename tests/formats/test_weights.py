@@ -8,11 +8,13 @@ import ast
 import json
 import os
 import pickle
+import platform
 import re
 import subprocess
 import sys
 import tempfile
 import textwrap
+import tracemalloc
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,6 +32,7 @@ import kiln_np
 from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
 from kiln_np import gguf as kgguf
 from kiln_np import onnx as konnx
+from kiln_np._weights import metadata
 from kiln_np._weights.metadata import decode_metadata, encode_metadata
 
 
@@ -179,6 +182,21 @@ def test_payloads_outlive_close(tmp_path: Path) -> None:
     del payload, arr
 
 
+@pytest.mark.parametrize("fmt", ["safetensors", "kiln", "gguf"])
+def test_after_close_no_tensor_hands_out_a_payload(tmp_path: Path, fmt: str) -> None:
+    """docs/weights.md: mapped or not, every tensor refuses after close()."""
+    path = tmp_path / ("w" if fmt == "kiln" else f"w.{fmt}")
+    kiln_np.save_weights(path, {"a": np.arange(3.0), "b": np.ones(2)}, format=fmt)
+    w = kiln_np.open_weights(path)
+    w["a"].numpy().sum()  # its file mapped (the whole file, but for a Kiln directory)
+    held = w["a"].numpy()
+    w.close()
+    for name in ("a", "b"):  # mapped and not
+        with pytest.raises(ValueError, match="closed"):
+            w[name].payload()
+    assert held.tolist() == [0.0, 1.0, 2.0]
+
+
 def test_closing_releases_unreferenced_maps(tmp_path: Path) -> None:
     kiln_np.save_weights(tmp_path / "a.st", {"a": np.arange(4.0)}, format="safetensors")
     with kiln_np.open_weights(tmp_path / "a.st") as w:
@@ -219,6 +237,83 @@ def test_unpickled_tensor_maps_only_its_range(tmp_path: Path) -> None:
     assert t._file is not None
     assert t._file._map is not None
     assert len(t._file._map) < 2 * 400_000
+
+
+def test_a_file_replaced_since_it_was_opened_is_type_never_its_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "a.st"
+    kiln_np.save_weights(path, {"a": np.zeros(4), "b": np.zeros(4)}, format="safetensors")
+    w = kiln_np.open_weights(path)
+    blob = pickle.dumps(w["b"])
+    os.replace(_same_size_other(tmp_path, {"a": np.ones(4), "b": np.ones(4)}), path)
+    err = _raise("TYPE", w["b"].numpy)  # the old bytes were never mapped: refused, not 1.0s
+    assert str(path) in str(err)
+    assert "changed since it was opened" in str(err)
+    assert "replaced" in str(err)
+    _raise("TYPE", pickle.loads(blob).numpy)  # an unpickled tensor checks the same identity
+    err = _raise("TYPE", kiln_np.save_weights, tmp_path / "c.st", w, format="safetensors")
+    assert "tensor 'a'" in str(err)  # copying from it checks it too
+    assert not (tmp_path / "c.st").exists()
+
+
+def _same_size_other(tmp_path: Path, tensors: dict[str, Any]) -> Path:
+    other = tmp_path / "other.st"
+    kiln_np.save_weights(other, tensors, format="safetensors")
+    return other
+
+
+def test_a_file_modified_in_place_since_it_was_opened_is_type(tmp_path: Path) -> None:
+    path = tmp_path / "a.st"
+    kiln_np.save_weights(path, {"a": np.zeros(4)}, format="safetensors")
+    w = kiln_np.open_weights(path)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # same inode, same size, other bytes
+        f.seek(size - 8)
+        f.write(np.float64(1.0).tobytes())
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    err = _raise("TYPE", w["a"].numpy)
+    assert "modification time" in str(err)
+    with open(path, "ab") as f:
+        f.write(b"x")
+    assert f"{size} bytes when opened, {size + 1} now" in str(_raise("TYPE", w["a"].numpy))
+
+
+def test_saving_over_its_own_file_reads_every_tensor_before_replacing(tmp_path: Path) -> None:
+    # docs/weights.md: what was mapped keeps the old bytes; what was not is TYPE.
+    path = tmp_path / "a.st"
+    kiln_np.save_weights(path, {"a": np.zeros(4), "b": np.full(4, 2.0)}, format="safetensors")
+    with kiln_np.open_weights(path) as w:
+        kiln_np.save_weights(path, w, format="safetensors", metadata={"format": "pt"})
+        _raise("TYPE", w["a"].numpy)
+    with kiln_np.open_weights(path) as w:
+        assert w.metadata == {"format": "pt"}
+        assert w["b"].numpy().tolist() == [2.0] * 4
+        held = w["b"].numpy()  # maps the whole file
+        kiln_np.save_weights(path, {"b": np.ones(4)}, format="safetensors")
+        assert held.tolist() == w["b"].numpy().tolist() == [2.0] * 4  # the old file, mapped
+        assert w["a"].numpy().tolist() == [0.0] * 4  # the same map
+    directory = tmp_path / "dir"
+    kiln_np.save_weights(directory, {"a": np.zeros(4), "b": np.full(4, 2.0)}, format="kiln")
+    with kiln_np.open_weights(directory) as w:
+        a = w["a"].numpy()
+        kiln_np.save_weights(directory, w, format="kiln")
+        assert a.tolist() == w["a"].numpy().tolist() == [0.0] * 4  # a's file was mapped
+        _raise("TYPE", w["b"].numpy)  # b's file is the new directory's
+    with kiln_np.open_weights(directory, verify=True) as w:
+        assert w["b"].numpy().tolist() == [2.0] * 4
+
+
+def test_a_tensor_unpickled_on_another_machine_skips_the_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kiln_np.save_weights(tmp_path / "a.st", {"a": np.arange(3.0)}, format="safetensors")
+    with kiln_np.open_weights(tmp_path / "a.st") as w:
+        blob = pickle.dumps(w["a"])
+    monkeypatch.setattr(platform, "node", lambda: "another-machine")
+    t = pickle.loads(blob)
+    assert t._file is not None
+    assert t._file.identity.device is None
+    assert t.numpy().tolist() == [0.0, 1.0, 2.0]
 
 
 def test_onnx_tensors_pickle_their_bytes(tmp_path: Path) -> None:
@@ -486,6 +581,79 @@ def test_reads_the_manifest_kiln_np_onnx_wrote(tmp_path: Path) -> None:
         assert w["w"].numpy().tolist() == [0.0, 1.0, 2.0]
 
 
+def _nested(levels: int, leaf: object = 1) -> object:
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _manifest_with(directory: Path, **keys: bytes) -> None:
+    """Add raw JSON values under new keys of the manifest."""
+    manifest = directory / "manifest.json"
+    text = manifest.read_bytes()
+    extra = b"".join(b'"%s": %s, ' % (k.encode(), v) for k, v in keys.items())
+    manifest.write_bytes(text.replace(b'"source_format"', extra + b'"source_format"', 1))
+
+
+def test_manifests_nested_deep_are_type_not_recursion_error(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.ones(2)}, format="kiln")
+    doc = json.loads((out / "manifest.json").read_text())
+    deep: object = ["int", 1]
+    for _ in range(300):  # a few hundred levels of typed metadata
+        deep = ["list", [deep]]
+    doc["metadata"] = {"k": deep}
+    (out / "manifest.json").write_text(json.dumps(doc))
+    assert "127 levels" in str(_raise("TYPE", kiln_np.open_weights, out))
+    with pytest.raises(FileExistsError):  # an unreadable manifest is not one kiln_np wrote
+        kiln_np.save_weights(out, {"a": np.ones(2)}, format="kiln")
+    other = tmp_path / "other"
+    kiln_np.save_weights(other, {"a": np.ones(2)}, format="kiln")
+    _manifest_with(other, junk=b"[" * 5000 + b"]" * 5000)  # in a key the reader ignores
+    assert "127 levels" in str(_raise("TYPE", kiln_np.open_weights, other))
+    # the writer refuses what the reader would: deep metadata, before writing
+    for levels in (33, 5000):
+        err = _raise("TYPE", kiln_np.save_weights, tmp_path / "new", {"a": np.ones(1)},
+                     format="kiln", metadata={"k": _nested(levels)})  # fmt: skip
+        assert "32 levels" in str(err)
+    assert not (tmp_path / "new").exists()
+    kiln_np.save_weights(tmp_path / "new", {"a": np.ones(1)}, format="kiln",
+                         metadata={"k": _nested(32), "d": {"x": {"y": [[]]}}})  # fmt: skip
+    with kiln_np.open_weights(tmp_path / "new") as w:
+        assert w.metadata["k"] == _nested(32)
+
+
+def test_manifests_are_bounded_in_size_and_cost(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.ones(2)}, format="kiln")
+    _manifest_with(out, junk=b"[" + b"[]," * 2_500_000 + b"[]]")
+    tracemalloc.start()
+    err = _raise("TYPE", kiln_np.open_weights, out)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "as Python objects" in str(err)
+    assert peak < (7_500_000 + (24 << 20)), peak  # the text and the scan's scratch
+    with open(out / "manifest.json", "r+b") as f:
+        f.truncate(kiln_np.kilndir.MAX_MANIFEST_BYTES + 1)
+    assert "at most 100000000 bytes" in str(_raise("TYPE", kiln_np.open_weights, out))
+    with pytest.raises(FileExistsError):  # no longer recognised as one kiln_np wrote
+        kiln_np.save_weights(out, {"a": np.ones(1)}, format="kiln")
+    big = {"k": "x" * kiln_np.kilndir.MAX_MANIFEST_BYTES}
+    _raise("TYPE", kiln_np.save_weights, tmp_path / "new", {"a": np.ones(1)}, format="kiln",
+           metadata=big)  # fmt: skip
+    assert os.listdir(tmp_path) == ["dir"]  # nothing written
+
+
+def test_manifests_keep_what_python_json_reads(tmp_path: Path) -> None:
+    # a GGUF string that is not UTF-8 and a Python int past binary64: not serde's
+    metadata = {"s": b"\xff\xfe".decode("utf-8", "surrogateescape"), "n": 10**400}
+    kiln_np.save_weights(tmp_path / "d", {"a\udcff": np.ones(1)}, format="kiln", metadata=metadata)
+    with kiln_np.open_weights(tmp_path / "d") as w:
+        assert dict(w.metadata) == metadata
+        assert list(w) == ["a\udcff"]
+
+
 def test_kiln_dir_is_replaced_whole_and_only_when_it_is_ours(tmp_path: Path) -> None:
     out = tmp_path / "dir"
     kiln_np.save_weights(out, {"a": np.ones(3), "b": np.zeros(2)}, format="kiln")
@@ -503,6 +671,105 @@ def test_kiln_dir_is_replaced_whole_and_only_when_it_is_ours(tmp_path: Path) -> 
     (tmp_path / "empty").mkdir()
     kiln_np.save_weights(tmp_path / "empty", {"a": np.ones(1)}, format="kiln")
     assert len(kiln_np.open_weights(tmp_path / "empty")) == 1
+
+
+def test_payload_files_that_are_symlinks_are_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.zeros(2), "b": np.zeros(2)}, format="kiln")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"password" * 2)
+    (out / "0000_a.kiln").unlink()
+    (out / "0000_a.kiln").symlink_to(secret)
+    err = _raise("TYPE", kiln_np.open_weights, out)
+    assert "symlink" in str(err)
+    assert "'0000_a.kiln'" in str(err)
+    code, _, err_line = _cli(
+        capsys, "convert", str(out), str(tmp_path / "c.st"), "--to", "safetensors"
+    )
+    assert (code, err_line.count("\n")) == (2, 1)  # convert copies nothing of it
+    assert not (tmp_path / "c.st").exists()
+    # a symlink inside the directory is refused too: the rule is no symlinks
+    (out / "0000_a.kiln").unlink()
+    (out / "0000_a.kiln").symlink_to("0001_b.kiln")
+    _raise("TYPE", kiln_np.open_weights, out)
+    # put there after opening: the entry's own identity no longer holds
+    kiln_np.save_weights(out2 := tmp_path / "dir2", {"a": np.zeros(2)}, format="kiln")
+    with kiln_np.open_weights(out2) as w:
+        (out2 / "0000_a.kiln").unlink()
+        (out2 / "0000_a.kiln").symlink_to(secret)
+        assert "changed since it was opened" in str(_raise("TYPE", w["a"].numpy))
+
+
+def _doctored(directory: Path, files: list[str], fmt: str = "kiln-np-weights/1") -> None:
+    """A manifest that lists ``files``, which this writer did not write."""
+    doc = json.loads((directory / "manifest.json").read_text())
+    doc["format"] = fmt
+    doc["tensors"] += [{**doc["tensors"][0], "file": f} for f in files]
+    (directory / "manifest.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("listed", "make"),
+    [
+        (["notes.txt", "src"], "user files"),
+        (["0001_x.kiln"], "a directory"),
+        (["0001_x.kiln"], "a symlink"),
+        (["0007_x.kiln"], "misnumbered"),
+        ([], "another format"),
+    ],
+)
+def test_a_manifest_alone_does_not_make_a_directory_ours(
+    tmp_path: Path, listed: list[str], make: str
+) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.zeros(2)}, format="kiln")
+    if make == "user files":
+        (out / "notes.txt").write_text("mine")
+        (out / "src").mkdir()
+        (out / "src" / "main.py").write_text("mine")
+    elif make == "a directory":
+        (out / "0001_x.kiln").mkdir()
+        (out / "0001_x.kiln" / "mine").write_text("mine")
+    elif make == "a symlink":
+        (tmp_path / "mine").write_text("mine")
+        (out / "0001_x.kiln").symlink_to(tmp_path / "mine")
+    else:
+        (out / listed[0] if listed else out / "0000_a.kiln").touch()
+    _doctored(out, listed, "kiln-np-onnx/1" if make == "another format" else "kiln-np-weights/1")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(out, {"b": np.ones(1)}, format="kiln")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert os.listdir(tmp_path) == (["dir", "mine"] if make == "a symlink" else ["dir"])
+
+
+def test_an_index_alone_does_not_make_a_directory_ours(tmp_path: Path) -> None:
+    out = tmp_path / "ckpt"
+    kiln_np.save_weights(out, {"a": np.zeros(2), "b": np.zeros(2)}, format="safetensors",
+                         max_shard_size=16)  # fmt: skip
+    (out / "notes.txt").write_text("mine")
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    index["weight_map"]["notes"] = "notes.txt"
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(FileExistsError):
+        kiln_np.save_weights(out, {"c": np.ones(1)}, format="safetensors", max_shard_size=16)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_file_put_in_the_old_directory_while_saving_is_never_deleted(tmp_path: Path) -> None:
+    out = tmp_path / "dir"
+    kiln_np.save_weights(out, {"a": np.zeros(2)}, format="kiln")
+
+    def progress(n: int) -> None:
+        (out / "late.txt").write_text("mine")
+
+    kiln_np.save_weights(out, {"b": np.ones(2)}, format="kiln", progress=progress)
+    assert list(kiln_np.open_weights(out)) == ["b"]
+    [left] = [p for p in tmp_path.iterdir() if p.name != "dir"]
+    assert os.listdir(left) == ["late.txt"]  # the writer's files went; this one stayed
+    assert (left / "late.txt").read_text() == "mine"
 
 
 def test_a_failed_directory_write_leaves_nothing(tmp_path: Path) -> None:
@@ -582,6 +849,55 @@ def test_metadata_encoding_refuses(bad: dict[Any, Any]) -> None:
 )
 def test_metadata_decoding_refuses(bad: object) -> None:
     _raise("TYPE", decode_metadata, bad)
+
+
+_JSON_TEXT = st.text(st.sampled_from('ab\\"\ud800\udc00\U0001f600'), max_size=6)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | _JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _lone_surrogate(value: object) -> bool:
+    if isinstance(value, str):
+        return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    return isinstance(value, list) and any(map(_lone_surrogate, value))
+
+
+@given(
+    value=_JSON_VALUES,
+    wrap=st.sampled_from([0, 1, 120, 124, 125, 126, 127, 128]),
+    chunk=st.sampled_from([1, 2, 3, 5, 7, 11, 1 << 18]),
+    spaces=st.booleans(),
+)
+def test_parse_json_agrees_with_json_and_serde(
+    value: object, wrap: int, chunk: int, spaces: bool
+) -> None:
+    """The pre-scan (its chunks cut anywhere) accepts exactly what is nested at most
+    127 levels and holds no half surrogate pair; what it accepts parses as json
+    parses it."""
+    text = json.dumps(value, separators=(", ", ": ") if spaces else (",", ":"))
+    raw = ("[" * wrap + text + "]" * wrap).encode()
+    expected = json.loads(raw)  # escapes of two halves in a row are one character
+    good = _depth(expected) <= metadata.MAX_JSON_DEPTH and not _lone_surrogate(expected)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metadata, "_SCAN_CHUNK", chunk)
+        if not good:
+            _raise("TYPE", metadata.parse_json, raw, "")
+            return
+        assert metadata.parse_json(raw, "") == expected
+        assert metadata.parse_json(raw, "", serde=False) == expected
 
 
 @given(edits=st.lists(st.tuples(st.integers(0, 600), st.integers(0, 255)), min_size=1, max_size=3))

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
+import operator
 import os
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from typing import IO
 
@@ -265,23 +268,41 @@ def write_all(out: int | IO[bytes], data: np.ndarray | bytes | memoryview) -> No
 
 @contextlib.contextmanager
 def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Iterator[str]:
-    """Build a directory beside ``path`` and rename it into place when the block
+    """Build a directory beside ``path`` and swap it into place when the block
     succeeds: a crash leaves ``path`` as it was (plus a
     ``.NAME.kiln-np-RANDOM.part`` directory, which may be deleted).
 
     An existing ``path`` is replaced only when it is an empty directory or
-    holds nothing but what ``keep(path)`` lists (the files a previous save
-    wrote; ``keep`` returns None when it does not recognise the directory):
-    the old one is renamed aside, the new one into place, then the old one
-    is deleted.  Otherwise ``FileExistsError``.
+    holds nothing but regular files (no symlink, no directory) that
+    ``keep(path)`` lists (the files a previous save wrote; ``keep`` returns
+    None when it does not recognise the directory); otherwise
+    ``FileExistsError``.  On Linux the new directory and the old one
+    are exchanged in one ``renameat2(RENAME_EXCHANGE)``, so ``path`` always
+    names one of them; where the kernel or file system cannot, the old one is
+    renamed aside (``.NAME.kiln-np-RANDOM.old``) and the new one into place.
+    Either way the old one's files are then deleted, and it: a writer killed
+    meanwhile leaves it under that temporary name, whole or partly deleted;
+    a file someone else put there meanwhile is left there, with it.
+
+    Permissions are kept as :func:`replacing` keeps a file's: the temporary
+    directory is ``0700`` while it is written; then the directory gets the old
+    one's permission bits (a new one: what ``mkdir`` gives), each file the
+    bits of the old file of its name, and a file new to the directory the
+    bits every old file shares (so nothing is more open than it was).
     """
     target = written_path(path)
     old = _replaceable(target, keep)
     tmp = _sibling(target, TEMP_SUFFIX)
-    os.mkdir(tmp)
+    os.mkdir(tmp)  # 0777 through the umask, as mkdir gives: learnt, then closed
     try:
+        made = stat.S_IMODE(os.stat(tmp).st_mode)
+        os.chmod(tmp, 0o700)  # still empty: nothing was readable
         yield tmp
-        if old:
+        _keep_modes(tmp, made, old)
+        if old is None:
+            os.rename(tmp, target)  # an empty directory is replaced by rename itself
+            return
+        if not _exchange(tmp, target):
             aside = _sibling(target, ".old")
             os.rename(target, aside)
             try:
@@ -289,12 +310,11 @@ def building_directory(path: str, keep: Callable[[str], set[str] | None]) -> Ite
             except BaseException:
                 os.rename(aside, target)  # put the old one back
                 raise
-            _rmtree(aside)
-        else:
-            os.rename(tmp, target)  # an empty directory is replaced by rename itself
+            tmp = aside
     except BaseException:
         _rmtree(tmp, ignore_errors=True)
         raise
+    _remove_old(tmp, old)  # the old directory, now under the temporary name
 
 
 def _rmtree(path: str, *, ignore_errors: bool = False) -> None:
@@ -305,20 +325,54 @@ def _rmtree(path: str, *, ignore_errors: bool = False) -> None:
     shutil.rmtree(path, ignore_errors=ignore_errors)
 
 
-def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> bool:
-    """False when ``target`` does not exist or is an empty directory; True when it
-    is a directory of only what ``keep`` names; else ``FileExistsError``."""
+def _remove_old(directory: str, old: dict[str, int]) -> None:
+    """Delete the files of the old directory that the writer wrote (the names
+    in ``old``), then the directory; anything else found there meanwhile is
+    left, with the directory: never delete what the writer did not write."""
+    for name in old:
+        if name:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+    with contextlib.suppress(OSError):  # ENOTEMPTY: someone else's file appeared
+        os.rmdir(directory)
+
+
+def _keep_modes(tmp: str, made: int, old: dict[str, int] | None) -> None:
+    """Give the files built in ``tmp`` and ``tmp`` itself their final permission
+    bits (see :func:`building_directory`): ``old`` maps the old directory's
+    entries (and ``""``, itself) to theirs."""
+    if old is None:
+        os.chmod(tmp, made)
+        return
+    files = [mode for name, mode in old.items() if name]
+    shared = functools.reduce(operator.and_, files, 0o777)
+    for name in os.listdir(tmp):
+        os.chmod(os.path.join(tmp, name), old.get(name, shared))
+    os.chmod(tmp, old[""])
+
+
+def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> dict[str, int] | None:
+    """None when ``target`` does not exist or is an empty directory; when it is a
+    directory of only what ``keep`` names, the permission bits of it (``""``) and
+    of each entry; else ``FileExistsError``."""
     try:
         st = os.lstat(target)
     except FileNotFoundError:
-        return False
+        return None
     if stat.S_ISDIR(st.st_mode):
         entries = set(os.listdir(target))
         if not entries:
-            return False
+            return None
         known = keep(target)
         if known is not None and entries <= known:
-            return True
+            modes = {"": stat.S_IMODE(st.st_mode) & 0o777}
+            for name in entries:
+                entry = os.lstat(os.path.join(target, name))
+                if not stat.S_ISREG(entry.st_mode):  # the writer writes regular files only
+                    break
+                modes[name] = stat.S_IMODE(entry.st_mode) & 0o777
+            else:
+                return modes
         raise FileExistsError(
             errno.EEXIST,
             "expected a new directory, an empty one or one this writer wrote, found a "
@@ -326,3 +380,50 @@ def _replaceable(target: str, keep: Callable[[str], set[str] | None]) -> bool:
             target,
         )
     raise FileExistsError(errno.EEXIST, "expected a directory path, found a file", target)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+# What renameat2 answers when this kernel or file system cannot exchange.
+_NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM}
+
+
+@functools.cache
+def _renameat2() -> Callable[[bytes, bytes], int] | None:
+    """``renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)`` through glibc's
+    (2.28+) or musl's, returning 0 or the errno; None on another OS or libc."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # only where it can help
+
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is None:
+        return None
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    function.restype = ctypes.c_int
+
+    def exchange(a: bytes, b: bytes) -> int:
+        failed = function(_AT_FDCWD, a, _AT_FDCWD, b, _RENAME_EXCHANGE) != 0
+        return ctypes.get_errno() if failed else 0
+
+    return exchange
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the directory entries ``a`` and ``b`` atomically; False (nothing done)
+    where this OS, kernel or file system cannot."""
+    exchange = _renameat2()
+    if exchange is None:
+        return False
+    code = exchange(os.fsencode(a), os.fsencode(b))
+    if code in _NO_EXCHANGE:
+        return False
+    if code:
+        raise OSError(code, os.strerror(code), a, None, b)
+    return True

@@ -28,7 +28,8 @@ from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
 
-from .tensors import WeightTensor
+from .mapped import MappedFile
+from .tensors import WeightTensor, mapped_file
 
 __all__ = ["Progress", "TensorSource", "sha256_file", "tensor_sources"]
 
@@ -41,15 +42,15 @@ Progress = Callable[[int], None]
 class TensorSource(NamedTuple):
     """One tensor to write: its name, checked description and where its bytes are.
 
-    Exactly one of ``data`` (bytes in memory) and ``path`` (a file holding
-    the payload at ``info.offset``) is set.  ``format_dtype`` is the source
-    format's type name when the tensor came from a weight file.
+    Exactly one of ``data`` (bytes in memory) and ``file`` (the weight file
+    holding the payload at ``info.offset``) is set.  ``format_dtype`` is the
+    source format's type name when the tensor came from a weight file.
     """
 
     name: str
     info: PayloadInfo
     data: memoryview | None
-    path: str | None
+    file: MappedFile | None
     format_dtype: str | None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
@@ -58,7 +59,9 @@ class TensorSource(NamedTuple):
         In memory: written from the buffer.  From a file: copied in the kernel
         (``os.copy_file_range``), or where that cannot be used read with
         ``readinto`` a bounded chunk at a time; never mapped, so a source
-        truncated meanwhile is a LENGTH error, not SIGBUS.
+        truncated meanwhile is a LENGTH error, not SIGBUS.  The file is
+        checked to be the one that was opened (TYPE when it was replaced or
+        modified since).
         """
         n = self.info.byte_length
         if self.data is not None:
@@ -68,14 +71,17 @@ class TensorSource(NamedTuple):
                 if progress is not None:
                     progress(len(piece))
             return
-        assert self.path is not None
-        with open_regular_raw(self.path) as src:
-            done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
-            if done < n:
-                done += _copy_through(src, self.info.offset + done, n - done, fd, progress)
+        assert self.file is not None
+        try:
+            with self.file.opened(self.info.offset + n) as src:
+                done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
+                if done < n:
+                    done += _copy_through(src, self.info.offset + done, n - done, fd, progress)
+        except KilnError as exc:  # replaced or modified since it was opened
+            raise exc.prefixed(f"tensor {self.name!r}: ") from None
         if done < n:
             raise self.info.length_error(
-                done, f"{self.path!r} shrank while tensor {self.name!r} was copied: "
+                done, f"{self.file.path!r} shrank while tensor {self.name!r} was copied: "
             )
 
 
@@ -167,7 +173,7 @@ def tensor_sources(tensors: object) -> list[TensorSource]:
 
     Examples
     --------
-    >>> [(s.name, s.info.byte_length, s.path) for s in tensor_sources({"w": np.ones(3, "<f4")})]
+    >>> [(s.name, s.info.byte_length, s.file) for s in tensor_sources({"w": np.ones(3, "<f4")})]
     [('w', 12, None)]
     """
     if not isinstance(tensors, Mapping):
@@ -185,9 +191,10 @@ def tensor_sources(tensors: object) -> list[TensorSource]:
 def _source(name: str, value: object) -> TensorSource:
     where = f"tensor {name!r}: "
     if isinstance(value, WeightTensor):
-        if value.path is None:
+        file = mapped_file(value)
+        if file is None:
             return TensorSource(name, value.info, value.payload().data, None, value.format_dtype)
-        return TensorSource(name, value.info, None, value.path, value.format_dtype)
+        return TensorSource(name, value.info, None, file, value.format_dtype)
     try:
         if isinstance(value, Payload):
             info = payload_info(value.code, value.shape, value.layout)

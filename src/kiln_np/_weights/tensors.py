@@ -8,8 +8,10 @@ time one of its tensors hands out a payload, once per file
 every map that no handed-out payload still references (a memoryview or array
 made from a payload keeps its map alive until it is dropped).
 
-A tensor pickles by reference: the file's absolute path, the payload's offset
-and its description; unpickled, it maps only the pages of its own payload.  A
+A tensor pickles by reference: the file's absolute path and identity (device,
+inode, size, modification time: a file replaced since is TYPE when mapped), the
+payload's offset and its description; unpickled, it maps only the pages of its
+own payload.  A
 :class:`Weights` pickles as its path and the function of the format that
 opened it (handed down by that format, so this module names none).
 """
@@ -29,9 +31,9 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Layout, code_label
 
-from .mapped import MappedFile
+from .mapped import FileIdentity, MappedFile
 
-__all__ = ["WeightTensor", "Weights"]
+__all__ = ["WeightTensor", "Weights", "mapped_file"]
 
 
 @set_module("kiln_np")
@@ -132,9 +134,12 @@ class WeightTensor:
         Raises
         ------
         ValueError
-            When its :class:`Weights` was closed before the file was mapped.
+            When its :class:`Weights` was closed (payloads handed out before
+            stay valid).
         KilnError
-            LENGTH when the file has shrunk below the payload's end.
+            TYPE when the file was replaced or modified since it was opened
+            (and not yet mapped); LENGTH when it has shrunk below the
+            payload's end.
         """
         if self._data is not None:
             data = self._data
@@ -167,6 +172,8 @@ class WeightTensor:
             _reopen,
             (
                 self._file.path,
+                tuple(self._file.identity),
+                _host(),
                 info.offset,
                 int(info.code),
                 info.shape,
@@ -183,8 +190,23 @@ class WeightTensor:
         )
 
 
+def mapped_file(tensor: WeightTensor) -> MappedFile | None:
+    """The file holding ``tensor``'s payload, or None for bytes held in memory:
+    for writers, which copy from it after checking it is still the file that
+    was opened."""
+    return tensor._file
+
+
+def _host() -> str:
+    import platform  # only when pickling
+
+    return platform.node()
+
+
 def _reopen(
     path: str,
+    identity: tuple[int | None, int, int, int],
+    host: str,
     offset: int,
     code: int,
     shape: tuple[int, ...],
@@ -193,7 +215,10 @@ def _reopen(
     format_dtype: str,
 ) -> WeightTensor:
     info = payload_info(code, shape, layout).with_offset(offset)
-    file = MappedFile(path, offset + info.byte_length, (offset, offset + info.byte_length))
+    was = FileIdentity(*identity)
+    if host != _host():  # another machine numbers a network file system's devices anew
+        was = was._replace(device=None)
+    file = MappedFile(path, was, (offset, offset + info.byte_length))
     return WeightTensor(name, info, file, format_dtype)
 
 
@@ -216,7 +241,8 @@ class Weights(Mapping[str, WeightTensor]):
 
     Returned by :func:`kiln_np.open_weights`.  A context manager: leaving it (or
     :meth:`close`) releases the file maps that no handed-out payload still
-    uses; payloads already handed out stay valid until they are dropped.
+    uses; payloads already handed out stay valid until they are dropped, and
+    no tensor hands out a new one.
 
     Attributes
     ----------
@@ -299,8 +325,9 @@ class Weights(Mapping[str, WeightTensor]):
 
     def close(self) -> None:
         """Release the file maps (those still used by a handed-out payload are
-        released when it is dropped).  A tensor not yet mapped cannot be read
-        after this: its :meth:`~WeightTensor.payload` raises ``ValueError``."""
+        released when it is dropped).  No tensor hands out a new payload after
+        this, whether its file was mapped or not: :meth:`~WeightTensor.payload`
+        raises ``ValueError``; payloads handed out before stay valid."""
         for file in self._files:
             file.close()
 

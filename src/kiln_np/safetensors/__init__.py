@@ -21,13 +21,17 @@ A file is:
 What :func:`open_safetensors` checks (the crate's ``validate``, plus what a
 serde parser gives it for free), each a :class:`~kiln_np.KilnError` naming the
 file and the tensor: the header size (TYPE past 100 MB, LENGTH past the end
-of the file); UTF-8 and JSON, an object, unique keys, nesting Python can
-parse (TYPE); ``__metadata__`` str to str (TYPE); each entry's dtype (TYPE),
-shape (SHAPE), offsets two integers (TYPE); offsets contiguous and in order
-(TYPE); each tensor's span equal to its byte length (LENGTH); the data
-section exactly the file's remainder (LENGTH); an odd F4 count (TYPE: its
-last byte would be half a tensor).  Opening reads the header and nothing
-else; tensors map the file when their payload is asked for.
+of the file); UTF-8 and JSON as strictly as serde_json reads it (no ``NaN``
+or ``Infinity``, no number past binary64, no escape of half a surrogate
+pair, nesting at most 127 levels), an object, unique keys, values that cost
+at most 16 times the header (plus 64 MiB) as Python objects (TYPE); an index
+at most 100 MB (:data:`MAX_INDEX_BYTES`, TYPE); ``__metadata__`` str to str
+(TYPE); each entry's dtype (TYPE), shape (SHAPE), offsets two integers
+(TYPE); offsets contiguous and in order (TYPE); each tensor's span equal to
+its byte length (LENGTH); the data section exactly the file's remainder
+(LENGTH); an odd F4 count (TYPE: its last byte would be half a tensor).
+Opening reads the header and nothing else; tensors map the file when their
+payload is asked for.
 
 Types
 -----
@@ -59,12 +63,20 @@ Modules
 """
 
 from ._reader import open_safetensors
-from ._types import DTYPES, MAX_HEADER_BYTES, REFUSED, SafetensorsDType, safetensors_dtype
+from ._types import (
+    DTYPES,
+    MAX_HEADER_BYTES,
+    MAX_INDEX_BYTES,
+    REFUSED,
+    SafetensorsDType,
+    safetensors_dtype,
+)
 from ._writer import save_safetensors
 
 __all__ = [
     "DTYPES",
     "MAX_HEADER_BYTES",
+    "MAX_INDEX_BYTES",
     "REFUSED",
     "SafetensorsDType",
     "open_safetensors",

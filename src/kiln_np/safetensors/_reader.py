@@ -12,14 +12,15 @@ from kiln_np._core.checks import check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
-from kiln_np._weights.mapped import MappedFile
-from kiln_np._weights.metadata import parse_json
+from kiln_np._weights.mapped import FileIdentity, MappedFile
+from kiln_np._weights.metadata import parse_json, read_json
 from kiln_np._weights.tensors import Weights, WeightTensor
 
 from ._types import (
     BY_NAME,
     INDEX_SUFFIX,
     MAX_HEADER_BYTES,
+    MAX_INDEX_BYTES,
     REFUSED,
     SIZE_BYTES,
     SafetensorsDType,
@@ -97,7 +98,8 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
 def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str]]:
     where = f"{path!r}: "
     with open_regular_raw(path) as f:
-        size = os.fstat(f.fileno()).st_size
+        identity = FileIdentity.of(os.fstat(f.fileno()))
+        size = identity.size
         first = f.read(SIZE_BYTES)
         if len(first) < SIZE_BYTES:
             raise KilnError(
@@ -131,7 +133,7 @@ def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str
         )
     metadata = _metadata(header.pop("__metadata__", None), where)
     data_start = SIZE_BYTES + n
-    file = MappedFile(path, size)
+    file = MappedFile(path, identity)
     entries = sorted(
         (_entry(name, value, where) for name, value in header.items()),
         key=lambda e: (e[0], e[1]),
@@ -172,27 +174,13 @@ def _metadata(value: object, where: str) -> dict[str, str]:
             "TYPE",
             f"{where}expected __metadata__ to map str to str, found {show_value(value)}",
         )
-    for key, text in value.items():
-        _check_unicode(key, f"{where}__metadata__ key")
-        _check_unicode(text, f"{where}__metadata__ {key!r}")
     return value
-
-
-def _check_unicode(text: str, what: str) -> None:
-    """JSON lets ``\\ud800`` escape half a character; the crate (serde) refuses it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise KilnError(
-            "TYPE", f"{what}: expected text, found a lone surrogate escape in {text!r}"
-        ) from None
 
 
 def _entry(
     name: str, value: object, where: str
 ) -> tuple[int, int, str, SafetensorsDType, PayloadInfo]:
     at = f"{where}tensor {name!r}: "
-    _check_unicode(name, f"{where}tensor name")
     if not isinstance(value, dict):
         raise KilnError(
             "TYPE",
@@ -231,8 +219,7 @@ def _entry(
 
 def _open_index(path: str) -> Weights:
     where = f"{path!r}: "
-    with open_regular_raw(path) as f:
-        index = parse_json(f.read(), where)
+    index = read_json(path, where, MAX_INDEX_BYTES, "an index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not (
         isinstance(weight_map, dict)

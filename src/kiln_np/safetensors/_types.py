@@ -23,6 +23,7 @@ __all__ = [
     "DTYPES",
     "INDEX_SUFFIX",
     "MAX_HEADER_BYTES",
+    "MAX_INDEX_BYTES",
     "REFUSED",
     "SIZE_BYTES",
     "SafetensorsDType",
@@ -31,6 +32,10 @@ __all__ = [
 
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors crate's ``MAX_HEADER_SIZE``."""
+MAX_INDEX_BYTES = MAX_HEADER_BYTES
+"""The largest ``*.safetensors.index.json`` read: the crate's cap on a header, since an
+index lists less per tensor than a header holds (the largest published, DeepSeek-V3's
+91,000 tensors, is under 10 MB)."""
 INDEX_SUFFIX = ".safetensors.index.json"
 """How the index of a sharded checkpoint is named (``model.safetensors.index.json``)."""
 SIZE_BYTES = 8

@@ -7,15 +7,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
-from kiln_np._files.io import building_directory, open_regular_raw, replacing
+from kiln_np._files.io import building_directory, replacing
+from kiln_np._weights.metadata import read_json
 from kiln_np._weights.sources import Progress, TensorSource, tensor_sources
 
-from ._types import INDEX_SUFFIX, MAX_HEADER_BYTES, SIZE_BYTES, SafetensorsDType, safetensors_dtype
+from ._types import (
+    INDEX_SUFFIX,
+    MAX_HEADER_BYTES,
+    MAX_INDEX_BYTES,
+    SIZE_BYTES,
+    SafetensorsDType,
+    safetensors_dtype,
+)
 
 __all__ = ["save_safetensors"]
 
@@ -190,9 +199,17 @@ def _shard(
 
 
 def _index_files(directory: str) -> set[str] | None:
-    """What a previous sharded save wrote: the index and the shards it names."""
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
-        with open_regular_raw(os.path.join(directory, "model" + INDEX_SUFFIX)) as f:
-            weight_map = json.loads(f.read())["weight_map"]
-        return {"model" + INDEX_SUFFIX, *map(str, weight_map.values())}
+    """What a previous sharded save wrote: the index and the shards it names, or
+    None unless each is named as this writer names shards
+    (``model-00001-of-00002.safetensors``; ``building_directory`` checks that
+    each is a regular file).  An index naming someone's ``notes.txt`` is not
+    enough."""
+    index = os.path.join(directory, "model" + INDEX_SUFFIX)
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # KilnError too
+        shards = set(read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"].values())
+        if all(isinstance(s, str) and _WRITTEN.fullmatch(s) for s in shards):
+            return {"model" + INDEX_SUFFIX, *shards}
     return None
+
+
+_WRITTEN = re.compile(r"model-[0-9]{5,}-of-[0-9]{5,}\.safetensors")  # the shards' names
