@@ -467,16 +467,17 @@ def _gguf(*kvs: bytes, infos: tuple[bytes, ...] = (), data: bytes = b"", **count
     return kg.read_gguf(_file("m.gguf", gguf_bytes(kvs, infos, data, **counts)))
 
 
-def _gguf_splits(second_no: int, second_tensor: str) -> Any:
+def _gguf_splits(second_no: int, second_tensor: str, *second_kvs: bytes) -> Any:
     """Two splits of a checkpoint in one scratch directory, the second as given."""
     directory = _scratch()
-    for no, tensor in ((0, "a"), (second_no, second_tensor)):
+    for no, tensor, kvs in ((0, "a", ()), (second_no, second_tensor, second_kvs)):
         split = [
             gguf_kv("split.no", 2, struct.pack("<H", no)),
             gguf_kv("split.count", 2, struct.pack("<H", 2)),
             gguf_kv("split.tensors.count", 5, struct.pack("<i", 2)),
+            *kvs,
         ]
-        data = gguf_bytes(split, [gguf_info(tensor)], bytes(32))
+        data = gguf_bytes(split, [gguf_info(tensor)], bytes(96))
         (directory / f"m-0000{min(no, 1) + 1}-of-00002.gguf").write_bytes(data)
     return kg.read_gguf(directory / "m-00001-of-00002.gguf")
 
@@ -519,6 +520,7 @@ GGUF: list[Entry] = [
     ("read_gguf", "a later split opened alone", lambda: kg.read_gguf(_file("m-00002-of-00002.gguf", gguf_bytes([gguf_kv("split.no", 2, b"\x01\x00"), gguf_kv("split.count", 2, b"\x02\x00")])))),
     ("read_gguf", "a split with another number", lambda: _gguf_splits(3, "b")),
     ("read_gguf", "splits holding a tensor twice", lambda: _gguf_splits(1, "a")),
+    ("read_gguf", "splits whose alignments differ", lambda: _gguf_splits(1, "b", gguf_kv("general.alignment", 4, struct.pack("<I", 64)))),
     ("ggml_type_for_code", "Kiln code GGUF cannot hold", lambda: kg.ggml_type_for_code(Code.U8)),
     ("save_gguf", "tensor of a type GGUF cannot hold", lambda: _gguf_write({"w": np.zeros(4, ml_dtypes.float4_e2m1fn)})),
     ("save_gguf", "GGML code with another layout", lambda: _gguf_write({"w": _Q8_0_SHORT})),

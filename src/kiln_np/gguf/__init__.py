@@ -75,8 +75,11 @@ llama.cpp's ``gguf-split`` writes ``NAME-00001-of-00003.gguf`` ...; each split
 holds ``split.no`` (0-based), ``split.count`` and ``split.tensors.count``.
 Reading the first split reads them all (each must exist beside it, agree on
 the count, and together hold ``split.tensors.count`` distinct tensors); the
-metadata is the first split's.  :func:`save_gguf` with ``max_shard_size``
-writes splits the same way (gguf-py's key types: uint16, uint16, int32).
+metadata is the first split's.  Each split is aligned by its own
+``general.alignment`` (32 without it), and the splits of a set must agree
+(TYPE otherwise).  :func:`save_gguf` with ``max_shard_size`` writes splits the
+same way (gguf-py's key types: uint16, uint16, int32), ``general.alignment`` in
+every split.
 
 Modules
 -------

@@ -347,6 +347,18 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
                 expected=(i, count),
                 found=got,
             )
+        if shard.alignment != first.alignment:
+            # Each split is read at its own alignment, as llama.cpp reads it; a set
+            # whose splits differ is what a writer that kept the key to the first
+            # split leaves, and its later splits would read as the wrong bytes.
+            raise malformed(
+                f"{shard.paths[0]!r}: ",
+                f"expected the alignment of the first split {path!r}, {first.alignment}, "
+                f"found {shard.alignment} (general.alignment, 32 when absent, must agree "
+                "across a split set)",
+                expected=first.alignment,
+                found=shard.alignment,
+            )
         tensors += shard.tensors
         paths.append(shard.paths[0])
     names = [t.name for t in tensors]

@@ -72,12 +72,17 @@ def _plan(source: TensorSource) -> _Planned:
     return _Planned(source, row, dims)
 
 
-def _metadata_bytes(
-    metadata: Mapping[str, Any], types: Mapping[str, object]
-) -> tuple[list[bytes], int]:
+class _Encoded(NamedTuple):
+    parts: list[bytes]  # each key/value's bytes, in order
+    alignment: int  # what general.alignment asks for, or 32
+    every_split: list[bytes]  # the key/values every split needs: general.alignment
+
+
+def _metadata_bytes(metadata: Mapping[str, Any], types: Mapping[str, object]) -> _Encoded:
     """Each key/value's bytes, and the alignment ``general.alignment`` asks for."""
     parts = []
     alignment = DEFAULT_ALIGNMENT
+    every_split = []
     for key, value in metadata.items():
         if not isinstance(key, str):
             raise KilnError("TYPE", f"expected metadata keys as str, found {show_value(key)}")
@@ -94,7 +99,9 @@ def _metadata_bytes(
             alignment = int(np.asarray(value))
         raw = utf8(key, f"{where}its key: ")
         parts.append(U64.pack(len(raw)) + raw + U32.pack(t) + body)
-    return parts, alignment
+        if key == "general.alignment":
+            every_split.append(parts[-1])
+    return _Encoded(parts, alignment, every_split)
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -193,7 +200,8 @@ def save_gguf(
     if metadata_types is None:
         metadata_types = metadata.types if isinstance(metadata, GGUFMetadata) else {}
     meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
-    kv, alignment = _metadata_bytes(meta, metadata_types)
+    kv = _metadata_bytes(meta, metadata_types)
+    alignment = kv.alignment
     shards = _shards(plans, limit)
     if len(shards) == 1:
         names = [target]
@@ -209,8 +217,9 @@ def save_gguf(
                     "split.count": np.uint16(len(shards)),
                     "split.tensors.count": np.int32(len(plans)),
                 }
-                extra = _metadata_bytes(split, {})[0]
-            head = _header(shard, (kv if i == 0 else []) + extra, alignment)
+                extra = _metadata_bytes(split, {}).parts
+            # Each split is read on its own (llama.cpp, gguf-py): every one needs its alignment.
+            head = _header(shard, (kv.parts if i == 0 else kv.every_split) + extra, alignment)
             _, f = stack.enter_context(replacing(name))
             fd = f.fileno()  # everything goes through the descriptor, unbuffered
             write_all(fd, head)

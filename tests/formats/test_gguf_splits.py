@@ -1,0 +1,97 @@
+"""GGUF split sets: what every split carries, what a reader refuses, how a set is written.
+
+Each split written by ``save_gguf`` is read on its own by gguf-py's ``GGUFReader``
+(as llama.cpp reads each split) and the whole set by kiln_np; sets that a crash, an
+older writer or gguf-py's own split writer left inconsistent are TYPE, never the
+wrong bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from _helpers import gguf_info, gguf_kv
+
+import kiln_np
+import kiln_np.gguf as kg
+from kiln_np import KilnError
+
+
+def _odd_tensors(n: int = 4) -> dict[str, np.ndarray]:
+    # 5 float32s: 20 bytes, so every tensor after the first needs padding to any alignment
+    return {f"t{i}": np.arange(5, dtype=np.float32) + 10 * i for i in range(n)}
+
+
+# -- alignment: in every split -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("alignment", [8, 16, 64, 128, 256])
+def test_every_split_carries_its_alignment(tmp_path: Path, alignment: int) -> None:
+    tensors = _odd_tensors()
+    meta = {"general.alignment": np.uint32(alignment), "k": np.uint32(7)}
+    paths = kg.save_gguf(tmp_path / "m.gguf", tensors, meta, max_shard_size=40)
+    assert len(paths) == 2
+    for p in paths:  # each split alone, as llama.cpp and gguf-py read it
+        reader = gguf.GGUFReader(p)
+        assert reader.alignment == alignment
+        assert reader.fields["general.alignment"].contents() == alignment
+        for t in reader.tensors:
+            assert t.data_offset % alignment == 0
+            assert t.data.tobytes() == tensors[t.name].tobytes()
+    assert "k" in gguf.GGUFReader(paths[0]).fields  # the rest stays in the first split
+    assert "k" not in gguf.GGUFReader(paths[1]).fields
+    with kiln_np.open_weights(paths[0]) as w:
+        assert {n: t.numpy().tobytes() for n, t in w.items()} == {
+            n: a.tobytes() for n, a in tensors.items()
+        }
+
+
+def test_gguf_py_split_writer_with_an_alignment_is_refused(tmp_path: Path) -> None:
+    # gguf-py 0.19 writes general.alignment into the first split only and pads the
+    # others to 32: reading its later splits at 64 or 32 alike gives the wrong bytes.
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama", split_max_tensors=1)
+    w.add_custom_alignment(64)
+    for name, arr in _odd_tensors(2).items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(KilnError, match=r"m-00002-of-00002\.gguf.*alignment.*64, found 32") as e:
+        kg.read_gguf(tmp_path / "m-00001-of-00002.gguf")
+    assert e.value.kind == "TYPE"
+
+
+def _split(no: int, name: str, alignment: int | None, *extra: bytes, count: int = 2) -> bytes:
+    """Split ``no`` of ``count`` by hand: one F32 [2] tensor, padded to ``alignment``
+    (32 when None, and then no general.alignment key)."""
+    kvs = [
+        gguf_kv("split.no", 2, struct.pack("<H", no)),
+        gguf_kv("split.count", 2, struct.pack("<H", count)),
+        gguf_kv("split.tensors.count", 5, struct.pack("<i", count)),
+        *extra,
+    ]
+    if alignment is not None:
+        kvs.append(gguf_kv("general.alignment", 4, struct.pack("<I", alignment)))
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, len(kvs)) + b"".join(kvs) + gguf_info(name)
+    pad = -len(head) % (alignment or 32)
+    return head + bytes(pad) + np.array([no, no], np.float32).tobytes()
+
+
+@pytest.mark.parametrize(("first", "second"), [(None, 64), (64, None), (64, 128), (32, None)])
+def test_splits_whose_alignments_differ(
+    tmp_path: Path, first: int | None, second: int | None
+) -> None:
+    (tmp_path / "m-00001-of-00002.gguf").write_bytes(_split(0, "a", first))
+    (tmp_path / "m-00002-of-00002.gguf").write_bytes(_split(1, "b", second))
+    if (first or 32) == (second or 32):  # no key means 32, as the GGUF spec says
+        with kiln_np.open_weights(tmp_path / "m-00001-of-00002.gguf") as w:
+            assert [t.numpy().tolist() for t in w.values()] == [[0, 0], [1, 1]]
+        return
+    with pytest.raises(KilnError, match=r"m-00002-of-00002\.gguf.*expected the alignment") as e:
+        kg.read_gguf(tmp_path / "m-00001-of-00002.gguf")
+    assert e.value.kind == "TYPE"
