@@ -8,13 +8,16 @@ wrong bytes.
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
-from _helpers import gguf_info, gguf_kv
+from _helpers import gguf_info, gguf_kv, kiln_np_exe
 
 import kiln_np
 import kiln_np.gguf as kg
@@ -95,3 +98,37 @@ def test_splits_whose_alignments_differ(
     with pytest.raises(KilnError, match=r"m-00002-of-00002\.gguf.*expected the alignment") as e:
         kg.read_gguf(tmp_path / "m-00001-of-00002.gguf")
     assert e.value.kind == "TYPE"
+
+
+# -- a FIFO named like a split: TYPE at once, never opened -------------------------------
+
+_OPEN_EACH_WAY = """
+import sys, kiln_np, kiln_np.gguf as kg
+for door in (kg.read_gguf, kg.open_gguf, kiln_np.open_weights):
+    try:
+        door(sys.argv[1])
+    except kiln_np.KilnError as exc:
+        print(exc.kind, str(exc).split(": ")[1])
+"""
+
+
+@pytest.mark.parametrize(("count", "fifo_no"), [(2, 2), (3, 3), (3, 2)])
+def test_a_fifo_as_a_split_is_type_not_a_hang(tmp_path: Path, count: int, fifo_no: int) -> None:
+    paths = kg.save_gguf(tmp_path / "m.gguf", _odd_tensors(count), max_shard_size=20)
+    assert len(paths) == count
+    os.unlink(paths[fifo_no - 1])
+    os.mkfifo(paths[fifo_no - 1])
+    # A subprocess with a timeout: opening a FIFO for reading would block this one forever.
+    run = subprocess.run(
+        [sys.executable, "-c", _OPEN_EACH_WAY, paths[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert run.stdout.splitlines() == [f"TYPE {paths[fifo_no - 1]!r}"] * 3
+    argv = [*kiln_np_exe(), "ls", paths[0]]
+    cli = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 2
+    assert cli.stderr.startswith("kiln-np: TYPE: ")
+    assert "FIFO" in cli.stderr

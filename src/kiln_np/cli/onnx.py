@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln_np._core.errors import KilnError
+from kiln_np._files.io import open_regular
 from kiln_np.onnx import model_to_kiln
 
 from .args import json_flag, subparser
@@ -69,7 +70,7 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
     model_path = args.model
     stat_input(model_path)
     try:
-        with open(model_path, "rb") as f:
+        with open_regular(model_path) as f:
             data = f.read()
     except OSError as exc:
         raise file_error("read", model_path, exc) from exc
@@ -110,7 +111,8 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
         format="kiln",
         metadata={"model": model_path},
     )
-    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    with open_regular(str(out / "manifest.json")) as f:
+        manifest = json.loads(f.read().decode("utf-8"))
     emit(
         args,
         manifest,

@@ -19,9 +19,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kiln_np._core.checks import MAX_INT64, check_path, check_regular_file, set_module, show_value
+from kiln_np._core.checks import MAX_INT64, check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import Weights, WeightTensor
 
@@ -131,8 +132,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
 
 def _read_one(path: str) -> GGUFFile:
     where = f"{path!r}: "
-    with open(path, "rb") as f:
-        size = check_regular_file(path, f.fileno()).st_size
+    with open_regular_raw(path) as f:  # a FIFO named like a split is TYPE, never opened
+        size = os.fstat(f.fileno()).st_size
         if size < _HEADER_BYTES:
             raise truncated(where, "GGUF header", 0, _HEADER_BYTES, size)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:

@@ -23,13 +23,13 @@ from kiln_np._codec import Payload, as_array
 from kiln_np._core.checks import (
     MAX_INT64,
     check_path,
-    check_regular_file,
     set_module,
     show_int,
     show_value,
 )
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
+from kiln_np._files.io import open_regular_raw
 
 from ._fields import decode_field, encode_strings, encodes
 from ._raw import decode_bytes, encode_array, to_payload
@@ -139,17 +139,13 @@ def _external_bytes(
             found=location,
         )
     offset = _external_int(entries, "offset", where, 0)
-    _regular_file(path, where)  # before opening: a FIFO or a device could block
-    with open(path, "rb") as f:
-        size = _regular_file(path, where, f.fileno()).st_size
-        return _mapped_range(f.fileno(), entries, where, location, offset, size)
-
-
-def _regular_file(path: str, where: str, fd: int | None = None) -> os.stat_result:
     try:
-        return check_regular_file(path, fd)
+        f = open_regular_raw(path)  # a FIFO or a device could block: TYPE, never opened
     except KilnError as exc:
         raise exc.prefixed(f"{where}: ") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        return _mapped_range(f.fileno(), entries, where, location, offset, size)
 
 
 def _mapped_range(
@@ -363,10 +359,10 @@ def _load(onnx_pkg: Any, path: str) -> onnx.ModelProto:
     """The binary ``ModelProto`` in ``path``, whatever the file's extension."""
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]
 
-    check_regular_file(path)  # a FIFO would block the read below
     try:
         # format="protobuf": onnx picks a text parser for .json/.textproto/.onnxtxt.
-        model: onnx.ModelProto = onnx_pkg.load(path, format="protobuf", load_external_data=False)
+        with open_regular_raw(path) as f:  # a FIFO would block the read
+            model: onnx.ModelProto = onnx_pkg.load(f, format="protobuf", load_external_data=False)
     except DecodeError as exc:
         raise KilnError(
             "TYPE",
