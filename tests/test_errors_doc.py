@@ -520,6 +520,8 @@ GGUF: list[Entry] = [
     ("read_gguf", "a later split opened alone", lambda: kg.read_gguf(_file("m-00002-of-00002.gguf", gguf_bytes([gguf_kv("split.no", 2, b"\x01\x00"), gguf_kv("split.count", 2, b"\x02\x00")])))),
     ("read_gguf", "a split with another number", lambda: _gguf_splits(3, "b")),
     ("read_gguf", "splits holding a tensor twice", lambda: _gguf_splits(1, "a")),
+    ("read_gguf", "splits of two writes (a set id that differs)", lambda: _gguf_splits(1, "b", gguf_kv("kiln_np.split.set_id", 8, struct.pack("<Q", 2) + b"ab"))),
+    ("read_gguf", "a set id that is not a string", lambda: _gguf_splits(1, "b", gguf_kv("kiln_np.split.set_id", 4, struct.pack("<I", 7)))),
     ("read_gguf", "splits whose alignments differ", lambda: _gguf_splits(1, "b", gguf_kv("general.alignment", 4, struct.pack("<I", 64)))),
     ("ggml_type_for_code", "Kiln code GGUF cannot hold", lambda: kg.ggml_type_for_code(Code.U8)),
     ("save_gguf", "tensor of a type GGUF cannot hold", lambda: _gguf_write({"w": np.zeros(4, ml_dtypes.float4_e2m1fn)})),

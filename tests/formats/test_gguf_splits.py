@@ -23,6 +23,8 @@ import kiln_np
 import kiln_np.gguf as kg
 from kiln_np import KilnError
 
+SET_KEY = "kiln_np.split.set_id"  # the key every split of one save_gguf write holds
+
 
 def _odd_tensors(n: int = 4) -> dict[str, np.ndarray]:
     # 5 float32s: 20 bytes, so every tensor after the first needs padding to any alignment
@@ -132,3 +134,64 @@ def test_a_fifo_as_a_split_is_type_not_a_hang(tmp_path: Path, count: int, fifo_n
     assert cli.returncode == 2
     assert cli.stderr.startswith("kiln-np: TYPE: ")
     assert "FIFO" in cli.stderr
+
+
+# -- one write, one set: a mix of two writes' splits is refused ---------------------------
+
+
+def _two_versions(tmp_path: Path) -> tuple[list[str], dict[str, bytes]]:
+    """A set written twice (version 1, then 2); returns the paths and version 1's bytes."""
+    base = tmp_path / "m.gguf"
+    old = kg.save_gguf(base, _odd_tensors(3), max_shard_size=20)
+    kept = {p: Path(p).read_bytes() for p in old}
+    new = kg.save_gguf(base, {n: a + 100 for n, a in _odd_tensors(3).items()}, max_shard_size=20)
+    assert new == old
+    return new, kept
+
+
+@pytest.mark.parametrize("stale", [0, 1, 2])
+def test_splits_of_two_writes_are_refused(tmp_path: Path, stale: int) -> None:
+    # What a write stopped between renames leaves: some splits new, one old.
+    paths, old = _two_versions(tmp_path)
+    Path(paths[stale]).write_bytes(old[paths[stale]])
+    other = paths[1] if stale == 0 else paths[stale]
+    with pytest.raises(KilnError, match=r"kiln_np\.split\.set_id.*different writes") as e:
+        kiln_np.open_weights(paths[0])
+    assert e.value.kind == "TYPE"
+    assert repr(other) in str(e.value)
+    assert repr(paths[0]) in str(e.value)
+
+
+def test_every_split_of_one_write_has_one_set_id(tmp_path: Path) -> None:
+    paths, _ = _two_versions(tmp_path)
+    ids = {gguf.GGUFReader(p).fields[SET_KEY].contents() for p in paths}
+    assert len(ids) == 1
+    [set_id] = ids
+    assert len(set_id) == 32
+    int(set_id, 16)
+    with kiln_np.open_weights(paths[0]) as w:  # a set of one write opens
+        assert w["t2"].numpy().tolist() == [120, 121, 122, 123, 124]
+        # Writing it again (as one file or as splits) gets a new id, not the old one.
+        one = kg.save_gguf(tmp_path / "one.gguf", w, w.metadata)[0]
+        again = kg.save_gguf(tmp_path / "again.gguf", w, w.metadata, max_shard_size=20)
+    assert SET_KEY not in kg.read_gguf(one).metadata
+    assert kg.read_gguf(again[0]).metadata[SET_KEY] not in ids
+
+
+def test_a_set_without_ids_mixed_with_one_with_ids_is_refused(tmp_path: Path) -> None:
+    # gguf-py's (and gguf-split's) sets carry no id and open; a kiln_np split in their
+    # place is another write.
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama", split_max_tensors=2)
+    for name, arr in _odd_tensors(4).items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    assert [t.name for t in kg.read_gguf(first).tensors] == ["t0", "t1", "t2", "t3"]
+    (tmp_path / "x").mkdir()
+    ours = kg.save_gguf(tmp_path / "x" / "m.gguf", _odd_tensors(4), max_shard_size=40)
+    second.write_bytes(Path(ours[1]).read_bytes())
+    with pytest.raises(KilnError, match=r"kiln_np\.split\.set_id .*, no such key, found '"):
+        kg.read_gguf(first)

@@ -26,7 +26,7 @@ from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, TYPES, GGMLType
+from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, SET_KEY, TYPES, GGMLType
 from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 
 __all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
@@ -319,6 +319,20 @@ def _split_value(gguf: GGUFFile, key: str) -> int:
     return int(value)
 
 
+def _set_id(gguf: GGUFFile) -> str | None:
+    """The set id ``save_gguf`` wrote into every split, or None (gguf-split writes none)."""
+    value = gguf.metadata.get(SET_KEY)
+    if value is None or isinstance(value, str):
+        return value
+    raise malformed(
+        f"{gguf.paths[0]!r}: ",
+        f"key {SET_KEY!r}: expected a string, found {show_value(value)} "
+        f"(GGUF {gguf.metadata.types[SET_KEY]})",
+        expected="string",
+        found=gguf.metadata.types[SET_KEY],
+    )
+
+
 def _read_splits(first: GGUFFile) -> GGUFFile:
     path = first.paths[0]
     count = _split_value(first, "split.count")
@@ -338,6 +352,7 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
     base = os.path.join(os.path.dirname(path), match["stem"])
     tensors = list(first.tensors)
     paths = [path]
+    ids = _set_id(first)
     for i in range(1, count):
         shard = _read_one(f"{base}-{i + 1:05d}-of-{count:05d}.gguf")
         got = (_split_value(shard, "split.no"), _split_value(shard, "split.count"))
@@ -347,6 +362,17 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
                 f"expected split.no {i} and split.count {count}, found {got[0]} and {got[1]}",
                 expected=(i, count),
                 found=got,
+            )
+        if _set_id(shard) != ids:
+            # A write that stopped while it replaced a set's splits leaves some of each.
+            shown = [repr(v) if v is not None else "no such key" for v in (ids, _set_id(shard))]
+            raise malformed(
+                f"{shard.paths[0]!r}: ",
+                f"expected the {SET_KEY} of the first split {path!r}, {shown[0]}, found "
+                f"{shown[1]}: the splits come from different writes (one interrupted while it "
+                "replaced the set?); write the set again",
+                expected=ids,
+                found=_set_id(shard),
             )
         if shard.alignment != first.alignment:
             # Each split is read at its own alignment, as llama.cpp reads it; a set

@@ -18,7 +18,15 @@ from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, Layout, code_label
 
-__all__ = ["DEFAULT_ALIGNMENT", "MAGIC", "MAX_DIMS", "TYPES", "GGMLType", "ggml_type_for_code"]
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "MAGIC",
+    "MAX_DIMS",
+    "SET_KEY",
+    "TYPES",
+    "GGMLType",
+    "ggml_type_for_code",
+]
 
 MAGIC = b"GGUF"
 """The first four bytes of every GGUF file."""
@@ -26,6 +34,9 @@ DEFAULT_ALIGNMENT = 32
 """Data alignment when ``general.alignment`` is absent."""
 MAX_DIMS = 4
 """GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
+SET_KEY = "kiln_np.split.set_id"
+"""The key (a string of 32 random hex digits) that ``save_gguf`` writes into every
+split of one write, so a reader can tell a set from a mix of two writes' splits."""
 
 
 @set_module("kiln_np.gguf")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -21,13 +22,13 @@ from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing, write_all
 from kiln_np._weights.sources import TensorSource, tensor_sources
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, GGMLType, ggml_type_for_code
+from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, SET_KEY, GGMLType, ggml_type_for_code
 from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
 
 __all__ = ["save_gguf"]
 
 _MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
-_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count", SET_KEY)
 
 
 class _Planned(NamedTuple):
@@ -208,6 +209,7 @@ def save_gguf(
     else:
         stem = target[:-5] if target.endswith(".gguf") else target
         names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.gguf" for i in range(len(shards))]
+    set_id = secrets.token_hex(16)  # one per write: a mix of two writes' splits is refused
     with contextlib.ExitStack() as stack:
         for i, (name, shard) in enumerate(zip(names, shards, strict=True)):
             extra = []
@@ -216,6 +218,7 @@ def save_gguf(
                     "split.no": np.uint16(i),
                     "split.count": np.uint16(len(shards)),
                     "split.tensors.count": np.int32(len(plans)),
+                    SET_KEY: set_id,
                 }
                 extra = _metadata_bytes(split, {}).parts
             # Each split is read on its own (llama.cpp, gguf-py): every one needs its alignment.
