@@ -28,7 +28,8 @@ byte-swapped, ``0x03000000``) is refused with TYPE.  A file is:
    type (uint32, a key of :data:`TYPES`), and the data offset (uint64),
    relative to the start of the data section.
 4. **Padding** to a multiple of the alignment, then the **data section**.  The
-   alignment is the ``general.alignment`` key (a uint32 power of two) or 32.
+   alignment is the ``general.alignment`` key (a uint32 power of two, at most
+   65536 here: see ``MAX_ALIGNMENT`` in ``_types``) or 32.
    Each tensor's offset is a multiple of the alignment; writers pad each
    tensor to the alignment (llama.cpp also requires the tensors to follow one
    another in tensor-info order; kiln_np reads any order without overlap).

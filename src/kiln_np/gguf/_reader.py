@@ -26,7 +26,7 @@ from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, SET_KEY, TYPES, GGMLType
+from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_ALIGNMENT, MAX_DIMS, SET_KEY, TYPES, GGMLType
 from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 
 __all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
@@ -228,11 +228,11 @@ def _alignment_of(metadata: GGUFMetadata, where: str) -> int:
         return DEFAULT_ALIGNMENT
     kind = metadata.types["general.alignment"]
     value = metadata["general.alignment"]
-    if kind != "uint32" or value == 0 or value & (value - 1):
+    if kind != "uint32" or value == 0 or value & (value - 1) or value > MAX_ALIGNMENT:
         raise malformed(
             where,
-            f"key 'general.alignment': expected a uint32 power of two, found "
-            f"{show_value(value)} (GGUF {kind})",
+            f"key 'general.alignment': expected a uint32 power of two of at most "
+            f"{MAX_ALIGNMENT}, found {show_value(value)} (GGUF {kind})",
             expected="uint32 power of two",
             found=value,
         )

@@ -21,6 +21,7 @@ from kiln_np._core.table import Code, Layout, code_label
 __all__ = [
     "DEFAULT_ALIGNMENT",
     "MAGIC",
+    "MAX_ALIGNMENT",
     "MAX_DIMS",
     "SET_KEY",
     "TYPES",
@@ -32,6 +33,12 @@ MAGIC = b"GGUF"
 """The first four bytes of every GGUF file."""
 DEFAULT_ALIGNMENT = 32
 """Data alignment when ``general.alignment`` is absent."""
+MAX_ALIGNMENT = 1 << 16
+"""The largest ``general.alignment`` kiln_np reads or writes: 64 KiB, the largest
+page size in use (arm64 and ppc64le kernels with 64 KiB pages; Windows maps in
+64 KiB granules), so a larger one gains a mapping nothing and costs padding
+(2**30 turns a 4 KiB model into gigabytes).  llama.cpp itself accepts any power
+of two; its writers and gguf-py's use 32."""
 MAX_DIMS = 4
 """GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
 SET_KEY = "kiln_np.split.set_id"

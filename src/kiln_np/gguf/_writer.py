@@ -22,12 +22,21 @@ from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing, write_all
 from kiln_np._weights.sources import TensorSource, tensor_sources
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, SET_KEY, GGMLType, ggml_type_for_code
+from ._types import (
+    DEFAULT_ALIGNMENT,
+    MAGIC,
+    MAX_ALIGNMENT,
+    MAX_DIMS,
+    SET_KEY,
+    GGMLType,
+    ggml_type_for_code,
+)
 from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
 
 __all__ = ["save_gguf"]
 
 _MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
+_ZEROS = memoryview(bytes(MAX_ALIGNMENT))  # every padding is a slice of it: none is allocated
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count", SET_KEY)
 
 
@@ -91,11 +100,12 @@ def _metadata_bytes(metadata: Mapping[str, Any], types: Mapping[str, object]) ->
         spec = parse_spec(types[key], where) if key in types else None
         t, body = encode_value(value, spec, where)
         if key == "general.alignment":
-            if t != ValueType.UINT32 or not _is_power_of_two(int(np.asarray(value))):
+            n = int(np.asarray(value))
+            if t != ValueType.UINT32 or not _is_power_of_two(n) or n > MAX_ALIGNMENT:
                 raise KilnError(
                     "TYPE",
-                    f"{where}expected a uint32 power of two (numpy.uint32(32)), found "
-                    f"{spell(t)} {show_value(value)}",
+                    f"{where}expected a uint32 power of two of at most {MAX_ALIGNMENT} "
+                    f"(numpy.uint32(32)), found {spell(t)} {show_value(value)}",
                 )
             alignment = int(np.asarray(value))
         raw = utf8(key, f"{where}its key: ")
@@ -226,9 +236,10 @@ def save_gguf(
             _, f = stack.enter_context(replacing(name))
             fd = f.fileno()  # everything goes through the descriptor, unbuffered
             write_all(fd, head)
+            write_all(fd, _ZEROS[: -len(head) % alignment])
             for plan in shard:
                 plan.source.write_to(fd, progress=progress)
-                write_all(fd, bytes(-plan.source.info.byte_length % alignment))
+                write_all(fd, _ZEROS[: -plan.source.info.byte_length % alignment])
     return names
 
 
@@ -245,5 +256,4 @@ def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:
             ),
         ]
         rel += -(-plan.source.info.byte_length // alignment) * alignment
-    head = b"".join(parts)
-    return head + bytes(-len(head) % alignment)
+    return b"".join(parts)  # the caller pads it to the alignment
