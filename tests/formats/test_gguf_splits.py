@@ -195,3 +195,54 @@ def test_a_set_without_ids_mixed_with_one_with_ids_is_refused(tmp_path: Path) ->
     second.write_bytes(Path(ours[1]).read_bytes())
     with pytest.raises(KilnError, match=r"kiln_np\.split\.set_id .*, no such key, found '"):
         kg.read_gguf(first)
+
+
+# -- writing: one split at a time, nothing replaced until all are written ---------------
+
+_MANY_SPLITS = """
+import resource, sys, numpy as np, kiln_np, kiln_np.gguf as kg
+tensors = {f"t{i}": np.full(2, i, np.float32) for i in range(300)}
+resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+paths = kg.save_gguf(sys.argv[1], tensors, max_shard_size=8)
+with kiln_np.open_weights(paths[0]) as w:
+    print(len(paths), len(w), float(w["t299"].numpy()[1]))
+"""
+
+
+def test_writing_many_splits_holds_one_descriptor(tmp_path: Path) -> None:
+    # 300 splits under a limit of 40 open files: each split is closed before the next.
+    run = subprocess.run(
+        [sys.executable, "-c", _MANY_SPLITS, str(tmp_path / "m.gguf")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["300", "300", "299.0"]
+    assert len(os.listdir(tmp_path)) == 300  # no temporary left
+
+
+class _StopError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_a_failed_split_replaces_nothing(tmp_path: Path, fail_at: int) -> None:
+    # Writing stops in split 1, 2 or 3 of a new version: the current set stays whole.
+    paths, _ = _two_versions(tmp_path)
+    current = {p: Path(p).read_bytes() for p in paths}
+    written: list[int] = []
+
+    def progress(n: int) -> None:
+        written.append(n)
+        if len(written) == fail_at:
+            raise _StopError
+
+    newer = {n: a + 200 for n, a in _odd_tensors(3).items()}
+    with pytest.raises(_StopError):
+        kg.save_gguf(tmp_path / "m.gguf", newer, max_shard_size=20, progress=progress)
+    assert {p: Path(p).read_bytes() for p in paths} == current
+    assert sorted(os.listdir(tmp_path)) == sorted(Path(p).name for p in paths)  # no temporary
+    with kiln_np.open_weights(paths[0]) as w:
+        assert w["t0"].numpy().tolist() == [100, 101, 102, 103, 104]

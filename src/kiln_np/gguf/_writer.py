@@ -148,8 +148,11 @@ def save_gguf(
     Everything is checked before a byte is written; the data is streamed
     (a weight-file tensor is copied from its file a chunk at a time).  Each
     file is written to a temporary sibling and renamed into place; with
-    splits, the first split is renamed last, so a reader never finds a first
-    split whose others are missing.
+    splits, each is closed before the next is opened (one descriptor however
+    many splits), none is renamed until all are written, and the first is
+    renamed last, so a reader never finds a first split whose others are
+    missing.  Every split holds the same random ``kiln_np.split.set_id``: a
+    crash between the renames leaves a mix that reading refuses.
 
     Parameters
     ----------
@@ -220,6 +223,10 @@ def save_gguf(
         stem = target[:-5] if target.endswith(".gguf") else target
         names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.gguf" for i in range(len(shards))]
     set_id = secrets.token_hex(16)  # one per write: a mix of two writes' splits is refused
+    # Nothing replaces a destination until every split is written: each split's
+    # replacing() block stays open on the stack, and they rename as it unwinds, the
+    # first split last.  A crash between those renames leaves a mix, which the set id
+    # makes TYPE on reading.
     with contextlib.ExitStack() as stack:
         for i, (name, shard) in enumerate(zip(names, shards, strict=True)):
             extra = []
@@ -240,6 +247,9 @@ def save_gguf(
             for plan in shard:
                 plan.source.write_to(fd, progress=progress)
                 write_all(fd, _ZEROS[: -plan.source.info.byte_length % alignment])
+            # One descriptor at a time (a thousand splits would pass RLIMIT_NOFILE): the
+            # closed temporary waits in its replacing() block until every split is written.
+            f.close()
     return names
 
 
