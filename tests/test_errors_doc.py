@@ -539,6 +539,7 @@ GGUF: list[Entry] = [
     ("save_gguf", "array type for a value that is not a list", lambda: _gguf_write(_F32, {"k": 1}, metadata_types={"k": "array[int32]"})),
     ("save_gguf", "array type for a 2-D array", lambda: _gguf_write(_F32, {"k": np.zeros((2, 2))}, metadata_types={"k": "array[float64]"})),
     ("save_gguf", "metadata arrays nested 5 deep", lambda: _gguf_write(_F32, {"k": [[[[["x"]]]]]})),
+    ("save_gguf", "metadata type spelled 5 arrays deep", lambda: _gguf_write(_F32, {"k": [1]}, metadata_types={"k": "array[" * 5 + "int32" + "]" * 5})),
     ("save_gguf", "general.alignment not a uint32 power of two", lambda: _gguf_write(_F32, {"general.alignment": 32})),
 ]  # fmt: skip
 

@@ -3,16 +3,19 @@ bounded padding writes, the depth of metadata type specs, nested-array values.""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
 import tracemalloc
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
-from _helpers import gguf_info, gguf_kv
+from _helpers import gguf_info, gguf_kv, kiln_np_exe
 
+import kiln_np
 import kiln_np.gguf as kg
 from kiln_np import KilnError
 
@@ -80,3 +83,58 @@ def test_padding_is_written_without_allocating_it(tmp_path: Path) -> None:
     large = _peak_of_save(tmp_path / "b.gguf", tensors, MAX_ALIGNMENT)
     assert (tmp_path / "b.gguf").stat().st_size == 65 * MAX_ALIGNMENT
     assert large - small < 4096, (small, large)
+
+
+# -- depth of metadata types and values: TYPE, never RecursionError ------------------------
+
+
+def _nested_spelling(depth: int, leaf: str = "int32") -> str:
+    return "array[" * depth + leaf + "]" * depth
+
+
+def _nested_list(depth: int) -> list[object]:
+    value: list[object] = [1]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [5, 2000, 100_000])
+def test_a_type_spelling_nested_too_deep_is_type(tmp_path: Path, depth: int) -> None:
+    types = {"k": _nested_spelling(depth)}
+    with pytest.raises(KilnError, match="expected arrays nested at most 4 deep") as e:
+        kg.save_gguf(tmp_path / "a.gguf", {}, {"k": _nested_list(4)}, metadata_types=types)
+    assert e.value.kind == "TYPE"
+    assert len(str(e.value)) < 300  # the spelling is shown cut short
+
+
+@pytest.mark.parametrize("depth", [5, 2000])
+def test_a_value_nested_too_deep_is_type(tmp_path: Path, depth: int) -> None:
+    with pytest.raises(KilnError, match="expected arrays nested at most 4 deep") as e:
+        kg.save_gguf(tmp_path / "a.gguf", {}, {"k": _nested_list(depth)})
+    assert e.value.kind == "TYPE"
+
+
+@pytest.mark.parametrize("leaf", ["int32", "array"])
+def test_four_levels_are_written_and_read(tmp_path: Path, leaf: str) -> None:
+    spelling = _nested_spelling(4 if leaf == "int32" else 3, leaf)
+    path = tmp_path / "a.gguf"
+    kg.save_gguf(path, {}, {"k": _nested_list(4)}, metadata_types={"k": spelling})
+    assert kg.read_gguf(path).metadata.types["k"] == _nested_spelling(4)
+    assert gguf.GGUFReader(path).fields["k"].types == [gguf.GGUFValueType.ARRAY] * 4 + [
+        gguf.GGUFValueType.INT32
+    ]
+
+
+def test_converting_a_kiln_directory_with_deep_types_is_one_line(tmp_path: Path) -> None:
+    kdir = tmp_path / "k"
+    kiln_np.save_weights(kdir, {"w": np.zeros(2, np.float32)}, format="kiln", metadata={"k": 1})
+    manifest = json.loads((kdir / "manifest.json").read_text())
+    manifest["metadata_types"] = {"k": _nested_spelling(2000)}
+    (kdir / "manifest.json").write_text(json.dumps(manifest))
+    argv = [*kiln_np_exe(), "convert", str(kdir), str(tmp_path / "o.gguf"), "--to", "gguf"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2
+    assert run.stderr.startswith("kiln-np: TYPE: metadata key 'k': expected arrays nested")
+    assert run.stderr.count("\n") == 1
+    assert not (tmp_path / "o.gguf").exists()

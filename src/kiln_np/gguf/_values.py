@@ -112,12 +112,22 @@ def parse_spec(text: object, where: str) -> Spec | None:
     if isinstance(text, ValueType):
         return text
     if isinstance(text, str):
-        if text in _NAMES and text != "array":
-            return _NAMES[text]
-        if text == "array":
-            return ("array", None)
-        if text.startswith("array[") and text.endswith("]"):
-            return ("array", parse_spec(text[6:-1], where))
+        # Unwrapped in a loop, at most 4 arrays deep: a spelling nested 2,000 deep is
+        # TYPE, not a RecursionError.
+        inner, depth = text, 0
+        while inner.startswith("array[") and inner.endswith("]"):
+            inner, depth = inner[6:-1], depth + 1
+            if depth + (inner == "array") > _MAX_ARRAY_DEPTH:
+                raise KilnError(
+                    "TYPE",
+                    f"{where}expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found "
+                    f"{show_value(text)}",
+                )
+        spec: Spec | None = ("array", None) if inner == "array" else _NAMES.get(inner)
+        if spec is not None:
+            for _ in range(depth):
+                spec = ("array", spec)
+            return spec
     raise KilnError(
         "TYPE",
         f"{where}expected a type such as 'uint32', 'float32', 'string', 'array[string]', "
@@ -352,8 +362,8 @@ _INT_RANGES = (
 _WIDENING = (ValueType.INT32, ValueType.INT64, ValueType.UINT64)
 
 
-def _infer(value: object, where: str) -> Spec:
-    """The GGUF type a metadata value carries itself."""
+def _infer(value: object, where: str, depth: int = 1) -> Spec:
+    """The GGUF type a metadata value carries itself (``depth``: of the array it is)."""
     if isinstance(value, (bool, np.bool_)):
         return ValueType.BOOL
     if isinstance(value, (str, bytes)):
@@ -370,7 +380,12 @@ def _infer(value: object, where: str) -> Spec:
     ):
         return ValueType.FLOAT32
     if isinstance(value, (list, tuple)):
-        items = [_infer(v, where) for v in value]
+        if depth > _MAX_ARRAY_DEPTH:  # before looking inside: a list nested 2,000 deep
+            raise KilnError(
+                "TYPE",
+                f"{where}expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found deeper",
+            )
+        items = [_infer(v, where, depth + 1) for v in value]
         if not items or all(i == ValueType.STRING for i in items):
             return ("array", ValueType.STRING)
         if all(not isinstance(i, ValueType) for i in items):
@@ -393,7 +408,7 @@ def encode_value(
 ) -> tuple[ValueType, bytes]:
     """The value type id and the bytes of ``value`` as GGUF type ``spec``."""
     if spec is None:
-        spec = _infer(value, where)
+        spec = _infer(value, where, depth)
     if spec == ValueType.STRING:
         if not isinstance(value, (str, bytes)):
             raise KilnError(
@@ -418,7 +433,7 @@ def encode_value(
             f"{where}expected a list or 1-D array for {spell(spec)}, found {show_value(value)}",
         )
     if item is None:
-        inferred = _infer(value, where)
+        inferred = _infer(value, where, depth)
         assert not isinstance(inferred, ValueType)  # a list or a 1-D array infers an array
         item = inferred[1] or ("array", None)
     n = len(value)
