@@ -7,8 +7,10 @@ import json
 import os
 import struct
 import subprocess
+import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -138,3 +140,115 @@ def test_converting_a_kiln_directory_with_deep_types_is_one_line(tmp_path: Path)
     assert run.stderr.startswith("kiln-np: TYPE: metadata key 'k': expected arrays nested")
     assert run.stderr.count("\n") == 1
     assert not (tmp_path / "o.gguf").exists()
+
+
+# -- nested arrays: linear to open, lazy to read ----------------------------------------------
+
+
+def _nested_file(path: Path, items: np.ndarray, n: int) -> Path:
+    """A file whose one key ``k`` is an array of ``n`` arrays, their bytes ``items``."""
+    kv = gguf_kv("k", 9, struct.pack("<IQ", 9, n) + items.tobytes())
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv
+    path.write_bytes(head + bytes(-len(head) % 32))
+    return path
+
+
+def _uniform(n: int, t: int = 5, dtype: str = "<i4") -> np.ndarray:
+    items = np.zeros(n, [("t", "<u4"), ("n", "<u8"), ("v", dtype)])
+    items["t"], items["n"], items["v"] = t, 1, np.arange(n) % 2 if t == 7 else np.arange(n)
+    return items
+
+
+def _ragged(n: int) -> np.ndarray:
+    pairs = np.zeros(n // 2, [("t", "<u4"), ("n", "<u8"), ("v", "<i4"),
+                              ("t2", "<u4"), ("n2", "<u8"), ("v2", "<i4", (2,))])  # fmt: skip
+    pairs["t"], pairs["n"], pairs["v"] = 5, 1, np.arange(n // 2)
+    pairs["t2"], pairs["n2"], pairs["v2"] = 5, 2, -1
+    return pairs
+
+
+def _read_peak(path: Path) -> tuple[kg.GGUFArrays, int]:
+    meta = kg.read_gguf(path).metadata
+    tracemalloc.start()
+    try:
+        value = meta["k"]
+        value[len(value) - 1]
+        return value, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_large_nested_array_opens_and_reads_in_bounded_memory(tmp_path: Path) -> None:
+    n = 1_000_000  # 16 MB of arrays of one int32
+    path = _nested_file(tmp_path / "u.gguf", _uniform(n), n)
+    start = time.perf_counter()
+    assert kg.read_gguf(path).metadata.types["k"] == "array[array[int32]]"
+    assert time.perf_counter() - start < 2.0  # ~0.05 s here; a pass per item took 8 s
+    value, peak = _read_peak(path)
+    assert isinstance(value, kg.GGUFArrays)
+    assert len(value) == n
+    assert value[-1].tolist() == [n - 1]
+    assert peak < n * 2  # a list of arrays held ~100 bytes per item
+    # Written back as it was read: the same bytes, without a pass per item.
+    kg.save_gguf(tmp_path / "again.gguf", {}, kg.read_gguf(path).metadata)
+    assert (tmp_path / "again.gguf").read_bytes() == path.read_bytes()
+
+
+def test_a_ragged_nested_array_keeps_8_bytes_per_item(tmp_path: Path) -> None:
+    n = 400_000
+    path = _nested_file(tmp_path / "r.gguf", _ragged(n), n)
+    value, peak = _read_peak(path)
+    assert [value[i].tolist() for i in (0, 1, n - 2, n - 1)] == [
+        [0],
+        [-1, -1],
+        [n // 2 - 1],
+        [-1, -1],
+    ]
+    assert peak < 9 * n  # 8 bytes per start, and the array.array's growth
+    assert [a.tolist() for a in value[:3]] == [[0], [-1, -1], [1]]
+
+
+@pytest.mark.parametrize("counts", [[1] * 1000, [1, 2, 3] * 333], ids=["uniform", "ragged"])
+def test_a_bad_bool_deep_in_a_nested_array_is_type(tmp_path: Path, counts: list[int]) -> None:
+    inner = [bytearray(struct.pack("<IQ", 7, c) + bytes(c)) for c in counts]
+    inner[700][-1] = 2  # the last bool of item 700
+    path = _nested_file(tmp_path / "b.gguf", np.frombuffer(b"".join(inner), np.uint8), len(counts))
+    at = 24 + 8 + 1 + 4 + 12 + sum(map(len, inner[:701])) - 1
+    with pytest.raises(KilnError, match=rf"bool bytes 0x00 or 0x01, found 0x02 at byte {at}$") as e:
+        kg.read_gguf(path)
+    assert e.value.kind == "TYPE"
+
+
+def test_nested_arrays_read_as_gguf_py_reads_them(tmp_path: Path) -> None:
+    w = gguf.GGUFWriter(str(tmp_path / "o.gguf"), "llama")
+    values: dict[str, list[Any]] = {
+        "same": [[1, 2], [3, 4], [5, 6]],
+        "ragged": [[1], [2, 3], [4, 5, 6]],
+        "mixed": [[1, 2], [0.5], [True]],
+        "deep": [[[1], [2, 3]], [[4]]],
+        "flags": [[True, False], [True]],
+    }
+    for key, value in values.items():
+        w.add_array(key, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    meta = kg.read_gguf(tmp_path / "o.gguf").metadata
+    oracle = gguf.GGUFReader(tmp_path / "o.gguf").fields
+
+    def plain(v: object) -> object:
+        if isinstance(v, (kg.GGUFArrays, list)):
+            return [plain(x) for x in v]
+        return v.tolist() if isinstance(v, np.ndarray) else v
+
+    def flat(v: object) -> list[object]:  # gguf-py's contents() of nested arrays is flat
+        return [y for x in v for y in flat(x)] if isinstance(v, list) else [v]
+
+    for key, value in values.items():
+        assert plain(meta[key]) == value, key
+        assert flat(plain(meta[key])) == oracle[key].contents(), key
+    assert meta.types["mixed"] == "array[array]"
+    assert meta.types["deep"] == "array[array[array[int32]]]"
+    kg.save_gguf(tmp_path / "back.gguf", {}, meta)
+    back = gguf.GGUFReader(tmp_path / "back.gguf").fields
+    assert {k: back[k].contents() for k in values} == {k: oracle[k].contents() for k in values}

@@ -64,7 +64,9 @@ bool is ``bool``; a string is ``str`` (bytes that are not UTF-8 come back as
 lone surrogates, ``errors="surrogateescape"``, and are written back as the
 same bytes); an array of numbers or bools is a read-only 1-D numpy array of
 that type; an array of strings is a ``list`` of ``str``; an array of arrays
-a ``list`` of those.  :attr:`GGUFMetadata.types` spells each key's type
+a :class:`GGUFArrays`, a read-only sequence of those decoded when indexed
+(opening costs nothing per item; :func:`save_gguf` writes it back as its
+bytes).  :attr:`GGUFMetadata.types` spells each key's type
 (``"uint32"``, ``"array[string]"``, ``"array[array[int32]]"``; an array whose
 arrays differ in type is ``"array[array]"``): :func:`save_gguf` takes that
 mapping back as ``metadata_types``, which settles the one thing values cannot
@@ -92,12 +94,13 @@ other.  ``kiln_np.gguf`` needs nothing but numpy.
 
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
-from ._values import GGUFMetadata, ValueType
+from ._values import GGUFArrays, GGUFMetadata, ValueType
 from ._writer import save_gguf
 
 __all__ = [
     "TYPES",
     "GGMLType",
+    "GGUFArrays",
     "GGUFFile",
     "GGUFMetadata",
     "GGUFTensorInfo",
