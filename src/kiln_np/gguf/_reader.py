@@ -26,7 +26,16 @@ from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_ALIGNMENT, MAX_DIMS, SET_KEY, TYPES, GGMLType
+from ._types import (
+    DEFAULT_ALIGNMENT,
+    MAGIC,
+    MAX_ALIGNMENT,
+    MAX_DIMS,
+    SET_KEY,
+    TYPES,
+    GGMLType,
+    split_path,
+)
 from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 
 __all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
@@ -354,7 +363,7 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
     paths = [path]
     ids = _set_id(first)
     for i in range(1, count):
-        shard = _read_one(f"{base}-{i + 1:05d}-of-{count:05d}.gguf")
+        shard = _read_one(split_path(base, i + 1, count))
         got = (_split_value(shard, "split.no"), _split_value(shard, "split.count"))
         if got != (i, count):
             raise malformed(

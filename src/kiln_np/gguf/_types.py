@@ -27,6 +27,7 @@ __all__ = [
     "TYPES",
     "GGMLType",
     "ggml_type_for_code",
+    "split_path",
 ]
 
 MAGIC = b"GGUF"
@@ -41,6 +42,17 @@ page size in use (arm64 and ppc64le kernels with 64 KiB pages; Windows maps in
 of two; its writers and gguf-py's use 32."""
 MAX_DIMS = 4
 """GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
+
+
+def split_path(stem: str, no: int, count: int) -> str:
+    """The name gguf-split gives split ``no`` (1-based) of ``count``: ``STEM-0000N-of-0000M.gguf``.
+
+    >>> split_path("llama", 1, 3)
+    'llama-00001-of-00003.gguf'
+    """
+    return f"{stem}-{no:05d}-of-{count:05d}.gguf"
+
+
 SET_KEY = "kiln_np.split.set_id"
 """The key (a string of 32 random hex digits) that ``save_gguf`` writes into every
 split of one write, so a reader can tell a set from a mix of two writes' splits."""

@@ -30,10 +30,11 @@ from ._types import (
     SET_KEY,
     GGMLType,
     ggml_type_for_code,
+    split_path,
 )
 from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
 
-__all__ = ["save_gguf"]
+__all__ = ["save_gguf", "save_gguf_paths"]
 
 _MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
 _ZEROS = memoryview(bytes(MAX_ALIGNMENT))  # every padding is a slice of it: none is allocated
@@ -119,18 +120,53 @@ def _is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _shards(plans: list[_Planned], max_shard_size: int | None) -> list[list[_Planned]]:
+def _shards(sizes: list[int], max_shard_size: int | None) -> list[range]:
+    """Which tensors go in each split: a new split before a tensor that would take
+    its data past ``max_shard_size`` bytes."""
     if max_shard_size is None:
-        return [plans]
-    shards: list[list[_Planned]] = [[]]
+        return [range(len(sizes))]
+    starts = [0]
     held = 0
-    for plan in plans:
-        if shards[-1] and held + plan.source.info.byte_length > max_shard_size:
-            shards.append([])
+    for i, size in enumerate(sizes):
+        if i > starts[-1] and held + size > max_shard_size:
+            starts.append(i)
             held = 0
-        shards[-1].append(plan)
-        held += plan.source.info.byte_length
-    return shards
+        held += size
+    return [range(a, b) for a, b in zip(starts, [*starts[1:], len(sizes)], strict=True)]
+
+
+def _names(target: str, count: int) -> list[str]:
+    """The files of ``count`` splits of ``target`` (``target`` itself for one)."""
+    if count == 1:
+        return [target]
+    stem = target[:-5] if target.endswith(".gguf") else target
+    return [split_path(stem, i + 1, count) for i in range(count)]
+
+
+def _limit(max_shard_size: int | None) -> int | None:
+    return (
+        None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
+    )
+
+
+def save_gguf_paths(
+    path: str | os.PathLike[str], tensors: Mapping[str, Any], *, max_shard_size: int | None = None
+) -> list[str]:
+    """The files :func:`save_gguf` will write for these arguments, absolute,
+    without writing anything.
+
+    ``kiln-np convert`` checks them against the files it reads.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
+    >>> [os.path.basename(p) for p in save_gguf_paths("m.gguf", tensors, max_shard_size=64)]
+    ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
+    """
+    target = written_path(check_path(path))
+    sizes = [s.info.byte_length for s in tensor_sources(tensors)]
+    return _names(target, len(_shards(sizes, _limit(max_shard_size))))
 
 
 @set_module("kiln_np.gguf")
@@ -204,9 +240,7 @@ def save_gguf(
     """
     target = written_path(check_path(path))
     plans = [_plan(source) for source in tensor_sources(tensors)]
-    limit = (
-        None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
-    )
+    limit = _limit(max_shard_size)
     metadata = {} if metadata is None else metadata
     for what, given in (("metadata", metadata), ("metadata_types", metadata_types or {})):
         if not isinstance(given, Mapping):
@@ -216,12 +250,10 @@ def save_gguf(
     meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
     kv = _metadata_bytes(meta, metadata_types)
     alignment = kv.alignment
-    shards = _shards(plans, limit)
-    if len(shards) == 1:
-        names = [target]
-    else:
-        stem = target[:-5] if target.endswith(".gguf") else target
-        names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.gguf" for i in range(len(shards))]
+    shards = [
+        plans[r.start : r.stop] for r in _shards([p.source.info.byte_length for p in plans], limit)
+    ]
+    names = _names(target, len(shards))
     set_id = secrets.token_hex(16)  # one per write: a mix of two writes' splits is refused
     # Nothing replaces a destination until every split is written: each split's
     # replacing() block stays open on the stack, and they rename as it unwinds, the
