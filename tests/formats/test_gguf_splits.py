@@ -31,6 +31,19 @@ def _odd_tensors(n: int = 4) -> dict[str, np.ndarray]:
     return {f"t{i}": np.arange(5, dtype=np.float32) + 10 * i for i in range(n)}
 
 
+def _gguf_py_splits(directory: Path, n: int, per_split: int, alignment: int | None = None) -> None:
+    """``m-0000i-of-0000k.gguf`` in ``directory``, as gguf-py's split writer writes them."""
+    w = gguf.GGUFWriter(str(directory / "m.gguf"), "llama", split_max_tensors=per_split)
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
+    for name, arr in _odd_tensors(n).items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 # -- alignment: in every split -----------------------------------------------------------
 
 
@@ -58,14 +71,7 @@ def test_every_split_carries_its_alignment(tmp_path: Path, alignment: int) -> No
 def test_gguf_py_split_writer_with_an_alignment_is_refused(tmp_path: Path) -> None:
     # gguf-py 0.19 writes general.alignment into the first split only and pads the
     # others to 32: reading its later splits at 64 or 32 alike gives the wrong bytes.
-    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama", split_max_tensors=1)
-    w.add_custom_alignment(64)
-    for name, arr in _odd_tensors(2).items():
-        w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _gguf_py_splits(tmp_path, 2, 1, alignment=64)
     with pytest.raises(KilnError, match=r"m-00002-of-00002\.gguf.*alignment.*64, found 32") as e:
         kg.read_gguf(tmp_path / "m-00001-of-00002.gguf")
     assert e.value.kind == "TYPE"
@@ -181,13 +187,7 @@ def test_every_split_of_one_write_has_one_set_id(tmp_path: Path) -> None:
 def test_a_set_without_ids_mixed_with_one_with_ids_is_refused(tmp_path: Path) -> None:
     # gguf-py's (and gguf-split's) sets carry no id and open; a kiln_np split in their
     # place is another write.
-    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama", split_max_tensors=2)
-    for name, arr in _odd_tensors(4).items():
-        w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _gguf_py_splits(tmp_path, 4, 2)
     first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
     assert [t.name for t in kg.read_gguf(first).tensors] == ["t0", "t1", "t2", "t3"]
     (tmp_path / "x").mkdir()

@@ -472,7 +472,7 @@ class GGUFMetadata(Mapping[str, Any]):
 
     Values keep their GGUF types (see the module docstring): numpy scalars of
     the exact type, ``bool``, ``str``, read-only numpy arrays, lists of
-    ``str``, lists of arrays.  :attr:`types` spells each key's type.  The
+    ``str``, :class:`GGUFArrays`.  :attr:`types` spells each key's type.  The
     header bytes are kept (a copy; the file is not held open), so it pickles.
 
     Examples
