@@ -22,6 +22,7 @@ import pytest
 
 import kiln_np
 from kiln_np import DTYPES, Code, KilnError
+from kiln_np._explore.golden import load_cases
 
 
 def reference_pack(values: np.ndarray) -> bytes:
@@ -173,15 +174,18 @@ def test_many_threads_decode_and_encode_identically() -> None:
 # -- files: nothing blocks, a stepped read costs what it selects ----------------------
 
 
-@pytest.mark.parametrize("call", ["open_payload", "LazyPayload", "save_payload-offset"])
+@pytest.mark.parametrize(
+    "call", ["open_payload", "LazyPayload", "save_payload-offset", "golden-cases"]
+)
 def test_a_fifo_is_refused_without_blocking(tmp_path: Path, call: str) -> None:
     """Opening a FIFO for reading blocks until a writer comes: it must never be opened."""
-    fifo = tmp_path / "pipe"
+    fifo = tmp_path / "pipe.json"  # named as a golden case file too
     os.mkfifo(fifo)
     calls: dict[str, Callable[[], object]] = {
         "open_payload": lambda: kiln_np.open_payload(fifo, Code.U8, (1,)),
         "LazyPayload": lambda: kiln_np.LazyPayload(fifo, Code.U4, (3,)),
         "save_payload-offset": lambda: kiln_np.save_payload(fifo, np.zeros(2, np.uint8), offset=4),
+        "golden-cases": lambda: load_cases(tmp_path),
     }
     outcome: list[BaseException] = []
 

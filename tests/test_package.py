@@ -95,6 +95,96 @@ def test_the_private_import_check_can_fail(tmp_path: Path) -> None:
     ]
 
 
+# -- every file read goes through the one opener ------------------------------------------
+
+_OPENER = Path("_files") / "io.py"  # open_regular / open_regular_raw live here
+_LOADERS = {"memmap", "fromfile", "load"}  # numpy's and onnx's, given a path they open it
+_READ_ALLOWED = {
+    # The package's own golden files, through importlib.resources (maybe inside a zip).
+    ("_explore/golden.py", "read_bytes"),
+}
+
+
+def _opened_regular(tree: ast.AST) -> set[str]:
+    """Names bound by ``with open_regular[_raw](...) as name``: files already checked."""
+    return {
+        item.optional_vars.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.With, ast.AsyncWith))
+        for item in node.items
+        if isinstance(item.context_expr, ast.Call)
+        and getattr(item.context_expr.func, "id", None) in {"open_regular", "open_regular_raw"}
+        and isinstance(item.optional_vars, ast.Name)
+    }
+
+
+def _reads_by_mode(call: ast.Call) -> bool:
+    """``open(path[, mode])``: True unless the mode writes (``w``, ``a``, ``x``, ``+``)."""
+    mode = call.args[1] if len(call.args) > 1 else None
+    mode = next((k.value for k in call.keywords if k.arg == "mode"), mode)
+    if mode is None:
+        return True
+    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
+        return True  # a mode only known at run time: assume it reads
+    return not set(mode.value) & set("wax+")
+
+
+def _read_opens(path: Path, root: Path = SRC) -> list[str]:
+    """Every place in ``path`` that opens a file to read without
+    ``kiln_np._files.io.open_regular`` / ``open_regular_raw`` (which refuse a FIFO or
+    a device before opening it): ``open()``, ``io.open()``, a read-only ``os.open()``,
+    ``Path.read_bytes()`` / ``read_text()``, and numpy's or onnx's loaders given
+    anything but a file those opened."""
+    rel = path.relative_to(root)
+    if rel == _OPENER:
+        return []
+    tree = ast.parse(path.read_text())
+    checked = _opened_regular(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        owner = getattr(func.value, "id", "") if isinstance(func, ast.Attribute) else ""
+        if name == "open" and (owner in {"", "io", "builtins"}):
+            bad = _reads_by_mode(node)
+        elif name == "open" and owner == "os":
+            flags = ast.dump(node.args[1]) if len(node.args) > 1 else ""
+            bad = "O_WRONLY" not in flags and "O_RDWR" not in flags
+        elif name in {"read_bytes", "read_text"}:
+            bad = (rel.as_posix(), name) not in _READ_ALLOWED
+        elif name in _LOADERS and (owner in {"np", "numpy"} or "onnx" in owner):
+            first = node.args[0] if node.args else None
+            bad = not (isinstance(first, ast.Name) and first.id in checked)
+        else:
+            continue
+        if bad:
+            found.append(f"{rel.as_posix()}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_every_file_read_goes_through_open_regular() -> None:
+    # A FIFO named like an input (a GGUF split, a payload, a .npy) would block a plain
+    # open() forever; open_regular refuses it before opening (docs/safety.md).
+    assert [hit for path in sorted(SRC.rglob("*.py")) for hit in _read_opens(path)] == []
+
+
+def test_the_read_open_check_can_fail(tmp_path: Path) -> None:
+    root = tmp_path / "kiln_np"
+    root.mkdir()
+    sample = root / "sample.py"
+    sample.write_text(
+        "open(p)\nopen(p, 'rb')\nio.open(p, mode='r')\nos.open(p, os.O_RDONLY)\n"
+        "Path(p).read_text()\nnp.memmap(p)\nonnx.load(p)\n"
+        "open(p, 'wb')\nopen(p, 'r+b')\nos.open(p, os.O_WRONLY | os.O_CREAT)\n"
+        "with open_regular(p) as f:\n    np.memmap(f)\n    onnx_pkg.load(f)\n"
+    )
+    assert [hit.split(": ")[0] for hit in _read_opens(sample, root)] == [
+        f"sample.py:{line}" for line in range(1, 8)
+    ]
+
+
 class _DefinedHere(doctest.DocTestFinder):
     """Find the examples of what a module defines, whatever ``__module__`` it
     reports (set_module moves public names to ``kiln_np``)."""

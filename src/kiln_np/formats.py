@@ -54,13 +54,15 @@ from kiln_np._weights.sources import Progress
 from kiln_np._weights.tensors import Weights
 from kiln_np.gguf import open_gguf, save_gguf
 from kiln_np.gguf._types import MAGIC as GGUF_MAGIC
-from kiln_np.kilndir import MANIFEST, open_kiln, save_kiln
+from kiln_np.gguf._writer import save_gguf_paths
+from kiln_np.kilndir import MANIFEST, open_kiln, save_kiln, save_kiln_paths
 from kiln_np.onnx._weights import open_model_weights
 from kiln_np.safetensors import open_safetensors, save_safetensors
 from kiln_np.safetensors._reader import looks_like_safetensors
 from kiln_np.safetensors._types import INDEX_SUFFIX
+from kiln_np.safetensors._writer import save_safetensors_paths
 
-__all__ = ["FORMATS", "WeightFormat", "open_weights", "save_weights"]
+__all__ = ["FORMATS", "WeightFormat", "open_weights", "save_weights", "save_weights_paths"]
 
 _HEAD = 16  # bytes shown of a file no format recognises
 
@@ -70,6 +72,8 @@ Save = Callable[
 ]
 """``(path, tensors, metadata, max_shard_size, progress)``: a format's writer,
 returning the paths it wrote."""
+Paths = Callable[[str, Mapping[str, Any], int | None], list[str]]
+"""``(path, tensors, max_shard_size)``: every file that writer will write, absolute."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,17 @@ class WeightFormat:
         ``(path, tensors, metadata, max_shard_size, progress)``, returning the
         paths written (the file, each split, or the directory); None for a
         format kiln_np only reads.
+    paths : callable or None
+        ``(path, tensors, max_shard_size)``: every file ``save`` will write for
+        those arguments (each split, shard, index, payload file and manifest),
+        absolute, computed with the names ``save`` gives them; nothing is written.
     """
 
     name: str
     recognise: Callable[[str, bytes | None, int], str | None]
     open: Callable[[str, bool], Weights]
     save: Save | None
+    paths: Paths | None
 
 
 # -- recognising ----------------------------------------------------------------------
@@ -190,11 +199,27 @@ def _save_gguf(
     )
 
 
+def _kiln_paths(path: str, tensors: Mapping[str, Any], max_shard_size: int | None) -> list[str]:
+    return save_kiln_paths(path, tensors)
+
+
+def _safetensors_paths(
+    path: str, tensors: Mapping[str, Any], max_shard_size: int | None
+) -> list[str]:
+    return save_safetensors_paths(path, tensors, max_shard_size=max_shard_size)
+
+
+def _gguf_paths(path: str, tensors: Mapping[str, Any], max_shard_size: int | None) -> list[str]:
+    return save_gguf_paths(path, tensors, max_shard_size=max_shard_size)
+
+
 FORMATS: tuple[WeightFormat, ...] = (
-    WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln),
-    WeightFormat("safetensors", _safetensors_path, _open_safetensors, _save_safetensors),
-    WeightFormat("gguf", _gguf_path, _open_gguf, _save_gguf),
-    WeightFormat("onnx", _onnx_path, _open_onnx, None),
+    WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln, _kiln_paths),
+    WeightFormat(
+        "safetensors", _safetensors_path, _open_safetensors, _save_safetensors, _safetensors_paths
+    ),
+    WeightFormat("gguf", _gguf_path, _open_gguf, _save_gguf, _gguf_paths),
+    WeightFormat("onnx", _onnx_path, _open_onnx, None, None),
 )
 """Every weight-file format, in the order :func:`open_weights` tries them."""
 
@@ -427,10 +452,52 @@ def save_weights(
     >>> import shutil; shutil.rmtree(d)
     """
     target = written_path(check_path(path))
-    save = next((f.save for f in FORMATS if f.save is not None and f.name == format), None)
-    if save is None:
+    save = _writer(format).save
+    assert save is not None  # _writer finds only rows that write
+    return save(target, tensors, metadata, max_shard_size, progress)
+
+
+def _writer(format: object) -> WeightFormat:
+    row = next((f for f in FORMATS if f.save is not None and f.name == format), None)
+    if row is None:
         raise KilnError(
             "TYPE",
             f"expected format 'safetensors', 'gguf' or 'kiln', found {show_value(format)}",
         )
-    return save(target, tensors, metadata, max_shard_size, progress)
+    return row
+
+
+def save_weights_paths(
+    path: PathLike,
+    tensors: Mapping[str, Any],
+    *,
+    format: str,
+    max_shard_size: int | None = None,
+) -> list[str]:
+    """Every file :func:`save_weights` will write for these arguments, absolute
+    (a symlink among them is written through), computed by the format's own naming
+    (:attr:`WeightFormat.paths`); nothing is written.
+
+    A GGUF's splits, a sharded checkpoint's shards and index, a Kiln directory's
+    payload files and manifest.  ``kiln-np convert`` refuses to write when one of
+    them is a file it reads.
+
+    Raises
+    ------
+    KilnError
+        As :func:`save_weights` does before writing: an unknown format, a tensor
+        the format cannot hold (safetensors), a bad ``max_shard_size``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
+    >>> paths = save_weights_paths("m.gguf", tensors, format="gguf", max_shard_size=64)
+    >>> [os.path.basename(p) for p in paths]
+    ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
+    >>> [os.path.basename(p) for p in save_weights_paths("w", tensors, format="kiln")]
+    ['0000_a.kiln', '0001_b.kiln', 'manifest.json']
+    """
+    row = _writer(format)
+    assert row.paths is not None  # every format kiln_np writes names its files
+    return row.paths(written_path(check_path(path)), tensors, max_shard_size)

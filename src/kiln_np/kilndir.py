@@ -30,7 +30,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kiln_np._core.checks import check_path, check_regular_file, show_value, written_path
@@ -52,7 +52,14 @@ from kiln_np._weights.tensors import Weights, WeightTensor
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["MANIFEST", "MAX_MANIFEST_BYTES", "open_kiln", "save_kiln"]
+__all__ = [
+    "MANIFEST",
+    "MAX_MANIFEST_BYTES",
+    "open_kiln",
+    "payload_file_name",
+    "save_kiln",
+    "save_kiln_paths",
+]
 
 MANIFEST = "manifest.json"
 """The manifest's file name: a directory holding it is a Kiln payload directory."""
@@ -249,9 +256,33 @@ def _kiln_files(directory: str) -> set[str] | None:
 _WRITTEN = re.compile(r"[0-9]{4,}_[A-Za-z0-9._-]{1,100}\.kiln")  # what _file_name gives
 
 
-def _file_name(index: int, name: str) -> str:
+def payload_file_name(index: int, name: str) -> str:
+    """The payload file :func:`save_kiln` writes for the ``index``-th tensor: the
+    index, then the name with characters other than letters, digits, ``.``,
+    ``_``, ``-`` replaced (never a path, never hidden).
+
+    Examples
+    --------
+    >>> payload_file_name(3, "model/layers.0:w"), payload_file_name(4, "..")
+    ('0003_model_layers.0_w.kiln', '0004_tensor.kiln')
+    """
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "tensor"
     return f"{index:04d}_{cleaned[:100]}.kiln"
+
+
+def save_kiln_paths(path: str | os.PathLike[str], names: Iterable[str]) -> list[str]:
+    """The files :func:`save_kiln` will write into the directory ``path`` for
+    tensors of these names, in order, absolute, without writing anything: each
+    payload file, then the manifest.
+
+    Examples
+    --------
+    >>> [os.path.basename(p) for p in save_kiln_paths("w", ["a/b", "c"])]
+    ['0000_a_b.kiln', '0001_c.kiln', 'manifest.json']
+    """
+    target = written_path(check_path(path))
+    files = [payload_file_name(i, name) for i, name in enumerate(names)]
+    return [os.path.join(target, file) for file in [*files, MANIFEST]]
 
 
 def save_kiln(
@@ -324,7 +355,7 @@ def save_kiln(
         entries: list[dict[str, Any]] = []
         digests = []
         for index, source in enumerate(sources):
-            info, file = source.info, _file_name(index, source.name)
+            info, file = source.info, payload_file_name(index, source.name)
             written = os.path.join(tmp, file)
             fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:

@@ -154,7 +154,7 @@ def _value_bits(value: Any, spec: str = "") -> bytes:
     """The bytes GGUF stores for ``value`` (Python ints and floats as ``spec`` says)."""
     if isinstance(value, str):
         return value.encode("utf-8", "surrogateescape")
-    if isinstance(value, list):
+    if isinstance(value, (list, kg.GGUFArrays)):  # an array of arrays reads as GGUFArrays
         return b"".join(_value_bits(v) for v in value)
     return bits(np.asarray(value, _PLAIN.get(spec)))
 

@@ -23,6 +23,7 @@ from kiln_np._codec import from_numpy, to_numpy
 from kiln_np._core.checks import show_int, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout, dtype_info
+from kiln_np._files.io import open_regular
 
 __all__ = ["Case", "CaseFileError", "CaseResult", "format_table", "load_cases", "run_case"]
 
@@ -141,7 +142,8 @@ def _files(directory: Path | None) -> Iterator[tuple[str, bytes]]:
                 yield entry.name, entry.read_bytes()
     else:
         for path in sorted(directory.glob("*.json")):
-            yield path.name, path.read_bytes()
+            with open_regular(str(path)) as f:  # a FIFO named *.json is TYPE, never opened
+                yield path.name, f.read()
 
 
 def _parse(name: str, data: bytes) -> list[Case]:

@@ -23,6 +23,7 @@ __all__ = [
     "identity",
     "refuse_directory_over_inputs",
     "refuse_overwrite",
+    "refuse_writing_inputs",
     "stat_input",
     "stat_or_none",
     "write_file",
@@ -80,6 +81,15 @@ def refuse_overwrite(output: str, inputs: Inputs, *, where: str | None = None) -
             f"cannot write {output!r}: it is the input file {source!r} (same device and inode), "
             "which the command reads; choose another output",
         )
+
+
+def refuse_writing_inputs(outputs: Iterable[str], inputs: Inputs) -> None:
+    """FILE when any file a writer will produce (each split, shard, index, payload
+    file and manifest, as ``kiln_np.formats.save_weights_paths`` names them) is one
+    of the ``inputs``, naming that file: a converting command never writes over a
+    file it reads, whatever DST was typed."""
+    for output in outputs:
+        refuse_overwrite(output, inputs)
 
 
 def refuse_directory_over_inputs(output: str, inputs: Inputs) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from kiln_np._core.errors import KilnError
+from kiln_np._files.io import open_regular
+from kiln_np.kilndir import save_kiln_paths
 from kiln_np.onnx import model_to_kiln
 
 from .args import json_flag, subparser
@@ -26,19 +27,6 @@ from .output import emit
 from .weights import save_weights_file
 
 __all__ = ["add_onnx"]
-
-
-def _safe_name(index: int, name: str | bytes) -> str:
-    """The payload file the Kiln directory writer names the ``index``-th tensor.
-
-    Examples
-    --------
-    >>> _safe_name(3, "model/layers.0:w"), _safe_name(4, b"..")
-    ('0003_model_layers.0_w.kiln', '0004_tensor.kiln')
-    """
-    text = name if isinstance(name, str) else name.decode("utf-8", "replace")
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "tensor"
-    return f"{index:04d}_{cleaned[:100]}.kiln"
 
 
 def _onnx_inputs(model_path: str, model: Any, base_dir: str) -> Inputs:
@@ -69,7 +57,7 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
     model_path = args.model
     stat_input(model_path)
     try:
-        with open(model_path, "rb") as f:
+        with open_regular(model_path) as f:
             data = f.read()
     except OSError as exc:
         raise file_error("read", model_path, exc) from exc
@@ -82,23 +70,28 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
         raise KilnError("TYPE", f"{model_path!r}: expected an ONNX model: {exc}") from exc
     base_dir = os.path.dirname(os.path.abspath(model_path))
     out = Path(args.outdir)
-    names = [_safe_name(i, t.name) for i, t in enumerate(model.graph.initializer)]
+    initializers = model.graph.initializer
     inputs = _onnx_inputs(model_path, model, base_dir)
     # The folder may not exist yet: check where its files will be once it does
-    # (mkdir makes real folders, so "new/.." will be the folder "." is).
+    # (mkdir makes real folders, so "new/.." will be the folder "." is), named as
+    # the Kiln directory writer names them.
     will_be = os.path.realpath(out)
-    for name in [*names, "manifest.json"]:
-        refuse_overwrite(str(out / name), inputs, where=os.path.join(will_be, name))
+    # protobuf hands a name that is not UTF-8 over as bytes; model_to_kiln refuses it
+    # below, and here it only has to name a file.
+    raw_names: list[str | bytes] = [t.name for t in initializers]
+    names = [n if isinstance(n, str) else n.decode("utf-8", "replace") for n in raw_names]
+    for path in save_kiln_paths(will_be, names):
+        refuse_overwrite(str(out / os.path.basename(path)), inputs, where=path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise file_error("create", out.parent, exc) from exc
     tensors = dict(model_to_kiln(model, base_dir))  # external data mapped, not read
-    if len(tensors) != len(names):
+    if len(tensors) != len(initializers):
         raise KilnError(
             "TYPE",
             f"{model_path!r}: expected initializers with distinct names, found "
-            f"{len(names)} initializers and {len(tensors)} names",
+            f"{len(initializers)} initializers and {len(tensors)} names",
         )
     total_bytes = sum(p.byte_length for p in tensors.values())
     # The Kiln payload directory: built beside OUTDIR, renamed into place.
@@ -110,7 +103,8 @@ def _cmd_onnx(args: argparse.Namespace) -> int:
         format="kiln",
         metadata={"model": model_path},
     )
-    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    with open_regular(str(out / "manifest.json")) as f:
+        manifest = json.loads(f.read().decode("utf-8"))
     emit(
         args,
         manifest,

@@ -19,12 +19,13 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from kiln_np._core.checks import U8, check_regular_file, short_or_long, show_int
+from kiln_np._core.checks import U8, short_or_long, show_int
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import DType, Layout, code_label, code_range, row_for_dtype
 from kiln_np._explore import Description, summarize
 from kiln_np._files.chunks import file_where, read_chunks
+from kiln_np._files.io import open_regular
 from kiln_np._files.npy import npy_header, read_npy_header
 from kiln_np._files.saving import save_payload
 
@@ -160,11 +161,12 @@ def _load_npy(path: str, code: int | None) -> _Npy:
     not exactly what the header says."""
     st = stat_input(path)
     try:
-        with open(path, "rb") as f:
-            check_regular_file(path, f.fileno())
+        with open_regular(path) as f:
             header = read_npy_header(f)
     except OSError as exc:
         raise file_error("read", path, exc) from exc
+    except KilnError:
+        raise  # the path became a FIFO or a device after it was checked
     except Exception as exc:
         # Untrusted bytes through numpy's readers (read_magic, descr_to_dtype, the
         # dtype constructor): ValueError, TypeError, OverflowError, KeyError... all
@@ -190,7 +192,8 @@ def _load_npy(path: str, code: int | None) -> _Npy:
     if expected == 0:
         return _Npy(np.empty(info.shape, dtype, order=order), st)
     try:
-        arr = np.memmap(path, dtype, "r", offset=header.start, shape=info.shape, order=order)
+        with open_regular(path) as f:  # a path swapped for a FIFO is TYPE, never opened
+            arr = np.memmap(f, dtype, "r", offset=header.start, shape=info.shape, order=order)
     except OSError as exc:
         raise file_error("map", path, exc) from exc
     return _Npy(arr, st)

@@ -15,11 +15,18 @@ from typing import Any
 
 from kiln_np._core.checks import written_path
 from kiln_np._weights.tensors import Weights, WeightTensor
-from kiln_np.formats import open_weights, save_weights
+from kiln_np.formats import open_weights, save_weights, save_weights_paths
 
 from .args import json_flag, parse_size, subparser
 from .errors import CliError, file_error
-from .files import Inputs, identity, refuse_directory_over_inputs, refuse_overwrite, stat_or_none
+from .files import (
+    Inputs,
+    identity,
+    refuse_directory_over_inputs,
+    refuse_overwrite,
+    refuse_writing_inputs,
+    stat_or_none,
+)
 from .output import Progress, emit, layout_json, print_json, shape_text, table
 
 __all__ = ["add_convert", "add_ls", "open_weights_file", "save_weights_file"]
@@ -172,6 +179,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     with open_weights_file(args.src) as weights:
         inputs = _inputs(weights)
         refuse_overwrite(args.dst, inputs)
+        outputs = save_weights_paths(args.dst, weights, format=args.to, max_shard_size=limit)
+        refuse_writing_inputs(outputs, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
         if not args.force:
             _refuse_replacing(args.dst, args.to == "gguf" and limit is not None)

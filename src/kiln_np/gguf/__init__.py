@@ -28,7 +28,8 @@ byte-swapped, ``0x03000000``) is refused with TYPE.  A file is:
    type (uint32, a key of :data:`TYPES`), and the data offset (uint64),
    relative to the start of the data section.
 4. **Padding** to a multiple of the alignment, then the **data section**.  The
-   alignment is the ``general.alignment`` key (a uint32 power of two) or 32.
+   alignment is the ``general.alignment`` key (a uint32 power of two, at most
+   65536 here: see ``MAX_ALIGNMENT`` in ``_types``) or 32.
    Each tensor's offset is a multiple of the alignment; writers pad each
    tensor to the alignment (llama.cpp also requires the tensors to follow one
    another in tensor-info order; kiln_np reads any order without overlap).
@@ -63,7 +64,9 @@ bool is ``bool``; a string is ``str`` (bytes that are not UTF-8 come back as
 lone surrogates, ``errors="surrogateescape"``, and are written back as the
 same bytes); an array of numbers or bools is a read-only 1-D numpy array of
 that type; an array of strings is a ``list`` of ``str``; an array of arrays
-a ``list`` of those.  :attr:`GGUFMetadata.types` spells each key's type
+a :class:`GGUFArrays`, a read-only sequence of those decoded when indexed
+(opening costs nothing per item; :func:`save_gguf` writes it back as its
+bytes).  :attr:`GGUFMetadata.types` spells each key's type
 (``"uint32"``, ``"array[string]"``, ``"array[array[int32]]"``; an array whose
 arrays differ in type is ``"array[array]"``): :func:`save_gguf` takes that
 mapping back as ``metadata_types``, which settles the one thing values cannot
@@ -75,8 +78,11 @@ llama.cpp's ``gguf-split`` writes ``NAME-00001-of-00003.gguf`` ...; each split
 holds ``split.no`` (0-based), ``split.count`` and ``split.tensors.count``.
 Reading the first split reads them all (each must exist beside it, agree on
 the count, and together hold ``split.tensors.count`` distinct tensors); the
-metadata is the first split's.  :func:`save_gguf` with ``max_shard_size``
-writes splits the same way (gguf-py's key types: uint16, uint16, int32).
+metadata is the first split's.  Each split is aligned by its own
+``general.alignment`` (32 without it), and the splits of a set must agree
+(TYPE otherwise).  :func:`save_gguf` with ``max_shard_size`` writes splits the
+same way (gguf-py's key types: uint16, uint16, int32), ``general.alignment`` in
+every split.
 
 Modules
 -------
@@ -88,12 +94,13 @@ other.  ``kiln_np.gguf`` needs nothing but numpy.
 
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
-from ._values import GGUFMetadata, ValueType
+from ._values import GGUFArrays, GGUFMetadata, ValueType
 from ._writer import save_gguf
 
 __all__ = [
     "TYPES",
     "GGMLType",
+    "GGUFArrays",
     "GGUFFile",
     "GGUFMetadata",
     "GGUFTensorInfo",

@@ -19,13 +19,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kiln_np._core.checks import MAX_INT64, check_path, check_regular_file, set_module, show_value
+from kiln_np._core.checks import MAX_INT64, check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, TYPES, GGMLType
+from ._types import (
+    DEFAULT_ALIGNMENT,
+    MAGIC,
+    MAX_ALIGNMENT,
+    MAX_DIMS,
+    SET_KEY,
+    TYPES,
+    GGMLType,
+    split_path,
+)
 from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 
 __all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
@@ -131,8 +141,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
 
 def _read_one(path: str) -> GGUFFile:
     where = f"{path!r}: "
-    with open(path, "rb") as f:
-        size = check_regular_file(path, f.fileno()).st_size
+    with open_regular_raw(path) as f:  # a FIFO named like a split is TYPE, never opened
+        size = os.fstat(f.fileno()).st_size
         if size < _HEADER_BYTES:
             raise truncated(where, "GGUF header", 0, _HEADER_BYTES, size)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -227,11 +237,11 @@ def _alignment_of(metadata: GGUFMetadata, where: str) -> int:
         return DEFAULT_ALIGNMENT
     kind = metadata.types["general.alignment"]
     value = metadata["general.alignment"]
-    if kind != "uint32" or value == 0 or value & (value - 1):
+    if kind != "uint32" or value == 0 or value & (value - 1) or value > MAX_ALIGNMENT:
         raise malformed(
             where,
-            f"key 'general.alignment': expected a uint32 power of two, found "
-            f"{show_value(value)} (GGUF {kind})",
+            f"key 'general.alignment': expected a uint32 power of two of at most "
+            f"{MAX_ALIGNMENT}, found {show_value(value)} (GGUF {kind})",
             expected="uint32 power of two",
             found=value,
         )
@@ -318,6 +328,20 @@ def _split_value(gguf: GGUFFile, key: str) -> int:
     return int(value)
 
 
+def _set_id(gguf: GGUFFile) -> str | None:
+    """The set id ``save_gguf`` wrote into every split, or None (gguf-split writes none)."""
+    value = gguf.metadata.get(SET_KEY)
+    if value is None or isinstance(value, str):
+        return value
+    raise malformed(
+        f"{gguf.paths[0]!r}: ",
+        f"key {SET_KEY!r}: expected a string, found {show_value(value)} "
+        f"(GGUF {gguf.metadata.types[SET_KEY]})",
+        expected="string",
+        found=gguf.metadata.types[SET_KEY],
+    )
+
+
 def _read_splits(first: GGUFFile) -> GGUFFile:
     path = first.paths[0]
     count = _split_value(first, "split.count")
@@ -337,8 +361,9 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
     base = os.path.join(os.path.dirname(path), match["stem"])
     tensors = list(first.tensors)
     paths = [path]
+    ids = _set_id(first)
     for i in range(1, count):
-        shard = _read_one(f"{base}-{i + 1:05d}-of-{count:05d}.gguf")
+        shard = _read_one(split_path(base, i + 1, count))
         got = (_split_value(shard, "split.no"), _split_value(shard, "split.count"))
         if got != (i, count):
             raise malformed(
@@ -346,6 +371,29 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
                 f"expected split.no {i} and split.count {count}, found {got[0]} and {got[1]}",
                 expected=(i, count),
                 found=got,
+            )
+        if _set_id(shard) != ids:
+            # A write that stopped while it replaced a set's splits leaves some of each.
+            shown = [repr(v) if v is not None else "no such key" for v in (ids, _set_id(shard))]
+            raise malformed(
+                f"{shard.paths[0]!r}: ",
+                f"expected the {SET_KEY} of the first split {path!r}, {shown[0]}, found "
+                f"{shown[1]}: the splits come from different writes (one interrupted while it "
+                "replaced the set?); write the set again",
+                expected=ids,
+                found=_set_id(shard),
+            )
+        if shard.alignment != first.alignment:
+            # Each split is read at its own alignment, as llama.cpp reads it; a set
+            # whose splits differ is what a writer that kept the key to the first
+            # split leaves, and its later splits would read as the wrong bytes.
+            raise malformed(
+                f"{shard.paths[0]!r}: ",
+                f"expected the alignment of the first split {path!r}, {first.alignment}, "
+                f"found {shard.alignment} (general.alignment, 32 when absent, must agree "
+                "across a split set)",
+                expected=first.alignment,
+                found=shard.alignment,
             )
         tensors += shard.tensors
         paths.append(shard.paths[0])

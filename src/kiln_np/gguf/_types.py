@@ -18,14 +18,44 @@ from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, Layout, code_label
 
-__all__ = ["DEFAULT_ALIGNMENT", "MAGIC", "MAX_DIMS", "TYPES", "GGMLType", "ggml_type_for_code"]
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "MAGIC",
+    "MAX_ALIGNMENT",
+    "MAX_DIMS",
+    "SET_KEY",
+    "TYPES",
+    "GGMLType",
+    "ggml_type_for_code",
+    "split_path",
+]
 
 MAGIC = b"GGUF"
 """The first four bytes of every GGUF file."""
 DEFAULT_ALIGNMENT = 32
 """Data alignment when ``general.alignment`` is absent."""
+MAX_ALIGNMENT = 1 << 16
+"""The largest ``general.alignment`` kiln_np reads or writes: 64 KiB, the largest
+page size in use (arm64 and ppc64le kernels with 64 KiB pages; Windows maps in
+64 KiB granules), so a larger one gains a mapping nothing and costs padding
+(2**30 turns a 4 KiB model into gigabytes).  llama.cpp itself accepts any power
+of two; its writers and gguf-py's use 32."""
 MAX_DIMS = 4
 """GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
+
+
+def split_path(stem: str, no: int, count: int) -> str:
+    """The name gguf-split gives split ``no`` (1-based) of ``count``: ``STEM-0000N-of-0000M.gguf``.
+
+    >>> split_path("llama", 1, 3)
+    'llama-00001-of-00003.gguf'
+    """
+    return f"{stem}-{no:05d}-of-{count:05d}.gguf"
+
+
+SET_KEY = "kiln_np.split.set_id"
+"""The key (a string of 32 random hex digits) that ``save_gguf`` writes into every
+split of one write, so a reader can tell a set from a mix of two writes' splits."""
 
 
 @set_module("kiln_np.gguf")

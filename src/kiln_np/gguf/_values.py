@@ -13,11 +13,12 @@ turns a Python value and an optional spec into its bytes
 
 from __future__ import annotations
 
+import array
 import enum
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from kiln_np._kernels.nibbles import first_above
 __all__ = [
     "U32",
     "U64",
+    "GGUFArrays",
     "GGUFMetadata",
     "HeaderParser",
     "Spec",
@@ -112,12 +114,22 @@ def parse_spec(text: object, where: str) -> Spec | None:
     if isinstance(text, ValueType):
         return text
     if isinstance(text, str):
-        if text in _NAMES and text != "array":
-            return _NAMES[text]
-        if text == "array":
-            return ("array", None)
-        if text.startswith("array[") and text.endswith("]"):
-            return ("array", parse_spec(text[6:-1], where))
+        # Unwrapped in a loop, at most 4 arrays deep: a spelling nested 2,000 deep is
+        # TYPE, not a RecursionError.
+        inner, depth = text, 0
+        while inner.startswith("array[") and inner.endswith("]"):
+            inner, depth = inner[6:-1], depth + 1
+            if depth + (inner == "array") > _MAX_ARRAY_DEPTH:
+                raise KilnError(
+                    "TYPE",
+                    f"{where}expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found "
+                    f"{show_value(text)}",
+                )
+        spec: Spec | None = ("array", None) if inner == "array" else _NAMES.get(inner)
+        if spec is not None:
+            for _ in range(depth):
+                spec = ("array", spec)
+            return spec
     raise KilnError(
         "TYPE",
         f"{where}expected a type such as 'uint32', 'float32', 'string', 'array[string]', "
@@ -226,12 +238,7 @@ class HeaderParser:
             return self.strings(pos, n, what), ("array", ValueType.STRING)
         if item == ValueType.ARRAY:
             self.need(pos, 12 * n, f"{what}: {n} arrays of at least 12 bytes each")
-            specs: set[str] = set()
-            inner: Spec | None = None
-            for i in range(n):
-                pos, inner = self.array(pos, f"{what} item {i}", depth + 1)
-                specs.add(spell(inner))
-            return pos, ("array", inner if len(specs) == 1 else ("array", None))
+            return self.arrays(pos, n, what, depth + 1)
         if item not in _NUMERIC:
             raise malformed(
                 self.where,
@@ -246,6 +253,52 @@ class HeaderParser:
             self.bools(pos, n, what)
         return pos + width * n, ("array", t)
 
+    def arrays(self, pos: int, n: int, what: str, depth: int) -> tuple[int, Spec]:
+        """Check the ``n`` arrays at ``pos`` (items of an array, ``depth`` deep); their
+        end and the spec of the array holding them (``array[array]`` when they differ).
+
+        Arrays of numbers of one type and count (the common case) are checked at
+        once with strided views of their headers; others one header at a time,
+        with no work per number."""
+        if n == 0:
+            return pos, ("array", ("array", None))
+        end, first = self.array(pos, f"{what} item 0", depth)
+        stride = end - pos
+        inner_t = first[1] if isinstance(first, tuple) else None
+        if isinstance(inner_t, ValueType) and inner_t in _NUMERIC and n * stride <= self.size - pos:
+            count = (stride - 12) // _NUMERIC[inner_t].itemsize
+            if _same_headers(self.buf, pos, n, stride, int(inner_t), count):
+                if inner_t == ValueType.BOOL:
+                    self.bools_strided(pos, n, stride, count, what)
+                return pos + n * stride, ("array", first)
+        specs = {spell(first)}
+        unpack, width_of, buf, size, pos = (
+            _ITEM_HEAD.unpack_from,
+            _WIDTHS.get,
+            self.buf,
+            self.size,
+            end,
+        )
+        for i in range(1, n):
+            if pos + 12 <= size:
+                t, count = unpack(buf, pos)
+                width = width_of(t)
+                if width is not None and pos + 12 + width * count <= size:
+                    pos += 12 + width * count  # numbers (not bools): nothing else to check
+                    if t != inner_t:
+                        specs.add(_ARRAY_OF[t])
+                    continue
+            # strings, deeper arrays, bools, or an error to report
+            pos, inner = self.array(pos, f"{what} item {i}", depth)
+            specs.add(spell(inner))
+        return pos, ("array", first if len(specs) == 1 else ("array", None))
+
+    def bools_strided(self, pos: int, n: int, stride: int, count: int, what: str) -> None:
+        """:meth:`bools` for ``n`` bool arrays of ``count`` items, ``stride`` bytes apart."""
+        found = _first_bad_bool(self.buf, pos + 12, n, stride, count)
+        if found is not None:
+            self.bools(found, 1, what)
+
     def strings(self, pos: int, n: int, what: str) -> int:
         # One pass over the byte counts: the strings are decoded when read.
         unpack, buf, size = U64.unpack_from, self.buf, self.size
@@ -257,6 +310,42 @@ class HeaderParser:
                 raise truncated(self.where, f"{what}: string {i}", pos + 8, end - pos - 8, size)
             pos = end
         return pos
+
+
+_ITEM_HEAD = struct.Struct("<IQ")  # an array's item type and count
+_WIDTHS: Mapping[int, int] = MappingProxyType(
+    {int(t): d.itemsize for t, d in _NUMERIC.items() if t != ValueType.BOOL}
+)
+_ITEM_WIDTHS: Mapping[int, int] = MappingProxyType(
+    {int(t): d.itemsize for t, d in _NUMERIC.items()}
+)
+_ARRAY_OF: Mapping[int, str] = MappingProxyType(
+    {t: f"array[{ValueType(t).name.lower()}]" for t in _WIDTHS}
+)
+
+
+def _strided(buf: Any, pos: int, n: int, stride: int, dtype: str) -> np.ndarray:
+    return np.ndarray((n,), np.dtype(dtype), buffer=buf, offset=pos, strides=(stride,))
+
+
+def _same_headers(buf: Any, pos: int, n: int, stride: int, t: int, count: int) -> bool:
+    """Whether the ``n`` array headers ``stride`` bytes apart from ``pos`` all say
+    ``t`` and ``count`` (the views end with the call: the map must close)."""
+    return bool(
+        (_strided(buf, pos, n, stride, "<u4") == t).all()
+        and (_strided(buf, pos + 4, n, stride, "<u8") == count).all()
+    )
+
+
+def _first_bad_bool(buf: Any, pos: int, n: int, stride: int, count: int) -> int | None:
+    """The byte offset of the first byte other than 0/1 in ``n`` runs of ``count``
+    bytes, ``stride`` apart from ``pos``; None when there is none."""
+    rows = np.ndarray((n, count), U8, buffer=buf, offset=pos, strides=(stride, 1))
+    bad = np.flatnonzero((rows > 1).any(axis=1))
+    if not bad.size:
+        return None
+    row = int(bad[0])
+    return pos + row * stride + int(np.flatnonzero(rows[row] > 1)[0])
 
 
 def _decode(buf: bytes, spec: Spec, pos: int) -> tuple[Any, int]:
@@ -278,13 +367,103 @@ def _decode(buf: bytes, spec: Spec, pos: int) -> tuple[Any, int]:
             pos = end
         return out, pos
     if item == ValueType.ARRAY:
-        out = []
-        for _ in range(n):
-            inner, pos = _decode(buf, ("array", None), pos)
-            out.append(inner)
-        return out, pos
+        arrays = GGUFArrays(buf, pos - 12, spec if spec != ("array", None) else None)
+        return arrays, arrays.end
     dtype = _NUMERIC[ValueType(item)]
     return np.frombuffer(buf, dtype, n, pos), pos + dtype.itemsize * n
+
+
+def _end(buf: bytes, pos: int) -> int:
+    """Where the (checked) array at ``pos`` ends."""
+    item: int
+    n: int
+    item, n = _ITEM_HEAD.unpack_from(buf, pos)
+    pos += 12
+    if item == ValueType.STRING:
+        unpack = U64.unpack_from
+        for _ in range(n):
+            length: int = unpack(buf, pos)[0]
+            pos += 8 + length
+        return pos
+    if item == ValueType.ARRAY:
+        return GGUFArrays(buf, pos - 12, None).end
+    return pos + _NUMERIC[ValueType(item)].itemsize * n
+
+
+@set_module("kiln_np.gguf")
+class GGUFArrays(Sequence[Any]):
+    """A GGUF array of arrays: a read-only sequence whose items are decoded when
+    indexed (a 1-D read-only numpy array, a list of ``str``, or another
+    :class:`GGUFArrays`).
+
+    Opening a file costs nothing per item; the first access finds where each
+    item starts, at once when the items are arrays of one type and length, else
+    with one pass over their headers (8 bytes kept per item).  :func:`save_gguf`
+    writes it back as its bytes.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from kiln_np.gguf import read_gguf, save_gguf
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = os.path.join(tmp, "m.gguf")
+    ...     _ = save_gguf(p, {}, {"k": [np.array([1, 2], np.int32), np.array([3], np.int32)]})
+    ...     arrays = read_gguf(p).metadata["k"]
+    >>> len(arrays), arrays[1], [a.tolist() for a in arrays]
+    (2, array([3], dtype=int32), [[1, 2], [3]])
+    """
+
+    def __init__(self, header: bytes, pos: int, spec: Spec | None) -> None:
+        self._header = header
+        self._pos = pos  # the array's own item type and count
+        self.spec = spec  # its type, when known (a key's value); None when not
+        self._n: int = _ITEM_HEAD.unpack_from(header, pos)[1]
+        self.end: int
+        self._stride = 0  # items one stride apart, or:
+        self._starts: array.array[int] | None = None  # where each item starts
+        first = pos + 12
+        if self._n == 0:
+            self.end = first
+            return
+        t, count = _ITEM_HEAD.unpack_from(header, first)
+        stride = _end(header, first) - first
+        if (
+            t in _NUMERIC
+            and first + self._n * stride <= len(header)
+            and _same_headers(header, first, self._n, stride, t, count)
+        ):
+            self._stride, self.end = stride, first + self._n * stride
+            return
+        starts, at = array.array("q"), first
+        append, unpack, width_of = starts.append, _ITEM_HEAD.unpack_from, _ITEM_WIDTHS.get
+        for _ in range(self._n):  # one step per item header, none per number
+            append(at)
+            t, count = unpack(header, at)
+            width = width_of(t)
+            at = at + 12 + width * count if width is not None else _end(header, at)
+        self._starts, self.end = starts, at
+
+    def raw(self) -> bytes:
+        """Its bytes in the header: item type, count and items, as GGUF writes them."""
+        return self._header[self._pos : self.end]
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n))]
+        i = range(self._n)[index]  # IndexError and negative indices as a list has them
+        start = self._pos + 12 + i * self._stride if self._starts is None else self._starts[i]
+        return _decode(self._header, ("array", None), start)[0]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(self[i]) for i in range(min(self._n, 2)))
+        return f"GGUFArrays({self._n} arrays: [{shown}{', ...' * (self._n > 2)}])"
 
 
 @set_module("kiln_np.gguf")
@@ -293,7 +472,7 @@ class GGUFMetadata(Mapping[str, Any]):
 
     Values keep their GGUF types (see the module docstring): numpy scalars of
     the exact type, ``bool``, ``str``, read-only numpy arrays, lists of
-    ``str``, lists of arrays.  :attr:`types` spells each key's type.  The
+    ``str``, :class:`GGUFArrays`.  :attr:`types` spells each key's type.  The
     header bytes are kept (a copy; the file is not held open), so it pickles.
 
     Examples
@@ -312,6 +491,7 @@ class GGUFMetadata(Mapping[str, Any]):
         self._header = header
         self._entries = dict(entries)
         self._strings: dict[str, tuple[str, ...]] = {}
+        self._arrays: dict[str, GGUFArrays] = {}  # where each item starts, found once
 
     def __getitem__(self, key: str) -> Any:
         spec, pos = self._entries[key]
@@ -320,6 +500,11 @@ class GGUFMetadata(Mapping[str, Any]):
             if cached is None:  # decode a long token list once
                 cached = self._strings[key] = tuple(_decode(self._header, spec, pos)[0])
             return list(cached)
+        if isinstance(spec, tuple) and spec[1] is not None and not isinstance(spec[1], ValueType):
+            arrays = self._arrays.get(key)
+            if arrays is None:
+                arrays = self._arrays[key] = GGUFArrays(self._header, pos, spec)
+            return arrays
         return _decode(self._header, spec, pos)[0]
 
     def __iter__(self) -> Iterator[str]:
@@ -352,8 +537,8 @@ _INT_RANGES = (
 _WIDENING = (ValueType.INT32, ValueType.INT64, ValueType.UINT64)
 
 
-def _infer(value: object, where: str) -> Spec:
-    """The GGUF type a metadata value carries itself."""
+def _infer(value: object, where: str, depth: int = 1) -> Spec:
+    """The GGUF type a metadata value carries itself (``depth``: of the array it is)."""
     if isinstance(value, (bool, np.bool_)):
         return ValueType.BOOL
     if isinstance(value, (str, bytes)):
@@ -369,8 +554,13 @@ def _infer(value: object, where: str) -> Spec:
         np.float64(value).tobytes()
     ):
         return ValueType.FLOAT32
-    if isinstance(value, (list, tuple)):
-        items = [_infer(v, where) for v in value]
+    if isinstance(value, (list, tuple, GGUFArrays)):
+        if depth > _MAX_ARRAY_DEPTH:  # before looking inside: a list nested 2,000 deep
+            raise KilnError(
+                "TYPE",
+                f"{where}expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found deeper",
+            )
+        items = [_infer(v, where, depth + 1) for v in value]
         if not items or all(i == ValueType.STRING for i in items):
             return ("array", ValueType.STRING)
         if all(not isinstance(i, ValueType) for i in items):
@@ -392,8 +582,10 @@ def encode_value(
     value: object, spec: Spec | None, where: str, depth: int = 1
 ) -> tuple[ValueType, bytes]:
     """The value type id and the bytes of ``value`` as GGUF type ``spec``."""
+    if isinstance(value, GGUFArrays) and (spec is None or spec == value.spec):
+        return ValueType.ARRAY, value.raw()  # as read: no work per item
     if spec is None:
-        spec = _infer(value, where)
+        spec = _infer(value, where, depth)
     if spec == ValueType.STRING:
         if not isinstance(value, (str, bytes)):
             raise KilnError(
@@ -403,22 +595,20 @@ def encode_value(
         return ValueType.STRING, U64.pack(len(raw)) + raw
     if isinstance(spec, ValueType):
         return spec, _numbers(value, spec, where, scalar=True)
-    if depth > _MAX_ARRAY_DEPTH:
-        raise KilnError(
-            "TYPE", f"{where}expected arrays nested at most {_MAX_ARRAY_DEPTH} deep, found deeper"
-        )
+    # No depth check here: parse_spec and _infer stop at 4 levels, so a spec
+    # never has more levels than are left.
     item = spec[1]
     if isinstance(value, np.ndarray) and value.ndim != 1:
         raise KilnError(
             "TYPE", f"{where}expected a 1-D array for a GGUF array, found shape {value.shape}"
         )
-    if not isinstance(value, (list, tuple, np.ndarray)):
+    if not isinstance(value, (list, tuple, np.ndarray, GGUFArrays)):
         raise KilnError(
             "TYPE",
             f"{where}expected a list or 1-D array for {spell(spec)}, found {show_value(value)}",
         )
     if item is None:
-        inferred = _infer(value, where)
+        inferred = _infer(value, where, depth)
         assert not isinstance(inferred, ValueType)  # a list or a 1-D array infers an array
         item = inferred[1] or ("array", None)
     n = len(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -21,13 +22,23 @@ from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing, write_all
 from kiln_np._weights.sources import TensorSource, tensor_sources
 
-from ._types import DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, GGMLType, ggml_type_for_code
+from ._types import (
+    DEFAULT_ALIGNMENT,
+    MAGIC,
+    MAX_ALIGNMENT,
+    MAX_DIMS,
+    SET_KEY,
+    GGMLType,
+    ggml_type_for_code,
+    split_path,
+)
 from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
 
-__all__ = ["save_gguf"]
+__all__ = ["save_gguf", "save_gguf_paths"]
 
 _MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
-_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+_ZEROS = memoryview(bytes(MAX_ALIGNMENT))  # every padding is a slice of it: none is allocated
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count", SET_KEY)
 
 
 class _Planned(NamedTuple):
@@ -72,12 +83,17 @@ def _plan(source: TensorSource) -> _Planned:
     return _Planned(source, row, dims)
 
 
-def _metadata_bytes(
-    metadata: Mapping[str, Any], types: Mapping[str, object]
-) -> tuple[list[bytes], int]:
+class _Encoded(NamedTuple):
+    parts: list[bytes]  # each key/value's bytes, in order
+    alignment: int  # what general.alignment asks for, or 32
+    every_split: list[bytes]  # the key/values every split needs: general.alignment
+
+
+def _metadata_bytes(metadata: Mapping[str, Any], types: Mapping[str, object]) -> _Encoded:
     """Each key/value's bytes, and the alignment ``general.alignment`` asks for."""
     parts = []
     alignment = DEFAULT_ALIGNMENT
+    every_split = []
     for key, value in metadata.items():
         if not isinstance(key, str):
             raise KilnError("TYPE", f"expected metadata keys as str, found {show_value(key)}")
@@ -85,34 +101,72 @@ def _metadata_bytes(
         spec = parse_spec(types[key], where) if key in types else None
         t, body = encode_value(value, spec, where)
         if key == "general.alignment":
-            if t != ValueType.UINT32 or not _is_power_of_two(int(np.asarray(value))):
+            n = int(np.asarray(value))
+            if t != ValueType.UINT32 or not _is_power_of_two(n) or n > MAX_ALIGNMENT:
                 raise KilnError(
                     "TYPE",
-                    f"{where}expected a uint32 power of two (numpy.uint32(32)), found "
-                    f"{spell(t)} {show_value(value)}",
+                    f"{where}expected a uint32 power of two of at most {MAX_ALIGNMENT} "
+                    f"(numpy.uint32(32)), found {spell(t)} {show_value(value)}",
                 )
             alignment = int(np.asarray(value))
         raw = utf8(key, f"{where}its key: ")
         parts.append(U64.pack(len(raw)) + raw + U32.pack(t) + body)
-    return parts, alignment
+        if key == "general.alignment":
+            every_split.append(parts[-1])
+    return _Encoded(parts, alignment, every_split)
 
 
 def _is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _shards(plans: list[_Planned], max_shard_size: int | None) -> list[list[_Planned]]:
+def _shards(sizes: list[int], max_shard_size: int | None) -> list[range]:
+    """Which tensors go in each split: a new split before a tensor that would take
+    its data past ``max_shard_size`` bytes."""
     if max_shard_size is None:
-        return [plans]
-    shards: list[list[_Planned]] = [[]]
+        return [range(len(sizes))]
+    starts = [0]
     held = 0
-    for plan in plans:
-        if shards[-1] and held + plan.source.info.byte_length > max_shard_size:
-            shards.append([])
+    for i, size in enumerate(sizes):
+        if i > starts[-1] and held + size > max_shard_size:
+            starts.append(i)
             held = 0
-        shards[-1].append(plan)
-        held += plan.source.info.byte_length
-    return shards
+        held += size
+    return [range(a, b) for a, b in zip(starts, [*starts[1:], len(sizes)], strict=True)]
+
+
+def _names(target: str, count: int) -> list[str]:
+    """The files of ``count`` splits of ``target`` (``target`` itself for one)."""
+    if count == 1:
+        return [target]
+    stem = target[:-5] if target.endswith(".gguf") else target
+    return [split_path(stem, i + 1, count) for i in range(count)]
+
+
+def _limit(max_shard_size: int | None) -> int | None:
+    return (
+        None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
+    )
+
+
+def save_gguf_paths(
+    path: str | os.PathLike[str], tensors: Mapping[str, Any], *, max_shard_size: int | None = None
+) -> list[str]:
+    """The files :func:`save_gguf` will write for these arguments, absolute,
+    without writing anything.
+
+    ``kiln-np convert`` checks them against the files it reads.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
+    >>> [os.path.basename(p) for p in save_gguf_paths("m.gguf", tensors, max_shard_size=64)]
+    ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
+    """
+    target = written_path(check_path(path))
+    sizes = [s.info.byte_length for s in tensor_sources(tensors)]
+    return _names(target, len(_shards(sizes, _limit(max_shard_size))))
 
 
 @set_module("kiln_np.gguf")
@@ -130,8 +184,11 @@ def save_gguf(
     Everything is checked before a byte is written; the data is streamed
     (a weight-file tensor is copied from its file a chunk at a time).  Each
     file is written to a temporary sibling and renamed into place; with
-    splits, the first split is renamed last, so a reader never finds a first
-    split whose others are missing.
+    splits, each is closed before the next is opened (one descriptor however
+    many splits), none is renamed until all are written, and the first is
+    renamed last, so a reader never finds a first split whose others are
+    missing.  Every split holds the same random ``kiln_np.split.set_id``: a
+    crash between the renames leaves a mix that reading refuses.
 
     Parameters
     ----------
@@ -183,9 +240,7 @@ def save_gguf(
     """
     target = written_path(check_path(path))
     plans = [_plan(source) for source in tensor_sources(tensors)]
-    limit = (
-        None if max_shard_size is None else check_int(max_shard_size, "max_shard_size", minimum=1)
-    )
+    limit = _limit(max_shard_size)
     metadata = {} if metadata is None else metadata
     for what, given in (("metadata", metadata), ("metadata_types", metadata_types or {})):
         if not isinstance(given, Mapping):
@@ -193,13 +248,17 @@ def save_gguf(
     if metadata_types is None:
         metadata_types = metadata.types if isinstance(metadata, GGUFMetadata) else {}
     meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
-    kv, alignment = _metadata_bytes(meta, metadata_types)
-    shards = _shards(plans, limit)
-    if len(shards) == 1:
-        names = [target]
-    else:
-        stem = target[:-5] if target.endswith(".gguf") else target
-        names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.gguf" for i in range(len(shards))]
+    kv = _metadata_bytes(meta, metadata_types)
+    alignment = kv.alignment
+    shards = [
+        plans[r.start : r.stop] for r in _shards([p.source.info.byte_length for p in plans], limit)
+    ]
+    names = _names(target, len(shards))
+    set_id = secrets.token_hex(16)  # one per write: a mix of two writes' splits is refused
+    # Nothing replaces a destination until every split is written: each split's
+    # replacing() block stays open on the stack, and they rename as it unwinds, the
+    # first split last.  A crash between those renames leaves a mix, which the set id
+    # makes TYPE on reading.
     with contextlib.ExitStack() as stack:
         for i, (name, shard) in enumerate(zip(names, shards, strict=True)):
             extra = []
@@ -208,15 +267,21 @@ def save_gguf(
                     "split.no": np.uint16(i),
                     "split.count": np.uint16(len(shards)),
                     "split.tensors.count": np.int32(len(plans)),
+                    SET_KEY: set_id,
                 }
-                extra = _metadata_bytes(split, {})[0]
-            head = _header(shard, (kv if i == 0 else []) + extra, alignment)
+                extra = _metadata_bytes(split, {}).parts
+            # Each split is read on its own (llama.cpp, gguf-py): every one needs its alignment.
+            head = _header(shard, (kv.parts if i == 0 else kv.every_split) + extra, alignment)
             _, f = stack.enter_context(replacing(name))
             fd = f.fileno()  # everything goes through the descriptor, unbuffered
             write_all(fd, head)
+            write_all(fd, _ZEROS[: -len(head) % alignment])
             for plan in shard:
                 plan.source.write_to(fd, progress=progress)
-                write_all(fd, bytes(-plan.source.info.byte_length % alignment))
+                write_all(fd, _ZEROS[: -plan.source.info.byte_length % alignment])
+            # One descriptor at a time (a thousand splits would pass RLIMIT_NOFILE): the
+            # closed temporary waits in its replacing() block until every split is written.
+            f.close()
     return names
 
 
@@ -233,5 +298,4 @@ def _header(shard: list[_Planned], kv: list[bytes], alignment: int) -> bytes:
             ),
         ]
         rel += -(-plan.source.info.byte_length // alignment) * alignment
-    head = b"".join(parts)
-    return head + bytes(-len(head) % alignment)
+    return b"".join(parts)  # the caller pads it to the alignment

@@ -23,13 +23,13 @@ from kiln_np._codec import Payload, as_array
 from kiln_np._core.checks import (
     MAX_INT64,
     check_path,
-    check_regular_file,
     set_module,
     show_int,
     show_value,
 )
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
+from kiln_np._files.io import open_regular_raw
 
 from ._fields import decode_field, encode_strings, encodes
 from ._raw import decode_bytes, encode_array, to_payload
@@ -167,8 +167,12 @@ def _external_bytes(
     if length == 0:
         return memoryview(b"")
     where = f"tensor {name!r}: external data"
-    with open(path, "rb") as f:
-        size = _regular_file(path, where, f.fileno()).st_size
+    try:
+        f = open_regular_raw(path)  # a FIFO or a device could block: TYPE, never opened
+    except KilnError as exc:
+        raise exc.prefixed(f"{where}: ") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
         _check_end(where, path, offset, length, size)  # cut short since it was checked?
         # A read-only map of the pages that hold [offset, end), not of the whole
         # file: thousands of tensors in one huge file would exhaust the address space.
@@ -375,10 +379,10 @@ def _load(onnx_pkg: Any, path: str) -> onnx.ModelProto:
     """The binary ``ModelProto`` in ``path``, whatever the file's extension."""
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]
 
-    check_regular_file(path)  # a FIFO would block the read below
     try:
         # format="protobuf": onnx picks a text parser for .json/.textproto/.onnxtxt.
-        model: onnx.ModelProto = onnx_pkg.load(path, format="protobuf", load_external_data=False)
+        with open_regular_raw(path) as f:  # a FIFO would block the read
+            model: onnx.ModelProto = onnx_pkg.load(f, format="protobuf", load_external_data=False)
     except DecodeError as exc:
         raise KilnError(
             "TYPE",

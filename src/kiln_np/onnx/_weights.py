@@ -62,7 +62,8 @@ def open_model_weights(path: str) -> Weights:
         ) from exc
     try:
         # format= stops onnx choosing a text parser from the file name.
-        model = onnx.load(path, format="protobuf", load_external_data=False)
+        with open_regular_raw(path) as f:
+            model = onnx.load(f, format="protobuf", load_external_data=False)
     except (DecodeError, ValueError, RuntimeError) as exc:
         with open_regular_raw(path) as f:
             head = f.read(_HEAD)

@@ -26,7 +26,7 @@ from ._types import (
     safetensors_dtype,
 )
 
-__all__ = ["save_safetensors"]
+__all__ = ["save_safetensors", "save_safetensors_paths"]
 
 
 @set_module("kiln_np.safetensors")
@@ -99,8 +99,7 @@ def save_safetensors(
         return
     limit = check_int(max_shard_size, "max_shard_size", minimum=1)
     shards = _shard(sources, rows, limit)
-    count = len(shards)
-    names = [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+    names = _shard_names(len(shards))
     headers = [_header([s for s, _ in shard], [r for _, r in shard], meta) for shard in shards]
     weight_map = {s.name: name for name, shard in zip(names, shards, strict=True) for s, _ in shard}
     index = {
@@ -114,8 +113,41 @@ def save_safetensors(
                 f.flush()
                 for source in _widest_first([s for s, _ in shard], [r for _, r in shard]):
                     source.write_to(f.fileno(), progress=progress)
-        with open(os.path.join(tmp, "model" + INDEX_SUFFIX), "x", encoding="utf-8") as f:
+        with open(os.path.join(tmp, _INDEX), "x", encoding="utf-8") as f:
             f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+_INDEX = "model" + INDEX_SUFFIX  # the index of a sharded checkpoint, as transformers names it
+
+
+def _shard_names(count: int) -> list[str]:
+    return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+
+
+def save_safetensors_paths(
+    path: str | os.PathLike[str], tensors: Mapping[str, Any], *, max_shard_size: int | None = None
+) -> list[str]:
+    """The files :func:`save_safetensors` will write for these arguments, absolute,
+    without writing anything: ``path`` itself, or with ``max_shard_size`` the shards
+    and the index inside the directory ``path``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
+    >>> for p in save_safetensors_paths("ckpt", tensors, max_shard_size=64):
+    ...     print(os.path.basename(p))
+    model-00001-of-00002.safetensors
+    model-00002-of-00002.safetensors
+    model.safetensors.index.json
+    """
+    target = written_path(check_path(path))
+    if max_shard_size is None:
+        return [target]
+    sources = tensor_sources(tensors)
+    limit = check_int(max_shard_size, "max_shard_size", minimum=1)
+    names = _shard_names(len(_shard(sources, [_row_for(s) for s in sources], limit)))
+    return [os.path.join(target, name) for name in [*names, _INDEX]]
 
 
 def _row_for(source: TensorSource) -> SafetensorsDType:
@@ -204,11 +236,11 @@ def _index_files(directory: str) -> set[str] | None:
     (``model-00001-of-00002.safetensors``; ``building_directory`` checks that
     each is a regular file).  An index naming someone's ``notes.txt`` is not
     enough."""
-    index = os.path.join(directory, "model" + INDEX_SUFFIX)
+    index = os.path.join(directory, _INDEX)
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # KilnError too
         shards = set(read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"].values())
         if all(isinstance(s, str) and _WRITTEN.fullmatch(s) for s in shards):
-            return {"model" + INDEX_SUFFIX, *shards}
+            return {_INDEX, *shards}
     return None
 
 
