@@ -23,6 +23,7 @@ from kiln_np._codec import Payload, as_array
 from kiln_np._core.checks import (
     MAX_INT64,
     check_path,
+    check_regular_file,
     set_module,
     show_int,
     show_value,
@@ -183,9 +184,9 @@ def _external_bytes(
         return memoryview(mapped)[offset - start :]
 
 
-def _regular_file(path: str, where: str, fd: int | None = None) -> os.stat_result:
+def _regular_file(path: str, where: str) -> os.stat_result:
     try:
-        return check_regular_file(path, fd)
+        return check_regular_file(path)
     except KilnError as exc:
         raise exc.prefixed(f"{where}: ") from None
 
