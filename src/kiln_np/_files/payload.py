@@ -235,7 +235,8 @@ class LazyPayload:
     def __repr__(self) -> str:
         layout = "" if self.layout is None else f", layout={self.layout!r}"
         return (
-            f"LazyPayload({code_label(int(self.code))}, shape={self.shape}, dtype={self.dtype.name}, "
+            f"LazyPayload({code_label(int(self.code))}, shape={self.shape}, "
+            f"dtype={self.dtype.name}, "
             f"{self.payload_byte_length} bytes at offset {self.offset} of {self.path!r}{layout})"
         )
 
