@@ -4,16 +4,40 @@
 (no C compiler, no Python headers) setuptools warns and the install goes on
 without it, and kiln_np runs on its pure-numpy kernels (see
 ``kiln_np.kernel_backend()`` and docs/performance.md).
+
+The GGML decoders (``ggml_*.c``) must compute in plain float32, one rounding per
+operation, to give ggml's bits: GCC and clang contract ``a * b + c`` into a fused
+multiply-add where the target has one (arm64, or x86-64 built for a newer CPU)
+unless told not to, so every build passes ``-ffp-contract=off`` (MSVC:
+``/fp:precise``, which does not contract).
 """
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+KERNELS = "src/kiln_np/_kernels/"
+
+
+class BuildExt(build_ext):
+    """build_ext with the one floating-point flag the compiler in use spells its way."""
+
+    def build_extensions(self) -> None:
+        flag = "/fp:precise" if self.compiler.compiler_type == "msvc" else "-ffp-contract=off"
+        for ext in self.extensions:
+            ext.extra_compile_args = [*ext.extra_compile_args, flag]
+        super().build_extensions()
+
 
 setup(
+    cmdclass={"build_ext": BuildExt},
     ext_modules=[
         Extension(
             "kiln_np._kernels.native",
-            sources=["src/kiln_np/_kernels/native.c"],
+            sources=[
+                KERNELS + name for name in ("native.c", "ggml_basic.c", "ggml_k.c", "ggml_iq.c")
+            ],
+            depends=[KERNELS + "ggml.h"],
             optional=True,
         )
-    ]
+    ],
 )

@@ -37,6 +37,7 @@ FLOORS: dict[str, int] = {
     "_core": 0,
     "_kernels": 1,
     "_codec": 2,
+    "_quants": 2,
     "_files": 3,
     "_weights": 4,
     "onnx": 5,

@@ -162,11 +162,21 @@ def _value_bits(value: Any, spec: str = "") -> bytes:
 # -- the registry ------------------------------------------------------------------------
 
 
+# Where kiln_np's table follows ggml, not gguf-py 0.19: Q8_1 is ggml's 36-byte block_q8_1
+# (f16 d, f16 s, 32 int8), Q2_0 (id 42, ggml 0.25) is newer than gguf-py's table.
+GGML_NOT_GGUF_PY = {"Q8_1": (32, 36), "Q2_0": (64, 18)}
+
+
 def test_types_are_gguf_pys_table() -> None:
-    assert [(t.type_id, t.name) for t in kg.TYPES.values()] == [(int(q), q.name) for q in Q]
+    ours = [(t.type_id, t.name) for t in kg.TYPES.values() if t.name != "Q2_0"]
+    assert ours == [(int(q), q.name) for q in Q]
     assert all(kg.TYPES[i].type_id == i for i in kg.TYPES)
     for row in kg.TYPES.values():
-        assert (row.block_elements, row.block_bytes) == gguf.GGML_QUANT_SIZES[Q(row.type_id)]
+        sizes = (row.block_elements, row.block_bytes)
+        if row.name in GGML_NOT_GGUF_PY:
+            assert sizes == GGML_NOT_GGUF_PY[row.name]
+        else:
+            assert sizes == gguf.GGML_QUANT_SIZES[Q(row.type_id)]
 
 
 @pytest.mark.parametrize("row", kg.TYPES.values(), ids=[t.name for t in kg.TYPES.values()])

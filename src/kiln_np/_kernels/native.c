@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ggml.h"
+
 #if defined(_MSC_VER) && !defined(__clang__)
 #define restrict __restrict /* MSVC's C mode before C11 knows only its own spelling */
 #endif
@@ -748,6 +750,87 @@ static PyObject *pack6(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     return pack_sub_byte("pack6", args, nargs, 6);
 }
 
+/* ---- GGML block decoders (ggml.h; the loops are in ggml_*.c) ---------------------- */
+
+static const GGMLDecoder *const GGML_FAMILIES[] = {kiln_ggml_basic, kiln_ggml_k, kiln_ggml_iq};
+
+static const GGMLDecoder *ggml_decoder(Py_ssize_t type_id) {
+    for (size_t f = 0; f < sizeof GGML_FAMILIES / sizeof GGML_FAMILIES[0]; f++) {
+        for (const GGMLDecoder *d = GGML_FAMILIES[f]; d->type_id >= 0; d++) {
+            if (d->type_id == type_id) {
+                return d;
+            }
+        }
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(ggml_to_float32_doc,
+    "ggml_to_float32(type_id, src, dst, lo, hi)\n--\n\n"
+    "Decode blocks [lo, hi) of GGML type type_id from the flat bytes src into the\n"
+    "float32 buffer dst (block i's values at element i * block_elements), as ggml's\n"
+    "dequantize_row_* computes them.  ValueError for a type without a compiled decoder\n"
+    "or a range the buffers do not hold; the buffers must not overlap.");
+
+static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                 Py_ssize_t nargs) {
+    Py_ssize_t type_id, lo, hi;
+    if (check_nargs("ggml_to_float32", nargs, 5) < 0 || get_index(args[0], &type_id) < 0 ||
+        get_index(args[3], &lo) < 0 || get_index(args[4], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    const GGMLDecoder *d = ggml_decoder(type_id);
+    if (d == NULL) {
+        PyErr_Format(PyExc_ValueError, "no compiled decoder for GGML type %zd", type_id);
+        return NULL;
+    }
+    if (hi > PY_SSIZE_T_MAX / 4 / d->block_elements) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[2]; /* src, dst */
+    if (get_buffers(args + 1, 2, (const int[]){0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("src", hi * d->block_bytes, views[0].len) == 0 &&
+        check_fits("dst", 4 * hi * d->block_elements, views[1].len) == 0) {
+        const uint8_t *s = (const uint8_t *)views[0].buf + lo * d->block_bytes;
+        float *o = (float *)views[1].buf + lo * d->block_elements;
+        RUN_LOOP((hi - lo) * d->block_bytes, d->decode(s, o, hi - lo));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 2);
+    return result;
+}
+
+PyDoc_STRVAR(ggml_types_doc,
+    "ggml_types()\n--\n\n"
+    "The GGML types with a compiled decoder: a tuple of (type_id, block_elements,\n"
+    "block_bytes).");
+
+static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
+    PyObject *list = PyList_New(0);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (size_t f = 0; f < sizeof GGML_FAMILIES / sizeof GGML_FAMILIES[0]; f++) {
+        for (const GGMLDecoder *d = GGML_FAMILIES[f]; d->type_id >= 0; d++) {
+            PyObject *row = Py_BuildValue("(iii)", d->type_id, d->block_elements, d->block_bytes);
+            if (row == NULL || PyList_Append(list, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(list);
+                return NULL;
+            }
+            Py_DECREF(row);
+        }
+    }
+    PyObject *result = PyList_AsTuple(list);
+    Py_DECREF(list);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
@@ -759,6 +842,9 @@ static PyMethodDef methods[] = {
     {"pack2", (PyCFunction)(void (*)(void))pack2, METH_FASTCALL, pack2_doc},
     {"unpack6", (PyCFunction)(void (*)(void))unpack6, METH_FASTCALL, unpack6_doc},
     {"pack6", (PyCFunction)(void (*)(void))pack6, METH_FASTCALL, pack6_doc},
+    {"ggml_to_float32", (PyCFunction)(void (*)(void))ggml_to_float32, METH_FASTCALL,
+     ggml_to_float32_doc},
+    {"ggml_types", ggml_types, METH_NOARGS, ggml_types_doc},
     {NULL, NULL, 0, NULL},
 };
 

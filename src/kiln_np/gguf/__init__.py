@@ -92,6 +92,7 @@ Modules
 other.  ``kiln_np.gguf`` needs nothing but numpy.
 """
 
+from ._dequantize import dequantize
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
 from ._values import GGUFArrays, GGUFMetadata, ValueType
@@ -105,6 +106,7 @@ __all__ = [
     "GGUFMetadata",
     "GGUFTensorInfo",
     "ValueType",
+    "dequantize",
     "ggml_type_for_code",
     "open_gguf",
     "read_gguf",

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, Layout, code_label
+from kiln_np._quants.blocks import BLOCKS
 
 __all__ = [
     "DEFAULT_ALIGNMENT",
@@ -102,59 +103,44 @@ _CLOSED: Mapping[str, Code] = MappingProxyType(
 )
 
 
-def _ggml(type_id: int, name: str, block_elements: int, block_bytes: int) -> GGMLType:
-    code = _CLOSED.get(name)
-    if code is not None:
-        return GGMLType(type_id, name, block_elements, block_bytes, code, None)
-    layout = Layout(f"ggml.{name.lower()}", block_bytes)
-    return GGMLType(type_id, name, block_elements, block_bytes, 0x4700 + type_id, layout)
+def _plain(type_id: int, name: str, nbytes: int) -> GGMLType:
+    return GGMLType(type_id, name, 1, nbytes, _CLOSED[name], None)
 
 
 TYPES: Mapping[int, GGMLType] = MappingProxyType(
     {
         row.type_id: row
-        for row in (
-            _ggml(0, "F32", 1, 4),
-            _ggml(1, "F16", 1, 2),
-            _ggml(2, "Q4_0", 32, 18),
-            _ggml(3, "Q4_1", 32, 20),
-            _ggml(6, "Q5_0", 32, 22),
-            _ggml(7, "Q5_1", 32, 24),
-            _ggml(8, "Q8_0", 32, 34),
-            _ggml(9, "Q8_1", 32, 40),
-            _ggml(10, "Q2_K", 256, 84),
-            _ggml(11, "Q3_K", 256, 110),
-            _ggml(12, "Q4_K", 256, 144),
-            _ggml(13, "Q5_K", 256, 176),
-            _ggml(14, "Q6_K", 256, 210),
-            _ggml(15, "Q8_K", 256, 292),
-            _ggml(16, "IQ2_XXS", 256, 66),
-            _ggml(17, "IQ2_XS", 256, 74),
-            _ggml(18, "IQ3_XXS", 256, 98),
-            _ggml(19, "IQ1_S", 256, 50),
-            _ggml(20, "IQ4_NL", 32, 18),
-            _ggml(21, "IQ3_S", 256, 110),
-            _ggml(22, "IQ2_S", 256, 82),
-            _ggml(23, "IQ4_XS", 256, 136),
-            _ggml(24, "I8", 1, 1),
-            _ggml(25, "I16", 1, 2),
-            _ggml(26, "I32", 1, 4),
-            _ggml(27, "I64", 1, 8),
-            _ggml(28, "F64", 1, 8),
-            _ggml(29, "IQ1_M", 256, 56),
-            _ggml(30, "BF16", 1, 2),
-            _ggml(34, "TQ1_0", 256, 54),
-            _ggml(35, "TQ2_0", 256, 66),
-            _ggml(39, "MXFP4", 32, 17),
-            _ggml(40, "NVFP4", 64, 36),
-            _ggml(41, "Q1_0", 128, 18),
+        for row in sorted(
+            (
+                _plain(0, "F32", 4),
+                _plain(1, "F16", 2),
+                _plain(24, "I8", 1),
+                _plain(25, "I16", 2),
+                _plain(26, "I32", 4),
+                _plain(27, "I64", 8),
+                _plain(28, "F64", 8),
+                _plain(30, "BF16", 2),
+                *(
+                    GGMLType(
+                        b.type_id,
+                        b.name,
+                        b.elements,
+                        b.bytes,
+                        b.code,
+                        Layout(b.layout_name, b.bytes),
+                    )
+                    for b in BLOCKS.values()
+                ),
+            ),
+            key=lambda row: row.type_id,
         )
     }
 )
-"""Every GGML type a GGUF tensor may have (gguf-py 0.19.0's table), by type id
-(``TYPES[8]`` is Q8_0), in type-id order.  Ids 4, 5 (Q4_2, Q4_3) and 31-33,
-36-38 (the repacked Q4_0/IQ4_NL variants) were removed from GGML and are
-refused."""
+"""Every GGML type a GGUF tensor may have, by type id (``TYPES[8]`` is Q8_0), in
+type-id order: the plain types and ``kiln_np._quants.blocks.BLOCKS`` (ggml's
+block sizes: Q8_1 is 36 bytes, where gguf-py 0.19's table says 40).  Ids 4, 5
+(Q4_2, Q4_3) and 31-33, 36-38 (the repacked Q4_0/IQ4_NL variants) were removed
+from GGML."""
 
 _BY_CODE: Mapping[int, GGMLType] = MappingProxyType({int(t.code): t for t in TYPES.values()})
 

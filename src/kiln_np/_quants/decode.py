@@ -1,0 +1,173 @@
+"""Dequantize runs of GGML blocks: on the compiled kernels where they are built,
+on the numpy decoders otherwise, split over the thread pool by whole blocks.
+
+Both give ggml's float32 bits for every block (``tests/kernels/test_ggml.py``
+holds them to ggml's own output and to each other); other output types are the
+float32 values rounded once, to nearest even.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kiln_np._core.checks import U8
+from kiln_np._core.errors import KilnError
+from kiln_np._core.table import Layout, as_dtype
+from kiln_np._kernels import backend, pool
+
+from . import basic, iquants, kquants
+from .blocks import BLOCKS, Block
+from .decoder import Decoder
+
+with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+    from kiln_np._kernels import native
+
+__all__ = [
+    "DECODERS",
+    "OUTPUT_DTYPES",
+    "block_of",
+    "decoder",
+    "dequantize_blocks",
+    "dequantize_into",
+    "output_dtype",
+]
+
+DECODERS: Mapping[str, Decoder] = MappingProxyType(
+    {**basic.DECODERS, **kquants.DECODERS, **iquants.DECODERS}
+)
+"""Every decodable GGML block type's numpy decoder, by GGML name."""
+
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+"""The dtypes a dequantized result may have (float32 is ggml's own)."""
+
+_COMPILED: frozenset[int] = (
+    frozenset(t for t, _, _ in native.ggml_types()) if backend.COMPILED else frozenset()
+)
+
+_CHUNK_ELEMENTS = 1 << 16
+"""Elements the numpy decoders (and a conversion to another dtype) take at a time:
+their float32 temporaries (a few per element) stay in a 2 MiB L2 cache."""
+
+
+def decoder(name: str) -> tuple[Block, Decoder] | None:
+    """The block type and numpy decoder of GGML type ``name``, or None.
+
+    >>> decoder("Q8_0")[0].bytes, decoder("F32")
+    (34, None)
+    """
+    found = DECODERS.get(name)
+    return None if found is None else (BLOCKS[name], found)
+
+
+_BY_LAYOUT: Mapping[str, Block] = MappingProxyType(
+    {BLOCKS[name].layout_name: BLOCKS[name] for name in DECODERS}
+)
+
+
+def block_of(code: int, layout: Layout | None) -> Block | None:
+    """The decodable GGML block type of payloads of ``code`` with ``layout``
+    (code ``0x4700 + type id``, ``Layout("ggml.<name>", bytes)``), or None.
+
+    >>> block_of(0x4708, Layout("ggml.q8_0", 34)).name, block_of(0x4708, None)
+    ('Q8_0', None)
+    """
+    if layout is None:
+        return None
+    block = _BY_LAYOUT.get(layout.name)
+    if block is None or block.code != code or block.bytes != layout.block_size:
+        return None
+    return block
+
+
+def _numpy_range(dec: Decoder, rows: np.ndarray, dst: np.ndarray, b0: int, b1: int) -> None:
+    step = max(1, _CHUNK_ELEMENTS // dst.shape[1])
+    with np.errstate(all="ignore"):  # inf * 0 and the like: ggml's NaN, no warning
+        for c in range(b0, b1, step):
+            dst[c : min(c + step, b1)] = dec.values(rows[c : min(c + step, b1)])
+
+
+def dequantize_into(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
+    """Decode the flat uint8 ``blocks`` (whole blocks of GGML type ``name``, which
+    :func:`decoder` knows) into the C-contiguous float32 ``out`` of as many
+    elements; the two do not overlap.
+
+    >>> out = np.empty(32, np.float32)
+    >>> dequantize_into("Q8_0", np.array([0, 0x40] + [3] * 32, np.uint8), out)  # d = 2.0
+    >>> out[:2].tolist()
+    [6.0, 6.0]
+    """
+    block, dec = BLOCKS[name], DECODERS[name]
+    count = blocks.size // block.bytes
+    if block.type_id in _COMPILED and backend.COMPILED:
+        pool.run_blocks(
+            lambda b0, b1: native.ggml_to_float32(block.type_id, blocks, out, b0, b1),
+            count,
+            block.elements,
+        )
+        return
+    rows = blocks.reshape(count, block.bytes)
+    dst = out.reshape(count, block.elements)
+    total = count * block.elements
+    pool.run_ranges(
+        lambda lo, hi: _numpy_range(
+            dec, rows, dst, lo // block.elements, count if hi == total else hi // block.elements
+        ),
+        total,
+    )
+
+
+def output_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
+    """The output dtype named by ``dtype``, one of :data:`OUTPUT_DTYPES`, or TYPE.
+
+    >>> output_dtype("bfloat16").name
+    'bfloat16'
+    """
+    try:
+        d = as_dtype(dtype)
+    except (TypeError, ValueError):
+        d = None
+    if d is None or d.name not in OUTPUT_DTYPES or d.byteorder == ">":
+        raise KilnError(
+            "TYPE",
+            f"expected a dequantize dtype ({', '.join(OUTPUT_DTYPES)}), found {dtype!r}",
+        )
+    return d
+
+
+def dequantize_blocks(
+    name: str, data: Any, block_shape: tuple[int, ...], dtype: npt.DTypeLike = np.float32
+) -> np.ndarray:
+    """The values of the GGML blocks ``data`` (a buffer of exactly the blocks of
+    ``block_shape``), shape ``block_shape`` with the last axis counted in
+    elements (``()`` is one block: shape ``(elements,)``), as ``dtype``.
+
+    >>> dequantize_blocks("Q8_0", bytes([0, 0x3C] + [1] * 32), (1,), "float16")[:3].tolist()
+    [1.0, 1.0, 1.0]
+    """
+    block = BLOCKS[name]
+    out_dtype = output_dtype(dtype)
+    blocks = np.frombuffer(data, U8)
+    count = blocks.size // block.bytes
+    shape = (
+        (*block_shape[:-1], block_shape[-1] * block.elements) if block_shape else (block.elements,)
+    )
+    total = count * block.elements
+    out = pool.empty(shape, out_dtype, total)
+    if out_dtype == np.float32:
+        dequantize_into(name, blocks, out.reshape(-1))
+        return out
+    flat = out.reshape(-1)
+    step = max(1, _CHUNK_ELEMENTS // block.elements)
+    scratch = np.empty(step * block.elements, np.float32)
+    for b0 in range(0, count, step):
+        b1 = min(count, b0 + step)
+        part = scratch[: (b1 - b0) * block.elements]
+        dequantize_into(name, blocks[b0 * block.bytes : b1 * block.bytes], part)
+        flat[b0 * block.elements : b1 * block.elements] = part
+    return out

@@ -1,0 +1,90 @@
+"""``dequantize``: a GGML payload's numbers, exactly as llama.cpp computes them."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from kiln_np._codec import Payload
+from kiln_np._core.checks import byte_view, set_module, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import payload_info
+from kiln_np._core.table import code_label
+from kiln_np._quants.blocks import BLOCKS
+from kiln_np._quants.decode import DECODERS, block_of, dequantize_blocks
+
+__all__ = ["dequantize"]
+
+_DECODED = ", ".join(name for name in BLOCKS if name in DECODERS)
+
+
+def _payload(x: object) -> Payload:
+    if isinstance(x, Payload):
+        return x
+    method = getattr(x, "payload", None)
+    p = method() if callable(method) and not isinstance(x, np.ndarray) else None
+    if not isinstance(p, Payload):
+        raise KilnError("TYPE", f"expected a GGML payload or weight tensor, found {show_value(x)}")
+    return p
+
+
+@set_module("kiln_np.gguf")
+def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+    """The values of a GGML quantized payload (or weight tensor), as llama.cpp computes them.
+
+    Parameters
+    ----------
+    x : Payload or WeightTensor
+        Opaque code ``0x4700 + type id`` with ``Layout("ggml.<type>", bytes per
+        block)`` (what :func:`kiln_np.open_weights` gives for a quantized GGUF
+        tensor), block shape ``(..., m)``.
+    dtype : float32, float16, bfloat16 or float64
+        float32 is ggml's own result, bit for bit its ``dequantize_row_*`` for
+        every block (NaN and infinite scales included); the others are those
+        float32 values rounded once, to nearest even.
+
+    Returns
+    -------
+    numpy.ndarray
+        A new array of shape ``(..., m * block elements)``: the tensor's
+        logical shape (GGUF's dims reversed).
+
+    Raises
+    ------
+    KilnError
+        TYPE for another code or layout, a GGML type with no decoder, or another
+        dtype; LENGTH for data of the wrong size.
+
+    Examples
+    --------
+    >>> from kiln_np import Layout
+    >>> block = bytes([0x00, 0x38]) + bytes([2, 0xFE] * 16)  # Q8_0: d = 0.5, q = 2, -2, ...
+    >>> dequantize(Payload(0x4708, block, (1,), Layout("ggml.q8_0", 34)))[:4].tolist()
+    [1.0, -1.0, 1.0, -1.0]
+    """
+    p = _payload(x)
+    info = payload_info(p.code, p.shape, p.layout)
+    block = block_of(info.code, info.layout)
+    if block is None:
+        known = BLOCKS.get(info.layout.name[5:].upper()) if info.layout is not None else None
+        why = (
+            f" (GGML {known.name} has no decoder: ggml keeps it for dot products only)"
+            if known is not None and known.code == info.code
+            else ""
+        )
+        raise KilnError(
+            "TYPE",
+            f"{info.context}expected a GGML quantized payload of a decodable type ({_DECODED}: "
+            f"code 0x4700 + GGML type id with Layout('ggml.<type>', bytes per block)), found "
+            f"{code_label(info.code)} with layout {info.layout!r}{why}",
+            code=info.code,
+        )
+    try:
+        data = byte_view(p.data, "data")
+    except TypeError:
+        found = show_value(p.data)
+        raise KilnError(
+            "TYPE", f"expected the payload's data as a bytes-like buffer, found {found}"
+        ) from None
+    info.check_length(data.size)
+    return dequantize_blocks(block.name, data, info.shape, dtype)

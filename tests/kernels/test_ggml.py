@@ -1,0 +1,99 @@
+"""The GGML block decoders: ggml's bits for every block, numpy and compiled alike.
+
+Three oracles: ggml's own ``dequantize_row_*`` (``tests/fixtures/ggml/dequantize.npz``,
+made by the script beside it from libggml-base), gguf-py's ``gguf.quants.dequantize``
+(on files and blocks it reads), and each other: the numpy decoders and the compiled
+kernels must give the same bytes on every block, the special ones included.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import gguf
+import gguf.quants
+import numpy as np
+import pytest
+
+from kiln_np._kernels import backend as _backend
+from kiln_np._kernels import pool as _pool
+from kiln_np._quants import decode as _decode
+from kiln_np._quants.blocks import BLOCKS
+
+GOLDEN = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "dequantize.npz")
+GOLDEN_TYPES = sorted({key.split(".")[0] for key in GOLDEN.files if key.endswith(".blocks")})
+DECODED = sorted(_decode.DECODERS)
+
+
+def agree(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit for bit, but for the payload of a NaN the reference's own arithmetic made."""
+    got_bits = got.reshape(-1).view(np.uint32)
+    want_bits = want.reshape(-1).view(np.uint32)
+    differ = (got_bits != want_bits) & ~(np.isnan(got.reshape(-1)) & np.isnan(want.reshape(-1)))
+    if differ.any():
+        i = int(np.flatnonzero(differ)[0])
+        raise AssertionError(
+            f"{int(differ.sum())} values differ; first at {i}: "
+            f"{got_bits[i]:#010x} != {want_bits[i]:#010x}"
+        )
+
+
+def numpy_values(name: str, blocks: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return _decode.DECODERS[name].values(np.ascontiguousarray(blocks))
+
+
+@pytest.mark.parametrize("name", [n for n in GOLDEN_TYPES if n in _decode.DECODERS])
+def test_numpy_decoder_is_ggml(name: str) -> None:
+    agree(numpy_values(name, GOLDEN[f"{name}.blocks"]), GOLDEN[f"{name}.values"])
+
+
+@pytest.mark.parametrize("name", [n for n in GOLDEN_TYPES if n in _decode.DECODERS])
+def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = GOLDEN[f"{name}.blocks"]
+    for compiled in (True, False) if _backend.COMPILED else (False,):
+        monkeypatch.setattr(_backend, "COMPILED", compiled)
+        out = np.empty(GOLDEN[f"{name}.values"].size, np.float32)
+        _decode.dequantize_into(name, blocks.reshape(-1), out)
+        agree(out, GOLDEN[f"{name}.values"])
+
+
+@pytest.mark.skipif(not _backend.COMPILED, reason="the compiled kernels are not built")
+@pytest.mark.parametrize("name", DECODED)
+def test_compiled_is_numpy_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact bytes (NaN payloads too) on random blocks, across thread ranges."""
+    block = BLOCKS[name]
+    monkeypatch.setattr(_pool, "COMPILED_THREAD_MIN_LANES", 64)
+    monkeypatch.setattr(_pool, "COMPILED_GRANULE", 32)
+    count = 1031
+    rng = np.random.default_rng(block.type_id)
+    blocks = rng.integers(0, 256, count * block.bytes, np.uint8)
+    compiled = np.empty(count * block.elements, np.float32)
+    _decode.dequantize_into(name, blocks, compiled)
+    want = numpy_values(name, blocks.reshape(count, block.bytes)).reshape(-1)
+    assert compiled.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+
+
+def test_every_compiled_decoder_has_a_numpy_twin_of_its_size() -> None:
+    from kiln_np._kernels import native
+
+    by_id = {b.type_id: b for b in BLOCKS.values()}
+    for type_id, elements, nbytes in native.ggml_types() if _backend.COMPILED else ():
+        block = by_id[type_id]
+        assert (elements, nbytes) == (block.elements, block.bytes)
+        assert block.name in _decode.DECODERS
+
+
+# gguf-py 0.19 decodes every type but Q1_0, Q2_0 and Q8_K (and Q8_1, which ggml cannot).
+GGUF_PY_DECODES = [n for n in DECODED if hasattr(gguf.quants, n)]
+
+
+@pytest.mark.parametrize("name", GGUF_PY_DECODES)
+def test_gguf_py_agrees(name: str) -> None:
+    block = BLOCKS[name]
+    blocks = np.random.default_rng(7).integers(0, 256, (257, block.bytes), np.uint8)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[name])
+    agree(numpy_values(name, blocks), want.astype(np.float32))
