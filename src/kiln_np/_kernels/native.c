@@ -122,23 +122,7 @@ static int check_fits(const char *what, Py_ssize_t need, Py_ssize_t have) {
 
 /* ---- the loops ------------------------------------------------------------------- */
 
-/* On x86-64 Linux the loops are also compiled for AVX2 and the dynamic loader
- * picks the variant the CPU supports (an ifunc): the wheel stays portable (the
- * default variant is plain SSE2) and a recent CPU moves 32 bytes per step. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute) && \
-    !defined(KILN_NP_BASELINE) /* -DKILN_NP_BASELINE: the default variant only (tests) */
-#if __has_attribute(target_clones)
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef VECTOR_CLONES
-#define VECTOR_CLONES
-#endif
-#if defined(__GNUC__)
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define ALWAYS_INLINE inline
-#endif
+/* VECTOR_CLONES and ALWAYS_INLINE: see ggml.h. */
 
 VECTOR_CLONES
 static void unpack_loop(const uint8_t *restrict s, uint8_t *restrict d, Py_ssize_t nbytes) {
