@@ -85,7 +85,10 @@ def measure(name: str, elements: int, rounds: int, library: str | None) -> list[
     block = BLOCKS[name]
     raw = blocks_of(name, elements)
     payload = Payload(
-        block.code, raw.reshape(-1), (raw.shape[0],), Layout(block.layout_name, block.bytes)
+        block.code,
+        memoryview(raw.reshape(-1)),
+        (raw.shape[0],),
+        Layout(block.layout_name, block.bytes),
     )
     out = np.empty(raw.shape[0] * block.elements, np.float32)
     functions: dict[str, Callable[[], object]] = {
