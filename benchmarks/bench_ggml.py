@@ -86,7 +86,7 @@ def measure(name: str, elements: int, rounds: int, library: str | None) -> list[
     raw = blocks_of(name, elements)
     payload = Payload(
         block.code,
-        memoryview(raw.reshape(-1)),
+        raw.reshape(-1).data,
         (raw.shape[0],),
         Layout(block.layout_name, block.bytes),
     )
