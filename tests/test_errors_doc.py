@@ -591,6 +591,12 @@ MX: list[Entry] = [
     ("mx.quantize", "unknown element", lambda: mx.quantize(_f4(4), element="i8")),
     ("mx.quantize", "unknown rule", lambda: mx.quantize(_f4(4), rule="nearest")),  # type: ignore[arg-type]
     ("mx.quantize", "rule ggml with an element other than e2m1", lambda: mx.quantize(_f4(4), element="f8e4m3", rule="ggml")),
+    ("gguf.dequantize", "not a payload or tensor", lambda: kg.dequantize(np.zeros(34, np.uint8))),
+    ("gguf.dequantize", "not a GGML block payload", lambda: kg.dequantize(kiln_np.from_numpy(np.zeros(2, np.float32)))),
+    ("gguf.dequantize", "a GGML layout of the wrong block size (gguf-py's 40-byte Q8_1)", lambda: kg.dequantize(kiln_np.Payload(0x4700 + 9, memoryview(bytes(36)), (1,), Layout("ggml.q8_1", 40)))),
+    ("gguf.dequantize", "data that is no buffer", lambda: kg.dequantize(kiln_np.Payload(0x4708, [0] * 34, (1,), Layout("ggml.q8_0", 34)))),  # type: ignore[arg-type]
+    ("gguf.dequantize", "data of the wrong size", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(33)), (1,), Layout("ggml.q8_0", 34)))),
+    ("gguf.dequantize", "dtype not f32, f16, bf16, f64", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(34)), (1,), Layout("ggml.q8_0", 34)), dtype=np.int8)),
     ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
     ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
     ("mx.to_ggml", "unknown layout", lambda: mx.to_ggml(_E2M1_32, _E8M0_1, layout="ggml.q4_0")),

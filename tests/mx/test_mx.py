@@ -418,13 +418,18 @@ def nvfp4_payload(blocks: np.ndarray) -> Payload:
     return Payload(0x4728, memoryview(blocks.tobytes()), blocks.shape[:-1], NVFP4)
 
 
+def ocp_ggml(payload: Any, dtype: Any = np.float32) -> np.ndarray:
+    """A GGUF MXFP4/NVFP4 payload's OCP values (``kiln_np.gguf.dequantize`` gives ggml's)."""
+    return mx.dequantize(*mx.from_ggml(payload), dtype=dtype)
+
+
 def test_mxfp4_against_gguf_py(kernels: str) -> None:
     rng = np.random.default_rng(10)
     blocks = rng.integers(0, 256, (6, 200, 17), dtype=np.uint8)
     blocks[..., 0] = rng.integers(0, 0xFD, (6, 200))  # exclusions 2 and 4: 0xfd-0xff below
     blocks[0, :, 0] = np.arange(200) % 0xFD  # every finite-in-float32 scale byte
     want = gguf.quants.dequantize(blocks.reshape(6, -1), GG.MXFP4)
-    got = mx.dequantize_ggml(mxfp4_payload(blocks))
+    got = ocp_ggml(mxfp4_payload(blocks))
     assert got.shape == want.shape == (6, 6400)
     values, _ = mx.from_ggml(mxfp4_payload(blocks))
     minus_zero = kiln_np.to_numpy(*values).view(np.uint8) == 0x8  # exclusion 1
@@ -443,8 +448,8 @@ def test_mxfp4_against_gguf_py(kernels: str) -> None:
     assert np.isinf(g[:2]).all()
     assert (g[2] == 2.0**127).all()
     with pytest.raises(KilnError, match=r"block \(0, 0\)"):
-        mx.dequantize_ggml(mxfp4_payload(top))
-    exact = mx.dequantize_ggml(mxfp4_payload(top), dtype=np.float64).reshape(3, 32)
+        ocp_ggml(mxfp4_payload(top))
+    exact = ocp_ggml(mxfp4_payload(top), dtype=np.float64).reshape(3, 32)
     assert exact[0, 0] == 4.0 * 2.0**126
     assert exact[1, 16] == 6.0 * 2.0**127
     assert np.isnan(exact[2]).all()
@@ -456,7 +461,7 @@ def test_nvfp4_against_gguf_py() -> None:
     blocks[:, :4] = rng.integers(0, 0x7F, (300, 4))  # exclusion 3: 0x7f and signs below
     blocks[0, :4] = [0x00, 0x01, 0x7E, 0x40]
     want = gguf.quants.dequantize(blocks.reshape(1, -1), GG.NVFP4).reshape(-1)
-    got = mx.dequantize_ggml(nvfp4_payload(blocks)).reshape(-1)
+    got = ocp_ggml(nvfp4_payload(blocks)).reshape(-1)
     values, scales = mx.from_ggml(nvfp4_payload(blocks))
     assert values.shape == (300 * 64,)
     assert scales.shape == (300 * 4,)
@@ -467,14 +472,14 @@ def test_nvfp4_against_gguf_py() -> None:
     # 0xff are NaN here, 0 (0x7f) and 240 x 2 (0xff) there
     signed = blocks.copy()
     signed[:, :4] |= 0x80
-    mine = mx.dequantize_ggml(nvfp4_payload(signed)).reshape(-1)
+    mine = ocp_ggml(nvfp4_payload(signed)).reshape(-1)
     theirs = gguf.quants.dequantize(signed.reshape(1, -1), GG.NVFP4).reshape(-1)
     nonzero = want != 0
     assert np.array_equal(mine[nonzero].view(np.uint32), (-want[nonzero]).view(np.uint32))
     assert bits(theirs) == bits(want)
     nan = blocks[:1].copy()
     nan[0, :4] = [0x7F, 0xFF, 0x7F, 0xFF]
-    assert np.isnan(mx.dequantize_ggml(nvfp4_payload(nan))).all()
+    assert np.isnan(ocp_ggml(nvfp4_payload(nan))).all()
     g = gguf.quants.dequantize(nan.reshape(1, -1), GG.NVFP4).reshape(4, 16)
     assert not g[0].any()
     assert np.isfinite(g[1]).all()
@@ -850,7 +855,7 @@ def test_repack_from_arrays_and_errors() -> None:
     v = (np.arange(64, dtype=np.uint8) % 16).view(E2M1).reshape(2, 32)
     s = np.array([[127], [128]], np.uint8)
     p = mx.to_ggml(v, s, layout="ggml.mxfp4")
-    assert bits(mx.dequantize_ggml(p)) == bits(mx.dequantize(v, s))
+    assert bits(ocp_ggml(p)) == bits(mx.dequantize(v, s))
     with pytest.raises(KilnError, match=r"expected layout ggml\.mxfp4"):
         mx.to_ggml(v, s, layout="ggml.q4_0")
     with pytest.raises(KilnError, match=r"expected layout ggml\.mxfp4"):
@@ -896,7 +901,7 @@ def test_weights_tensors_in_one_call(tmp_path: Path) -> None:
         assert values.shape == (4, 64)
         assert scales.shape == (4, 2)
         want = gguf.quants.dequantize(q, GG.MXFP4)
-        got = mx.dequantize_ggml(t)
+        got = ocp_ggml(t)
         keep = kiln_np.to_numpy(*values).view(np.uint8) != 8
         assert np.array_equal(got.view(np.uint32)[keep], want.view(np.uint32)[keep])
 
@@ -971,10 +976,8 @@ def test_layout_table_matches_the_code_and_the_docs() -> None:
         "kiln": mx.dequantize(
             Payload(18, memoryview(q.tobytes()), (32,)), np.array([0xFF], np.uint8)
         ),
-        "ggml.mxfp4": mx.dequantize_ggml(
-            mxfp4_payload(np.concatenate([[0xFF], q]).astype(np.uint8)[None])
-        ),
-        "ggml.nvfp4": mx.dequantize_ggml(
+        "ggml.mxfp4": ocp_ggml(mxfp4_payload(np.concatenate([[0xFF], q]).astype(np.uint8)[None])),
+        "ggml.nvfp4": ocp_ggml(
             nvfp4_payload(np.concatenate([[0xFF] * 4, q, q]).astype(np.uint8)[None])
         ),
         "gpt-oss": mx.dequantize_gpt_oss(q[None], np.array([0xFF], np.uint8)),
@@ -1101,7 +1104,6 @@ ENTRY_POINTS: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "from_gpt_oss": (mx.from_gpt_oss, _GPT_OSS),
     "dequantize_gpt_oss": (mx.dequantize_gpt_oss, _GPT_OSS),
     "from_ggml": (mx.from_ggml, (_BLOCK,)),
-    "dequantize_ggml": (mx.dequantize_ggml, (_BLOCK,)),
     "quantize": (mx.quantize, (np.linspace(-4, 4, 32),)),
 }
 

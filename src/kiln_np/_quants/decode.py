@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kiln_np._core.checks import U8
+from kiln_np._core.checks import U8, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout, as_dtype
 from kiln_np._kernels import backend, pool
@@ -135,7 +135,8 @@ def output_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
     if d is None or d.name not in OUTPUT_DTYPES or d.byteorder == ">":
         raise KilnError(
             "TYPE",
-            f"expected a dequantize dtype ({', '.join(OUTPUT_DTYPES)}), found {dtype!r}",
+            f"expected a dequantize dtype ({', '.join(OUTPUT_DTYPES)}), found "
+            f"{d.str if d is not None else show_value(dtype)}",
         )
     return d
 
@@ -169,5 +170,6 @@ def dequantize_blocks(
         b1 = min(count, b0 + step)
         part = scratch[: (b1 - b0) * block.elements]
         dequantize_into(name, blocks[b0 * block.bytes : b1 * block.bytes], part)
-        flat[b0 * block.elements : b1 * block.elements] = part
+        with np.errstate(over="ignore"):  # rounding to nearest: past the top is inf
+            flat[b0 * block.elements : b1 * block.elements] = part
     return out

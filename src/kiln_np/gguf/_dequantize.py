@@ -10,12 +10,9 @@ from kiln_np._core.checks import byte_view, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._core.table import code_label
-from kiln_np._quants.blocks import BLOCKS
-from kiln_np._quants.decode import DECODERS, block_of, dequantize_blocks
+from kiln_np._quants.decode import block_of, dequantize_blocks
 
 __all__ = ["dequantize"]
-
-_DECODED = ", ".join(name for name in BLOCKS if name in DECODERS)
 
 
 def _payload(x: object) -> Payload:
@@ -52,8 +49,9 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     Raises
     ------
     KilnError
-        TYPE for another code or layout, a GGML type with no decoder, or another
-        dtype; LENGTH for data of the wrong size.
+        TYPE for another code or layout (a plain GGML type such as F16 is a
+        closed Kiln code: ``kiln_np.to_numpy`` reads it), or another dtype;
+        LENGTH for data of the wrong size.
 
     Examples
     --------
@@ -66,17 +64,11 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     info = payload_info(p.code, p.shape, p.layout)
     block = block_of(info.code, info.layout)
     if block is None:
-        known = BLOCKS.get(info.layout.name[5:].upper()) if info.layout is not None else None
-        why = (
-            f" (GGML {known.name} has no decoder: ggml keeps it for dot products only)"
-            if known is not None and known.code == info.code
-            else ""
-        )
         raise KilnError(
             "TYPE",
-            f"{info.context}expected a GGML quantized payload of a decodable type ({_DECODED}: "
-            f"code 0x4700 + GGML type id with Layout('ggml.<type>', bytes per block)), found "
-            f"{code_label(info.code)} with layout {info.layout!r}{why}",
+            f"{info.context}expected a GGML quantized payload (code 0x4700 + GGML type id, "
+            "Layout('ggml.<type>', bytes per block), a block type of kiln_np.gguf.TYPES), "
+            f"found {code_label(info.code)} with layout {info.layout!r}",
             code=info.code,
         )
     try:

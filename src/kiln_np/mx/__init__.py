@@ -96,7 +96,6 @@ from .exact import dequantize
 from .layouts import (
     LAYOUTS,
     MXLayout,
-    dequantize_ggml,
     dequantize_gpt_oss,
     dequantize_onnx,
     from_ggml,
@@ -112,7 +111,6 @@ __all__ = [
     "LAYOUTS",
     "MXLayout",
     "dequantize",
-    "dequantize_ggml",
     "dequantize_gpt_oss",
     "dequantize_onnx",
     "from_ggml",

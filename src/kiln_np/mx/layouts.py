@@ -35,7 +35,6 @@ from .kinds import ELEMENTS, SCALES, Kind
 __all__ = [
     "LAYOUTS",
     "MXLayout",
-    "dequantize_ggml",
     "dequantize_gpt_oss",
     "dequantize_onnx",
     "from_ggml",
@@ -382,28 +381,6 @@ def to_ggml(values: object, scales: object, *, layout: str | Layout) -> Payload:
             out["elements"][b0:b1] = split.reshape(-1).view(g.record["elements"])
     info = payload_info(g.code, (*vshape[:-1], vshape[-1] // g.elements), g.layout)
     return Payload(info.code, readonly_view(out), info.shape, info.layout)
-
-
-@set_module(_MODULE)
-def dequantize_ggml(payload: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
-    """Exact floats of a GGUF MXFP4 or NVFP4 payload (or tensor), C order.
-
-    ``dequantize(*from_ggml(payload), dtype=dtype)``: shape ``(..., m * 32)``
-    (``m * 64`` for NVFP4) for block shape ``(..., m)``.
-
-    Raises
-    ------
-    KilnError
-        As :func:`from_ggml` and :func:`dequantize`.
-
-    Examples
-    --------
-    >>> block = bytes([128]) + bytes([0x72]) + bytes(15)
-    >>> dequantize_ggml(Payload(0x4727, memoryview(block), (1,), Layout("ggml.mxfp4", 17)))[
-    ...     [0, 16]]
-    array([ 2., 12.], dtype=float32)
-    """
-    return dequantize(*from_ggml(payload), dtype=dtype)
 
 
 # -- gpt-oss ---------------------------------------------------------------------------------

@@ -1,0 +1,133 @@
+"""``kiln_np.gguf.dequantize``: GGUF files' quantized tensors as llama.cpp's numbers.
+
+The bits per block are checked in tests/kernels/test_ggml.py (ggml's golden vectors);
+here: the public entry on files gguf-py wrote, shapes, output dtypes, and the places
+where llama.cpp's reading of MXFP4/NVFP4 differs from OCP's (``kiln_np.mx``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import gguf
+import gguf.quants
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kiln_np
+from kiln_np import KilnError, Layout, Payload, mx
+from kiln_np import gguf as kg
+from kiln_np._quants.blocks import BLOCKS
+from kiln_np._quants.decode import DECODERS
+
+GG = gguf.GGMLQuantizationType
+# The types gguf-py 0.19 can quantize (so write a file of): its own oracle blocks.
+GGUF_PY_QUANTIZES = [n for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "MXFP4")
+                     if n in DECODERS]  # fmt: skip
+
+
+def payload(name: str, blocks: np.ndarray, shape: tuple[int, ...] | None = None) -> Payload:
+    block = BLOCKS[name]
+    raw = np.ascontiguousarray(blocks, np.uint8).reshape(-1)
+    count = raw.size // block.bytes
+    return Payload(block.code, raw.data, shape or (count,), Layout(block.layout_name, block.bytes))
+
+
+def write_gguf(path: Path, tensors: dict[str, tuple[np.ndarray, GG]]) -> None:
+    writer = gguf.GGUFWriter(str(path), "test")
+    for name, (data, qtype) in tensors.items():
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("name", GGUF_PY_QUANTIZES)
+def test_files_gguf_py_wrote(tmp_path: Path, name: str) -> None:
+    rng = np.random.default_rng(BLOCKS[name].type_id)
+    x = rng.standard_normal((3, 4, 2 * BLOCKS[name].elements)).astype(np.float32)
+    q = gguf.quants.quantize(x, GG[name])
+    path = tmp_path / "m.gguf"
+    write_gguf(path, {"w": (q, GG[name])})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = gguf.quants.dequantize(q, GG[name]).astype(np.float32)
+    with kiln_np.open_weights(path) as weights:
+        got = kg.dequantize(weights["w"])
+        assert got.shape == want.shape == x.shape
+        assert got.dtype == np.float32
+        assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+        assert kg.dequantize(weights["w"].payload()).tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_other_dtypes_round_ggmls_float32_once(dtype: str) -> None:
+    rng = np.random.default_rng(3)
+    blocks = rng.integers(0, 256, (5000, 34), np.uint8)
+    p = payload("Q8_0", blocks, (50, 100))
+    f32 = kg.dequantize(p)
+    assert f32.shape == (50, 3200)
+    got = kg.dequantize(p, dtype=dtype)
+    with np.errstate(over="ignore"):
+        want = f32.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    assert got.dtype.name == dtype
+    assert got.shape == f32.shape
+    assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
+
+
+def test_shapes_and_empty() -> None:
+    assert kg.dequantize(payload("Q8_0", np.zeros((0, 34)), (4, 0))).shape == (4, 0)
+    one = payload("Q8_0", np.zeros((1, 34)), ())  # a 0-d payload is one block
+    assert kg.dequantize(one).shape == (32,)
+
+
+def test_refuses_what_is_not_ggml_blocks() -> None:
+    with pytest.raises(KilnError, match="GGML quantized payload"):
+        kg.dequantize(kiln_np.from_numpy(np.zeros(4, np.float16)))
+    with pytest.raises(KilnError, match="weight tensor"):
+        kg.dequantize(b"\x00" * 34)
+    with pytest.raises(KilnError, match="dequantize dtype"):
+        kg.dequantize(payload("Q8_0", np.zeros((1, 34))), dtype=np.int32)
+    with pytest.raises(KilnError, match="short by 1"):
+        kg.dequantize(Payload(0x4708, memoryview(bytes(33)), (1,), Layout("ggml.q8_0", 34)))
+
+
+# -- llama.cpp's MXFP4/NVFP4 and OCP's --------------------------------------------------
+
+
+def mxfp4(scale: int, element_byte: int) -> Payload:
+    return payload("MXFP4", np.array([[scale] + [element_byte] * 16], np.uint8))
+
+
+def test_mxfp4_scale_0xff_is_finite_for_ggml_nan_for_ocp() -> None:
+    p = mxfp4(0xFF, 0x11)  # every element 0.5
+    assert (kg.dequantize(p, dtype=np.float64) == 0.5 * 2.0**128).all()  # f64 of inf: inf
+    assert np.isnan(mx.dequantize(*mx.from_ggml(p))).all()
+
+
+def test_mxfp4_minus_zero_is_plus_zero_for_ggml() -> None:
+    p = mxfp4(127, 0x88)
+    assert kg.dequantize(p).view(np.uint32).tolist() == [0] * 32
+    assert mx.dequantize(*mx.from_ggml(p)).view(np.uint32).tolist() == [0x80000000] * 32
+
+
+def test_mxfp4_overflow_is_inf_for_ggml_an_error_for_ocp() -> None:
+    p = mxfp4(0xFE, 0x77)  # 6.0 x 2**127
+    assert np.isposinf(kg.dequantize(p)).all()
+    with pytest.raises(KilnError, match="float32 cannot hold"):
+        mx.dequantize(*mx.from_ggml(p))
+
+
+def test_nvfp4_scales_ggml_reads_unsigned_and_0x7f_as_zero() -> None:
+    block = np.array([[0x38, 0xB8, 0x7F, 0xFF] + [0x22] * 32], np.uint8)  # elements 1.0
+    p = payload("NVFP4", block)
+    ggml = kg.dequantize(p).reshape(4, 16)
+    assert (ggml[0] == ggml[1]).all()  # the sign bit ignored
+    assert (ggml[0] > 0).all()
+    assert ggml[2:].view(np.uint32).tolist() == [[0] * 16] * 2
+    ocp = mx.dequantize(*mx.from_ggml(p)).reshape(4, 16)
+    assert (ocp[1] == -ocp[0]).all()
+    assert np.isnan(ocp[2:]).all()
