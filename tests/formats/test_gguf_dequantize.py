@@ -49,12 +49,12 @@ def write_gguf(path: Path, tensors: dict[str, tuple[np.ndarray, GG]]) -> None:
 def test_files_gguf_py_wrote(tmp_path: Path, name: str) -> None:
     rng = np.random.default_rng(BLOCKS[name].type_id)
     x = rng.standard_normal((3, 4, 2 * BLOCKS[name].elements)).astype(np.float32)
-    q = gguf.quants.quantize(x, GG[name])
+    q = gguf.quants.quantize(x, GG.__members__[name])
     path = tmp_path / "m.gguf"
-    write_gguf(path, {"w": (q, GG[name])})
+    write_gguf(path, {"w": (q, GG.__members__[name])})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        want = gguf.quants.dequantize(q, GG[name]).astype(np.float32)
+        want = gguf.quants.dequantize(q, GG.__members__[name]).astype(np.float32)
     with kiln_np.open_weights(path) as weights:
         got = kg.dequantize(weights["w"])
         assert got.shape == want.shape == x.shape

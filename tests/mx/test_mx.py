@@ -951,14 +951,12 @@ def rst_rows(text: str) -> list[tuple[str, ...]]:
 
 
 def md_rows(text: str) -> list[tuple[str, ...]]:
-    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| layout |"))
     rows: list[tuple[str, ...]] = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("| ") or line.startswith("| ---"):
-            if rows:
-                break
-            continue
+    for line in lines[start + 2 :]:  # past the header and its | --- | line
+        if not line.startswith("| "):
+            break  # the table ends at its first line that is not a row
         rows.append(tuple(c.strip().strip("`") for c in line.strip("|").split("|")))
     return rows
 
