@@ -75,7 +75,8 @@ def q3_k_scales(packed: np.ndarray) -> np.ndarray:
     low = np.concatenate([packed[:, 0:8] & 0xF, packed[:, 0:8] >> 4], axis=1)
     high = (packed[:, None, 8:12] >> _SHIFTS_2BIT[None, :, None]) & 3
     six_bits = low | (high.reshape(-1, 16) << 4)
-    return (six_bits.astype(np.int8) - np.int8(32)).astype(np.int8)
+    signed: np.ndarray = six_bits.astype(np.int8) - np.int8(32)
+    return signed
 
 
 def _crumbs(qs: np.ndarray) -> np.ndarray:
