@@ -683,7 +683,12 @@ HOSTILE: list[tuple[str, bytes, str, str]] = [
         "LENGTH",
         "dims, type and offset",
     ),
-    ("unknown type 4", _file(infos=[_info("w", (2,), 4, 0)]), "TYPE", "expected a GGML type id"),
+    (
+        "type id past the opaque codes",
+        _file(infos=[_info("w", (2,), 14592, 0)]),
+        "TYPE",
+        "expected a GGML type id of at most 14591",
+    ),
     (
         "dims overflow",
         _file(infos=[_info("w", (2**32, 2**32), 0, 0)]),

@@ -25,8 +25,8 @@ byte-swapped, ``0x03000000``) is refused with TYPE.  A file is:
    to a depth of at most 4.  Keys are unique.
 3. **Tensor infos**, one per tensor: the name (a string, unique), ``n_dims``
    (uint32, at most 4), ``n_dims`` uint64 dims ``ne[0..n_dims-1]``, the GGML
-   type (uint32, a key of :data:`TYPES`), and the data offset (uint64),
-   relative to the start of the data section.
+   type (uint32: a key of :data:`TYPES`, or an unknown type id, below), and the
+   data offset (uint64), relative to the start of the data section.
 4. **Padding** to a multiple of the alignment, then the **data section**.  The
    alignment is the ``general.alignment`` key (a uint32 power of two, at most
    65536 here: see ``MAX_ALIGNMENT`` in ``_types``) or 32.
@@ -44,14 +44,33 @@ innermost dimension is divided by ``block_elements``.  An F32 tensor with
 with those dims is Kiln code ``0x4702`` shape ``(32000, 128)`` of 18-byte
 blocks.  ``n_dims == 0`` is a scalar, Kiln shape ``()``.
 
+**Unknown type ids.** A type id :data:`TYPES` does not list (a fork's private
+id such as 142, a type newer than kiln_np, or one GGML removed: 4, 5, 31-33,
+36-38, which older llama.cpp wrote and forks may reuse) does not stop the file
+from opening.  Its size per element is unknown, so its bytes are taken from the
+layout of the file: from its offset to the **next larger offset of any tensor
+in the same file, or to the end of the file**, whichever comes first, so the
+alignment padding after it is included (in a file llama.cpp reads, ggml's size is
+a prefix of them);
+none when a dim is 0 (``ggml_nbytes`` is 0), and at least one byte otherwise
+(LENGTH).  Its Kiln form is opaque code ``0x4700 + type id`` (TYPE for an id
+above 14591, whose code would pass 32767), shape ``(byte length,)`` of 1-byte
+blocks, ``Layout("ggml.type<id>[<ne>]", 1)``: the layout names the type id and
+keeps the dims as the file lists them (``ggml.type142[4096,32000]``), so a
+writer puts back the same type id, dims and bytes.  :attr:`GGMLType.known` is
+False for its row (``name`` ``"type<id>"``, 0 elements and bytes per block).
+
 **What a reader checks** (all :class:`~kiln_np.KilnError`, naming the file and
 the key or tensor, before anything is allocated from a claimed size): the
 magic and version (TYPE); every count, string and array against the bytes the
-file holds (LENGTH); value and GGML type ids (TYPE); array depth (TYPE); bool
-bytes (TYPE); duplicate keys and tensor names (TYPE); ``n_dims`` above 4,
-dims whose product passes 2**63-1, an innermost dim that is not a whole number
-of blocks (SHAPE); offsets off the alignment or overlapping another tensor
-(TYPE); data past the end of the file (LENGTH).
+file holds (LENGTH); value type ids (TYPE) and GGML type ids up to 14591
+(TYPE); array depth (TYPE); bool bytes (TYPE); duplicate keys and tensor names
+(TYPE); ``n_dims`` above 4, dims whose product passes 2**63-1, an innermost dim
+that is not a whole number of blocks (SHAPE); offsets off the alignment or
+overlapping another tensor (TYPE: sorted by offset, then end, so an empty
+tensor at another's offset is none; an unknown type's bytes overlap any
+non-empty tensor at its own offset); data past the end of the file, and an
+unknown type's tensor with elements and no byte left (LENGTH).
 
 Metadata values
 ---------------

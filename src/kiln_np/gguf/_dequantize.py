@@ -10,7 +10,10 @@ from kiln_np._core.checks import byte_view, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._core.table import code_label
+from kiln_np._quants.blocks import CODE_BASE
 from kiln_np._quants.decode import block_of, dequantize_blocks
+
+from ._types import unknown_dims
 
 __all__ = ["dequantize"]
 
@@ -64,11 +67,17 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     info = payload_info(p.code, p.shape, p.layout)
     block = block_of(info.code, info.layout)
     if block is None:
+        why = (
+            f" (GGML type {info.code - CODE_BASE} is one kiln_np does not know: its bytes are "
+            "opaque, readable with payload())"
+            if unknown_dims(info.code, info.layout) is not None
+            else ""
+        )
         raise KilnError(
             "TYPE",
             f"{info.context}expected a GGML quantized payload (code 0x4700 + GGML type id, "
             "Layout('ggml.<type>', bytes per block), a block type of kiln_np.gguf.TYPES), "
-            f"found {code_label(info.code)} with layout {info.layout!r}",
+            f"found {code_label(info.code)} with layout {info.layout!r}{why}",
             code=info.code,
         )
     try:

@@ -9,6 +9,7 @@ the data against the file's size, a split set) and returns a
 
 from __future__ import annotations
 
+import bisect
 import math
 import mmap
 import os
@@ -35,6 +36,8 @@ from ._types import (
     TYPES,
     GGMLType,
     split_path,
+    unknown_layout,
+    unknown_type,
 )
 from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 
@@ -57,9 +60,11 @@ class GGUFTensorInfo(NamedTuple):
         Absolute byte offset of its data in ``path``.
     info : PayloadInfo
         Kiln code, shape (dims reversed, innermost in blocks), layout and
-        ``byte_length``.
+        ``byte_length``.  For a type id :data:`TYPES` does not list: shape
+        ``(byte_length,)`` of 1-byte blocks, ``Layout("ggml.type<id>[<ne>]", 1)``,
+        the bytes up to the next tensor's offset (see the module docstring).
     ggml : GGMLType
-        Its GGML type.
+        Its GGML type (``ggml.known`` is False for an unknown type id).
     dims : tuple of int
         GGUF's ``ne``, innermost first, as the file lists them.
     """
@@ -209,14 +214,10 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
         dims = struct.unpack_from(f"<{n_dims}Q", mm, end + 4)
         pos = end + 4 + 8 * n_dims
         type_id = p.u32(pos, f"{what} type")
-        row = TYPES.get(type_id)
-        if row is None:
-            raise malformed(
-                where,
-                f"{what}: expected a GGML type id in {sorted(TYPES)}, found {type_id}",
-                expected=sorted(TYPES),
-                found=type_id,
-            )
+        try:
+            row = TYPES.get(type_id) or unknown_type(type_id)
+        except KilnError as exc:
+            raise exc.prefixed(f"{where}{what}: ") from None
         infos.append((name, dims, row, p.u64(pos + 4, f"{what} offset")))
         pos += 12
     metadata_end = pos
@@ -224,8 +225,9 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
     metadata = GGUFMetadata(header, entries)
     alignment = _alignment_of(metadata, where)
     data_start = -(-metadata_end // alignment) * alignment
+    starts = sorted({data_start + rel for *_, rel in infos})  # where unknown types' bytes end
     tensors = tuple(
-        _tensor(path, where, name, dims, row, rel, data_start, alignment, size)
+        _tensor(path, where, name, dims, row, rel, data_start, alignment, size, starts)
         for name, dims, row, rel in infos
     )
     _check_overlap(tensors, where)
@@ -258,6 +260,7 @@ def _tensor(
     data_start: int,
     alignment: int,
     size: int,
+    starts: Sequence[int],
 ) -> GGUFTensorInfo:
     what = f"{where}tensor {name!r} ({row.name}, dims {list(dims)}): "
     if max(dims, default=0) > MAX_INT64 or math.prod(dims) > MAX_INT64:
@@ -274,13 +277,6 @@ def _tensor(
             f"block, found {found}",
             shape=dims,
         )
-    shape = dims[::-1]
-    if dims:
-        shape = (*shape[:-1], shape[-1] // row.block_elements)
-    try:
-        info = payload_info(row.code, shape, row.layout)
-    except KilnError as exc:
-        raise exc.prefixed(what) from None
     if rel % alignment:
         raise malformed(
             what,
@@ -289,10 +285,38 @@ def _tensor(
             found=rel,
         )
     offset = data_start + rel
+    if row.known:
+        shape = dims[::-1]
+        if dims:
+            shape = (*shape[:-1], shape[-1] // row.block_elements)
+        layout = row.layout
+    else:  # opaque bytes; the layout keeps the dims, for a writer
+        shape = (_unknown_length(what, dims, offset, size, starts),)
+        layout = unknown_layout(row.type_id, dims)
+    try:
+        info = payload_info(row.code, shape, layout)
+    except KilnError as exc:
+        raise exc.prefixed(what) from None
     held = max(size - offset, 0)
     if held < info.byte_length:
         raise info.length_error(held, f"{what}data at byte {offset} of a {size}-byte file: ")
     return GGUFTensorInfo(name, path, offset, info.with_offset(offset), row, dims)
+
+
+def _unknown_length(
+    what: str, dims: tuple[int, ...], offset: int, size: int, starts: Sequence[int]
+) -> int:
+    """The bytes of a tensor of an unknown type: none when a dim is 0 (ggml_nbytes),
+    else up to the next larger offset of a tensor in this file, or its end, whichever
+    comes first (alignment padding included).  At least one byte: every GGML block has one."""
+    if 0 in dims:
+        return 0
+    later = bisect.bisect_right(starts, offset)
+    end = min(starts[later], size) if later < len(starts) else size
+    if end <= offset:
+        why = "its data (a type kiln_np does not know: up to the next tensor or the file's end)"
+        raise truncated(what, why, offset, 1, size)
+    return end - offset
 
 
 def _check_overlap(tensors: Sequence[GGUFTensorInfo], where: str) -> None:
@@ -300,7 +324,9 @@ def _check_overlap(tensors: Sequence[GGUFTensorInfo], where: str) -> None:
         return
     starts = np.array([t.offset for t in tensors], np.int64)
     ends = starts + np.array([t.info.byte_length for t in tensors], np.int64)
-    order = np.argsort(starts, kind="stable")
+    # By start, then end: an empty tensor at another's start (as llama.cpp writes one) is
+    # no overlap, whichever comes first in the file.
+    order = np.lexsort((ends, starts))
     clash = np.flatnonzero(ends[order[:-1]] > starts[order[1:]])
     if clash.size:
         a, b = tensors[int(order[clash[0]])], tensors[int(order[clash[0] + 1])]

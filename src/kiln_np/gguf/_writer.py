@@ -31,6 +31,7 @@ from ._types import (
     GGMLType,
     ggml_type_for_code,
     split_path,
+    unknown_dims,
 )
 from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
 
@@ -62,12 +63,21 @@ def _plan(source: TensorSource) -> _Planned:
         row = ggml_type_for_code(info.code, info.layout)
     except KilnError as exc:
         raise exc.prefixed(what) from None
-    if len(info.shape) > MAX_DIMS or info.count == 0 or (row.layout and not info.shape):
+    if row.known:
+        dims = info.shape[::-1]
+        if dims:
+            dims = (dims[0] * row.block_elements, *dims[1:])
+    else:  # an unknown type's layout keeps its dims
+        kept = unknown_dims(info.code, info.layout)
+        assert kept is not None  # ggml_type_for_code took the layout for that
+        dims = kept
+    empty = info.count == 0 or 0 in dims
+    if len(info.shape) > MAX_DIMS or empty or (row.layout and not info.shape):
         found = (
             f"{len(info.shape)} dims"
             if len(info.shape) > MAX_DIMS
             else "an empty tensor (llama.cpp divides by ne[1])"
-            if info.count == 0
+            if empty
             else "a scalar of one block"
         )
         raise KilnError(
@@ -77,9 +87,6 @@ def _plan(source: TensorSource) -> _Planned:
             code=info.code,
             shape=info.shape,
         )
-    dims = info.shape[::-1]
-    if dims:
-        dims = (dims[0] * row.block_elements, *dims[1:])
     return _Planned(source, row, dims)
 
 
