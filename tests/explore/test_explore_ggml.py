@@ -269,3 +269,8 @@ def test_fnuz_tensor_describes_as_its_float_type(tmp_path: Path, dtype: type) ->
     assert d.subnormal == int(np.count_nonzero((np.abs(finite) < tiny) & (finite != 0)))
     assert kiln_np.bit_values(dtype).view(np.uint8).tolist() == list(range(256))
     assert len(d.plot(what="patterns").patches) == 256
+
+
+def test_quantized_description_is_public() -> None:
+    assert "QuantizedDescription" in kiln_np.__all__
+    assert QuantizedDescription.__module__ == "kiln_np"

@@ -9,7 +9,9 @@ their type.  Every other opaque code keeps its block shape and bytes.
 
 from __future__ import annotations
 
+import doctest
 import json
+import tempfile
 from pathlib import Path
 
 import gguf
@@ -268,3 +270,13 @@ def test_ls_lists_element_shapes(q8_file: Path, capsys: pytest.CaptureFixture[st
         ([2, 96], None),
         ([3, 96], None),
     ]
+
+
+def test_weights_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/weights.md walks through a Q8_0 tensor's numbers and blocks.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    doc = Path(__file__).resolve().parents[2] / "docs" / "weights.md"
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    result = doctest.testfile(str(doc), module_relative=False, optionflags=flags)
+    assert (result.failed, result.attempted > 40) == (0, True)
+    assert list(tmp_path.iterdir()) == []
