@@ -408,7 +408,7 @@ EXPLORE: list[Entry] = [
     ("describe", "scales of the wrong shape", lambda: kiln_np.describe(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu))),
     ("ScaledDescription.plot", "not three axes", lambda: kiln_np.describe(_E2M1_32, _E8M0_1).plot([])),
     ("bit_histogram", "GGML quantized payload (float32 values)", lambda: kiln_np.bit_histogram(_Q8_0)),
-    ("QuantizedDescription.plot", "not one axes per panel", lambda: kiln_np.describe(_Q8_0).plot([])),
+    ("QuantizedDescription.plot", "not one axes per panel", lambda: cast(kiln_np.QuantizedDescription, kiln_np.describe(_Q8_0)).plot([])),
 ]  # fmt: skip
 
 ONNX: list[Entry] = [

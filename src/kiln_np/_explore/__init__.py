@@ -28,7 +28,8 @@ Modules, bottom up: ``chunks`` (what is read, in C-order chunks), ``patterns``
 dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
-``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry`` (:func:`describe`); ``golden`` runs the golden case files.
+``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
+(:func:`describe`); ``golden`` runs the golden case files.
 """
 
 from .chunks import CHUNK, flat_chunks
