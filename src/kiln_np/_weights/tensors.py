@@ -233,7 +233,7 @@ class WeightTensor:
             return dequantize_blocks(block.name, payload.data, self.info.shape, out)
         foreign = self._foreign()
         if foreign is not None:
-            self.info.check_length(len(payload.data))
+            self.info.check_length(memoryview(payload.data).nbytes)
             return np.frombuffer(payload.data, foreign.dtype).reshape(self.info.shape)
         return to_numpy(*payload)
 
