@@ -391,6 +391,7 @@ FILES: list[Entry] = [
 
 _E2M1_32 = np.zeros(32, ml_dtypes.float4_e2m1fn)
 _E8M0_1 = np.ones(1, ml_dtypes.float8_e8m0fnu)
+_Q8_0 = kiln_np.Payload(0x4708, memoryview(bytes(34)), (1,), Layout("ggml.q8_0", 34))
 
 EXPLORE: list[Entry] = [
     ("bit_values", "type wider than 16 bits", lambda: kiln_np.bit_values(np.float32)),
@@ -406,6 +407,8 @@ EXPLORE: list[Entry] = [
     ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),
     ("describe", "scales of the wrong shape", lambda: kiln_np.describe(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu))),
     ("ScaledDescription.plot", "not three axes", lambda: kiln_np.describe(_E2M1_32, _E8M0_1).plot([])),
+    ("bit_histogram", "GGML quantized payload (float32 values)", lambda: kiln_np.bit_histogram(_Q8_0)),
+    ("QuantizedDescription.plot", "not one axes per panel", lambda: cast(kiln_np.QuantizedDescription, kiln_np.describe(_Q8_0)).plot([])),
 ]  # fmt: skip
 
 ONNX: list[Entry] = [

@@ -28,13 +28,27 @@ from ._kernels.nibbles import pack_nibbles, unpack_nibbles
 from ._version import __version__
 
 if _typing.TYPE_CHECKING:
-    from ._explore import Description, ScaledDescription, bit_histogram, bit_values, describe
+    from ._explore import (
+        Description,
+        QuantizedDescription,
+        ScaledDescription,
+        bit_histogram,
+        bit_values,
+        describe,
+    )
     from ._weights.tensors import Weights, WeightTensor
     from .formats import open_weights, save_weights
 
 _LAZY = {
     **dict.fromkeys(
-        ("Description", "ScaledDescription", "bit_histogram", "bit_values", "describe"),
+        (
+            "Description",
+            "QuantizedDescription",
+            "ScaledDescription",
+            "bit_histogram",
+            "bit_values",
+            "describe",
+        ),
         "._explore",
     ),
     **dict.fromkeys(("Weights", "WeightTensor"), "._weights.tensors"),
@@ -69,6 +83,7 @@ __all__ = [
     "LazyPayload",
     "Payload",
     "PayloadInfo",
+    "QuantizedDescription",
     "ScaledDescription",
     "WeightTensor",
     "Weights",

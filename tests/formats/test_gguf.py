@@ -245,7 +245,7 @@ def test_reads_gguf_py_tensors_bit_for_bit(oracle: Path) -> None:
                 assert bits(t.numpy()) == bits(arr)
             else:  # blocks: gguf-py's byte shape (rows, blocks * block bytes)
                 assert t.layout is not None
-                assert t.shape == (*arr.shape[:-1], arr.shape[-1] // t.layout.block_size)
+                assert t.info.shape == (*arr.shape[:-1], arr.shape[-1] // t.layout.block_size)
                 assert t.code == 0x4700 + raw
             assert t.offset == reader.data_offset + int(theirs.data_offset - reader.data_offset)
 

@@ -1063,6 +1063,7 @@ def test_cli_ls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "kiln": "f32",
         "layout": None,
         "shape": [2, 3],
+        "block_shape": None,
         "byte_length": 24,
     }
 

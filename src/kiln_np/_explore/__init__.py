@@ -6,8 +6,12 @@ values; the exact bit-pattern histogram for types of 16 bits or fewer and the
 histogram by binary exponent for the floats of 16 bits or more).  Given
 ``scales`` it summarizes a block-scaled (MX, NVFP4-style) tensor: its scale
 exponents, its element codes, its dequantized values, and how many blocks
-saturate or are all zero.  :func:`bit_histogram` counts each bit pattern
-exactly and :func:`bit_values` says what each pattern means.
+saturate or are all zero.  Given a GGML quantized payload or weight tensor
+(Q8_0, Q4_K, ...) it summarizes its exact dequantized values and its blocks'
+scale fields (:class:`QuantizedDescription`), a bounded run of blocks at a
+time; an FNUZ float8 tensor is described as its float type.
+:func:`bit_histogram` counts each bit pattern exactly and :func:`bit_values`
+says what each pattern means.
 
 numpy's reductions trip over several ml_dtypes types, and the original bits
 must never change.  So types of 16 bits or fewer are only counted, pattern by
@@ -24,19 +28,22 @@ Modules, bottom up: ``chunks`` (what is read, in C-order chunks), ``patterns``
 dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
-``entry`` (:func:`describe`); ``golden`` runs the golden case files.
+``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
+(:func:`describe`); ``golden`` runs the golden case files.
 """
 
 from .chunks import CHUNK, flat_chunks
 from .description import Description
 from .entry import describe
 from .patterns import bit_histogram, bit_values
+from .quantized import QuantizedDescription
 from .scaled import ScaledDescription
 from .stats import summarize
 
 __all__ = [
     "CHUNK",
     "Description",
+    "QuantizedDescription",
     "ScaledDescription",
     "bit_histogram",
     "bit_values",

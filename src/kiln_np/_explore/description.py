@@ -16,9 +16,10 @@ import numpy as np
 
 from kiln_np._core.checks import U8, set_module, show_value
 from kiln_np._core.errors import KilnError
-from kiln_np._core.table import Code, code_label, dtype_info
+from kiln_np._core.table import Code, code_label
 
 from . import plot
+from .chunks import row_of_code
 from .patterns import bit_values, finfo, pattern_count
 
 if TYPE_CHECKING:
@@ -89,7 +90,8 @@ class Description:
     Attributes
     ----------
     code : Code
-        The Kiln code of the array's dtype.
+        The Kiln code of the array's dtype (the opaque code of an FNUZ
+        float8).
     dtype : numpy.dtype
         The array's dtype.
     shape : tuple of int
@@ -142,8 +144,8 @@ class Description:
 
     @property
     def name(self) -> str:
-        """The spec's short name of the code (``'e2m1'``)."""
-        return dtype_info(self.code).name
+        """The spec's short name of the code (``'e2m1'``; ``'float8_e4m3fnuz'``)."""
+        return row_of_code(self.code).name
 
     def rows(self) -> list[tuple[str, str]]:
         """The summary as (label, text) rows: what the repr and the HTML table show
@@ -164,7 +166,7 @@ class Description:
             ("payload", f"{self.byte_length} bytes"),
             ("nan / inf / zero", f"{self.nan} / {self.inf} / {self.zero}"),
         ]
-        if finfo(dtype_info(self.code)) is not None:
+        if finfo(row_of_code(self.code)) is not None:
             rows.append(("subnormal", str(self.subnormal)))
         rows += [
             ("min / max", f"{_show(self.min)} / {_show(self.max)}"),
@@ -219,7 +221,7 @@ class Description:
         ]
 
     def _bias(self) -> int:
-        return int(finfo(dtype_info(self.code)).maxexp) - 1
+        return int(finfo(row_of_code(self.code)).maxexp) - 1
 
     def exponent_label(self, field: int) -> str:
         """What exponent field ``field`` of :attr:`exponents` holds: ``'2^-3'``
@@ -441,7 +443,7 @@ class Description:
             counts = self.exponents
         else:
             if self.histogram is None:
-                pattern_count(dtype_info(self.code))  # raises the TYPE error
+                pattern_count(row_of_code(self.code))  # raises the TYPE error
             assert self.histogram is not None
             counts = self.histogram
         if ax is None:

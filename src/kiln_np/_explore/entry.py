@@ -1,23 +1,36 @@
-"""The notebook's entry point: :func:`describe`, of a tensor or a block-scaled one.
+"""The notebook's entry point: :func:`describe`, of a tensor, a block-scaled one or
+a GGML quantized one.
 
 Without scales it is the statistics engine's one pass over the array's
 chunks (:func:`~kiln_np._explore.stats.summarize`); with scales it is
-:func:`~kiln_np._explore.scaled.describe_scaled`.
+:func:`~kiln_np._explore.scaled.describe_scaled`; a decodable GGML payload or
+weight tensor is :func:`~kiln_np._explore.quantized.describe_quantized`.
 """
 
 from __future__ import annotations
 
 from typing import overload
 
+from kiln_np._codec import Payload
 from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._weights.tensors import WeightTensor
 
-from .chunks import Source, source
+from .chunks import Source, quantized, source
 from .description import Description
+from .quantized import QuantizedDescription, describe_quantized
 from .scaled import ScaledDescription, describe_scaled
 from .stats import summarize
 
 __all__ = ["describe"]
+
+
+# A payload or weight tensor may be GGML quantized; both are also array-likes,
+# hence the overlap with the next signature (typeshed's idiom for a narrower first).
+@overload
+def describe(  # type: ignore[overload-overlap]
+    array: Payload | WeightTensor, scales: None = None, *, first: int = 8
+) -> Description | QuantizedDescription: ...
 
 
 @overload
@@ -43,18 +56,21 @@ def describe(
     block_size: int | None = None,
     axis: int | None = None,
     first: int = 8,
-) -> Description | ScaledDescription:
+) -> Description | ScaledDescription | QuantizedDescription:
     """Summarize an array of any Kiln dtype, or a block-scaled tensor, without
     touching its bits.
 
     Parameters
     ----------
-    array : array_like, Payload or LazyPayload
+    array : array_like, Payload, LazyPayload or WeightTensor
         An array of a Kiln dtype: numpy's or ml_dtypes' (bfloat16, float8,
-        float4, int4, ...), or a payload of one (a :class:`Payload`, as
-        ``kiln_np.onnx.model_to_kiln`` yields, decoded a bounded range at a
-        time; a :class:`LazyPayload` from :func:`open_payload`, decoded a
-        bounded chunk at a time).  Read, never changed, so a memory-mapped
+        float4, int4, ...) or an FNUZ float8, or a payload of one (a
+        :class:`Payload`, as ``kiln_np.onnx.model_to_kiln`` yields, decoded
+        a bounded range at a time; a :class:`LazyPayload` from
+        :func:`open_payload`, decoded a bounded chunk at a time), or a
+        :class:`WeightTensor` of one.  A GGML quantized payload or tensor of
+        a type with a decoder (``kiln_np.gguf.dequantize`` knows it) is
+        dequantized a bounded run of blocks at a time.  Read, never changed, so a memory-mapped
         array costs no extra memory.  With ``scales``: the elements of a
         block-scaled tensor, e2m1, f8e4m3, f8e5m2 or i8 (MXINT8).
     scales : array_like, Payload or LazyPayload, optional
@@ -80,14 +96,17 @@ def describe(
         histogram, for f16, bf16, f32, f64 the histogram by binary exponent.
         With ``scales``: a :class:`ScaledDescription` of the scales, the
         element codes and the dequantized values, and counts of saturated,
-        all-zero and NaN-scaled blocks.  Their ``repr`` is a readable
-        summary and they render as tables in Jupyter.
+        all-zero and NaN-scaled blocks.  For a GGML quantized tensor: a
+        :class:`QuantizedDescription` of its exact float32 values and of each
+        scale field of its blocks (``d``, ``dmin``, sub-block scales).  Their
+        ``repr`` is a readable summary and they render as tables in Jupyter.
 
     Raises
     ------
     KilnError
         TYPE for something numpy cannot make an array of (``__array__``
-        raising included), a dtype with no Kiln code, an opaque payload, a
+        raising included), a dtype with no Kiln code, an opaque payload (or
+        tensor) that is neither GGML quantized with a decoder nor FNUZ, a
         storage byte that is no bit pattern of the type (4-bit above 0x0f,
         bool above 0x01), element or scale types that are not block-scaled
         ones; SHAPE for ``first`` that is not an integer in 0..2**63-1, a
@@ -117,5 +136,8 @@ def describe(
             f"{given} is for block-scaled tensors: expected scales with it, found "
             f"{given}={show_value(block_size if block_size is not None else axis)} and no scales",
         )
+    q = quantized(array)
+    if q is not None:
+        return describe_quantized(q, head)
     row, shape, chunks = source(array)
     return summarize(row, shape, chunks, head)

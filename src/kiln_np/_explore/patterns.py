@@ -16,9 +16,9 @@ import numpy.typing as npt
 
 from kiln_np._core.checks import U8, set_module
 from kiln_np._core.errors import KilnError
-from kiln_np._core.table import Code, DType, code_label, load_ml_dtypes, row_for_dtype
+from kiln_np._core.table import Code, DType, code_label, load_ml_dtypes
 
-from .chunks import COUNTED_BITS, Source, source
+from .chunks import COUNTED_BITS, Source, element_row, quantized, source
 
 __all__ = [
     "ExponentCounts",
@@ -84,7 +84,8 @@ def bit_values(dtype: npt.DTypeLike) -> np.ndarray:
         A Kiln dtype of at most 16 bits: ``bfloat16``, ``float16``,
         ``int16``, ``uint16``, ``float8_e4m3fn``, ``float8_e5m2``,
         ``float8_e8m0fnu``, ``int8``, ``uint8``, ``bool``, ``int4``,
-        ``uint4``, ``float4_e2m1fn``.
+        ``uint4``, ``float4_e2m1fn``; or an FNUZ float8
+        (``float8_e4m3fnuz``, ``float8_e5m2fnuz``).
 
     Returns
     -------
@@ -98,7 +99,8 @@ def bit_values(dtype: npt.DTypeLike) -> np.ndarray:
     Raises
     ------
     KilnError
-        TYPE for a dtype with no Kiln code or wider than 16 bits.
+        TYPE for a dtype with no Kiln code (other than the FNUZ float8s) or
+        wider than 16 bits.
 
     Examples
     --------
@@ -111,7 +113,7 @@ def bit_values(dtype: npt.DTypeLike) -> np.ndarray:
     >>> float(bit_values(ml_dtypes.bfloat16)[0x3F80])
     1.0
     """
-    row = row_for_dtype(dtype)
+    row = element_row(dtype)
     storage = U8 if row.bits <= 8 else _U16
     return np.arange(pattern_count(row), dtype=storage).view(row.dtype)
 
@@ -210,11 +212,13 @@ def bit_histogram(array: Source) -> np.ndarray:
 
     Parameters
     ----------
-    array : array_like, Payload or LazyPayload
+    array : array_like, Payload, LazyPayload or WeightTensor
         An array of a Kiln dtype of at most 16 bits (4-bit types as ml_dtypes
-        stores them, one element per byte), or a payload of one.  It is read,
-        never changed, one chunk at a time, so a memory-mapped array needs no
-        extra memory.
+        stores them, one element per byte) or of an FNUZ float8, or a payload
+        or weight tensor of one.  It is read, never changed, one chunk at a
+        time, so a memory-mapped array needs no extra memory.  A GGML
+        quantized tensor's elements are its float32 values: TYPE, saying so
+        (``describe`` gives their exponents and the scales' histograms).
 
     Returns
     -------
@@ -239,7 +243,13 @@ def bit_histogram(array: Source) -> np.ndarray:
     array([0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])
     """
     row, shape, chunks = source(array)
-    patterns = PatternCounts(row, shape)
+    try:
+        patterns = PatternCounts(row, shape)
+    except KilnError as exc:
+        q = quantized(array)
+        if q is None:
+            raise
+        raise exc.prefixed(f"{q.info.context}GGML {q.block.name} values are float32: ") from None
     for chunk in chunks:
         patterns.add(chunk)
     return patterns.counts

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from kiln_np._core.checks import U8
-from kiln_np._core.payload import payload_info
 from kiln_np._core.table import DType, load_ml_dtypes
 
 from . import chunks
@@ -169,7 +168,8 @@ class Summary:
 
     def __init__(self, row: DType, shape: tuple[int, ...], first: int) -> None:
         self.row = row
-        self.info = payload_info(row.code, shape)
+        self.shape = tuple(shape)
+        self.count = math.prod(self.shape)
         self.first = first
         self.stats = _Stats(row)
         self.patterns = PatternCounts(row, shape) if row.bits <= COUNTED_BITS else None
@@ -210,9 +210,9 @@ class Summary:
         return Description(
             code=row.code,
             dtype=row.dtype,
-            shape=self.info.shape,
-            count=self.info.count,
-            byte_length=self.info.byte_length,
+            shape=self.shape,
+            count=self.count,
+            byte_length=row.byte_length(self.count),
             nan=stats.nan,
             inf=stats.inf,
             zero=stats.zero,

@@ -18,6 +18,7 @@ opened it (handed down by that format, so this module names none).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
@@ -28,8 +29,11 @@ import numpy as np
 from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
+from kiln_np._core.foreign import FOREIGN_BY_CODE, ForeignType
 from kiln_np._core.payload import PayloadInfo, payload_info
-from kiln_np._core.table import Layout, code_label
+from kiln_np._core.table import Layout, as_dtype, code_label
+from kiln_np._quants.blocks import Block
+from kiln_np._quants.decode import OUTPUT_DTYPES, block_of, dequantize_blocks
 
 from .mapped import FileIdentity, MappedFile
 
@@ -43,6 +47,30 @@ class WeightTensor:
     Made by :func:`kiln_np.open_weights`; nothing is read until :meth:`payload` (or
     :meth:`numpy`, ``np.asarray``) is called.
 
+    A tensor speaks in elements wherever its elements have an exact numeric
+    reading; its payload keeps the blocks:
+
+    - **A closed code** (f32, bf16, e2m1, ...): :attr:`shape` is the element
+      shape, which is also the payload's; :meth:`numpy` decodes the payload.
+    - **A GGML quantized type with a decoder** (code ``0x4700 + type id``,
+      ``Layout("ggml.<type>", bytes)``; ``kiln_np.gguf.dequantize`` knows it):
+      :attr:`shape` is the logical element shape, the block shape with the
+      last axis times the block's elements (a Q8_0 payload of ``(512, 16)``
+      blocks is a ``(512, 512)`` tensor); :meth:`numpy` is its exact float32
+      values, as llama.cpp computes them: a new array.
+    - **A foreign element type that fills its bytes** (the FNUZ float8s,
+      complex64, complex128; see ``kiln_np._core.foreign``): one element per
+      block, so :attr:`shape` is the block shape; :meth:`numpy` is a
+      zero-copy, read-only view of the bytes as the numpy or ml_dtypes type.
+    - **Any other opaque code** (an unknown layout, a GGML type with no
+      decoder, the 2- and 6-bit foreign types): :attr:`shape` is the block
+      shape and :meth:`numpy` the payload's block bytes, uint8 of shape
+      ``(*shape, block bytes)``.
+
+    The blocks stay on the payload: ``t.payload().shape`` and
+    ``t.info.shape`` are the block shape for every opaque code, and
+    ``t.payload()`` hands out the raw bytes.
+
     Attributes
     ----------
     name : str
@@ -50,7 +78,10 @@ class WeightTensor:
     code : int
         The Kiln code (a :class:`~kiln_np.Code` for closed codes).
     shape : tuple of int
-        Kiln element shape (block shape for opaque codes; C order).
+        The element shape (C order; the block shape for opaque codes with no
+        numeric reading, see above).
+    size : int
+        The element count, ``prod(shape)``.
     layout : Layout or None
         The opaque layout, for codes 4096-32767.
     byte_length : int
@@ -105,8 +136,29 @@ class WeightTensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """Kiln element shape (block shape for opaque codes)."""
-        return self.info.shape
+        """The element shape (the block shape for opaque codes with no numeric
+        reading); the payload's own shape is ``info.shape``."""
+        block = self._block()
+        if block is None:
+            return self.info.shape
+        blocks = self.info.shape
+        return (*blocks[:-1], blocks[-1] * block.elements) if blocks else (block.elements,)
+
+    @property
+    def size(self) -> int:
+        """The element count, ``prod(shape)`` (as numpy's ``ndarray.size``)."""
+        return math.prod(self.shape)
+
+    def _block(self) -> Block | None:
+        """The decodable GGML block type of the payload, or None."""
+        return block_of(self.info.code, self.info.layout)
+
+    def _foreign(self) -> ForeignType | None:
+        """The foreign element type whose bits fill each block, or None."""
+        found = FOREIGN_BY_CODE.get(self.info.code)
+        if found is None or found.layout != self.info.layout:
+            return None
+        return found if found.bits == 8 * found.layout.block_size else None
 
     @property
     def layout(self) -> Layout | None:
@@ -149,18 +201,60 @@ class WeightTensor:
         return Payload(self.info.code, data, self.info.shape, self.info.layout)
 
     def numpy(self) -> np.ndarray:
-        """The decoded array, ``to_numpy(*tensor.payload())``: a read-only view of
-        the map for whole-byte codes, unpacked for 4-bit codes (bool bytes and
-        padding nibbles checked: TYPE)."""
-        return to_numpy(*self.payload())
+        """The elements, of shape :attr:`shape`.
+
+        A read-only view of the map for whole-byte codes and foreign types
+        that fill their bytes (the FNUZ float8s, complex: as the ml_dtypes or
+        numpy type); unpacked for 4-bit codes (bool bytes and padding nibbles
+        checked: TYPE); for a decodable GGML quantized type, a new float32
+        array of its exact values (``kiln_np.gguf.dequantize``); for other
+        opaque codes the block bytes, ``to_numpy(*tensor.payload())``.
+
+        Examples
+        --------
+        >>> from kiln_np import Layout
+        >>> block = bytes([0x00, 0x38]) + bytes([2, 0xFE] * 16)  # Q8_0: d = 0.5
+        >>> info = payload_info(0x4708, (1,), Layout("ggml.q8_0", 34))
+        >>> t = WeightTensor("w", info, None, "Q8_0", data=memoryview(block))
+        >>> t.shape, t.size, t.payload().shape, t.numpy()[:3].tolist()
+        ((32,), 32, (1,), [1.0, -1.0, 1.0])
+        """
+        return self._elements(None)
+
+    def _elements(self, dtype: np.dtype[Any] | None) -> np.ndarray:
+        """:meth:`numpy`, a GGML type dequantized straight to ``dtype`` when it is
+        an output dtype of the decoders (else None: float32)."""
+        payload = self.payload()
+        block = self._block()
+        if block is not None:
+            out = np.dtype(np.float32)
+            if dtype is not None and dtype.name in OUTPUT_DTYPES and dtype.isnative:
+                out = dtype
+            return dequantize_blocks(block.name, payload.data, self.info.shape, out)
+        foreign = self._foreign()
+        if foreign is not None:
+            self.info.check_length(memoryview(payload.data).nbytes)
+            return np.frombuffer(payload.data, foreign.dtype).reshape(self.info.shape)
+        return to_numpy(*payload)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        if copy is False and self.info.element.packed:
-            raise ValueError("4-bit payloads unpack into a new array: copy=False is impossible")
-        arr = self.numpy()
-        if dtype is not None:
-            arr = arr.astype(dtype, copy=bool(copy))
-        return arr.copy() if copy else arr
+        wanted = None if dtype is None else as_dtype(dtype)
+        if copy is False:
+            if self.info.element.packed:
+                raise ValueError("4-bit payloads unpack into a new array: copy=False is impossible")
+            if self._block() is not None:
+                raise ValueError(
+                    "GGML quantized payloads dequantize into a new array: copy=False is impossible"
+                )
+        arr = self._elements(wanted)
+        fresh = self._block() is not None or self.info.element.packed
+        if wanted is not None and arr.dtype != wanted:
+            if copy is False:
+                raise ValueError(
+                    f"{arr.dtype} elements as {wanted}: a new array, copy=False is impossible"
+                )
+            return arr.astype(wanted)
+        return arr.copy() if copy and not fresh else arr
 
     def __reduce__(self) -> tuple[Any, ...]:
         info = self.info
@@ -184,9 +278,11 @@ class WeightTensor:
         )
 
     def __repr__(self) -> str:
+        shape = self.shape
+        blocks = f", blocks {self.info.shape}" if shape != self.info.shape else ""
         return (
             f"WeightTensor({self.name!r}, {code_label(int(self.info.code))}, shape "
-            f"{self.info.shape}, {self.info.byte_length} bytes, {self.format_dtype})"
+            f"{shape}{blocks}, {self.info.byte_length} bytes, {self.format_dtype})"
         )
 
 

@@ -103,7 +103,8 @@ def _tensor_record(t: WeightTensor) -> dict[str, Any]:
         "code": int(info.code),
         "kiln": info.layout.name if info.layout else info.element.name,
         "layout": layout_json(info.layout),
-        "shape": list(info.shape),
+        "shape": list(t.shape),
+        "block_shape": None if info.layout is None else list(info.shape),
         "byte_length": info.byte_length,
     }
 
