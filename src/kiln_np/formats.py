@@ -47,11 +47,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kiln_np._codec import Payload
 from kiln_np._core.checks import check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
-from kiln_np._weights.sources import Progress
-from kiln_np._weights.tensors import Weights
+from kiln_np._quants.decode import block_of
+from kiln_np._weights.sources import (
+    Dequantize,
+    Progress,
+    blocks_refused,
+    dequantize_code,
+    ggml_blocks,
+)
+from kiln_np._weights.tensors import Weights, WeightTensor
 from kiln_np.gguf import open_gguf, save_gguf
 from kiln_np.gguf._types import MAGIC as GGUF_MAGIC
 from kiln_np.gguf._writer import save_gguf_paths
@@ -62,18 +71,34 @@ from kiln_np.safetensors._reader import looks_like_safetensors
 from kiln_np.safetensors._types import INDEX_SUFFIX
 from kiln_np.safetensors._writer import save_safetensors_paths
 
-__all__ = ["FORMATS", "WeightFormat", "open_weights", "save_weights", "save_weights_paths"]
+__all__ = [
+    "FORMATS",
+    "WeightFormat",
+    "check_blocks",
+    "open_weights",
+    "save_weights",
+    "save_weights_paths",
+]
 
 _HEAD = 16  # bytes shown of a file no format recognises
 
 PathLike = str | os.PathLike[str]
 Save = Callable[
-    [str, Mapping[str, Any], Mapping[str, Any] | None, int | None, Progress | None], list[str]
+    [
+        str,
+        Mapping[str, Any],
+        Mapping[str, Any] | None,
+        int | None,
+        Progress | None,
+        Dequantize,
+    ],
+    list[str],
 ]
-"""``(path, tensors, metadata, max_shard_size, progress)``: a format's writer,
-returning the paths it wrote."""
-Paths = Callable[[str, Mapping[str, Any], int | None], list[str]]
-"""``(path, tensors, max_shard_size)``: every file that writer will write, absolute."""
+"""``(path, tensors, metadata, max_shard_size, progress, dequantize)``: a format's
+writer, returning the paths it wrote."""
+Paths = Callable[[str, Mapping[str, Any], int | None, Dequantize], list[str]]
+"""``(path, tensors, max_shard_size, dequantize)``: every file that writer will write,
+absolute."""
 
 
 @dataclass(frozen=True)
@@ -92,13 +117,17 @@ class WeightFormat:
     open : callable
         ``(path, verify)``: the :class:`~kiln_np.Weights` of a recognised path.
     save : callable or None
-        ``(path, tensors, metadata, max_shard_size, progress)``, returning the
-        paths written (the file, each split, or the directory); None for a
-        format kiln_np only reads.
+        ``(path, tensors, metadata, max_shard_size, progress, dequantize)``,
+        returning the paths written (the file, each split, or the directory);
+        None for a format kiln_np only reads.
     paths : callable or None
-        ``(path, tensors, max_shard_size)``: every file ``save`` will write for
-        those arguments (each split, shard, index, payload file and manifest),
-        absolute, computed with the names ``save`` gives them; nothing is written.
+        ``(path, tensors, max_shard_size, dequantize)``: every file ``save``
+        will write for those arguments (each split, shard, index, payload file
+        and manifest), absolute, computed with the names ``save`` gives them;
+        nothing is written.
+    holds_blocks : bool
+        Whether it holds GGML blocks as they are; where it cannot, a quantized
+        tensor is written only dequantized (``save_weights(..., dequantize=)``).
     """
 
     name: str
@@ -106,6 +135,7 @@ class WeightFormat:
     open: Callable[[str, bool], Weights]
     save: Save | None
     paths: Paths | None
+    holds_blocks: bool
 
 
 # -- recognising ----------------------------------------------------------------------
@@ -160,12 +190,13 @@ def _save_kiln(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
+    dequantize: Dequantize,
 ) -> list[str]:
     if max_shard_size is not None:
         raise KilnError(
             "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
         )
-    save_kiln(path, tensors, metadata=metadata, progress=progress)
+    save_kiln(path, tensors, metadata=metadata, progress=progress, dequantize=dequantize)
     return [path]
 
 
@@ -175,9 +206,15 @@ def _save_safetensors(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
+    dequantize: Dequantize,
 ) -> list[str]:
     save_safetensors(
-        path, tensors, metadata=metadata, max_shard_size=max_shard_size, progress=progress
+        path,
+        tensors,
+        metadata=metadata,
+        max_shard_size=max_shard_size,
+        progress=progress,
+        dequantize=dequantize,
     )
     return [path]  # a file, or the directory of a sharded checkpoint
 
@@ -188,6 +225,7 @@ def _save_gguf(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None,
     progress: Progress | None,
+    dequantize: Dequantize,
 ) -> list[str]:
     return save_gguf(
         path,
@@ -196,30 +234,51 @@ def _save_gguf(
         metadata_types=getattr(metadata, "types", None),
         max_shard_size=max_shard_size,
         progress=progress,
+        dequantize=dequantize,
     )
 
 
-def _kiln_paths(path: str, tensors: Mapping[str, Any], max_shard_size: int | None) -> list[str]:
+def _kiln_paths(
+    path: str,
+    tensors: Mapping[str, Any],
+    max_shard_size: int | None,
+    dequantize: Dequantize,
+) -> list[str]:
     return save_kiln_paths(path, tensors)
 
 
 def _safetensors_paths(
-    path: str, tensors: Mapping[str, Any], max_shard_size: int | None
+    path: str,
+    tensors: Mapping[str, Any],
+    max_shard_size: int | None,
+    dequantize: Dequantize,
 ) -> list[str]:
-    return save_safetensors_paths(path, tensors, max_shard_size=max_shard_size)
+    return save_safetensors_paths(
+        path, tensors, max_shard_size=max_shard_size, dequantize=dequantize
+    )
 
 
-def _gguf_paths(path: str, tensors: Mapping[str, Any], max_shard_size: int | None) -> list[str]:
-    return save_gguf_paths(path, tensors, max_shard_size=max_shard_size)
+def _gguf_paths(
+    path: str,
+    tensors: Mapping[str, Any],
+    max_shard_size: int | None,
+    dequantize: Dequantize,
+) -> list[str]:
+    return save_gguf_paths(path, tensors, max_shard_size=max_shard_size, dequantize=dequantize)
 
 
 FORMATS: tuple[WeightFormat, ...] = (
-    WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln, _kiln_paths),
+    WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln, _kiln_paths, True),
     WeightFormat(
-        "safetensors", _safetensors_path, _open_safetensors, _save_safetensors, _safetensors_paths
+        "safetensors",
+        _safetensors_path,
+        _open_safetensors,
+        _save_safetensors,
+        _safetensors_paths,
+        False,
     ),
-    WeightFormat("gguf", _gguf_path, _open_gguf, _save_gguf, _gguf_paths),
-    WeightFormat("onnx", _onnx_path, _open_onnx, None, None),
+    WeightFormat("gguf", _gguf_path, _open_gguf, _save_gguf, _gguf_paths, True),
+    WeightFormat("onnx", _onnx_path, _open_onnx, None, None, False),
 )
 """Every weight-file format, in the order :func:`open_weights` tries them."""
 
@@ -391,6 +450,7 @@ def save_weights(
     metadata: Mapping[str, Any] | None = None,
     max_shard_size: int | None = None,
     progress: Progress | None = None,
+    dequantize: Dequantize = None,
 ) -> list[str]:
     """Write named tensors as safetensors, GGUF or a Kiln payload directory.
 
@@ -398,6 +458,8 @@ def save_weights(
     is written; data is streamed a bounded chunk at a time, bit for bit; the
     result appears whole or not at all (a file: a temporary sibling renamed
     into place; a directory: built beside ``path`` and renamed into place).
+    Quantized GGML tensors are written as their blocks, or with ``dequantize``
+    as their values.
 
     Parameters
     ----------
@@ -421,6 +483,15 @@ def save_weights(
         ``model.safetensors.index.json``); GGUF: splits.  Not for ``"kiln"``.
     progress : callable, optional
         Called with each number of payload bytes written.
+    dequantize : {"f32", "bf16", "f16"}, optional
+        Write each tensor of a decodable GGML block type (what
+        ``kiln_np.gguf.dequantize`` decodes) as its values of this type: ggml's
+        float32, rounded to nearest even for bf16 and f16, the element shape
+        (GGUF: F32, BF16, F16 tensors).  Streamed: each tensor is decoded a
+        chunk at a time into one reused buffer, its blocks read (never mapped)
+        a chunk at a time.  Every other tensor keeps its bytes.  Without it,
+        blocks are written as they are (GGUF, kiln), or are TYPE (safetensors
+        cannot hold them) naming the tensor and this option.
 
     Returns
     -------
@@ -433,7 +504,7 @@ def save_weights(
     ------
     KilnError
         TYPE for an unknown format, a tensor the format cannot hold (naming
-        the tensor and its type), a bad name or metadata; SHAPE (GGUF: more
+        the tensor and its type), a bad name, metadata or ``dequantize``; SHAPE (GGUF: more
         than 4 dims, an empty tensor); LENGTH for a payload whose bytes are
         not its shape's.  Nothing is written then.
     OSError
@@ -454,7 +525,7 @@ def save_weights(
     target = written_path(check_path(path))
     save = _writer(format).save
     assert save is not None  # _writer finds only rows that write
-    return save(target, tensors, metadata, max_shard_size, progress)
+    return save(target, tensors, metadata, max_shard_size, progress, dequantize)
 
 
 def _writer(format: object) -> WeightFormat:
@@ -473,6 +544,7 @@ def save_weights_paths(
     *,
     format: str,
     max_shard_size: int | None = None,
+    dequantize: Dequantize = None,
 ) -> list[str]:
     """Every file :func:`save_weights` will write for these arguments, absolute
     (a symlink among them is written through), computed by the format's own naming
@@ -500,4 +572,60 @@ def save_weights_paths(
     """
     row = _writer(format)
     assert row.paths is not None  # every format kiln_np writes names its files
-    return row.paths(written_path(check_path(path)), tensors, max_shard_size)
+    return row.paths(written_path(check_path(path)), tensors, max_shard_size, dequantize)
+
+
+def check_blocks(
+    tensors: Mapping[str, Any],
+    *,
+    format: str,
+    dequantize: Dequantize = None,
+    option: str = "dequantize",
+) -> None:
+    """Refuse, before anything is written, a tensor of GGML blocks that ``format``
+    cannot hold, as ``save_weights(..., dequantize=dequantize)`` would write it:
+    TYPE naming the tensor and ``option`` (``"--dequantize"`` for ``kiln-np
+    convert``), which the error tells to pass, or why it cannot help (a type
+    with no decoder).
+
+    Raises
+    ------
+    KilnError
+        TYPE as above, for an unknown format or another ``dequantize``.
+
+    Examples
+    --------
+    >>> from kiln_np import Layout, Payload
+    >>> q8 = {"w": Payload(0x4708, bytes(34), (1,), Layout("ggml.q8_0", 34))}
+    >>> check_blocks(q8, format="safetensors", dequantize="f32")
+    >>> try:
+    ...     check_blocks(q8, format="safetensors", option="--dequantize")
+    ... except KilnError as e:
+    ...     print(e.message[:52], "...", e.message.split(": ")[2][:21])
+    tensor 'w': safetensors cannot hold GGML Q8_0 blocks ... pass --dequantize f32
+    """
+    row = _writer(format)
+    code = dequantize_code(dequantize, option)
+    if row.holds_blocks or not isinstance(tensors, Mapping):
+        return  # a non-mapping is the writer's TYPE
+    for name, value in tensors.items():
+        info = _description(value)
+        if info is None or ggml_blocks(info) is None:
+            continue
+        if code is None or block_of(info.code, info.layout) is None:
+            refused = blocks_refused(str(name), info, row.name, option)
+            assert refused is not None  # ggml_blocks found blocks
+            raise refused
+
+
+def _description(value: object) -> PayloadInfo | None:
+    """The description of a tensor that may hold GGML blocks (a weight tensor, a
+    payload), None for another value or one the writer will refuse anyway."""
+    if isinstance(value, WeightTensor):
+        return value.info
+    if isinstance(value, Payload):
+        try:
+            return payload_info(value.code, value.shape, value.layout)
+        except KilnError:
+            return None
+    return None

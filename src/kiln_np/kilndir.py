@@ -46,7 +46,7 @@ from kiln_np._weights.metadata import (
     encode_metadata,
     read_json,
 )
-from kiln_np._weights.sources import Progress, sha256_file, tensor_sources
+from kiln_np._weights.sources import Dequantize, Progress, sha256_file, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
 
 if TYPE_CHECKING:
@@ -291,6 +291,7 @@ def save_kiln(
     *,
     metadata: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    dequantize: Dequantize = None,
 ) -> None:
     """Write tensors as a Kiln payload directory, built beside ``path`` and
     renamed into place.
@@ -311,6 +312,10 @@ def save_kiln(
         ``metadata.types``, when it has them).
     progress : callable, optional
         Called with each number of payload bytes written.
+    dequantize : {"f32", "bf16", "f16"}, optional
+        Write each tensor of a decodable GGML block type as its values of this
+        type, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
+        without it, blocks are written as they are.
 
     Raises
     ------
@@ -331,7 +336,7 @@ def save_kiln(
     >>> import shutil; shutil.rmtree(os.path.dirname(d))
     """
     target = written_path(check_path(path))
-    sources = tensor_sources(tensors)
+    sources = tensor_sources(tensors, dequantize=dequantize)
     source_format = tensors.format if isinstance(tensors, Weights) else None
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)

@@ -7,10 +7,19 @@ A format writer turns the caller's mapping into sources with
 :func:`tensor_sources`, writes a file through ``kiln_np._files.io.replacing`` or a
 directory through ``kiln_np._files.io.building_directory``, and copies each payload
 with :meth:`TensorSource.write_to`.
+
+Dequantizing on the way: ``tensor_sources(tensors, dequantize="f32")`` (or
+``"bf16"``, ``"f16"``) describes each tensor of a decodable GGML block type as the
+float tensor of its element shape, so a writer checks, names and sizes the float
+tensor it will write; :meth:`TensorSource.write_to` then reads the blocks a bounded
+chunk at a time (never mapping them), decodes each chunk into one reused buffer
+(ggml's float32, rounded to nearest even for bf16 and f16) and writes it.  Memory is
+that fixed buffer, however large the tensor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -19,24 +28,56 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from kiln_np._codec import Payload, from_numpy
 from kiln_np._core.checks import U8, byte_view, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.foreign import foreign_for_dtype
 from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.table import Code, as_dtype, code_for_dtype, code_label
 from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
+from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
+from kiln_np._quants.decode import block_of, dequantize_into
 
 from .mapped import MappedFile
 from .tensors import WeightTensor, mapped_file
 
-__all__ = ["Progress", "TensorSource", "sha256_file", "tensor_sources"]
+__all__ = [
+    "DEQUANTIZE_TYPES",
+    "Dequantize",
+    "Dequantized",
+    "Progress",
+    "TensorSource",
+    "blocks_refused",
+    "dequantize_code",
+    "ggml_blocks",
+    "sha256_file",
+    "tensor_sources",
+]
 
 _COPY_CHUNK = 8 << 20  # bytes per read/write when payload bytes pass through Python
+_DEQUANTIZE_CHUNK = 1 << 21
+"""Elements decoded at a time when dequantizing on the way: an 8 MiB float32
+buffer, enough for the thread pool to split and for ``write`` to pay off."""
+
+DEQUANTIZE_TYPES: tuple[str, ...] = ("f32", "bf16", "f16")
+"""What ``dequantize=`` names: the Kiln float types GGML blocks become."""
+Dequantize = npt.DTypeLike | None
+"""A ``dequantize=`` argument: one of :data:`DEQUANTIZE_TYPES` (or such a numpy
+dtype), or None to keep GGML blocks as they are."""
 
 Progress = Callable[[int], None]
 """Called with each number of payload bytes written."""
+
+
+class Dequantized(NamedTuple):
+    """Where a dequantized tensor's values come from: its GGML ``block`` type and
+    the description of its blocks (``blocks.offset`` in the source file)."""
+
+    block: Block
+    blocks: PayloadInfo
 
 
 class TensorSource(NamedTuple):
@@ -44,7 +85,9 @@ class TensorSource(NamedTuple):
 
     Exactly one of ``data`` (bytes in memory) and ``file`` (the weight file
     holding the payload at ``info.offset``) is set.  ``format_dtype`` is the
-    source format's type name when the tensor came from a weight file.
+    source format's type name when the tensor came from a weight file.  With
+    ``dequantized``, ``info`` describes the float tensor to write and ``data`` or
+    ``file`` hold the GGML blocks it is decoded from.
     """
 
     name: str
@@ -52,6 +95,7 @@ class TensorSource(NamedTuple):
     data: memoryview | None
     file: MappedFile | None
     format_dtype: str | None
+    dequantized: Dequantized | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -61,8 +105,12 @@ class TensorSource(NamedTuple):
         ``readinto`` a bounded chunk at a time; never mapped, so a source
         truncated meanwhile is a LENGTH error, not SIGBUS.  The file is
         checked to be the one that was opened (TYPE when it was replaced or
-        modified since).
+        modified since).  A dequantized tensor's blocks are read the same way,
+        a chunk at a time, and each chunk's values written as decoded.
         """
+        if self.dequantized is not None:
+            self._write_dequantized(fd, self.dequantized, progress)
+            return
         n = self.info.byte_length
         if self.data is not None:
             for start in range(0, n, _COPY_CHUNK):
@@ -83,6 +131,58 @@ class TensorSource(NamedTuple):
             raise self.info.length_error(
                 done, f"{self.file.path!r} shrank while tensor {self.name!r} was copied: "
             )
+
+    def _write_dequantized(self, fd: int, how: Dequantized, progress: Progress | None) -> None:
+        block, blocks = how.block, how.blocks
+        count = blocks.byte_length // block.bytes
+        step = max(1, min(count, _DEQUANTIZE_CHUNK // block.elements))
+        values = np.empty(step * block.elements, np.float32)
+        out = values if self.info.dtype == np.float32 else np.empty(values.size, self.info.dtype)
+        raw = np.empty(step * block.bytes if self.data is None else 0, U8)
+        with contextlib.ExitStack() as stack:
+            if self.data is None:
+                assert self.file is not None
+                try:
+                    src = stack.enter_context(self.file.opened(blocks.offset + blocks.byte_length))
+                except KilnError as exc:  # replaced or modified since it was opened
+                    raise exc.prefixed(f"tensor {self.name!r}: ") from None
+            for b0 in range(0, count, step):
+                n = min(step, count - b0)
+                if self.data is not None:
+                    start = b0 * block.bytes
+                    chunk = np.frombuffer(self.data[start : start + n * block.bytes], U8)
+                else:
+                    chunk = raw[: n * block.bytes]
+                    got = _read_at(src, blocks.offset + b0 * block.bytes, chunk)
+                    if got < chunk.size:
+                        assert self.file is not None
+                        raise blocks.length_error(
+                            b0 * block.bytes + got,
+                            f"{self.file.path!r} shrank while tensor {self.name!r} was "
+                            "dequantized: ",
+                        )
+                part = values[: n * block.elements]
+                dequantize_into(block.name, chunk, part)
+                written = out[: part.size]
+                if out is not values:
+                    with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
+                        written[...] = part  # rounded to nearest even
+                write_all(fd, written.view(U8).data)
+                if progress is not None:
+                    progress(written.nbytes)
+
+
+def _read_at(src: io.RawIOBase, offset: int, into: np.ndarray) -> int:
+    """Fill ``into`` from ``src`` at ``offset``; the bytes read (fewer at the end)."""
+    view = into.view(U8).data
+    src.seek(offset)
+    done = 0
+    while done < view.nbytes:
+        got = src.readinto(view[done:])
+        if not got:
+            break
+        done += got
+    return done
 
 
 def _copy_in_kernel(src: int, offset: int, n: int, dst: int, progress: Progress | None) -> int:
@@ -154,7 +254,81 @@ def sha256_file(path: str) -> str:
     return hasher.hexdigest()
 
 
-def tensor_sources(tensors: object) -> list[TensorSource]:
+def dequantize_code(dequantize: object, option: str = "dequantize") -> Code | None:
+    """The Kiln float code that ``dequantize`` names (``"f32"``, ``"bf16"``,
+    ``"f16"``, or such a numpy dtype), or None for None; TYPE naming ``option``
+    otherwise.
+
+    >>> dequantize_code("bf16"), dequantize_code(np.float32), dequantize_code(None)
+    (<Code.BF16: 4>, <Code.F32: 2>, None)
+    """
+    if dequantize is None:
+        return None
+    if isinstance(dequantize, str) and dequantize in DEQUANTIZE_TYPES:
+        return Code[dequantize.upper()]
+    try:
+        code = code_for_dtype(as_dtype(dequantize))  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # KilnError too: a dtype with no Kiln code
+        code = None
+    if code is None or code.name.lower() not in DEQUANTIZE_TYPES:
+        raise KilnError(
+            "TYPE",
+            f"expected {option} to be {', '.join(map(repr, DEQUANTIZE_TYPES))} or None, "
+            f"found {show_value(dequantize)}",
+        )
+    return code
+
+
+def ggml_blocks(info: PayloadInfo) -> Block | None:
+    """The GGML block type of payloads described by ``info`` (code ``0x4700 + type
+    id`` with a ``ggml.*`` layout), decodable or not, or None for anything else.
+
+    >>> from kiln_np import Layout
+    >>> ggml_blocks(payload_info(0x4708, (2,), Layout("ggml.q8_0", 34))).name
+    'Q8_0'
+    """
+    layout = info.layout
+    if layout is None or not layout.name.startswith("ggml.") or info.code >> 8 != CODE_BASE >> 8:
+        return None
+    known = BLOCKS.get(layout.name[5:].upper())
+    if known is not None and known.code == info.code and known.bytes == layout.block_size:
+        return known
+    return Block(int(info.code) - CODE_BASE, layout.name[5:].upper(), 1, layout.block_size)
+
+
+def blocks_refused(name: str, info: PayloadInfo, target: str, option: str) -> KilnError | None:
+    """The TYPE error for tensor ``name`` of GGML blocks, which ``target`` cannot
+    hold: naming ``option`` (``"dequantize"`` for Python, ``"--dequantize"`` for
+    the command line) when it would turn them into numbers, or saying why it
+    cannot.  None when ``info`` describes no GGML blocks.
+
+    >>> from kiln_np import Layout
+    >>> print(blocks_refused("w", payload_info(0x4708, (1,), Layout("ggml.q8_0", 34)),
+    ...                      "safetensors", "dequantize").message)  # doctest: +ELLIPSIS
+    tensor 'w': safetensors cannot hold GGML Q8_0 blocks (opaque code 18184 (0x4708) ...
+    """
+    block = ggml_blocks(info)
+    if block is None:
+        return None
+    cli = option.startswith("-")
+    spelled = f"{option} f32 (or bf16, f16)" if cli else f"{option}='f32' (or 'bf16', 'f16')"
+    keep = "convert to GGUF or a Kiln directory, which keep the blocks"
+    if block_of(info.code, info.layout) is not None:
+        why = (
+            f"pass {spelled} to write their values (ggml's float32, rounded "
+            f"to nearest even for bf16 and f16), or {keep}"
+        )
+    else:
+        why = f"{option} cannot turn them into numbers (kiln_np has no decoder for them); {keep}"
+    return KilnError(
+        "TYPE",
+        f"tensor {name!r}: {target} cannot hold GGML {block.name} blocks "
+        f"({code_label(int(info.code))} with layout {info.layout!r}): {why}",
+        code=int(info.code),
+    )
+
+
+def tensor_sources(tensors: object, *, dequantize: Dequantize = None) -> list[TensorSource]:
     """Check and describe every tensor of ``tensors`` (a mapping of names to
     :class:`WeightTensor`, :class:`~kiln_np.Payload` or arrays), in order,
     before anything is written.
@@ -162,20 +336,28 @@ def tensor_sources(tensors: object) -> list[TensorSource]:
     Values are taken as they are (a numpy scalar as a 0-d array, a
     :class:`~kiln_np.LazyPayload` decoded from its file); another library's
     array (torch, jax, ...) is refused, saying how to make it a numpy array.
+    With ``dequantize`` (``"f32"``, ``"bf16"``, ``"f16"``), a tensor of a
+    decodable GGML block type is described as the float tensor of its element
+    shape that :meth:`TensorSource.write_to` writes; every other keeps its bytes.
 
     Raises
     ------
     KilnError
         TYPE for a non-mapping, a name that is not a str, a value of another
         type (another library's array included), an array dtype with no Kiln
-        code; LENGTH for a payload whose bytes are not its ``byte_length``;
-        the message names the tensor.
+        code, another ``dequantize``; LENGTH for a payload whose bytes are not
+        its ``byte_length``; the message names the tensor.
 
     Examples
     --------
     >>> [(s.name, s.info.byte_length, s.file) for s in tensor_sources({"w": np.ones(3, "<f4")})]
     [('w', 12, None)]
+    >>> from kiln_np import Layout
+    >>> q8 = Payload(0x4708, bytes(68), (2,), Layout("ggml.q8_0", 34))  # 2 blocks of 32
+    >>> [(s.info.code, s.info.shape) for s in tensor_sources({"q": q8}, dequantize="f16")]
+    [(<Code.F16: 3>, (64,))]
     """
+    code = dequantize_code(dequantize)
     if not isinstance(tensors, Mapping):
         raise KilnError(
             "TYPE", f"expected a mapping of tensor names to tensors, found {show_value(tensors)}"
@@ -184,8 +366,22 @@ def tensor_sources(tensors: object) -> list[TensorSource]:
     for name, value in tensors.items():
         if not isinstance(name, str):
             raise KilnError("TYPE", f"expected tensor names as str, found {show_value(name)}")
-        sources.append(_source(name, value))
+        source = _source(name, value)
+        sources.append(source if code is None else _dequantized(source, code))
     return sources
+
+
+def _dequantized(source: TensorSource, code: Code) -> TensorSource:
+    """``source`` as the ``code`` tensor of its values, when it holds decodable
+    GGML blocks; else ``source`` itself."""
+    blocks = source.info
+    block = block_of(blocks.code, blocks.layout)
+    if block is None:
+        return source
+    shape = blocks.shape
+    elements = (*shape[:-1], shape[-1] * block.elements) if shape else (block.elements,)
+    info = payload_info(code, elements)
+    return source._replace(info=info, dequantized=Dequantized(block, blocks))
 
 
 def _source(name: str, value: object) -> TensorSource:

@@ -1,6 +1,6 @@
 """Weight files on the command line: opening and saving them for any command (an
 ``OSError`` is FILE), the files a conversion reads, and the ``ls`` and
-``convert`` commands.
+``convert`` commands (``--dequantize`` writes GGML blocks as float values).
 
 The one module of the command line that imports the weight-file API.
 """
@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kiln_np._core.checks import written_path
+from kiln_np._weights.sources import DEQUANTIZE_TYPES, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
-from kiln_np.formats import open_weights, save_weights, save_weights_paths
+from kiln_np.formats import check_blocks, open_weights, save_weights, save_weights_paths
 
 from .args import json_flag, parse_size, subparser
 from .errors import CliError, file_error
@@ -51,6 +52,7 @@ def save_weights_file(
     format: str,
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None = None,
+    dequantize: str | None = None,
 ) -> list[str]:
     """:func:`kiln_np.save_weights` with a progress bar ``label`` over the
     payload bytes, an ``OSError`` as FILE naming ``path``; returns the paths
@@ -76,6 +78,7 @@ def save_weights_file(
                 metadata=metadata,
                 max_shard_size=max_shard_size,
                 progress=bar.advance,
+                dequantize=dequantize,
             )
         except OSError as exc:
             raise file_error("write", path, exc) from exc
@@ -175,47 +178,84 @@ def _refuse_replacing(dst: str, splits: bool) -> None:
         return  # unreadable or gone meanwhile: writing will say so
 
 
+_SUFFIXES = {".safetensors": "safetensors", ".gguf": "gguf"}
+"""The format ``convert`` writes when ``--to`` is not given, by DST's suffix."""
+
+
+def _target_format(args: argparse.Namespace) -> str:
+    """``--to``, or the format DST's suffix names; USAGE when it names none.
+
+    Examples
+    --------
+    >>> _target_format(argparse.Namespace(to=None, dst="out.safetensors"))
+    'safetensors'
+    """
+    if args.to is not None:
+        return str(args.to)
+    suffix = os.path.splitext(args.dst.rstrip("/" + os.sep))[1]
+    if suffix in _SUFFIXES:
+        return _SUFFIXES[suffix]
+    raise CliError(
+        "USAGE",
+        f"cannot tell the format to write from {args.dst!r} (only *.safetensors and *.gguf "
+        "say it): pass --to safetensors, gguf or kiln",
+    )
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     limit = args.max_shard_size
+    to = _target_format(args)
+    dequantize = args.dequantize
     with open_weights_file(args.src) as weights:
         inputs = _inputs(weights)
         refuse_overwrite(args.dst, inputs)
-        outputs = save_weights_paths(args.dst, weights, format=args.to, max_shard_size=limit)
+        check_blocks(weights, format=to, dequantize=dequantize, option="--dequantize")
+        outputs = save_weights_paths(
+            args.dst, weights, format=to, max_shard_size=limit, dequantize=dequantize
+        )
         refuse_writing_inputs(outputs, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
         if not args.force:
-            _refuse_replacing(args.dst, args.to == "gguf" and limit is not None)
-        metadata = _carried_metadata(weights, args.to)
+            _refuse_replacing(args.dst, to == "gguf" and limit is not None)
+        metadata = _carried_metadata(weights, to)
+        sources = tensor_sources(weights, dequantize=dequantize)  # descriptions only
+        total = sum(s.info.byte_length for s in sources)
         written = save_weights_file(
             args.dst,
             weights,
             f"convert {args.src}",
-            weights.byte_length,
-            format=args.to,
+            total,
+            format=to,
             metadata=metadata,
             max_shard_size=limit,
+            dequantize=dequantize,
         )
         record = {
             "format": "kiln-np-convert/1",
             "input": args.src,
             "output": args.dst,
             "from": weights.format,
-            "to": args.to,
+            "to": to,
             "tensors": len(weights),
-            "byte_length": weights.byte_length,
+            "byte_length": total,
             "metadata": "carried" if metadata is not None else "dropped",
+            "dequantize": dequantize,
+            "dequantized": sum(s.dequantized is not None for s in sources),
             "files": written,
         }
     dropped = (
         ""
         if metadata is not None
-        else f"; {record['from']} metadata not carried ({args.to} cannot hold it)"
+        else f"; {record['from']} metadata not carried ({to} cannot hold it)"
+    )
+    decoded = (
+        f", {record['dequantized']} dequantized to {dequantize}" if dequantize is not None else ""
     )
     emit(
         args,
         record,
         f"{_files_text(written)}: {record['tensors']} tensors, "
-        f"{record['byte_length']} payload bytes, {record['from']} -> {args.to}{dropped}",
+        f"{record['byte_length']} payload bytes, {record['from']} -> {to}{decoded}{dropped}",
     )
     return 0
 
@@ -258,17 +298,29 @@ def add_convert(sub: Any) -> None:
         "write a weight file in another format",
         "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
         "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
-        "before anything is written.  Metadata goes along when the target can hold it.  "
-        "An existing DST is replaced only with --force.",
+        "before anything is written.  With --dequantize, GGML quantized tensors are "
+        "written as float values instead of blocks.  Metadata goes along when the target "
+        "can hold it.  An existing DST is replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
-            "kiln-np convert model.gguf model.safetensors --to safetensors",
+            "kiln-np convert model.gguf model.safetensors --dequantize bf16",
             "kiln-np convert big.safetensors ckpt/ --to safetensors --max-shard-size 5000000000",
         ],
     )
     parser.add_argument("src", metavar="SRC")
     parser.add_argument("dst", metavar="DST")
-    parser.add_argument("--to", required=True, choices=["safetensors", "gguf", "kiln"])
+    parser.add_argument(
+        "--to",
+        choices=["safetensors", "gguf", "kiln"],
+        help="the format to write (default: from DST's suffix, .safetensors or .gguf)",
+    )
+    parser.add_argument(
+        "--dequantize",
+        choices=DEQUANTIZE_TYPES,
+        help="write each GGML quantized tensor (Q4_K, Q8_0, ...) as its values of this type: "
+        "ggml's float32, rounded to nearest even for bf16 and f16; other tensors keep "
+        "their bytes",
+    )
     parser.add_argument(
         "--max-shard-size",
         metavar="SIZE",

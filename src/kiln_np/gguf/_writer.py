@@ -20,7 +20,7 @@ import numpy as np
 from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing, write_all
-from kiln_np._weights.sources import TensorSource, tensor_sources
+from kiln_np._weights.sources import Dequantize, TensorSource, tensor_sources
 
 from ._types import (
     DEFAULT_ALIGNMENT,
@@ -157,7 +157,11 @@ def _limit(max_shard_size: int | None) -> int | None:
 
 
 def save_gguf_paths(
-    path: str | os.PathLike[str], tensors: Mapping[str, Any], *, max_shard_size: int | None = None
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Any],
+    *,
+    max_shard_size: int | None = None,
+    dequantize: Dequantize = None,
 ) -> list[str]:
     """The files :func:`save_gguf` will write for these arguments, absolute,
     without writing anything.
@@ -172,7 +176,7 @@ def save_gguf_paths(
     ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
     """
     target = written_path(check_path(path))
-    sizes = [s.info.byte_length for s in tensor_sources(tensors)]
+    sizes = [s.info.byte_length for s in tensor_sources(tensors, dequantize=dequantize)]
     return _names(target, len(_shards(sizes, _limit(max_shard_size))))
 
 
@@ -185,6 +189,7 @@ def save_gguf(
     metadata_types: Mapping[str, str] | None = None,
     max_shard_size: int | None = None,
     progress: Callable[[int], None] | None = None,
+    dequantize: Dequantize = None,
 ) -> list[str]:
     """Write tensors and metadata as a GGUF (version 3) file, or as splits.
 
@@ -220,6 +225,10 @@ def save_gguf(
         fits in one split, ``path`` itself is written.
     progress : callable, optional
         Called with each number of payload bytes written.
+    dequantize : {"f32", "bf16", "f16"}, optional
+        Write each tensor of a decodable GGML block type as F32, BF16 or F16
+        values, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
+        without it, blocks are copied as they are.
 
     Returns
     -------
@@ -246,7 +255,7 @@ def save_gguf(
     (3, 2) 7 uint32
     """
     target = written_path(check_path(path))
-    plans = [_plan(source) for source in tensor_sources(tensors)]
+    plans = [_plan(source) for source in tensor_sources(tensors, dequantize=dequantize)]
     limit = _limit(max_shard_size)
     metadata = {} if metadata is None else metadata
     for what, given in (("metadata", metadata), ("metadata_types", metadata_types or {})):

@@ -15,7 +15,13 @@ from kiln_np._core.checks import check_int, check_path, set_module, show_value, 
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import building_directory, replacing
 from kiln_np._weights.metadata import read_json
-from kiln_np._weights.sources import Progress, TensorSource, tensor_sources
+from kiln_np._weights.sources import (
+    Dequantize,
+    Progress,
+    TensorSource,
+    blocks_refused,
+    tensor_sources,
+)
 
 from ._types import (
     INDEX_SUFFIX,
@@ -37,6 +43,7 @@ def save_safetensors(
     metadata: Mapping[str, str] | None = None,
     max_shard_size: int | None = None,
     progress: Progress | None = None,
+    dequantize: Dequantize = None,
 ) -> None:
     """Write tensors as a safetensors file, or as a sharded checkpoint.
 
@@ -63,12 +70,17 @@ def save_safetensors(
         this many bytes; a larger tensor gets a shard of its own.
     progress : callable, optional
         Called with each number of payload bytes written.
+    dequantize : {"f32", "bf16", "f16"}, optional
+        Write each tensor of a decodable GGML block type as its values of this
+        type, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
+        every other tensor keeps its bytes.
 
     Raises
     ------
     KilnError
         TYPE for a tensor safetensors cannot hold (i4, u4, an odd-count e2m1,
-        an opaque code other than the foreign types; naming the tensor), a
+        an opaque code other than the foreign types, GGML blocks without
+        ``dequantize``; naming the tensor), a
         name that is ``__metadata__`` or not UTF-8, metadata that is not str
         to str, a header past 100 MB; LENGTH for a payload whose bytes are not
         its shape's.
@@ -86,7 +98,7 @@ def save_safetensors(
     >>> import shutil; shutil.rmtree(d)
     """
     target = written_path(check_path(path))
-    sources = tensor_sources(tensors)
+    sources = tensor_sources(tensors, dequantize=dequantize)
     rows = [_row_for(s) for s in sources]
     meta = _check_metadata(metadata)
     if max_shard_size is None:
@@ -125,7 +137,11 @@ def _shard_names(count: int) -> list[str]:
 
 
 def save_safetensors_paths(
-    path: str | os.PathLike[str], tensors: Mapping[str, Any], *, max_shard_size: int | None = None
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Any],
+    *,
+    max_shard_size: int | None = None,
+    dequantize: Dequantize = None,
 ) -> list[str]:
     """The files :func:`save_safetensors` will write for these arguments, absolute,
     without writing anything: ``path`` itself, or with ``max_shard_size`` the shards
@@ -144,7 +160,7 @@ def save_safetensors_paths(
     target = written_path(check_path(path))
     if max_shard_size is None:
         return [target]
-    sources = tensor_sources(tensors)
+    sources = tensor_sources(tensors, dequantize=dequantize)
     limit = check_int(max_shard_size, "max_shard_size", minimum=1)
     names = _shard_names(len(_shard(sources, [_row_for(s) for s in sources], limit)))
     return [os.path.join(target, name) for name in [*names, _INDEX]]
@@ -163,7 +179,8 @@ def _row_for(source: TensorSource) -> SafetensorsDType:
     except UnicodeEncodeError as exc:
         raise KilnError("TYPE", f"{at}expected a name that UTF-8 can encode: {exc}") from None
     except KilnError as exc:
-        raise exc.prefixed(at) from None
+        refused = blocks_refused(source.name, source.info, "safetensors", "dequantize")
+        raise (exc.prefixed(at) if refused is None else refused) from None
 
 
 def _check_metadata(metadata: object) -> dict[str, str] | None:
