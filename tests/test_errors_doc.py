@@ -711,7 +711,9 @@ def _save(tensors: Any, fmt: str = "kiln", **kw: Any) -> Any:
 
 _ONE = {"w": np.zeros(2, np.float32)}
 _Q8_0 = kiln_np.Payload(0x4708, memoryview(bytes(34)), (1,), Layout("ggml.q8_0", 34))
-_Q8_K = kiln_np.Payload(0x470F, memoryview(bytes(292)), (1,), Layout("ggml.q8_k", 292))
+_TYPE142 = kiln_np.Payload(
+    0x4700 + 142, memoryview(bytes(64)), (64,), Layout("ggml.type142[64]", 1)
+)
 
 
 def _weights_file() -> str:
@@ -807,7 +809,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: metadata not str to str", lambda: _save(_ONE, "safetensors", metadata={"k": 1})),
     ("save_weights", "safetensors: metadata UTF-8 cannot encode", lambda: _save(_ONE, "safetensors", metadata={"k": "\udcff"})),
     ("save_weights", "safetensors: GGML blocks without dequantize=", lambda: _save({"q": _Q8_0}, "safetensors")),
-    ("save_weights", "safetensors: GGML blocks of a type with no decoder", lambda: _save({"k": _Q8_K}, "safetensors", dequantize="f32")),
+    ("save_weights", "safetensors: GGML blocks of a type with no decoder (an unknown id)", lambda: _save({"k": _TYPE142}, "safetensors", dequantize="f32")),
     ("save_weights", "dequantize= another type", lambda: _save({"q": _Q8_0}, dequantize="f64")),
     ("kiln-np inspect", "--tensor not in the file", lambda: run_command("inspect", _weights_file(), "--tensor", "nope")),
     ("kiln-np inspect", "--tensor held inside an ONNX model", lambda: run_command("inspect", _onnx_model("w"), "--tensor", "w")),

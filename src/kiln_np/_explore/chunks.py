@@ -105,7 +105,10 @@ def element_row(dtype: npt.DTypeLike) -> DType:
     try:
         return row_for_dtype(dtype)
     except KilnError:
-        foreign = foreign_for_dtype(np.dtype(dtype))
+        try:
+            foreign = foreign_for_dtype(np.dtype(dtype))
+        except (TypeError, ValueError):  # no dtype at all: row_for_dtype's TYPE stands
+            foreign = None
         if foreign is None or foreign.code not in FOREIGN_ROWS:
             raise
         return FOREIGN_ROWS[foreign.code]

@@ -293,7 +293,9 @@ def ggml_blocks(info: PayloadInfo) -> Block | None:
     known = BLOCKS.get(layout.name[5:].upper())
     if known is not None and known.code == info.code and known.bytes == layout.block_size:
         return known
-    return Block(int(info.code) - CODE_BASE, layout.name[5:].upper(), 1, layout.block_size)
+    type_id = int(info.code) - CODE_BASE
+    name = layout.name[5:].upper() if known is not None else f"type {type_id}"
+    return Block(type_id, name, 1, layout.block_size)
 
 
 def blocks_refused(name: str, info: PayloadInfo, target: str, option: str) -> KilnError | None:
