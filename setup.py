@@ -36,7 +36,7 @@ setup(
             sources=[
                 KERNELS + name for name in ("native.c", "ggml_basic.c", "ggml_k.c", "ggml_iq.c")
             ],
-            depends=[KERNELS + "ggml.h"],
+            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h"],
             optional=True,
         )
     ],
