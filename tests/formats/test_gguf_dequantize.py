@@ -121,13 +121,44 @@ def test_mxfp4_overflow_is_inf_for_ggml_an_error_for_ocp() -> None:
         mx.dequantize(*mx.from_ggml(p))
 
 
-def test_nvfp4_scales_ggml_reads_unsigned_and_0x7f_as_zero() -> None:
+def test_nvfp4_scales_ggml_reads_unsigned_0x7f_as_zero() -> None:
     block = np.array([[0x38, 0xB8, 0x7F, 0xFF] + [0x22] * 32], np.uint8)  # elements 1.0
     p = payload("NVFP4", block)
     ggml = kg.dequantize(p).reshape(4, 16)
     assert (ggml[0] == ggml[1]).all()  # the sign bit ignored
     assert (ggml[0] > 0).all()
-    assert ggml[2:].view(np.uint32).tolist() == [[0] * 16] * 2
+    assert ggml[2].view(np.uint32).tolist() == [0] * 16  # 0x7f is 0
+    assert (ggml[3] == 480.0).all()  # 0xff: the sign ignored, 0x7f's bits read as 480
     ocp = mx.dequantize(*mx.from_ggml(p)).reshape(4, 16)
     assert (ocp[1] == -ocp[0]).all()
     assert np.isnan(ocp[2:]).all()
+
+
+# -- the table of types in docs/weights.md ------------------------------------------------
+
+DOCS = Path(__file__).parents[2] / "docs" / "weights.md"
+GOLDEN = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "dequantize.npz")
+
+
+def expected_row(name: str) -> list[str]:
+    block = BLOCKS[name]
+    golden = f"{name}.values" in GOLDEN.files
+    reference = (
+        f"ggml `dequantize_row_{name.lower().replace('_k', '_K')}`"
+        if golden
+        else f"ggml's `block_{name.lower()}` (ggml has no decoder)"
+    )
+    oracles = ["ggml's output" if golden else "blocks made by hand"]
+    if hasattr(gguf.quants, name):
+        oracles.append("gguf-py")
+    return [str(block.type_id), name, f"{block.elements} / {block.bytes}", reference,
+            ", ".join(oracles)]  # fmt: skip
+
+
+def test_docs_table_of_decoded_types() -> None:
+    text = DOCS.read_text()
+    body = text.split("<!-- ggml-decode")[1].split("<!-- /ggml-decode -->")[0]
+    rows = [line.strip("|").split("|") for line in body.splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in row] for row in rows[2:]]  # past the header and | --- |
+    assert [row[:5] for row in cells] == [expected_row(name) for name in BLOCKS]
+    assert sorted(DECODERS) == sorted(BLOCKS)  # every GGML block type decodes
