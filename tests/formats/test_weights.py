@@ -380,7 +380,7 @@ def test_reads_what_gguf_py_writes(tmp_path: Path) -> None:
         assert cast(Any, w.metadata).types["n"] == "uint32"
         assert bits(w["w"].numpy()) == bits(f32)
         t = w["q"]
-        assert (t.code, t.shape, t.layout, t.format_dtype) == (
+        assert (t.code, t.info.shape, t.layout, t.format_dtype) == (
             0x4702,
             (2, 1),
             Layout("ggml.q4_0", 18),

@@ -70,21 +70,21 @@ _SHIFT1 = np.arange(8, dtype=np.uint32)
 
 def _u32(fields: np.ndarray) -> np.ndarray:
     """Little-endian uint32s from the last axis's groups of 4 bytes."""
-    b = fields.astype(np.uint32).reshape(*fields.shape[:-1], -1, 4)
+    b = fields.astype(np.uint32).reshape(*fields.shape[:-1], fields.shape[-1] // 4, 4)
     out: np.ndarray = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
     return out
 
 
 def _u16(fields: np.ndarray) -> np.ndarray:
     """Little-endian uint16s (as uint32) from the last axis's pairs of bytes."""
-    b = fields.astype(np.uint32).reshape(*fields.shape[:-1], -1, 2)
+    b = fields.astype(np.uint32).reshape(*fields.shape[:-1], fields.shape[-1] // 2, 2)
     out: np.ndarray = b[..., 0] | (b[..., 1] << 8)
     return out
 
 
 def _nibbles(fields: np.ndarray) -> np.ndarray:
     """Each byte's low then high 4 bits, in order: (n, k) -> (n, 2k) uint8."""
-    return np.stack([fields & 15, fields >> 4], axis=-1).reshape(len(fields), -1)
+    return np.stack([fields & 15, fields >> 4], axis=-1).reshape(len(fields), 2 * fields.shape[-1])
 
 
 def _negated(values: np.ndarray, sign_bits: np.ndarray) -> np.ndarray:
@@ -108,7 +108,7 @@ def _odd_scales(d: np.ndarray, ls: np.ndarray) -> np.ndarray:
 # block_iq2_xxs: f16 d, 8 x (4 grid indices, uint32 w): w's top 4 bits the scale ls,
 # its four 7-bit fields the groups' sign indices.
 def _iq2_xxs_ls(blocks: np.ndarray) -> np.ndarray:
-    w = _u32(blocks[:, 2:].reshape(-1, 8, 8)[:, :, 4:].reshape(-1, 32))
+    w = _u32(blocks[:, 2:].reshape(len(blocks), 8, 8)[:, :, 4:].reshape(len(blocks), 32))
     return (w >> 28).astype(np.uint8)
 
 
