@@ -62,7 +62,7 @@ def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPa
 @pytest.mark.skipif(not _backend.COMPILED, reason="the compiled kernels are not built")
 @pytest.mark.parametrize("name", DECODED)
 def test_compiled_is_numpy_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exact bytes (NaN payloads too) on random blocks, across thread ranges."""
+    """Exact bytes on random blocks, across thread ranges."""
     block = BLOCKS[name]
     monkeypatch.setattr(_pool, "COMPILED_THREAD_MIN_LANES", 64)
     monkeypatch.setattr(_pool, "COMPILED_GRANULE", 32)
@@ -72,7 +72,10 @@ def test_compiled_is_numpy_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> 
     compiled = np.empty(count * block.elements, np.float32)
     _decode.dequantize_into(name, blocks, compiled)
     want = numpy_values(name, blocks.reshape(count, block.bytes)).reshape(-1)
-    assert compiled.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    # Exact bytes but where two NaNs meet in one operation (Q5_1's `q * d + m` with d and m
+    # NaN): which operand's payload survives depends on the operand order numpy's loops
+    # pick (numpy 2.0 and 2.4 differ), as it does in ggml's own arithmetic.
+    agree(compiled, want)
 
 
 def test_every_compiled_decoder_has_a_numpy_twin_of_its_size() -> None:
