@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "gguf_bytes",
     "gguf_info",
     "gguf_kv",
+    "gguf_py_file",
     "kiln_np_exe",
     "run_command",
 ]
@@ -107,3 +109,17 @@ def gguf_bytes(
     )
     body = head + b"".join(kvs) + b"".join(infos)
     return body + bytes(-len(body) % 32) + data
+
+
+def gguf_py_file(path: Path, tensors: dict[str, tuple[np.ndarray, Any]]) -> Path:
+    """A GGUF file written by gguf-py's ``GGUFWriter`` (the oracle's writer): each
+    tensor is ``(array, raw_dtype)``, ``raw_dtype`` a ``GGMLQuantizationType`` for
+    blocks from ``gguf.quants.quantize`` or None for a plain array."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, (arr, raw) in tensors.items():
+        writer.add_tensor(name, arr, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

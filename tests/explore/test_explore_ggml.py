@@ -20,7 +20,7 @@ import matplotlib
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits
+from _helpers import bits, gguf_py_file
 from gguf import GGMLQuantizationType as Q
 
 import kiln_np
@@ -50,13 +50,7 @@ def _q8_0_file(path: Path) -> Path:
     rng = np.random.default_rng(3)
     floats = rng.standard_normal((8, 128)).astype(np.float32) * np.float32(0.02)
     floats[5] = 0.0
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("w", gguf.quants.quantize(floats, Q.Q8_0), raw_dtype=Q.Q8_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return gguf_py_file(path, {"w": (gguf.quants.quantize(floats, Q.Q8_0), Q.Q8_0)})
 
 
 def _quantized(x: Payload | kiln_np.WeightTensor, first: int = 8) -> QuantizedDescription:

@@ -15,6 +15,7 @@ import gguf.quants
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import gguf_py_file
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, mx
@@ -35,23 +36,13 @@ def payload(name: str, blocks: np.ndarray, shape: tuple[int, ...] | None = None)
     return Payload(block.code, raw.data, shape or (count,), Layout(block.layout_name, block.bytes))
 
 
-def write_gguf(path: Path, tensors: dict[str, tuple[np.ndarray, GG]]) -> None:
-    writer = gguf.GGUFWriter(str(path), "test")
-    for name, (data, qtype) in tensors.items():
-        writer.add_tensor(name, data, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
 @pytest.mark.parametrize("name", GGUF_PY_QUANTIZES)
 def test_files_gguf_py_wrote(tmp_path: Path, name: str) -> None:
     rng = np.random.default_rng(BLOCKS[name].type_id)
     x = rng.standard_normal((3, 4, 2 * BLOCKS[name].elements)).astype(np.float32)
     q = gguf.quants.quantize(x, GG.__members__[name])
     path = tmp_path / "m.gguf"
-    write_gguf(path, {"w": (q, GG.__members__[name])})
+    gguf_py_file(path, {"w": (q, GG.__members__[name])})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         want = gguf.quants.dequantize(q, GG.__members__[name]).astype(np.float32)

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from _helpers import bits, run_command
+from _helpers import bits, gguf_py_file, run_command
 from gguf import GGMLQuantizationType as Q
 from onnx import helper, numpy_helper
 
@@ -46,17 +46,6 @@ def _random_blocks(name: str, rows: int, blocks: int, seed: int) -> np.ndarray:
     return raw
 
 
-def _gguf_py_file(path: Path, tensors: dict[str, tuple[np.ndarray, Q | None]]) -> Path:
-    w = gguf.GGUFWriter(str(path), "llama")
-    for name, (arr, raw) in tensors.items():
-        w.add_tensor(name, arr, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
 @pytest.fixture
 def q8_file(tmp_path: Path) -> Path:
     """Q8_0 quantized by gguf-py from normal floats, beside plain f32 and f16."""
@@ -69,7 +58,7 @@ def q8_file(tmp_path: Path) -> Path:
         "f32": (floats[:2], None),
         "f16": (floats[:3].astype(np.float16), None),
     }
-    return _gguf_py_file(tmp_path / "q8.gguf", tensors)
+    return gguf_py_file(tmp_path / "q8.gguf", tensors)
 
 
 def test_q8_0_elements_are_gguf_py_values(q8_file: Path) -> None:
@@ -112,7 +101,7 @@ def test_every_decoder_gives_gguf_py_values_through_a_tensor(tmp_path: Path, nam
     raw = _random_blocks(name, 3, 2, seed=len(name))
     path = tmp_path / "r.gguf"
     if _gguf_py_knows(name):
-        _gguf_py_file(path, {"w": (raw, Q[name])})
+        gguf_py_file(path, {"w": (raw, Q[name])})
         theirs = gguf.GGUFReader(path).tensors[0]
         expected = gguf.quants.dequantize(theirs.data, theirs.tensor_type)
     else:  # written by kiln_np; ggml's own bits are tests/kernels/test_ggml.py's
