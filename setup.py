@@ -5,7 +5,7 @@
 without it, and kiln_np runs on its pure-numpy kernels (see
 ``kiln_np.kernel_backend()`` and docs/performance.md).
 
-The GGML decoders (``ggml_*.c``) must compute in plain float32, one rounding per
+The GGML decoders and encoders (``ggml_*.c``) must compute in plain float32, one rounding per
 operation, to give ggml's bits: GCC and clang contract ``a * b + c`` into a fused
 multiply-add where the target has one (arm64, or x86-64 built for a newer CPU)
 unless told not to, so every build passes ``-ffp-contract=off`` (MSVC:
@@ -34,7 +34,18 @@ setup(
         Extension(
             "kiln_np._kernels.native",
             sources=[
-                KERNELS + name for name in ("native.c", "ggml_basic.c", "ggml_k.c", "ggml_iq.c")
+                KERNELS + name
+                for name in (
+                    "native.c",
+                    "ggml_basic.c",
+                    "ggml_k.c",
+                    "ggml_iq.c",
+                    "ggml_quant_basic.c",
+                    "ggml_quant_fp4.c",
+                    "ggml_quant_iq4.c",
+                    "ggml_quant_k_min.c",
+                    "ggml_quant_k_sym.c",
+                )
             ],
             depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h"],
             optional=True,

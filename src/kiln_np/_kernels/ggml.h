@@ -1,4 +1,5 @@
-/* The GGML block decoders' shared pieces (kiln_np._kernels.native, ggml_*.c).
+/* The GGML block decoders' and encoders' shared pieces (kiln_np._kernels.native,
+ * ggml_*.c decode, ggml_quant_*.c encode).
  *
  * Each ggml_*.c file decodes one family of GGML block types and lists them in a
  * table of GGMLDecoder rows ending with type_id -1; native.c looks a type up by
@@ -8,6 +9,12 @@
  * float32 arithmetic (setup.py compiles with -ffp-contract=off, so no fused
  * multiply-add), so the bits are ggml's.  Fields are read byte by byte,
  * little-endian, whatever the host's byte order.
+ *
+ * The encoders (GGMLEncoder rows, the same way) write block_bytes per block of
+ * block_elements finite float32 values (native.c refuses NaN and infinity
+ * before they see them), the bytes ggml_quantize_chunk writes with no
+ * importance matrix: ggml's quantize_row_*_ref operations in ggml's order, with
+ * the conversions below standing for C's (and x86-64's) own.
  */
 #ifndef KILN_NP_GGML_H
 #define KILN_NP_GGML_H
@@ -51,6 +58,21 @@ extern const GGMLDecoder kiln_ggml_basic[];
 extern const GGMLDecoder kiln_ggml_k[];
 extern const GGMLDecoder kiln_ggml_iq[];
 
+typedef void (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict dst, ptrdiff_t blocks);
+
+typedef struct {
+    int type_id;        /* enum ggml_type */
+    int block_elements; /* float32 values read per block */
+    int block_bytes;    /* bytes written per block */
+    ggml_encode_fn encode;
+} GGMLEncoder;
+
+extern const GGMLEncoder kiln_ggml_enc_basic[]; /* ggml_quant_basic.c */
+extern const GGMLEncoder kiln_ggml_enc_fp4[];   /* ggml_quant_fp4.c */
+extern const GGMLEncoder kiln_ggml_enc_iq4[];   /* ggml_quant_iq4.c */
+extern const GGMLEncoder kiln_ggml_enc_k_min[]; /* ggml_quant_k_min.c */
+extern const GGMLEncoder kiln_ggml_enc_k_sym[]; /* ggml_quant_k_sym.c */
+
 static inline uint16_t ggml_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 static inline uint32_t ggml_u32(const uint8_t *p) {
@@ -81,5 +103,63 @@ static inline float ggml_f16(uint16_t h) {
 
 /* The little-endian f16 at p, as float32. */
 static inline float ggml_f16_at(const uint8_t *p) { return ggml_f16(ggml_u16(p)); }
+
+static inline uint32_t ggml_f32_bits(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits;
+}
+
+/* fabsf, inline (so that loops vectorise): -0.0 gives +0.0, as ggml's MAX(amax, fabsf(v)) needs. */
+static inline float ggml_fabsf(float x) { return ggml_bits_f32(ggml_f32_bits(x) & 0x7FFFFFFFu); }
+
+static inline void ggml_put_u16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* GGML_FP32_TO_FP16: to nearest even, overflow to infinity, a NaN to 0x7e00 with its
+ * sign (integer arithmetic; the same bits as ggml's portable float trick). */
+static inline uint16_t ggml_f32_to_f16(float f) {
+    const uint32_t x = ggml_f32_bits(f);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t a = x & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) {
+        return sign | 0x7E00u;
+    }
+    if (a >= 0x477FF000u) { /* 65520 and up round to infinity */
+        return sign | 0x7C00u;
+    }
+    if (a >= 0x38800000u) { /* a normal f16: rebias, round 13 bits off to even */
+        const uint32_t r = a - 0x38000000u;
+        return sign | (uint16_t)((r + 0x0FFFu + ((r >> 13) & 1u)) >> 13);
+    }
+    /* subnormal or zero: |f| * 2**24 (exact) rounded to an integer, to even */
+    const float m = (ggml_bits_f32(a) * 16777216.0f + 8388608.0f) - 8388608.0f;
+    return sign | (uint16_t)m;
+}
+
+/* C's float -> int32 conversion as x86-64 makes it (cvttss2si): truncation, and
+ * INT32_MIN (the "integer indefinite") for a NaN or a value outside int32, which C
+ * leaves undefined and which ggml reaches when a block's scale over- or underflows. */
+static inline int32_t ggml_c_int(float x) {
+    return (x > -2147483904.0f && x < 2147483648.0f) ? (int32_t)x : INT32_MIN;
+}
+
+/* C's roundf (halves away from zero), inline so that loops using it vectorise. */
+static inline float ggml_roundf(float x) {
+    if (!(x > -8388608.0f && x < 8388608.0f)) { /* an integer already, infinite or NaN */
+        return x;
+    }
+    const float t = (float)(int32_t)x;
+    const float r = x - t; /* exact */
+    return r >= 0.5f ? t + 1.0f : r <= -0.5f ? t - 1.0f : t;
+}
+
+/* ggml's nearest_int (|x| <= 4194303): to nearest, halves to even. */
+static inline int ggml_nearest_int(float x) {
+    const float v = x + 12582912.0f;
+    return (int)(ggml_f32_bits(v) & 0x007FFFFFu) - 0x00400000;
+}
 
 #endif

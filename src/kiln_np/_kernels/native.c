@@ -815,6 +815,126 @@ static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg
     return result;
 }
 
+/* ---- GGML block encoders (ggml.h; the loops are in ggml_quant_*.c) --------------- */
+
+static const GGMLEncoder *const GGML_ENCODER_FAMILIES[] = {
+    kiln_ggml_enc_basic, kiln_ggml_enc_fp4, kiln_ggml_enc_iq4, kiln_ggml_enc_k_min,
+    kiln_ggml_enc_k_sym};
+
+static const GGMLEncoder *ggml_encoder(Py_ssize_t type_id) {
+    for (size_t f = 0; f < sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0]; f++) {
+        for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
+            if (e->type_id == type_id) {
+                return e;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Whether any of the n float32 at x is a NaN or an infinity (exponent all ones: adding
+ * one to the exponent field carries into the sign bit; SSE2 vectorises it). */
+static VECTOR_CLONES int any_not_finite(const uint32_t *restrict x, ptrdiff_t n) {
+    uint32_t acc = 0;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        acc |= (x[i] & 0x7F800000u) + 0x00800000u;
+    }
+    return (acc & 0x80000000u) != 0;
+}
+
+/* Encode `blocks` blocks, a run of them at a time (checked while it is in L1, then
+ * encoded); the first block holding a NaN or infinity (those before it encoded), or -1. */
+static ptrdiff_t encode_checked(const GGMLEncoder *e, const float *src, uint8_t *dst,
+                                ptrdiff_t blocks) {
+    const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
+    for (ptrdiff_t b = 0; b < blocks; b += run) {
+        const ptrdiff_t n = blocks - b < run ? blocks - b : run;
+        const float *x = src + b * e->block_elements;
+        if (any_not_finite((const uint32_t *)x, n * e->block_elements)) {
+            for (ptrdiff_t k = 0; k < n; k++) {
+                if (any_not_finite((const uint32_t *)x + k * e->block_elements,
+                                   e->block_elements)) {
+                    if (k) {
+                        e->encode(x, dst + b * e->block_bytes, k);
+                    }
+                    return b + k;
+                }
+            }
+        }
+        e->encode(x, dst + b * e->block_bytes, n);
+    }
+    return -1;
+}
+
+PyDoc_STRVAR(ggml_from_float32_doc,
+    "ggml_from_float32(type_id, src, dst, lo, hi) -> int\n--\n\n"
+    "Quantize blocks [lo, hi) of the float32 buffer src (block i's values at element\n"
+    "i * block_elements) into GGML type type_id's blocks in the flat bytes dst, as\n"
+    "ggml_quantize_chunk writes them with no importance matrix.  Returns -1, or the\n"
+    "first block holding a NaN or infinity (the blocks before it written).  ValueError\n"
+    "for a type without a compiled encoder or a range the buffers do not hold; the\n"
+    "buffers must not overlap.");
+
+static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                   Py_ssize_t nargs) {
+    Py_ssize_t type_id, lo, hi;
+    if (check_nargs("ggml_from_float32", nargs, 5) < 0 || get_index(args[0], &type_id) < 0 ||
+        get_index(args[3], &lo) < 0 || get_index(args[4], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    const GGMLEncoder *e = ggml_encoder(type_id);
+    if (e == NULL) {
+        PyErr_Format(PyExc_ValueError, "no compiled encoder for GGML type %zd", type_id);
+        return NULL;
+    }
+    if (hi > PY_SSIZE_T_MAX / 4 / e->block_elements) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[2]; /* src, dst */
+    if (get_buffers(args + 1, 2, (const int[]){0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("src", 4 * hi * e->block_elements, views[0].len) == 0 &&
+        check_fits("dst", hi * e->block_bytes, views[1].len) == 0) {
+        const float *s = (const float *)views[0].buf + lo * e->block_elements;
+        uint8_t *o = (uint8_t *)views[1].buf + lo * e->block_bytes;
+        ptrdiff_t bad = -1;
+        RUN_LOOP((hi - lo) * e->block_bytes, bad = encode_checked(e, s, o, hi - lo));
+        result = PyLong_FromSsize_t(bad < 0 ? -1 : lo + bad);
+    }
+    release_buffers(views, 2);
+    return result;
+}
+
+PyDoc_STRVAR(ggml_quant_types_doc,
+    "ggml_quant_types()\n--\n\n"
+    "The GGML types with a compiled encoder: a tuple of (type_id, block_elements,\n"
+    "block_bytes).");
+
+static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
+    PyObject *list = PyList_New(0);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (size_t f = 0; f < sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0]; f++) {
+        for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
+            PyObject *row = Py_BuildValue("(iii)", e->type_id, e->block_elements, e->block_bytes);
+            if (row == NULL || PyList_Append(list, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(list);
+                return NULL;
+            }
+            Py_DECREF(row);
+        }
+    }
+    PyObject *result = PyList_AsTuple(list);
+    Py_DECREF(list);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
@@ -829,6 +949,9 @@ static PyMethodDef methods[] = {
     {"ggml_to_float32", (PyCFunction)(void (*)(void))ggml_to_float32, METH_FASTCALL,
      ggml_to_float32_doc},
     {"ggml_types", ggml_types, METH_NOARGS, ggml_types_doc},
+    {"ggml_from_float32", (PyCFunction)(void (*)(void))ggml_from_float32, METH_FASTCALL,
+     ggml_from_float32_doc},
+    {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -127,29 +127,37 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
-def _split(lanes: int, compiled: bool) -> list[tuple[int, int]]:
+def _split(lanes: int, compiled: bool, least: int | None = None) -> list[tuple[int, int]]:
     """Disjoint lane ranges covering ``[0, lanes)``, one per thread, each
-    starting on a chunk boundary (a granule for the compiled kernels)."""
-    least = COMPILED_THREAD_MIN_LANES if compiled else THREAD_MIN_LANES
+    starting on a chunk boundary (a granule for the compiled kernels; any lane
+    when the caller gives its own threshold ``least``)."""
+    if least is None:
+        least = COMPILED_THREAD_MIN_LANES if compiled else THREAD_MIN_LANES
+        granule = COMPILED_GRANULE if compiled else CHUNK_LANES
+    else:
+        granule = 1
     parts = _threads() if lanes >= least else 1
     if parts == 1:
         return [(0, lanes)]
-    granule = COMPILED_GRANULE if compiled else CHUNK_LANES
     step = -(-lanes // parts)
     step = -(-step // granule) * granule
     return [(lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
 
 
-def run_ranges(task: Callable[[int, int], _T], lanes: int, *, compiled: bool = False) -> list[_T]:
+def run_ranges(
+    task: Callable[[int, int], _T], lanes: int, *, compiled: bool = False, least: int | None = None
+) -> list[_T]:
     """``task(lo, hi)`` over the lane ranges of :func:`_split`, results in range order.
 
     ``compiled`` picks the compiled kernels' thresholds (tasks that release
-    the GIL for a whole range).  The calling thread runs the first range, pool
-    threads the others.  A range that no pool thread has started by the time
-    the calling thread is done (a busy machine, a thread still waking up) is
-    taken back and run by the calling thread, and so is every range when the
-    pool refuses work (at interpreter exit)."""
-    ranges = _split(lanes, compiled)
+    the GIL for a whole range); ``least`` is the caller's own (lanes of work
+    heavy enough to split from that many on, at any lane: the quantizers).
+    The calling thread runs the first range, pool threads the others.  A
+    range that no pool thread has started by the time the calling thread is
+    done (a busy machine, a thread still waking up) is taken back and run by
+    the calling thread, and so is every range when the pool refuses work (at
+    interpreter exit)."""
+    ranges = _split(lanes, compiled, least)
     if len(ranges) == 1:
         return [task(*ranges[0])]
     from concurrent.futures import wait

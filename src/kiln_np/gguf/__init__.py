@@ -112,6 +112,7 @@ other.  ``kiln_np.gguf`` needs nothing but numpy.
 """
 
 from ._dequantize import dequantize
+from ._quantize import quantize
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
 from ._values import GGUFArrays, GGUFMetadata, ValueType
@@ -128,6 +129,7 @@ __all__ = [
     "dequantize",
     "ggml_type_for_code",
     "open_gguf",
+    "quantize",
     "read_gguf",
     "save_gguf",
 ]

@@ -1,0 +1,17 @@
+"""What a block encoder is: float32 blocks in, ggml's bytes out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["Encoder"]
+
+Encoder = Callable[[np.ndarray], np.ndarray]
+"""The numpy encoder of one GGML block type: finite float32 blocks as rows
+``(n, block elements)`` -> uint8 rows ``(n, block bytes)``, bit for bit what
+ggml's ``ggml_quantize_chunk`` writes for them with no importance matrix (its
+``quantize_row_*_ref``), computed in ggml's operation order.  Vectorised across
+blocks; the caller passes no NaN or infinity (ggml's result on them is
+undefined) and ignores floating-point warnings."""

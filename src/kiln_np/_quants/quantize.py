@@ -1,0 +1,137 @@
+"""Quantize float32 to GGML blocks: on the compiled kernels where they are built,
+on the numpy encoders otherwise, split over the thread pool by whole blocks.
+
+Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
+``llama-quantize`` runs) writes with no importance matrix
+(``tests/kernels/test_ggml_quantize.py`` holds them to ggml's own output and to
+each other).  Every block is encoded on its own, so the result does not depend
+on how the blocks are split over threads.  ggml's result on a NaN or an
+infinity is undefined: both refuse them, reporting the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import numpy as np
+
+from kiln_np._kernels import backend, pool
+
+from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
+from .blocks import BLOCKS, Block
+from .encoder import Encoder
+
+with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+    from kiln_np._kernels import native
+
+__all__ = ["ENCODERS", "NEEDS_IMATRIX", "encoder", "quantize_into", "refusal"]
+
+ENCODERS: Mapping[str, Encoder] = MappingProxyType(
+    {
+        name: found
+        for name in BLOCKS  # in type-id order
+        for family in (encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym)
+        if (found := family.ENCODERS.get(name)) is not None
+    }
+)
+"""Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
+
+NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S", "IQ1_M")
+"""The grid types, whose ggml quantizers are meant to run with an importance matrix."""
+
+_NOT_STORED = ("Q8_1", "Q8_K")
+
+_COMPILED: frozenset[int] = (
+    frozenset(t for t, _, _ in native.ggml_quant_types()) if backend.COMPILED else frozenset()
+)
+
+_CHUNK_ELEMENTS = 1 << 14
+"""Elements the numpy encoders take at a time: their float32 temporaries (a few
+dozen per element for the k-quants' searches) stay in a 2 MiB L2 cache."""
+
+_THREAD_MIN_ELEMENTS = 1 << 15
+"""Inputs with fewer elements are quantized on the calling thread only (the
+cheapest encoder, Q8_0, takes some 30 us for them)."""
+
+
+def encoder(name: str) -> tuple[Block, Encoder] | None:
+    """The block type and numpy encoder of GGML type ``name``, or None.
+
+    >>> encoder("Q8_0")[0].bytes, encoder("IQ2_XXS")
+    (34, None)
+    """
+    found = ENCODERS.get(name)
+    return None if found is None else (BLOCKS[name], found)
+
+
+def refusal(name: str) -> str:
+    """Why GGML type ``name`` (a key of :data:`BLOCKS` that :data:`ENCODERS` lacks)
+    is not quantized, as a sentence to end an error message.
+
+    >>> print(refusal("Q8_K"))
+    Q8_K is an intermediate type of ggml's dot products, not one it stores
+    """
+    if name in NEEDS_IMATRIX:
+        return (
+            f"{name} is quantized with an importance matrix (llama-quantize refuses IQ1 and "
+            "IQ2 types without one; IQ3 is made for one), which kiln_np does not take"
+        )
+    if name in _NOT_STORED:
+        return f"{name} is an intermediate type of ggml's dot products, not one it stores"
+    return f"kiln_np has no quantizer for {name}"
+
+
+def _first_bad(src: np.ndarray, block: Block, bad_block: int) -> int:
+    """The flat index of the first NaN or infinity of block ``bad_block`` of ``src``."""
+    part = src[bad_block * block.elements : (bad_block + 1) * block.elements]
+    return bad_block * block.elements + int(np.flatnonzero(~np.isfinite(part))[0])
+
+
+def _numpy_range(enc: Encoder, x: np.ndarray, out: np.ndarray, b0: int, b1: int) -> int:
+    """Encode blocks [b0, b1) of the rows ``x`` into the rows ``out``; the first block
+    holding a NaN or infinity (the blocks before it written), or -1."""
+    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+    with np.errstate(all="ignore"):  # 1/d of a tiny d, inf * 0: ggml's arithmetic
+        for c in range(b0, b1, step):
+            part = x[c : min(c + step, b1)]
+            finite = np.isfinite(part).all(axis=1)
+            if not finite.all():
+                bad = c + int(np.argmin(finite))
+                if bad > c:
+                    out[c:bad] = enc(x[c:bad])
+                return bad
+            out[c : min(c + step, b1)] = enc(part)
+    return -1
+
+
+def quantize_into(name: str, src: np.ndarray, dst: np.ndarray) -> int:
+    """Quantize the C-contiguous float32 ``src`` (whole blocks of GGML type ``name``,
+    which :func:`encoder` knows) into the flat uint8 ``dst`` of as many blocks; the
+    two do not overlap.  Returns -1, or the flat index of the first NaN or infinity
+    of ``src`` (then ``dst`` holds a prefix of the blocks and no more is meant).
+
+    >>> dst = np.empty(34, np.uint8)
+    >>> quantize_into("Q8_0", np.full(32, 2.0, np.float32), dst), dst[:4].tolist()
+    (-1, [8, 36, 127, 127])
+    >>> quantize_into("Q8_0", np.array([0.0] * 5 + [np.inf] * 27, np.float32), dst)
+    5
+    """
+    block, enc = BLOCKS[name], ENCODERS[name]
+    count = src.size // block.elements
+    least = max(1, _THREAD_MIN_ELEMENTS // block.elements)
+    if block.type_id in _COMPILED and backend.COMPILED:
+        found = pool.run_ranges(
+            lambda b0, b1: native.ggml_from_float32(block.type_id, src, dst, b0, b1),
+            count,
+            least=least,
+        )
+    else:
+        x = src.reshape(count, block.elements)
+        out = dst.reshape(count, block.bytes)
+        found = pool.run_ranges(
+            lambda b0, b1: _numpy_range(enc, x, out, b0, b1), count, least=least
+        )
+    bad = pool.smallest_bad(found)
+    return -1 if bad < 0 else _first_bad(src, block, bad)
