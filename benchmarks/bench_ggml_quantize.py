@@ -1,0 +1,108 @@
+"""GGML quantize (``kiln_np.gguf.quantize``) per type, as ratios in one process.
+
+Run from the repository root::
+
+    python benchmarks/bench_ggml_quantize.py                  # every type, 16 Mi elements
+    python benchmarks/bench_ggml_quantize.py --types Q8_0,Q4_K --rounds 3
+    python benchmarks/bench_ggml_quantize.py --ggml /tmp/ggml-build/src/libggml-base.so
+    KILN_NP_PURE=1 python benchmarks/bench_ggml_quantize.py --elements-mi 1   # numpy
+
+For each type: ``kiln_np.gguf.quantize`` of ``--elements-mi`` Mi float32
+elements (normal, one scale per row of 4096, as in a weight matrix), over
+``np.copy`` of the float32 input, against issue 21's target; with ``--ggml``,
+ggml's own ``ggml_quantize_chunk`` (libggml-base, no importance matrix, one
+thread) over ``np.copy`` too, and the speedup over it; and the speedup over
+gguf-py's ``gguf.quants.quantize`` for the types it quantizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+import gguf.quants
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cpu_pressure, describe_machine, markdown_table, time_interleaved
+
+from kiln_np import gguf as kgguf
+from kiln_np._quants.blocks import BLOCKS
+from kiln_np._quants.quantize import ENCODERS
+
+TARGETS = {
+    "Q8_0": 2.5, "Q4_0": 2.5, "MXFP4": 4.0,
+    "Q6_K": 30.0, "NVFP4": 20.0, "Q4_K": 60.0, "Q2_K": 50.0, "IQ4_XS": 180.0,
+}  # fmt: skip
+GGUF_PY = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "MXFP4")
+ROW = 4096
+
+
+def ggml_quantizer(library: str, name: str) -> Callable[[np.ndarray, np.ndarray], None]:
+    lib = ctypes.CDLL(library)
+    fn = lib.ggml_quantize_chunk
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 3
+    fn.argtypes += [ctypes.c_void_p]
+    type_id = BLOCKS[name].type_id
+    return lambda x, dst: fn(type_id, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], ROW, None)
+
+
+def measure(name: str, elements: int, rounds: int, library: str | None) -> list[object]:
+    block = BLOCKS[name]
+    rng = np.random.default_rng(block.type_id)
+    x = rng.standard_normal((elements // ROW, ROW), dtype=np.float32)
+    x *= (10.0 ** rng.uniform(-3, 0, (x.shape[0], 1))).astype(np.float32)
+    functions: dict[str, Callable[[], object]] = {
+        "np.copy": lambda: np.copy(x),
+        "kiln_np": lambda: kgguf.quantize(x, name),
+    }
+    if library is not None:
+        reference = ggml_quantizer(library, name)
+        dst = np.empty(x.size // block.elements * block.bytes, np.uint8)
+        functions["ggml"] = lambda: reference(x, dst)
+    timing = time_interleaved(functions, "np.copy", rounds)
+    target = TARGETS.get(name)
+    row: list[object] = [name, f"{timing.median('kiln_np') * 1e3:.1f} ms"]
+    row += [timing.ratio("kiln_np", "np.copy"), f"<= {target:g}" if target else ""]
+    if "ggml" in functions:
+        row += [timing.ratio("ggml", "np.copy"), timing.ratio("ggml", "kiln_np")]
+    else:
+        row += ["", ""]
+    if name in GGUF_PY:
+        qtype = gguf.GGMLQuantizationType[name]
+        slow = time_interleaved(
+            {
+                "kiln_np": lambda: kgguf.quantize(x, name),
+                "gguf": lambda: gguf.quants.quantize(x, qtype),
+            },
+            "kiln_np",
+            max(1, rounds // 2),
+        )
+        row.append(slow.ratio("gguf", "kiln_np"))
+    else:
+        row.append("(gguf-py cannot)")
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--elements-mi", type=int, default=16, help="Mi elements (16)")
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds (5)")
+    parser.add_argument("--types", default="", help="comma-separated GGML names (all)")
+    parser.add_argument("--ggml", default=None, help="path of libggml-base.so")
+    args = parser.parse_args()
+    names = [n.upper() for n in args.types.split(",") if n] or list(ENCODERS)
+    rows = [measure(n, args.elements_mi << 20, args.rounds, args.ggml) for n in names]
+    print(describe_machine(), f"cpu pressure (avg60): {cpu_pressure()}")
+    header = ["type", "time", "/ np.copy", "target", "ggml C / np.copy", "speedup over ggml"]
+    print(markdown_table([*header, "speedup over gguf-py"], rows))
+
+
+if __name__ == "__main__":
+    main()
