@@ -14,7 +14,6 @@
 
 #define GROUP_MAX_EPS 1e-15f
 #define CANDIDATES 19 /* ggml's is = -9 .. 9; is = 0 (lane 9) is its first try */
-#define LANES 24      /* CANDIDATES rounded up to whole vectors; the extra lanes repeat lane 9 */
 #define FIRST 9
 
 static ALWAYS_INLINE int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -34,46 +33,83 @@ static ALWAYS_INLINE float largest16(const float *restrict x, float *restrict am
     return value;
 }
 
-/* make_qx_quants(16, 32, x, L, 1, NULL): the scale; L[i] in 0 .. 63. */
-static ALWAYS_INLINE float qx_quants_32(const float *restrict x, int8_t *restrict L) {
-    float amax;
-    const float max = largest16(x, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, 16);
-        return 0.0f;
-    }
-    float iscale[LANES], sumlx[LANES], suml2[LANES];
-    for (int k = 0; k < LANES; k++) {
-        const float is = (float)(k < CANDIDATES ? k - FIRST : 0);
-        iscale[k] = -(32.0f + 0.1f * is) / max;
-        sumlx[k] = 0.0f;
-        suml2[k] = 0.0f;
+/* (float)clamp_int(ggml_nearest_int(v), lo, hi) for |v| < 2**22, in float lanes only:
+ * the same float addition rounds v, and subtracting 1.5 * 2**23 again is exact. */
+static ALWAYS_INLINE float round_clamp(float v, float lo, float hi) {
+    float r = (v + 12582912.0f) - 12582912.0f;
+    r = r < lo ? lo : r;
+    return r > hi ? hi : r;
+}
+
+/* make_qx_quants(16, 32, x, L, 1, NULL) for the 16 sub-blocks of one block at once, each
+ * sub-block a lane: xt[i][j] is element i of sub-block j; scale[j] its scale, Lt[i][j] its
+ * quants (0 .. 63).  Every lane keeps ggml's sequential sums; the selection among the 19
+ * tries is branch-free per lane, in ggml's order (is = 0 first, then -9 .. 9). */
+static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
+                                       int8_t Lt[16][16]) {
+    float mx[16], amax[16], w[16][16], wx[16][16];
+    for (int j = 0; j < 16; j++) {
+        mx[j] = 0.0f;
+        amax[j] = 0.0f;
     }
     for (int i = 0; i < 16; i++) {
-        const float xi = x[i];
-        const float w = xi * xi;
-        const float wx = w * xi;
-        for (int k = 0; k < LANES; k++) {
-            const float l = (float)clamp_int(ggml_nearest_int(iscale[k] * xi), -32, 31);
-            sumlx[k] += wx * l;
-            suml2[k] += (w * l) * l;
+        for (int j = 0; j < 16; j++) {
+            const float v = xt[i][j], a = ggml_fabsf(v);
+            const int bigger = a > amax[j]; /* the first of equal magnitudes stays */
+            amax[j] = bigger ? a : amax[j];
+            mx[j] = bigger ? v : mx[j];
+            w[i][j] = v * v;
+            wx[i][j] = w[i][j] * v;
         }
     }
-    float scale = suml2[FIRST] != 0.0f ? sumlx[FIRST] / suml2[FIRST] : 0.0f;
-    float best = scale * sumlx[FIRST];
-    int win = FIRST;
-    for (int k = 0; k < CANDIDATES; k++) {
-        if (k != FIRST && suml2[k] > 0.0f && sumlx[k] * sumlx[k] > best * suml2[k]) {
-            scale = sumlx[k] / suml2[k];
-            best = scale * sumlx[k];
-            win = k;
+    /* try t is ggml's is = t - 9 after is = 0 (t = 0): 0, -9 .. -1, 1 .. 9 */
+    float iscale[CANDIDATES][16], sumlx[CANDIDATES][16], suml2[CANDIDATES][16];
+    for (int t = 0; t < CANDIDATES; t++) {
+        const int is = t == 0 ? 0 : t <= FIRST ? t - 1 - FIRST : t - FIRST;
+        const float num = -(32.0f + 0.1f * (float)is);
+        for (int j = 0; j < 16; j++) {
+            iscale[t][j] = num / mx[j];
+            sumlx[t][j] = 0.0f;
+            suml2[t][j] = 0.0f;
         }
     }
-    const float chosen = iscale[win];
     for (int i = 0; i < 16; i++) {
-        L[i] = (int8_t)(clamp_int(ggml_nearest_int(chosen * x[i]), -32, 31) + 32);
+        for (int t = 0; t < CANDIDATES; t++) {
+            for (int j = 0; j < 16; j++) {
+                /* |iscale * x| <= 32.9 where amax >= GROUP_MAX_EPS (no element exceeds max);
+                 * other lanes are discarded */
+                const float l = round_clamp(iscale[t][j] * xt[i][j], -32.0f, 31.0f);
+                sumlx[t][j] += wx[i][j] * l;
+                suml2[t][j] += (w[i][j] * l) * l;
+            }
+        }
     }
-    return scale;
+    float best[16], chosen[16];
+    for (int j = 0; j < 16; j++) {
+        scale[j] = suml2[0][j] != 0.0f ? sumlx[0][j] / suml2[0][j] : 0.0f;
+        best[j] = scale[j] * sumlx[0][j];
+        chosen[j] = iscale[0][j];
+    }
+    for (int t = 1; t < CANDIDATES; t++) {
+        for (int j = 0; j < 16; j++) {
+            const float slx = sumlx[t][j], sl2 = suml2[t][j], s = slx / sl2;
+            const int better = (sl2 > 0.0f) & (slx * slx > best[j] * sl2);
+            scale[j] = better ? s : scale[j];
+            best[j] = better ? s * slx : best[j];
+            chosen[j] = better ? iscale[t][j] : chosen[j];
+        }
+    }
+    for (int j = 0; j < 16; j++) {
+        const int zero = amax[j] < GROUP_MAX_EPS;
+        scale[j] = zero ? 0.0f : scale[j];
+        chosen[j] = zero ? 0.0f : chosen[j]; /* with the offset below: L = 0 */
+    }
+    for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 16; j++) {
+            const float l = round_clamp(chosen[j] * xt[i][j], -32.0f, 31.0f);
+            Lt[i][j] = (int8_t)((int)l + (amax[j] < GROUP_MAX_EPS ? 0 : 32));
+        }
+    }
 }
 
 /* make_q3_quants(16, 4, x, L, true): the scale; L[i] in 0 .. 7. */
@@ -157,11 +193,14 @@ static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict 
     for (ptrdiff_t b = 0; b < blocks; b++) {
         const float *x = src + 256 * b;
         uint8_t *y = dst + 210 * b;
-        int8_t L[256];
-        float scales[16];
-        for (int j = 0; j < 16; j++) {
-            scales[j] = qx_quants_32(x + 16 * j, L + 16 * j);
+        float xt[16][16], scales[16];
+        int8_t Lt[16][16], L[256];
+        for (int i = 0; i < 16; i++) {
+            for (int j = 0; j < 16; j++) {
+                xt[i][j] = x[16 * j + i];
+            }
         }
+        qx_quants_32(xt, scales, Lt);
         float amax;
         const float max_scale = largest_scale(scales, &amax);
         if (amax < GROUP_MAX_EPS) {
@@ -171,11 +210,19 @@ static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict 
         const float iscale = -128.0f / max_scale;
         const uint16_t d_bits = ggml_f32_to_f16(1.0f / iscale);
         const float d = ggml_f16(d_bits);
+        float dj[16];
         for (int j = 0; j < 16; j++) {
             const int v = ggml_nearest_int(iscale * scales[j]);
             const int8_t sc = (int8_t)(uint8_t)(v < 127 ? v : 127); /* C's int8_t store */
             y[192 + j] = (uint8_t)sc;
-            requantize(x + 16 * j, L + 16 * j, d * (float)sc, -32, 31);
+            dj[j] = d * (float)sc;
+        }
+        /* ggml's second pass: where d * scale is not 0 (a NaN is not), requantize */
+        for (int i = 0; i < 16; i++) {
+            for (int j = 0; j < 16; j++) {
+                const int l = clamp_int(ggml_nearest_int(xt[i][j] / dj[j]), -32, 31) + 32;
+                L[16 * j + i] = dj[j] != 0.0f ? (int8_t)l : Lt[i][j];
+            }
         }
         for (int h = 0; h < 2; h++) {
             const int8_t *q = L + 128 * h;
