@@ -1,37 +1,24 @@
-/* GGML encoders of the symmetric k-quants (Q3_K, Q6_K): ggml's quantize_row_q3_K_ref and quantize_row_q6_K_ref,
- * in ggml's operation order (ggml.h).
+/* GGML encoders of the symmetric k-quants (Q3_K, Q6_K): ggml's quantize_row_q3_K_ref and
+ * quantize_row_q6_K_ref, in ggml's operation order (ggml.h).
  *
  * A block of 256 is 16 sub-blocks of 16.  Each sub-block gets a scale by a search whose
  * sums run element by element (ggml's order, one float32 rounding per operation): Q6_K
  * tries 19 inverse scales (make_qx_quants, rmse_type 1, weights x*x) and keeps the one
- * with the best weighted fit; here the 19 candidates are lanes of one loop, each with its
- * own sequential sums, so the compiler vectorises across candidates and no sum is
- * reordered.  Q3_K moves one quant at a time while the fit improves (make_q3_quants),
- * a sequential search kept as it is.  The 16 scales are then quantized against the
- * largest (first of equal magnitudes) and every element requantized with its sub-block's
- * quantized scale. */
+ * with the best weighted fit; Q3_K moves one quant at a time while the fit improves
+ * (make_q3_quants).  The 16 scales are then quantized against the largest (the first of
+ * equal magnitudes) and every element requantized with its sub-block's quantized scale.
+ *
+ * The searches run on the 16 sub-blocks of a block at once, one a lane: the block is
+ * transposed (xt[i][j] = element i of sub-block j), each lane keeps its own sums in
+ * ggml's order and takes ggml's decisions branch-free, so the compiler vectorises across
+ * sub-blocks and no sum is reordered (make_q3_quants' first pass over its quants so;
+ * the passes after it, which few sub-blocks need, one sub-block at a time). */
 #include "ggml.h"
 
 #define GROUP_MAX_EPS 1e-15f
-#define CANDIDATES 19 /* ggml's is = -9 .. 9; is = 0 (lane 9) is its first try */
-#define FIRST 9
+#define CANDIDATES 19 /* make_qx_quants' first try (is = 0) and is = -9 .. -1, 1 .. 9 */
 
 static ALWAYS_INLINE int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-/* The element of x[0..15] of strictly largest magnitude, the first of equals
- * (ggml: if (fabsf(v) > amax) ...); *amax gets its magnitude. */
-static ALWAYS_INLINE float largest16(const float *restrict x, float *restrict amax) {
-    float big = 0.0f, value = 0.0f;
-    for (int i = 0; i < 16; i++) {
-        const float a = ggml_fabsf(x[i]);
-        if (a > big) {
-            big = a;
-            value = x[i];
-        }
-    }
-    *amax = big;
-    return value;
-}
 
 /* (float)clamp_int(ggml_nearest_int(v), lo, hi) for |v| < 2**22, in float lanes only:
  * the same float addition rounds v, and subtracting 1.5 * 2**23 again is exact. */
@@ -41,13 +28,20 @@ static ALWAYS_INLINE float round_clamp(float v, float lo, float hi) {
     return r > hi ? hi : r;
 }
 
-/* make_qx_quants(16, 32, x, L, 1, NULL) for the 16 sub-blocks of one block at once, each
- * sub-block a lane: xt[i][j] is element i of sub-block j; scale[j] its scale, Lt[i][j] its
- * quants (0 .. 63).  Every lane keeps ggml's sequential sums; the selection among the 19
- * tries is branch-free per lane, in ggml's order (is = 0 first, then -9 .. 9). */
-static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
-                                       int8_t Lt[16][16]) {
-    float mx[16], amax[16], w[16][16], wx[16][16];
+/* The 256 values of x as xt[i][j] = x[16 * j + i]. */
+static ALWAYS_INLINE void transpose(const float *restrict x, float xt[16][16]) {
+    for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 16; j++) {
+            xt[i][j] = x[16 * j + i];
+        }
+    }
+}
+
+/* Per sub-block j: mx[j], its element of strictly largest magnitude, the first of equals
+ * (ggml: if (fabsf(v) > amax) { amax = fabsf(v); max = v; } from 0), amax[j] that
+ * magnitude; and the weights w = x * x, wx = w * x of every element. */
+static ALWAYS_INLINE void prepare(const float xt[16][16], float mx[16], float amax[16],
+                                  float w[16][16], float wx[16][16]) {
     for (int j = 0; j < 16; j++) {
         mx[j] = 0.0f;
         amax[j] = 0.0f;
@@ -55,17 +49,25 @@ static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
     for (int i = 0; i < 16; i++) {
         for (int j = 0; j < 16; j++) {
             const float v = xt[i][j], a = ggml_fabsf(v);
-            const int bigger = a > amax[j]; /* the first of equal magnitudes stays */
+            const int bigger = a > amax[j];
             amax[j] = bigger ? a : amax[j];
             mx[j] = bigger ? v : mx[j];
             w[i][j] = v * v;
             wx[i][j] = w[i][j] * v;
         }
     }
-    /* try t is ggml's is = t - 9 after is = 0 (t = 0): 0, -9 .. -1, 1 .. 9 */
+}
+
+/* make_qx_quants(16, 32, x, L, 1, NULL) for the 16 sub-blocks at once: scale[j] and the
+ * quants Lt[i][j] (0 .. 63; 0 for a sub-block below GROUP_MAX_EPS). */
+static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
+                                       int8_t Lt[16][16]) {
+    float mx[16], amax[16], w[16][16], wx[16][16];
+    prepare(xt, mx, amax, w, wx);
+    /* try t is ggml's is = 0 for t = 0, then is = -9 .. -1, 1 .. 9: its order */
     float iscale[CANDIDATES][16], sumlx[CANDIDATES][16], suml2[CANDIDATES][16];
     for (int t = 0; t < CANDIDATES; t++) {
-        const int is = t == 0 ? 0 : t <= FIRST ? t - 1 - FIRST : t - FIRST;
+        const int is = t == 0 ? 0 : t <= 9 ? t - 10 : t - 9;
         const float num = -(32.0f + 0.1f * (float)is);
         for (int j = 0; j < 16; j++) {
             iscale[t][j] = num / mx[j];
@@ -76,8 +78,8 @@ static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
     for (int i = 0; i < 16; i++) {
         for (int t = 0; t < CANDIDATES; t++) {
             for (int j = 0; j < 16; j++) {
-                /* |iscale * x| <= 32.9 where amax >= GROUP_MAX_EPS (no element exceeds max);
-                 * other lanes are discarded */
+                /* |iscale * x| <= 32.9 where amax >= GROUP_MAX_EPS (no element exceeds
+                 * max); the other lanes are discarded */
                 const float l = round_clamp(iscale[t][j] * xt[i][j], -32.0f, 31.0f);
                 sumlx[t][j] += wx[i][j] * l;
                 suml2[t][j] += (w[i][j] * l) * l;
@@ -86,7 +88,7 @@ static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
     }
     float best[16], chosen[16];
     for (int j = 0; j < 16; j++) {
-        scale[j] = suml2[0][j] != 0.0f ? sumlx[0][j] / suml2[0][j] : 0.0f;
+        scale[j] = suml2[0][j] != 0.0f ? sumlx[0][j] / suml2[0][j] : 0.0f; /* a NaN is not 0 */
         best[j] = scale[j] * sumlx[0][j];
         chosen[j] = iscale[0][j];
     }
@@ -100,65 +102,84 @@ static ALWAYS_INLINE void qx_quants_32(const float xt[16][16], float scale[16],
         }
     }
     for (int j = 0; j < 16; j++) {
-        const int zero = amax[j] < GROUP_MAX_EPS;
-        scale[j] = zero ? 0.0f : scale[j];
-        chosen[j] = zero ? 0.0f : chosen[j]; /* with the offset below: L = 0 */
+        const int live = amax[j] >= GROUP_MAX_EPS;
+        scale[j] = live ? scale[j] : 0.0f;
+        chosen[j] = live ? chosen[j] : 0.0f; /* quants round_clamp(0) = 0, less 32 below */
     }
     for (int i = 0; i < 16; i++) {
         for (int j = 0; j < 16; j++) {
-            const float l = round_clamp(chosen[j] * xt[i][j], -32.0f, 31.0f);
-            Lt[i][j] = (int8_t)((int)l + (amax[j] < GROUP_MAX_EPS ? 0 : 32));
+            const int l = (int)round_clamp(chosen[j] * xt[i][j], -32.0f, 31.0f);
+            Lt[i][j] = (int8_t)(l + (amax[j] >= GROUP_MAX_EPS ? 32 : 0));
         }
     }
 }
 
-/* make_q3_quants(16, 4, x, L, true): the scale; L[i] in 0 .. 7. */
-static ALWAYS_INLINE float q3_quants(const float *restrict x, int8_t *restrict L) {
-    float amax;
-    const float max = largest16(x, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, 16);
-        return 0.0f;
+/* One step of make_q3_quants' passes: whether quant *q of x (weights w, wx) moves, and
+ * if so the move, with the sums of its sub-block; branch-free, so that it vectorises. */
+static ALWAYS_INLINE int q3_move(float x, float w, float wx, int live, float *restrict q,
+                                 float *restrict sumlx, float *restrict suml2) {
+    const float old = *q;
+    const float slx = *sumlx - wx * old;
+    const float sl2 = *suml2 - (w * old) * old;
+    /* any float here (slx may be 0 or tiny): ggml's nearest_int bit for bit */
+    const float fresh = (float)clamp_int(ggml_nearest_int((x * sl2) / slx), -4, 3);
+    const float nslx = slx + wx * fresh;
+    const float nsl2 = sl2 + (w * fresh) * fresh;
+    const int take = live & (slx > 0.0f) & (fresh != old) & (nsl2 > 0.0f) &
+                     ((nslx * nslx) * *suml2 > (*sumlx * *sumlx) * nsl2);
+    *q = take ? fresh : old;
+    *sumlx = take ? nslx : *sumlx;
+    *suml2 = take ? nsl2 : *suml2;
+    return take;
+}
+
+/* make_q3_quants(16, 4, x, L, true) for the 16 sub-blocks at once: scale[j] and the
+ * quants Lt[i][j] (0 .. 7; 0 for a sub-block below GROUP_MAX_EPS). */
+static ALWAYS_INLINE void q3_quants(const float xt[16][16], float scale[16], int8_t Lt[16][16]) {
+    float mx[16], amax[16], w[16][16], wx[16][16];
+    prepare(xt, mx, amax, w, wx);
+    float iscale[16], sumlx[16], suml2[16], q[16][16]; /* q: the quants -4 .. 3, as floats */
+    int live[16];
+    for (int j = 0; j < 16; j++) {
+        live[j] = amax[j] >= GROUP_MAX_EPS;
+        iscale[j] = live[j] ? -4.0f / mx[j] : 0.0f;
+        sumlx[j] = 0.0f;
+        suml2[j] = 0.0f;
     }
-    const float iscale = -4.0f / max;
-    float w[16], wx[16];
-    float sumlx = 0.0f, suml2 = 0.0f;
     for (int i = 0; i < 16; i++) {
-        w[i] = x[i] * x[i];
-        wx[i] = w[i] * x[i];
-        const int l = clamp_int(ggml_nearest_int(iscale * x[i]), -4, 3);
-        L[i] = (int8_t)l;
-        sumlx += wx[i] * (float)l;
-        suml2 += (w[i] * (float)l) * (float)l;
+        for (int j = 0; j < 16; j++) {
+            const float l = round_clamp(iscale[j] * xt[i][j], -4.0f, 3.0f); /* |.| <= 4 */
+            q[i][j] = l;
+            sumlx[j] += wx[i][j] * l;
+            suml2[j] += (w[i][j] * l) * l;
+        }
     }
-    for (int pass = 0; pass < 5; pass++) {
-        int changed = 0;
-        for (int i = 0; i < 16; i++) {
-            const float old = (float)L[i];
-            float slx = sumlx - wx[i] * old;
-            if (slx > 0.0f) {
-                float sl2 = suml2 - (w[i] * old) * old;
-                const int fresh = clamp_int(ggml_nearest_int((x[i] * sl2) / slx), -4, 3);
-                if (fresh != L[i]) {
-                    slx += wx[i] * (float)fresh;
-                    sl2 += (w[i] * (float)fresh) * (float)fresh;
-                    if (sl2 > 0.0f && (slx * slx) * suml2 > (sumlx * sumlx) * sl2) {
-                        L[i] = (int8_t)fresh;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        changed++;
-                    }
-                }
+    /* ggml's first pass for every sub-block at once; the few that moved a quant go on
+     * alone, as ggml's loop does (up to 5 passes, until one moves nothing) */
+    int moved[16] = {0};
+    for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 16; j++) {
+            moved[j] |= q3_move(xt[i][j], w[i][j], wx[i][j], live[j], &q[i][j], &sumlx[j],
+                                &suml2[j]);
+        }
+    }
+    for (int j = 0; j < 16; j++) {
+        for (int pass = 1; pass < 5 && moved[j]; pass++) {
+            moved[j] = 0;
+            for (int i = 0; i < 16; i++) {
+                moved[j] |= q3_move(xt[i][j], w[i][j], wx[i][j], 1, &q[i][j], &sumlx[j],
+                                    &suml2[j]);
             }
         }
-        if (!changed) {
-            break;
-        }
+    }
+    for (int j = 0; j < 16; j++) {
+        scale[j] = live[j] && suml2[j] > 0.0f ? sumlx[j] / suml2[j] : 0.0f;
     }
     for (int i = 0; i < 16; i++) {
-        L[i] = (int8_t)(L[i] + 4);
+        for (int j = 0; j < 16; j++) {
+            Lt[i][j] = (int8_t)(live[j] ? (int)q[i][j] + 4 : 0);
+        }
     }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
 /* Of 16 scales, the first of strictly largest magnitude (a NaN never), or 0. */
@@ -175,15 +196,15 @@ static ALWAYS_INLINE float largest_scale(const float *restrict scales, float *re
     return value;
 }
 
-/* ggml's second pass: with the sub-block's quantized scale d (not 0; a NaN is not),
- * L = clamp(nearest_int(x / d), lo, hi) - lo. */
-static ALWAYS_INLINE void requantize(const float *restrict x, int8_t *restrict L, float d, int lo,
-                                     int hi) {
-    if (d == 0.0f) {
-        return;
-    }
+/* ggml's second pass into L[256] (natural order): where sub-block j's d[j] is not 0 (a
+ * NaN is not), clamp(nearest_int(x / d[j]), lo, hi) - lo; elsewhere the search's Lt. */
+static ALWAYS_INLINE void requantize(const float xt[16][16], const int8_t Lt[16][16],
+                                     const float d[16], int lo, int hi, int8_t *restrict L) {
     for (int i = 0; i < 16; i++) {
-        L[i] = (int8_t)(clamp_int(ggml_nearest_int(x[i] / d), lo, hi) - lo);
+        for (int j = 0; j < 16; j++) {
+            const int l = clamp_int(ggml_nearest_int(xt[i][j] / d[j]), lo, hi) - lo;
+            L[16 * j + i] = d[j] != 0.0f ? (int8_t)l : Lt[i][j];
+        }
     }
 }
 
@@ -191,15 +212,10 @@ static ALWAYS_INLINE void requantize(const float *restrict x, int8_t *restrict L
 static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t b = 0; b < blocks; b++) {
-        const float *x = src + 256 * b;
         uint8_t *y = dst + 210 * b;
         float xt[16][16], scales[16];
         int8_t Lt[16][16], L[256];
-        for (int i = 0; i < 16; i++) {
-            for (int j = 0; j < 16; j++) {
-                xt[i][j] = x[16 * j + i];
-            }
-        }
+        transpose(src + 256 * b, xt);
         qx_quants_32(xt, scales, Lt);
         float amax;
         const float max_scale = largest_scale(scales, &amax);
@@ -217,13 +233,7 @@ static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict 
             y[192 + j] = (uint8_t)sc;
             dj[j] = d * (float)sc;
         }
-        /* ggml's second pass: where d * scale is not 0 (a NaN is not), requantize */
-        for (int i = 0; i < 16; i++) {
-            for (int j = 0; j < 16; j++) {
-                const int l = clamp_int(ggml_nearest_int(xt[i][j] / dj[j]), -32, 31) + 32;
-                L[16 * j + i] = dj[j] != 0.0f ? (int8_t)l : Lt[i][j];
-            }
-        }
+        requantize(xt, Lt, dj, -32, 31, L);
         for (int h = 0; h < 2; h++) {
             const int8_t *q = L + 128 * h;
             uint8_t *ql = y + 64 * h, *qh = y + 128 + 32 * h;
@@ -242,13 +252,11 @@ static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict 
 static VECTOR_CLONES void enc_q3_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t b = 0; b < blocks; b++) {
-        const float *x = src + 256 * b;
         uint8_t *y = dst + 110 * b;
-        int8_t L[256];
-        float scales[16];
-        for (int j = 0; j < 16; j++) {
-            scales[j] = q3_quants(x + 16 * j, L + 16 * j);
-        }
+        float xt[16][16], scales[16];
+        int8_t Lt[16][16], L[256];
+        transpose(src + 256 * b, xt);
+        q3_quants(xt, scales, Lt);
         float amax;
         const float max_scale = largest_scale(scales, &amax);
         uint8_t *packed = y + 96;
@@ -268,9 +276,11 @@ static VECTOR_CLONES void enc_q3_k(const float *restrict src, uint8_t *restrict 
             memset(six, 0, sizeof six);
         }
         const float d = ggml_f16(d_bits);
+        float dj[16];
         for (int j = 0; j < 16; j++) {
-            requantize(x + 16 * j, L + 16 * j, d * (float)(six[j] - 32), -4, 3);
+            dj[j] = d * (float)(six[j] - 32);
         }
+        requantize(xt, Lt, dj, -4, 3, L);
         uint8_t *hmask = y, *qs = y + 32;
         for (int m = 0; m < 32; m++) {
             unsigned bits = 0;
