@@ -241,7 +241,8 @@ static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict 
                 const int q1 = q[l], q2 = q[l + 32], q3 = q[l + 64], q4 = q[l + 96];
                 ql[l] = (uint8_t)((q1 & 0xF) | ((q3 & 0xF) << 4));
                 ql[l + 32] = (uint8_t)((q2 & 0xF) | ((q4 & 0xF) << 4));
-                qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+                qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
+                                  ((q4 >> 4) << 6));
             }
         }
         ggml_put_u16(y + 208, d_bits);
