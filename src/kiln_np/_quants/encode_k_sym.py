@@ -130,8 +130,8 @@ def _make_q3_quants(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 quants[:, i] = np.where(take, new, quants[:, i])
                 sumlx = np.where(take, slx, sumlx)
                 suml2 = np.where(take, sl2, suml2)
-        if not changed:  # every sub-block is where ggml's loop stops
-            break
+        if not changed:  # ggml stops each sub-block after a pass that moves nothing in
+            break  # it; such a pass leaves it as it was, so running on changes nothing
     scale = np.where(suml2 > 0, sumlx / suml2, _F(0))
     zero = np.abs(mx) < _GROUP_MAX_EPS
     return np.where(zero, _F(0), scale), np.where(zero[:, None], 0, quants + 4)
