@@ -212,7 +212,8 @@ class TensorSource(NamedTuple):
         step = max(1, min(total, _QUANTIZE_CHUNK) // unit) * unit
         wide = values.dtype.itemsize
         raw = np.empty(step * wide if self.data is None else 0, U8)
-        f32 = np.empty(step, np.float32)
+        as_is = values.dtype == np.float32 and values.dtype.isnative
+        f32 = np.empty(0 if as_is else step, np.float32)  # float32 is quantized where it is
         out = (
             np.empty(step, self.info.dtype)
             if block is None
@@ -239,9 +240,11 @@ class TensorSource(NamedTuple):
                             f"{self.file.path!r} shrank while tensor {self.name!r} was quantized: ",
                         )
                 x = chunk.view(values.dtype)
-                if x.dtype == np.float32 and x.dtype.isnative and x.flags.aligned:
+                if as_is and x.flags.aligned:
                     part = x
                 else:
+                    if f32.size < n:  # float32 bytes in memory, not aligned for float32
+                        f32 = np.empty(step, np.float32)
                     part = f32[:n]
                     with np.errstate(over="ignore"):  # an f64 past float32's range: inf
                         part[...] = x  # exact, but f64: to nearest even
