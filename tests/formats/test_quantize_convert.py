@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 import pytest
 
 import kiln_np
-from kiln_np import KilnError, Layout, Payload, QuantizePolicy
+from kiln_np import KilnError, Payload, QuantizePolicy
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
 from kiln_np._weights import sources
@@ -76,7 +77,8 @@ def test_the_grammar_round_trips_in_canonical_spelling() -> None:
     assert p.default == "Q8_0"
     assert p.rules == (("*.ffn_down.*", "Q8_0"), ("*norm*", "f32"), ("out?", "bf16"), ("x", "f16"))
     assert str(p) == "*.ffn_down.*=Q8_0,*norm*=f32,out?=bf16,x=f16,Q8_0"
-    assert QuantizePolicy.parse(str(p)) == p and hash(QuantizePolicy.parse(str(p))) == hash(p)
+    assert QuantizePolicy.parse(str(p)) == p
+    assert hash(QuantizePolicy.parse(str(p))) == hash(p)
     assert repr(p) == f"QuantizePolicy({str(p)!r})"
     assert QuantizePolicy(p.rules, p.default) == p
     assert p != str(p)
@@ -101,16 +103,16 @@ def test_the_default_may_stand_anywhere() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", r"^TYPE: policy entry 1: expected TYPE or PATTERN=TYPE between commas, found an empty "),
-        ("q8_0,", r"^TYPE: policy entry 2: expected TYPE or PATTERN=TYPE .* found an empty entry in"),
-        ("q8_0,, *=f16", r"^TYPE: policy entry 2: .*found an empty entry in 'q8_0,, \*=f16'$"),
+        ("", r"^policy entry 1: expected TYPE or PATTERN=TYPE between commas, found an empty "),
+        ("q8_0,", r"^policy entry 2: expected TYPE or PATTERN=TYPE .* found an empty entry in"),
+        ("q8_0,, *=f16", r"^policy entry 2: .*found an empty entry in 'q8_0,, \*=f16'$"),
         (
             "q9_9",
-            r"^TYPE: policy entry 1 \('q9_9'\): expected a type to quantize to, in any case: a GGML "
+            r"^policy entry 1 \('q9_9'\): expected a type to quantize to, in any case: a GGML "
             r"type \(Q8_0.*\) or a float type \(f32, f16, bf16\); found 'q9_9'$",
         ),
-        ("*=f64", r"^TYPE: policy entry 1 \('\*=f64'\): expected a type to quantize to.*found 'f64'$"),
-        ("*=", r"^TYPE: policy entry 1 \('\*='\): expected a type .*; found ''$"),
+        ("*=f64", r"^policy entry 1 \('\*=f64'\): expected a type to quantize to.*found 'f64'$"),
+        ("*=", r"^policy entry 1 \('\*='\): expected a type .*; found ''$"),
         (
             "iq2_xxs",
             r"found 'iq2_xxs': IQ2_XXS is quantized with an importance matrix \(llama-quantize "
@@ -120,28 +122,32 @@ def test_the_default_may_stand_anywhere() -> None:
         ("q8_k", r"found 'q8_k': Q8_K is an intermediate type of ggml's dot products"),
         (
             "q8_0,f16",
-            r"^TYPE: policy entry 2 \('f16'\): expected at most one bare TYPE \(the default\), found "
+            r"^policy entry 2 \('f16'\): expected at most one bare TYPE \(the default\), found "
             r"a second after 'Q8_0'$",
         ),
-        ("a=b=q8_0", r"^TYPE: policy entry 1 \('a=b=q8_0'\): expected PATTERN=TYPE with one '=', found 2"),
-        ("=q8_0", r"^TYPE: policy entry 1 \('=q8_0'\): expected PATTERN=TYPE with a pattern, found none"),
+        (
+            "a=b=q8_0",
+            r"^policy entry 1 \('a=b=q8_0'\): expected PATTERN=TYPE with one '=', found 2",
+        ),
+        ("=q8_0", r"^policy entry 1 \('=q8_0'\): expected PATTERN=TYPE with a pattern, found none"),
         (
             "q8_0,blk.[0.*=f32",
-            r"^TYPE: policy entry 2 \('blk.\[0.\*=f32'\): expected a pattern whose every '\[' a '\]' "
+            r"^policy entry 2 \('blk.\[0.\*=f32'\): expected a pattern whose every '\[' a '\]' "
             r"closes \(write '\[\[\]' for a literal '\['\), found 'blk.\[0.\*'$",
         ),
         ("x[!]=f32", r"found 'x\[!\]'$"),
         (
             "*norm*=f32,*norm*=f16",
-            r"^TYPE: policy entry 2 \('\*norm\*=f16'\): expected each pattern once \(the first match "
+            r"^policy entry 2 \('\*norm\*=f16'\): expected each pattern once \(the first match "
             r"wins, so a second '\*norm\*' never would\), found it twice$",
         ),
     ],
 )
 def test_every_malformed_policy_is_type_saying_what_was_expected(text: str, message: str) -> None:
-    with pytest.raises(KilnError, match=message) as info:
+    with pytest.raises(KilnError) as info:
         QuantizePolicy.parse(text)
     assert info.value.kind == "TYPE"
+    assert re.search(message, info.value.message), info.value.message
 
 
 def test_types_not_yet_quantized_say_so() -> None:
@@ -159,16 +165,18 @@ def test_types_not_yet_quantized_say_so() -> None:
     [
         (([("*", "q8_0", "x")],), r"expected rules as \(pattern, type\) pairs of str, found"),
         (([("*", 8)],), r"expected rules as \(pattern, type\) pairs of str"),
-        (([("*[", "q8_0")],), r"^TYPE: policy rule \('\*\[', 'q8_0'\): expected a pattern whose"),
-        (([("", "q8_0")],), r"^TYPE: policy rule \('', 'q8_0'\): expected PATTERN=TYPE with a pattern"),
+        (([("*[", "q8_0")],), r"^policy rule \('\*\[', 'q8_0'\): expected a pattern whose"),
+        (([("", "q8_0")],), r"^policy rule \('', 'q8_0'\): expected PATTERN=TYPE with a pattern"),
         (([("a", "f32"), ("a", "f16")],), r"expected each pattern once"),
-        (((), 8), r"^TYPE: expected the default type as a str or None, found "),
-        (((), "iq2_s"), r"^TYPE: the default type: expected a type to quantize to.*IQ2_S is quantized"),
+        (((), 8), r"^expected the default type as a str or None, found "),
+        (((), "iq2_s"), r"^the default type: expected a type to quantize to.*IQ2_S is quantized"),
     ],
 )
 def test_the_constructor_checks_as_parse_does(args: tuple[Any, ...], message: str) -> None:
-    with pytest.raises(KilnError, match=message):
+    with pytest.raises(KilnError) as info:
         QuantizePolicy(*args)
+    assert info.value.kind == "TYPE"
+    assert re.search(message, info.value.message), info.value.message
 
 
 def test_only_a_string_parses_and_only_a_policy_or_string_is_quantize(tmp_path: Path) -> None:
@@ -188,31 +196,23 @@ def test_what_is_quantized_and_why_the_others_keep_their_type() -> None:
         "flags": np.zeros((2, 32), bool),
         "scalar": np.float32(1.5),
         "blocks": quantize(rand((2, ROW)), "Q8_0"),
-        "fp8": Payload(5, bytes(64), (2, 32)),
+        "fp8": Payload(5, memoryview(bytes(64)), (2, 32)),
     }
-    kept = quantize_kept(tensors, "q8_0")
-    assert kept == [
+    not_float = "is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
+    assert quantize_kept(tensors, "q8_0") == [
         KeptTensor(
             "blk.0.attn_norm.weight", "f32", "a 1-D tensor: Q8_0 quantizes rows of two dims or more"
         ),
-        KeptTensor(
-            "positions", "i32", "i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
-        ),
+        KeptTensor("positions", "i32", f"i32 {not_float}"),
         KeptTensor(
             "odd.weight",
             "f32",
             f"rows of {ROW + 1} elements are not a whole number of Q8_0 blocks (32 elements each)",
         ),
-        KeptTensor(
-            "flags", "bool", "bool is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
-        ),
+        KeptTensor("flags", "bool", f"bool {not_float}"),
         KeptTensor("scalar", "f32", "a 0-D tensor: Q8_0 quantizes rows of two dims or more"),
-        KeptTensor(
-            "blocks", "ggml.q8_0", "already GGML Q8_0 blocks (kiln_np does not requantize)"
-        ),
-        KeptTensor(
-            "fp8", "f8e4m3", "f8e4m3 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
-        ),
+        KeptTensor("blocks", "ggml.q8_0", "already GGML Q8_0 blocks (kiln_np does not requantize)"),
+        KeptTensor("fp8", "f8e4m3", f"f8e4m3 {not_float}"),
     ]
     described = sources.tensor_sources(tensors, quantize="q8_0")
     quantized = [s.name for s in described if s.quantized is not None]
@@ -228,7 +228,8 @@ def test_what_is_quantized_and_why_the_others_keep_their_type() -> None:
 def test_without_a_default_unmatched_tensors_keep_their_type_and_are_listed() -> None:
     policy = QuantizePolicy.parse("*.attn_q.*=q8_0,*norm*=f32")
     kept = {k.name: k.reason for k in quantize_kept(model(), policy)}
-    assert "blk.0.attn_q.weight" not in kept and "blk.0.attn_norm.weight" not in kept
+    assert "blk.0.attn_q.weight" not in kept
+    assert "blk.0.attn_norm.weight" not in kept
     assert kept["token_embd.weight"] == (
         "no pattern of the policy matches it and it has no default type"
     )
@@ -301,9 +302,7 @@ def test_chunk_boundaries_and_progress(tmp_path: Path, monkeypatch: pytest.Monke
     done: list[int] = []
     for given in (tensors, kiln_np.open_weights(src)):
         out = tmp_path / "o.gguf"
-        kiln_np.save_weights(
-            out, given, format="gguf", quantize="q8_0,n=f16", progress=done.append
-        )
+        kiln_np.save_weights(out, given, format="gguf", quantize="q8_0,n=f16", progress=done.append)
         with kiln_np.open_weights(out) as got:
             assert payload_bytes(got["a"]) == bytes(quantize(tensors["a"], "q8_0").data)
             assert payload_bytes(got["h"]) == bytes(quantize(tensors["h"], "q8_0").data)
@@ -463,7 +462,7 @@ def test_safetensors_refuses_quantize_before_writing(tmp_path: Path) -> None:
 
 
 def test_quantize_and_dequantize_together_are_type(tmp_path: Path) -> None:
-    with pytest.raises(KilnError, match=r"^TYPE: expected dequantize or quantize, not both: kiln_np"):
+    with pytest.raises(KilnError, match=r"^TYPE: expected dequantize or quantize, not both: "):
         kiln_np.save_weights(
             tmp_path / "o.gguf", model(), format="gguf", dequantize="f32", quantize="q8_0"
         )
@@ -476,10 +475,8 @@ def test_splits_are_cut_by_the_quantized_sizes(tmp_path: Path) -> None:
     assert len(save_weights_paths(out, tensors, format="gguf", max_shard_size=1100)) == 2
     paths = save_weights_paths(out, tensors, format="gguf", max_shard_size=1100, quantize="q8_0")
     assert paths == [str(out)]
-    names = kiln_np.save_weights(
-        out, tensors, format="gguf", max_shard_size=600, quantize="q8_0"
-    )
-    assert [os.path.basename(p) for p in names] == ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"]
+    names = kiln_np.save_weights(out, tensors, format="gguf", max_shard_size=600, quantize="q8_0")
+    assert [os.path.basename(p) for p in names] == [f"m-0000{i}-of-00002.gguf" for i in (1, 2)]
     with kiln_np.open_weights(names[0]) as got:
         assert payload_bytes(got["b"]) == bytes(quantize(tensors["b"], "q8_0").data)
 
