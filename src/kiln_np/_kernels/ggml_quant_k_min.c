@@ -15,6 +15,14 @@
 
 #include <math.h>
 
+/* The loops over the sub-blocks (lanes) stay loops, for the vectoriser: fully unrolled
+ * (8 lanes), GCC would vectorise the loop over the elements instead, as in-order sums. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LANES _Pragma("GCC unroll 1")
+#else
+#define LANES
+#endif
+
 /* MAX(0, MIN(nmax, nearest_int(v))) as ggml writes it. */
 static ALWAYS_INLINE int clamp_level(float v, int nmax) {
     const int l = ggml_nearest_int(v);
@@ -35,13 +43,13 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
     float det[16], this_scale[16], this_min[16];
     float la[32 * 16];
     const float top = (float)nmax;
-    for (int j = 0; j < NS; j++) {
+    LANES for (int j = 0; j < NS; j++) {
         min[j] = hi[j] = xt[j];
         sum_w[j] = wt[j];
         sum_x[j] = sum_w[j] * xt[j];
     }
     for (int i = 1; i < N; i++) {
-        for (int j = 0; j < NS; j++) {
+        LANES for (int j = 0; j < NS; j++) {
             const float v = xt[i * NS + j], w = wt[i * NS + j];
             min[j] = v < min[j] ? v : min[j];
             hi[j] = v > hi[j] ? v : hi[j];
@@ -49,7 +57,7 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
             sum_x[j] += w * v;
         }
     }
-    for (int j = 0; j < NS; j++) {
+    LANES for (int j = 0; j < NS; j++) {
         min[j] = min[j] > 0 ? 0.0f : min[j];
         min0[j] = min[j];
         is[j] = top / (hi[j] - min[j]);
@@ -58,7 +66,7 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
         best[j] = 0;
     }
     for (int i = 0; i < N; i++) {
-        for (int j = 0; j < NS; j++) {
+        LANES for (int j = 0; j < NS; j++) {
             const float v = xt[i * NS + j];
             const float l = (float)clamp_level(is[j] * (v - min[j]), nmax);
             float diff = scale[j] * l + min[j] - v;
@@ -68,12 +76,12 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
     }
     for (int step = 0; step <= nstep; step++) {
         const float factor = rmin + 0.1f * (float)step + top;
-        for (int j = 0; j < NS; j++) {
+        LANES for (int j = 0; j < NS; j++) {
             iscale[j] = factor / (hi[j] - min[j]);
             sum_l[j] = sum_l2[j] = sum_xl[j] = 0;
         }
         for (int i = 0; i < N; i++) {
-            for (int j = 0; j < NS; j++) {
+            LANES for (int j = 0; j < NS; j++) {
                 const float v = xt[i * NS + j], w = wt[i * NS + j];
                 const float l = (float)clamp_level(iscale[j] * (v - min[j]), nmax);
                 const float wl = w * l;
@@ -83,7 +91,7 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
                 sum_xl[j] += wl * v;
             }
         }
-        for (int j = 0; j < NS; j++) {
+        LANES for (int j = 0; j < NS; j++) {
             det[j] = sum_w[j] * sum_l2[j] - sum_l[j] * sum_l[j];
             const float s = (sum_w[j] * sum_xl[j] - sum_x[j] * sum_l[j]) / det[j];
             const float m = (sum_l2[j] * sum_x[j] - sum_l[j] * sum_xl[j]) / det[j];
@@ -92,14 +100,14 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
             cur[j] = 0;
         }
         for (int i = 0; i < N; i++) {
-            for (int j = 0; j < NS; j++) {
+            LANES for (int j = 0; j < NS; j++) {
                 const float v = xt[i * NS + j];
                 float diff = this_scale[j] * la[i * NS + j] + this_min[j] - v;
                 diff = mad ? ggml_fabsf(diff) : diff * diff;
                 cur[j] += wt[i * NS + j] * diff;
             }
         }
-        for (int j = 0; j < NS; j++) {
+        LANES for (int j = 0; j < NS; j++) {
             const int better = det[j] > 0 && cur[j] < best[j];
             best[j] = better ? cur[j] : best[j];
             scale[j] = better ? this_scale[j] : scale[j];
@@ -108,7 +116,7 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
             min[j] = better ? this_min[j] : min[j];
         }
     }
-    for (int j = 0; j < NS; j++) {
+    LANES for (int j = 0; j < NS; j++) {
         const int flat = hi[j] == min0[j];
         scale[j] = flat ? 0.0f : scale[j];
         the_min[j] = flat ? -min0[j] : -min[j];
@@ -119,7 +127,7 @@ static ALWAYS_INLINE void qkx2_search(const float *restrict xt, const float *res
 
 /* The block's NS x N values at x, element-major, into xt. */
 static ALWAYS_INLINE void transpose(const float *restrict x, float *restrict xt, int N, int NS) {
-    for (int j = 0; j < NS; j++) {
+    LANES for (int j = 0; j < NS; j++) {
         for (int i = 0; i < N; i++) {
             xt[i * NS + j] = x[N * j + i];
         }
@@ -133,7 +141,7 @@ static ALWAYS_INLINE void final_levels(const float *restrict xt, const float *re
                                        const float *restrict lo, int N, int NS, int nmax,
                                        uint8_t *restrict L) {
     for (int i = 0; i < N; i++) {
-        for (int j = 0; j < NS; j++) {
+        LANES for (int j = 0; j < NS; j++) {
             const float v = xt[i * NS + j];
             const int again = clamp_level((v + dm[j]) / d[j], nmax);
             const int found = clamp_level(is[j] * (v - lo[j]), nmax);
