@@ -176,8 +176,8 @@ def test_one_signed_and_far_apart_sub_blocks_decode_near_their_values(
     # Rows of one sign (the search starts from min 0 for positive sub-blocks, yet the
     # least-squares fit may still take a min below 0) and rows whose 16-value
     # sub-blocks lie 2**-8 ... 2**7 apart: every value decodes back to within one
-    # steps of the block's largest sub-block scale (the small sub-blocks get scale 0
-    # and decode to their min, near 0 on that scale).
+    # level step of its block's range, (max - min(min, 0)) / levels (the small
+    # sub-blocks get scale 0 and decode to their min, near 0 on that range).
     rng = np.random.default_rng(3)
     x = np.abs(rng.standard_normal((12, 256))).astype(f32)
     x[4:8] = -x[4:8]
