@@ -37,18 +37,6 @@ static ALWAYS_INLINE float absmax(const float *x, int n) {
     return ggml_bits_f32(m);
 }
 
-/* ggml's `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }` over 32 elements: the
- * first element of largest magnitude, +0.0 when all are zero. */
-static ALWAYS_INLINE float signed_absmax32(const float *x) {
-    const uint32_t am = ggml_f32_bits(absmax(x, 32));
-    int first = 32;
-    for (int j = 0; j < 32; j++) {
-        const int c = (ggml_f32_bits(x[j]) & 0x7FFFFFFFu) == am ? j : 32;
-        first = first < c ? first : c;
-    }
-    return am == 0 ? 0.0f : x[first];
-}
-
 /* C's roundf of a float with |v| < 2**31, as an int, branch-free. */
 static ALWAYS_INLINE int32_t round_small(float v) {
     const int32_t t = (int32_t)v;
@@ -58,29 +46,83 @@ static ALWAYS_INLINE int32_t round_small(float v) {
 
 static ALWAYS_INLINE int finite_f32(float v) { return ggml_fabsf(v) <= FLT_MAX; }
 
-/* Q4_0 / Q5_0: d = max / -divisor, q = MIN(top, (int8_t)(x*id + divisor + 0.5f)). */
-static ALWAYS_INLINE float centred32(const float *x, uint8_t *q, float divisor, int top) {
-    const float d = signed_absmax32(x) / -divisor;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const float half = divisor + 0.5f;
-    if (finite_f32(id)) { /* x*id + half in [0.49, 16.51] (Q4_0), [0.49, 32.51] (Q5_0) */
-        for (int j = 0; j < 32; j++) {
-            const int32_t t = (int32_t)(x[j] * id + half);
-            q[j] = (uint8_t)(t < top ? t : top);
-        }
-    } else {
-        for (int j = 0; j < 32; j++) {
-            const int8_t t = (int8_t)ggml_c_int(x[j] * id + half);
-            q[j] = (uint8_t)(t < top ? t : top);
-        }
+/* Eight bytes, each 0 or 1, as the bits of one byte (the first the least significant):
+ * their little-endian word times 0x0102040810204080 gathers bit 8b into bit 56 + b
+ * without carries. */
+static ALWAYS_INLINE uint8_t gather_bits(const uint8_t *bit) {
+    uint64_t w = 0;
+    for (int b = 0; b < 8; b++) {
+        w |= (uint64_t)bit[b] << (8 * b);
     }
-    return d;
+    return (uint8_t)((w * 0x0102040810204080u) >> 56);
 }
 
-/* Q4_1 / Q5_1: min (the first element equal to the least), d = (max - min) / levels,
- * q = (int8_t)((x - min)*id + 0.5f) kept as a byte, MIN(top, q) as a signed byte. */
-static ALWAYS_INLINE float offset32(const float *x, uint8_t *q, float levels, int top,
-                                    float *min_out) {
+/* One quant of Q4_0 ... Q5_1: MIN(top, (int8_t)v) as a byte (top 255: (uint8_t)v).
+ * fast: v is known to lie in (-1, 128), where C's conversion is (int32_t)v. */
+static ALWAYS_INLINE int32_t small_q(float v, int top, int fast) {
+    const int32_t t = fast ? (int32_t)v : (int8_t)ggml_c_int(v);
+    return (uint8_t)(t < top ? t : top);
+}
+
+/* The 32 quants of a block, v = x*id + add (offset: (x - min)*id + add), as ggml packs
+ * them: nib[j] = q[j] | q[j + 16] << 4 (five bits: the low nibbles, and qh's bit j
+ * is bit 4 of q[j], little-endian). */
+static ALWAYS_INLINE void quants32(const float *x, float min, float id, float add, int top,
+                                   int offset, int five, int fast, uint8_t *nib,
+                                   uint8_t *qh) {
+    uint8_t b[16], bit[32];
+    for (int j = 0; j < 16; j++) {
+        const float x0 = offset ? x[j] - min : x[j];
+        const float x1 = offset ? x[j + 16] - min : x[j + 16];
+        const int32_t a = small_q(x0 * id + add, top, fast);
+        const int32_t c = small_q(x1 * id + add, top, fast);
+        b[j] = (uint8_t)((five ? a & 0x0F : a) | (c << 4));
+        bit[j] = (uint8_t)((a >> 4) & 1);
+        bit[j + 16] = (uint8_t)((c >> 4) & 1);
+    }
+    memcpy(nib, b, 16);
+    if (five) {
+        for (int k = 0; k < 4; k++) {
+            qh[k] = gather_bits(bit + 8 * k);
+        }
+    }
+}
+
+/* Q4_0 / Q5_0: d = max / -divisor (max the first element of largest magnitude),
+ * q = MIN(top, (int8_t)(x*id + divisor + 0.5f)). */
+static ALWAYS_INLINE void centred(const float *x, uint8_t *y, float divisor, int top,
+                                  int five) {
+    /* ggml's `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`: max is the first
+     * element of largest magnitude (+0.0 when all are zero).  Only its sign is left to
+     * find (2j + sign, least first); meanwhile the divisions run on |max|, as
+     * max / -divisor and 1/d are -(|max| / divisor) and -(1/(|max| / divisor)) for a
+     * positive max, +() for a negative one. */
+    const float am = absmax(x, 32);
+    const uint32_t am_bits = ggml_f32_bits(am);
+    int first = 64;
+    for (int j = 0; j < 32; j++) {
+        const uint32_t u = ggml_f32_bits(x[j]);
+        const int c = (u & 0x7FFFFFFFu) == am_bits ? (int)(2 * j + (u >> 31)) : 64;
+        first = first < c ? first : c;
+    }
+    const float da = am / divisor;
+    const float ia = 1.0f / da;
+    const int negative = (first & 1) && am_bits != 0;
+    const float d = negative ? da : -da;
+    const float id = d != 0.0f ? (negative ? ia : -ia) : 0.0f;
+    const float add = divisor + 0.5f;
+    ggml_put_u16(y, ggml_f32_to_f16(d));
+    uint8_t *nib = y + (five ? 6 : 2);
+    if (finite_f32(id)) { /* x*id + add in [0.49, 16.51] (Q4_0), [0.49, 32.51] (Q5_0) */
+        quants32(x, 0.0f, id, add, top, 0, five, 1, nib, y + 2);
+    } else {
+        quants32(x, 0.0f, id, add, top, 0, five, 0, nib, y + 2);
+    }
+}
+
+/* Q4_1 / Q5_1: d = (max - min) / levels, m = min (the first element equal to the
+ * least), q = MIN(top, (int8_t)((x - min)*id + 0.5f)). */
+static ALWAYS_INLINE void offset(const float *x, uint8_t *y, float levels, int top, int five) {
     int32_t lo = INT32_MAX, hi = INT32_MIN;
     for (int j = 0; j < 32; j++) {
         const int32_t k = order_key(x[j]);
@@ -100,90 +142,45 @@ static ALWAYS_INLINE float offset32(const float *x, uint8_t *q, float levels, in
     const float range = max == min ? 0.0f : max - min;
     const float d = range / levels;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    ggml_put_u16(y, ggml_f32_to_f16(d));
+    ggml_put_u16(y + 2, ggml_f32_to_f16(min));
+    uint8_t *nib = y + (five ? 8 : 4);
     if (finite_f32(range) && finite_f32(id)) { /* (x - min)*id + 0.5f in [0.5, levels + .51] */
-        for (int j = 0; j < 32; j++) {
-            const int32_t t = (int32_t)((x[j] - min) * id + 0.5f);
-            q[j] = (uint8_t)(t < top ? t : top);
-        }
+        quants32(x, min, id, 0.5f, top, 1, five, 1, nib, y + 4);
     } else {
-        for (int j = 0; j < 32; j++) {
-            const int8_t t = (int8_t)ggml_c_int((x[j] - min) * id + 0.5f);
-            q[j] = (uint8_t)(t < top ? t : top);
-        }
-    }
-    *min_out = min;
-    return d;
-}
-
-static ALWAYS_INLINE void nibbles16(const uint8_t *q, uint8_t *out) {
-    for (int j = 0; j < 16; j++) {
-        out[j] = (uint8_t)((q[j] & 0x0F) | (q[j + 16] << 4));
+        quants32(x, min, id, 0.5f, top, 1, five, 0, nib, y + 4);
     }
 }
 
-/* ggml's qh: bit j is bit 4 of q[j], little-endian. */
-static ALWAYS_INLINE void fifth_bits(const uint8_t *q, uint8_t *out) {
-    for (int k = 0; k < 4; k++) {
-        unsigned byte = 0;
-        for (int b = 0; b < 8; b++) {
-            byte |= (unsigned)((q[8 * k + b] >> 4) & 1u) << b;
-        }
-        out[k] = (uint8_t)byte;
-    }
-}
-
-/* Q4_0: d = max / -8 (max the first element of largest magnitude), nibbles q[j] | q[j+16] << 4. */
+/* Q4_0: d = max / -8, 16 bytes q[j] | q[j+16] << 4. */
 static VECTOR_CLONES void enc_q4_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
-        uint8_t *y = dst + 18 * i;
-        uint8_t q[32];
-        const float d = centred32(src + 32 * i, q, 8.0f, 15);
-        ggml_put_u16(y, ggml_f32_to_f16(d));
-        nibbles16(q, y + 2);
+        centred(src + 32 * i, dst + 18 * i, 8.0f, 15, 0);
     }
 }
 
-/* Q4_1: d = (max - min) / 15, m = min, 4-bit q = (x - min) / d + 0.5 truncated. */
+/* Q4_1: d = (max - min) / 15, m, 16 bytes of nibbles. */
 static VECTOR_CLONES void enc_q4_1(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
-        uint8_t *y = dst + 20 * i;
-        uint8_t q[32];
-        float min;
-        const float d = offset32(src + 32 * i, q, 15.0f, 15, &min);
-        ggml_put_u16(y, ggml_f32_to_f16(d));
-        ggml_put_u16(y + 2, ggml_f32_to_f16(min));
-        nibbles16(q, y + 4);
+        offset(src + 32 * i, dst + 20 * i, 15.0f, 15, 0);
     }
 }
 
-/* Q5_0: d = max / -16; the fifth bits in qh, then the low nibbles. */
+/* Q5_0: d = max / -16, qh (the fifth bits), the low nibbles. */
 static VECTOR_CLONES void enc_q5_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
-        uint8_t *y = dst + 22 * i;
-        uint8_t q[32];
-        const float d = centred32(src + 32 * i, q, 16.0f, 31);
-        ggml_put_u16(y, ggml_f32_to_f16(d));
-        fifth_bits(q, y + 2);
-        nibbles16(q, y + 6);
+        centred(src + 32 * i, dst + 22 * i, 16.0f, 31, 1);
     }
 }
 
-/* Q5_1: d = (max - min) / 31, m = min, q = (uint8_t)((x - min) / d + 0.5) (no MIN: a byte
- * is what MIN(255, ...) would leave). */
+/* Q5_1: d = (max - min) / 31, m, qh, the low nibbles; q = (uint8_t)((x - min)*id + 0.5f). */
 static VECTOR_CLONES void enc_q5_1(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
-        uint8_t *y = dst + 24 * i;
-        uint8_t q[32];
-        float min;
-        const float d = offset32(src + 32 * i, q, 31.0f, 255, &min);
-        ggml_put_u16(y, ggml_f32_to_f16(d));
-        ggml_put_u16(y + 2, ggml_f32_to_f16(min));
-        fifth_bits(q, y + 4);
-        nibbles16(q, y + 8);
+        offset(src + 32 * i, dst + 24 * i, 31.0f, 255, 1);
     }
 }
 
@@ -209,13 +206,13 @@ static VECTOR_CLONES void enc_q8_0(const float *restrict src, uint8_t *restrict 
 }
 
 /* Q1_0: d = (sum of |x| in order) / 128, bit j set when x[j] >= 0 (-0.0 too). */
-static void q1_0_bits(const float *x, uint8_t *y) {
+static ALWAYS_INLINE void q1_0_bits(const float *x, uint8_t *y) {
+    uint8_t bit[128];
+    for (int j = 0; j < 128; j++) {
+        bit[j] = x[j] >= 0.0f;
+    }
     for (int k = 0; k < 16; k++) {
-        unsigned byte = 0;
-        for (int b = 0; b < 8; b++) {
-            byte |= (unsigned)(x[8 * k + b] >= 0.0f) << b;
-        }
-        y[k] = (uint8_t)byte;
+        y[k] = gather_bits(bit + 8 * k);
     }
 }
 
@@ -267,9 +264,10 @@ static VECTOR_CLONES void enc_q2_0(const float *restrict src, uint8_t *restrict 
                 q[j] = (uint8_t)(t < 0 ? 0 : t > 3 ? 3 : t);
             }
         }
-        for (int k = 0; k < 16; k++) {
-            y[2 + k] = (uint8_t)(q[4 * k] | (q[4 * k + 1] << 2) | (q[4 * k + 2] << 4) |
-                                 (q[4 * k + 3] << 6));
+        for (int k = 0; k < 16; k++) { /* q[4k + n] at bits 8n of v, to bits 2n */
+            const uint32_t v = (uint32_t)q[4 * k] | (uint32_t)q[4 * k + 1] << 8 |
+                               (uint32_t)q[4 * k + 2] << 16 | (uint32_t)q[4 * k + 3] << 24;
+            y[2 + k] = (uint8_t)(v | v >> 6 | v >> 12 | v >> 18);
         }
     }
 }
