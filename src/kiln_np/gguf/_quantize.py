@@ -26,8 +26,8 @@ def quantize_type(type: object) -> Block:
     """The GGML block type named by ``type`` (a GGML name in any case, a type id, or a
     :class:`GGMLType`) that :func:`quantize` writes, or TYPE saying why not.
 
-    >>> quantize_type("q8_0").name, quantize_type(8).name
-    ('Q8_0', 'Q8_0')
+    >>> quantize_type("q4_k").name, quantize_type(8).name
+    ('Q4_K', 'Q8_0')
     """
     row: GGMLType | None = None
     if isinstance(type, GGMLType):
