@@ -36,6 +36,7 @@ if _typing.TYPE_CHECKING:
         bit_values,
         describe,
     )
+    from ._weights.policy import QuantizePolicy
     from ._weights.tensors import Weights, WeightTensor
     from .formats import open_weights, save_weights
 
@@ -52,6 +53,7 @@ _LAZY = {
         "._explore",
     ),
     **dict.fromkeys(("Weights", "WeightTensor"), "._weights.tensors"),
+    "QuantizePolicy": "._weights.policy",
     **dict.fromkeys(("open_weights", "save_weights"), ".formats"),
 }
 
@@ -83,6 +85,7 @@ __all__ = [
     "LazyPayload",
     "Payload",
     "PayloadInfo",
+    "QuantizePolicy",
     "QuantizedDescription",
     "ScaledDescription",
     "WeightTensor",

@@ -45,7 +45,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kiln_np._codec import Payload
 from kiln_np._core.checks import check_path, set_module, show_value, written_path
@@ -53,12 +53,14 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
 from kiln_np._quants.decode import block_of
+from kiln_np._weights.policy import QuantizePolicy, as_policy
 from kiln_np._weights.sources import (
     Dequantize,
     Progress,
     blocks_refused,
     dequantize_code,
     ggml_blocks,
+    tensor_sources,
 )
 from kiln_np._weights.tensors import Weights, WeightTensor
 from kiln_np.gguf import open_gguf, save_gguf
@@ -73,9 +75,12 @@ from kiln_np.safetensors._writer import save_safetensors_paths
 
 __all__ = [
     "FORMATS",
+    "KeptTensor",
+    "Quantize",
     "WeightFormat",
     "check_blocks",
     "open_weights",
+    "quantize_kept",
     "save_weights",
     "save_weights_paths",
 ]
@@ -83,6 +88,8 @@ __all__ = [
 _HEAD = 16  # bytes shown of a file no format recognises
 
 PathLike = str | os.PathLike[str]
+Quantize = QuantizePolicy | str | None
+"""A ``quantize=`` argument: a policy, its string, or None."""
 Save = Callable[
     [
         str,
@@ -91,14 +98,15 @@ Save = Callable[
         int | None,
         Progress | None,
         Dequantize,
+        Quantize,
     ],
     list[str],
 ]
-"""``(path, tensors, metadata, max_shard_size, progress, dequantize)``: a format's
-writer, returning the paths it wrote."""
-Paths = Callable[[str, Mapping[str, Any], int | None, Dequantize], list[str]]
-"""``(path, tensors, max_shard_size, dequantize)``: every file that writer will write,
-absolute."""
+"""``(path, tensors, metadata, max_shard_size, progress, dequantize, quantize)``: a
+format's writer, returning the paths it wrote."""
+Paths = Callable[[str, Mapping[str, Any], int | None, Dequantize, Quantize], list[str]]
+"""``(path, tensors, max_shard_size, dequantize, quantize)``: every file that writer
+will write, absolute."""
 
 
 @dataclass(frozen=True)
@@ -117,17 +125,18 @@ class WeightFormat:
     open : callable
         ``(path, verify)``: the :class:`~kiln_np.Weights` of a recognised path.
     save : callable or None
-        ``(path, tensors, metadata, max_shard_size, progress, dequantize)``,
-        returning the paths written (the file, each split, or the directory);
+        ``(path, tensors, metadata, max_shard_size, progress, dequantize,
+        quantize)``, returning the paths written (the file, each split, or the directory);
         None for a format kiln_np only reads.
     paths : callable or None
-        ``(path, tensors, max_shard_size, dequantize)``: every file ``save``
+        ``(path, tensors, max_shard_size, dequantize, quantize)``: every file ``save``
         will write for those arguments (each split, shard, index, payload file
         and manifest), absolute, computed with the names ``save`` gives them;
         nothing is written.
     holds_blocks : bool
         Whether it holds GGML blocks as they are; where it cannot, a quantized
-        tensor is written only dequantized (``save_weights(..., dequantize=)``).
+        tensor is written only dequantized (``save_weights(..., dequantize=)``),
+        and nothing is quantized (``save_weights(..., quantize=)`` is TYPE).
     """
 
     name: str
@@ -191,12 +200,20 @@ def _save_kiln(
     max_shard_size: int | None,
     progress: Progress | None,
     dequantize: Dequantize,
+    quantize: Quantize,
 ) -> list[str]:
     if max_shard_size is not None:
         raise KilnError(
             "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
         )
-    save_kiln(path, tensors, metadata=metadata, progress=progress, dequantize=dequantize)
+    save_kiln(
+        path,
+        tensors,
+        metadata=metadata,
+        progress=progress,
+        dequantize=dequantize,
+        quantize=quantize,
+    )
     return [path]
 
 
@@ -207,7 +224,9 @@ def _save_safetensors(
     max_shard_size: int | None,
     progress: Progress | None,
     dequantize: Dequantize,
+    quantize: Quantize,
 ) -> list[str]:
+    assert quantize is None  # save_weights refuses it for a format holding no blocks
     save_safetensors(
         path,
         tensors,
@@ -226,6 +245,7 @@ def _save_gguf(
     max_shard_size: int | None,
     progress: Progress | None,
     dequantize: Dequantize,
+    quantize: Quantize,
 ) -> list[str]:
     return save_gguf(
         path,
@@ -235,6 +255,7 @@ def _save_gguf(
         max_shard_size=max_shard_size,
         progress=progress,
         dequantize=dequantize,
+        quantize=quantize,
     )
 
 
@@ -243,6 +264,7 @@ def _kiln_paths(
     tensors: Mapping[str, Any],
     max_shard_size: int | None,
     dequantize: Dequantize,
+    quantize: Quantize,
 ) -> list[str]:
     return save_kiln_paths(path, tensors)
 
@@ -252,7 +274,9 @@ def _safetensors_paths(
     tensors: Mapping[str, Any],
     max_shard_size: int | None,
     dequantize: Dequantize,
+    quantize: Quantize,
 ) -> list[str]:
+    assert quantize is None  # save_weights_paths refuses it for a format holding no blocks
     return save_safetensors_paths(
         path, tensors, max_shard_size=max_shard_size, dequantize=dequantize
     )
@@ -263,8 +287,11 @@ def _gguf_paths(
     tensors: Mapping[str, Any],
     max_shard_size: int | None,
     dequantize: Dequantize,
+    quantize: Quantize,
 ) -> list[str]:
-    return save_gguf_paths(path, tensors, max_shard_size=max_shard_size, dequantize=dequantize)
+    return save_gguf_paths(
+        path, tensors, max_shard_size=max_shard_size, dequantize=dequantize, quantize=quantize
+    )
 
 
 FORMATS: tuple[WeightFormat, ...] = (
@@ -451,6 +478,7 @@ def save_weights(
     max_shard_size: int | None = None,
     progress: Progress | None = None,
     dequantize: Dequantize = None,
+    quantize: Quantize = None,
 ) -> list[str]:
     """Write named tensors as safetensors, GGUF or a Kiln payload directory.
 
@@ -459,7 +487,8 @@ def save_weights(
     result appears whole or not at all (a file: a temporary sibling renamed
     into place; a directory: built beside ``path`` and renamed into place).
     Quantized GGML tensors are written as their blocks, or with ``dequantize``
-    as their values.
+    as their values; with ``quantize``, float tensors are quantized to GGML
+    blocks (GGUF, kiln) byte for byte as ``kiln_np.gguf.quantize``.
 
     Parameters
     ----------
@@ -492,6 +521,19 @@ def save_weights(
         a chunk at a time.  Every other tensor keeps its bytes.  Without it,
         blocks are written as they are (GGUF, kiln), or are TYPE (safetensors
         cannot hold them) naming the tensor and this option.
+    quantize : str or QuantizePolicy, optional
+        GGUF and kiln only, not with ``dequantize``: the type each tensor is
+        written as, by name (the grammar is :class:`~kiln_np.QuantizePolicy`'s:
+        ``"q8_0"``; ``"q4_k,*.ffn_down.*=q6_k,*norm*=f32"``, the first matching
+        glob wins, the bare type is the default).  A float tensor (f32, f16,
+        bf16; f64 rounded to f32 to nearest even first, as llama.cpp's
+        converters do) of two dims or more whose rows are a whole number of
+        the type's blocks is quantized (``kiln_np.gguf.quantize``'s bytes),
+        streamed a bounded run of blocks at a time through one reused buffer;
+        a float type (f32, f16, bf16) stores a float tensor as that type
+        (rounded to nearest even).  Every other tensor keeps its type (1-D
+        ones, integer and bool ones, rows not whole blocks, GGML blocks):
+        :func:`~kiln_np.formats.quantize_kept` lists them with the reason.
 
     Returns
     -------
@@ -504,7 +546,10 @@ def save_weights(
     ------
     KilnError
         TYPE for an unknown format, a tensor the format cannot hold (naming
-        the tensor and its type), a bad name, metadata or ``dequantize``; SHAPE (GGUF: more
+        the tensor and its type), a bad name, metadata, ``dequantize`` or
+        ``quantize`` (a malformed policy, safetensors, both options), a NaN or
+        infinity in a tensor to quantize (naming it and the index; a NaN in
+        one to store as another float type); SHAPE (GGUF: more
         than 4 dims, an empty tensor); LENGTH for a payload whose bytes are
         not its shape's.  Nothing is written then.
     OSError
@@ -523,9 +568,22 @@ def save_weights(
     >>> import shutil; shutil.rmtree(d)
     """
     target = written_path(check_path(path))
-    save = _writer(format).save
-    assert save is not None  # _writer finds only rows that write
-    return save(target, tensors, metadata, max_shard_size, progress, dequantize)
+    row = _writer(format)
+    policy = _policy_for(row, quantize)
+    assert row.save is not None  # _writer finds only rows that write
+    return row.save(target, tensors, metadata, max_shard_size, progress, dequantize, policy)
+
+
+def _policy_for(row: WeightFormat, quantize: object) -> QuantizePolicy | None:
+    """``quantize`` as a policy, refused (TYPE) for a format that holds no GGML blocks."""
+    policy = as_policy(quantize)
+    if policy is not None and not row.holds_blocks:
+        raise KilnError(
+            "TYPE",
+            f"expected quantize only for a format that holds GGML blocks (gguf, kiln), "
+            f"found quantize={str(policy)!r} for {row.name!r}",
+        )
+    return policy
 
 
 def _writer(format: object) -> WeightFormat:
@@ -545,6 +603,7 @@ def save_weights_paths(
     format: str,
     max_shard_size: int | None = None,
     dequantize: Dequantize = None,
+    quantize: Quantize = None,
 ) -> list[str]:
     """Every file :func:`save_weights` will write for these arguments, absolute
     (a symlink among them is written through), computed by the format's own naming
@@ -558,7 +617,8 @@ def save_weights_paths(
     ------
     KilnError
         As :func:`save_weights` does before writing: an unknown format, a tensor
-        the format cannot hold (safetensors), a bad ``max_shard_size``.
+        the format cannot hold (safetensors), a bad ``max_shard_size``,
+        ``dequantize`` or ``quantize``.
 
     Examples
     --------
@@ -571,8 +631,51 @@ def save_weights_paths(
     ['0000_a.kiln', '0001_b.kiln', 'manifest.json']
     """
     row = _writer(format)
+    policy = _policy_for(row, quantize)
     assert row.paths is not None  # every format kiln_np writes names its files
-    return row.paths(written_path(check_path(path)), tensors, max_shard_size, dequantize)
+    target = written_path(check_path(path))
+    return row.paths(target, tensors, max_shard_size, dequantize, policy)
+
+
+class KeptTensor(NamedTuple):
+    """A tensor that keeps its type although a quantize policy named it (or named
+    nothing for it): its ``name``, the ``type`` it keeps (``"f32"``, ``"i32"``,
+    ``"ggml.q8_0"``: what ``kiln-np ls`` shows as ``kiln``) and the ``reason``."""
+
+    name: str
+    type: str
+    reason: str
+
+
+def quantize_kept(tensors: Mapping[str, Any], quantize: Quantize) -> list[KeptTensor]:
+    """Every tensor of ``tensors`` that ``save_weights(..., quantize=quantize)``
+    writes with its own type although the policy named it (or named nothing for
+    it, having no default), in order, with the reason; nothing is written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a malformed ``quantize``, and what ``save_weights`` refuses of
+        the tensors themselves.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensors = {"w": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
+    ...            "ids": np.arange(64, dtype=np.int32).reshape(2, 32)}
+    >>> for kept in quantize_kept(tensors, "q8_0"):
+    ...     print(kept.name, kept.type, "-", kept.reason)
+    norm f32 - a 1-D tensor: Q8_0 quantizes rows of two dims or more
+    ids i32 - i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors
+    """
+    policy = as_policy(quantize)
+    if policy is None:
+        return []
+    return [
+        KeptTensor(s.name, s.info.layout.name if s.info.layout else s.info.element.name, s.kept)
+        for s in tensor_sources(tensors, quantize=policy)
+        if s.kept is not None
+    ]
 
 
 def check_blocks(

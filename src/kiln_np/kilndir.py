@@ -46,6 +46,7 @@ from kiln_np._weights.metadata import (
     encode_metadata,
     read_json,
 )
+from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import Dequantize, Progress, sha256_file, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
 
@@ -292,6 +293,7 @@ def save_kiln(
     metadata: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     dequantize: Dequantize = None,
+    quantize: QuantizePolicy | str | None = None,
 ) -> None:
     """Write tensors as a Kiln payload directory, built beside ``path`` and
     renamed into place.
@@ -316,6 +318,10 @@ def save_kiln(
         Write each tensor of a decodable GGML block type as its values of this
         type, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
         without it, blocks are written as they are.
+    quantize : str or kiln_np.QuantizePolicy, optional
+        Quantize float tensors to GGML blocks (or store them as another float
+        type) by name, as the policy says (see ``kiln_np.save_weights``);
+        not with ``dequantize``.
 
     Raises
     ------
@@ -336,7 +342,7 @@ def save_kiln(
     >>> import shutil; shutil.rmtree(os.path.dirname(d))
     """
     target = written_path(check_path(path))
-    sources = tensor_sources(tensors, dequantize=dequantize)
+    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
     source_format = tensors.format if isinstance(tensors, Weights) else None
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)

@@ -15,6 +15,17 @@ tensor it will write; :meth:`TensorSource.write_to` then reads the blocks a boun
 chunk at a time (never mapping them), decodes each chunk into one reused buffer
 (ggml's float32, rounded to nearest even for bf16 and f16) and writes it.  Memory is
 that fixed buffer, however large the tensor.
+
+Quantizing on the way: ``tensor_sources(tensors, quantize=policy)`` (a
+:class:`~kiln_np._weights.policy.QuantizePolicy` or its string) describes each
+tensor the policy turns into GGML blocks (or another float type) as what will be
+written, and says in :attr:`TensorSource.kept` why each other tensor the policy
+names keeps its type.  :meth:`TensorSource.write_to` then reads the float values
+a bounded run of whole blocks at a time, widens (or rounds, from f64) them to
+float32 into one reused buffer, quantizes them into another
+(``kiln_np._quants.quantize.quantize_into``: ggml's bytes) and writes them; a NaN
+or infinity is TYPE naming the tensor and the index, raised while the file is
+still a temporary, so nothing partial lands.
 """
 
 from __future__ import annotations
@@ -35,13 +46,15 @@ from kiln_np._core.checks import U8, byte_view, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.foreign import foreign_for_dtype
 from kiln_np._core.payload import PayloadInfo, payload_info
-from kiln_np._core.table import Code, as_dtype, code_for_dtype, code_label
+from kiln_np._core.table import Code, Layout, as_dtype, code_for_dtype, code_label
 from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
 from kiln_np._quants.decode import block_of, dequantize_into
+from kiln_np._quants.quantize import quantize_into
 
 from .mapped import MappedFile
+from .policy import QuantizePolicy, as_policy, decide
 from .tensors import WeightTensor, mapped_file
 
 __all__ = [
@@ -49,6 +62,7 @@ __all__ = [
     "Dequantize",
     "Dequantized",
     "Progress",
+    "Quantized",
     "TensorSource",
     "blocks_refused",
     "dequantize_code",
@@ -61,6 +75,9 @@ _COPY_CHUNK = 8 << 20  # bytes per read/write when payload bytes pass through Py
 _DEQUANTIZE_CHUNK = 1 << 21
 """Elements decoded at a time when dequantizing on the way: an 8 MiB float32
 buffer, enough for the thread pool to split and for ``write`` to pay off."""
+_QUANTIZE_CHUNK = 1 << 21
+"""Elements quantized (or converted to another float type) at a time: an 8 MiB
+float32 buffer, its source bytes beside it (from a file) and the blocks out."""
 
 DEQUANTIZE_TYPES: tuple[str, ...] = ("f32", "bf16", "f16")
 """What ``dequantize=`` names: the Kiln float types GGML blocks become."""
@@ -80,6 +97,16 @@ class Dequantized(NamedTuple):
     blocks: PayloadInfo
 
 
+class Quantized(NamedTuple):
+    """Where a quantized (or float-converted) tensor's values come from: the GGML
+    ``block`` type it is quantized to (None for a float type: the written
+    description's dtype) and the description of its float ``values``
+    (``values.offset`` in the source file)."""
+
+    block: Block | None
+    values: PayloadInfo
+
+
 class TensorSource(NamedTuple):
     """One tensor to write: its name, checked description and where its bytes are.
 
@@ -87,7 +114,9 @@ class TensorSource(NamedTuple):
     holding the payload at ``info.offset``) is set.  ``format_dtype`` is the
     source format's type name when the tensor came from a weight file.  With
     ``dequantized``, ``info`` describes the float tensor to write and ``data`` or
-    ``file`` hold the GGML blocks it is decoded from.
+    ``file`` hold the GGML blocks it is decoded from; with ``quantized``, the float
+    values it is quantized from.  ``kept`` says why a tensor that a quantize policy
+    names keeps its type (None otherwise).
     """
 
     name: str
@@ -96,6 +125,8 @@ class TensorSource(NamedTuple):
     file: MappedFile | None
     format_dtype: str | None
     dequantized: Dequantized | None = None
+    quantized: Quantized | None = None
+    kept: str | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -110,6 +141,9 @@ class TensorSource(NamedTuple):
         """
         if self.dequantized is not None:
             self._write_dequantized(fd, self.dequantized, progress)
+            return
+        if self.quantized is not None:
+            self._write_quantized(fd, self.quantized, progress)
             return
         n = self.info.byte_length
         if self.data is not None:
@@ -170,6 +204,92 @@ class TensorSource(NamedTuple):
                 write_all(fd, written.view(U8).data)
                 if progress is not None:
                     progress(written.nbytes)
+
+    def _write_quantized(self, fd: int, how: Quantized, progress: Progress | None) -> None:
+        values, block = how.values, how.block
+        unit = 1 if block is None else block.elements
+        total = values.count
+        step = max(1, min(total, _QUANTIZE_CHUNK) // unit) * unit
+        wide = values.dtype.itemsize
+        raw = np.empty(step * wide if self.data is None else 0, U8)
+        as_is = values.dtype == np.float32 and values.dtype.isnative
+        f32 = np.empty(0 if as_is else step, np.float32)  # float32 is quantized where it is
+        out = (
+            np.empty(step, self.info.dtype)
+            if block is None
+            else np.empty(step // unit * block.bytes, U8)
+        )
+        with contextlib.ExitStack() as stack:
+            if self.data is None:
+                assert self.file is not None
+                try:
+                    src = stack.enter_context(self.file.opened(values.offset + values.byte_length))
+                except KilnError as exc:  # replaced or modified since it was opened
+                    raise exc.prefixed(f"tensor {self.name!r}: ") from None
+            for lo in range(0, total, step):
+                n = min(step, total - lo)
+                if self.data is not None:
+                    chunk = np.frombuffer(self.data[lo * wide : (lo + n) * wide], U8)
+                else:
+                    chunk = raw[: n * wide]
+                    got = _read_at(src, values.offset + lo * wide, chunk)
+                    if got < chunk.size:
+                        assert self.file is not None
+                        raise values.length_error(
+                            lo * wide + got,
+                            f"{self.file.path!r} shrank while tensor {self.name!r} was quantized: ",
+                        )
+                x = chunk.view(values.dtype)
+                if as_is and x.flags.aligned:
+                    part = x
+                else:
+                    if f32.size < n:  # float32 bytes in memory, not aligned for float32
+                        f32 = np.empty(step, np.float32)
+                    part = f32[:n]
+                    with np.errstate(over="ignore"):  # an f64 past float32's range: inf
+                        part[...] = x  # exact, but f64: to nearest even
+                if block is None:
+                    written = self._floats(part, x, lo, out[:n])
+                else:
+                    written = out[: n // unit * block.bytes]
+                    bad = quantize_into(block.name, part, written)
+                    if bad >= 0:
+                        raise self._not_finite(values, block.name, lo + bad, x[bad])
+                write_all(fd, written.view(U8).data)
+                if progress is not None:
+                    progress(written.nbytes)
+
+    def _floats(self, part: np.ndarray, x: np.ndarray, lo: int, out: np.ndarray) -> np.ndarray:
+        """``part`` (float32) as the written float type, rounded to nearest even;
+        TYPE at its first NaN (``x``: the source values, from flat index ``lo``)."""
+        nan = np.isnan(part)
+        if nan.any():
+            at = int(np.argmax(nan))
+            index = tuple(int(i) for i in np.unravel_index(lo + at, self.info.shape))
+            raise KilnError(
+                "TYPE",
+                f"tensor {self.name!r}: expected no NaN to store as {self.info.element.name} "
+                f"(converters do not keep a NaN's bits alike), found {float(x[at])} at "
+                f"index {index}",
+            )
+        if out.dtype == np.float32:
+            return part
+        with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
+            out[...] = part  # rounded to nearest even
+        return out
+
+    def _not_finite(
+        self, values: PayloadInfo, type_name: str, flat: int, value: object
+    ) -> KilnError:
+        """What ``kiln_np.gguf.quantize`` raises for a NaN or infinity, naming the tensor."""
+        index = tuple(int(i) for i in np.unravel_index(flat, values.shape))
+        found = float(value)  # type: ignore[arg-type]
+        beyond = " (beyond float32's range)" if np.isfinite(found) else ""
+        return KilnError(
+            "TYPE",
+            f"tensor {self.name!r}: expected finite values to quantize to {type_name} (ggml's "
+            f"result on NaN and infinity is undefined), found {found}{beyond} at index {index}",
+        )
 
 
 def _read_at(src: io.RawIOBase, offset: int, into: np.ndarray) -> int:
@@ -330,7 +450,12 @@ def blocks_refused(name: str, info: PayloadInfo, target: str, option: str) -> Ki
     )
 
 
-def tensor_sources(tensors: object, *, dequantize: Dequantize = None) -> list[TensorSource]:
+def tensor_sources(
+    tensors: object,
+    *,
+    dequantize: Dequantize = None,
+    quantize: QuantizePolicy | str | None = None,
+) -> list[TensorSource]:
     """Check and describe every tensor of ``tensors`` (a mapping of names to
     :class:`WeightTensor`, :class:`~kiln_np.Payload` or arrays), in order,
     before anything is written.
@@ -341,14 +466,19 @@ def tensor_sources(tensors: object, *, dequantize: Dequantize = None) -> list[Te
     With ``dequantize`` (``"f32"``, ``"bf16"``, ``"f16"``), a tensor of a
     decodable GGML block type is described as the float tensor of its element
     shape that :meth:`TensorSource.write_to` writes; every other keeps its bytes.
+    With ``quantize`` (a :class:`~kiln_np.QuantizePolicy` or its string), each
+    tensor the policy turns into GGML blocks or another float type is described
+    as what :meth:`TensorSource.write_to` writes; each other tensor keeps its
+    bytes, and its ``kept`` says why (``kiln_np._weights.policy.decide``).
 
     Raises
     ------
     KilnError
         TYPE for a non-mapping, a name that is not a str, a value of another
         type (another library's array included), an array dtype with no Kiln
-        code, another ``dequantize``; LENGTH for a payload whose bytes are not
-        its ``byte_length``; the message names the tensor.
+        code, another ``dequantize``, a malformed ``quantize``, both of them;
+        LENGTH for a payload whose bytes are not its ``byte_length``; the message
+        names the tensor.
 
     Examples
     --------
@@ -358,8 +488,20 @@ def tensor_sources(tensors: object, *, dequantize: Dequantize = None) -> list[Te
     >>> q8 = Payload(0x4708, bytes(68), (2,), Layout("ggml.q8_0", 34))  # 2 blocks of 32
     >>> [(s.info.code, s.info.shape) for s in tensor_sources({"q": q8}, dequantize="f16")]
     [(<Code.F16: 3>, (64,))]
+    >>> w = {"w": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
+    >>> for s in tensor_sources(w, quantize="q8_0"):
+    ...     print(s.name, s.info.layout and s.info.layout.name, s.info.shape, s.kept)
+    w ggml.q8_0 (2, 2) None
+    b None (64,) a 1-D tensor: Q8_0 quantizes rows of two dims or more
     """
     code = dequantize_code(dequantize)
+    policy = as_policy(quantize)
+    if code is not None and policy is not None:
+        raise KilnError(
+            "TYPE",
+            "expected dequantize or quantize, not both: kiln_np does not requantize GGML "
+            f"blocks (found dequantize={show_value(dequantize)} and quantize={str(policy)!r})",
+        )
     if not isinstance(tensors, Mapping):
         raise KilnError(
             "TYPE", f"expected a mapping of tensor names to tensors, found {show_value(tensors)}"
@@ -369,8 +511,29 @@ def tensor_sources(tensors: object, *, dequantize: Dequantize = None) -> list[Te
         if not isinstance(name, str):
             raise KilnError("TYPE", f"expected tensor names as str, found {show_value(name)}")
         source = _source(name, value)
-        sources.append(source if code is None else _dequantized(source, code))
+        if code is not None:
+            source = _dequantized(source, code)
+        elif policy is not None:
+            source = _quantized(source, policy)
+        sources.append(source)
     return sources
+
+
+def _quantized(source: TensorSource, policy: QuantizePolicy) -> TensorSource:
+    """``source`` as what ``policy`` makes of it: quantized, another float type,
+    or itself (with why it keeps its type)."""
+    values = source.info
+    target = decide(policy, source.name, values)
+    if target is None:
+        return source
+    if isinstance(target, str):
+        return source._replace(kept=target)
+    if isinstance(target, Code):
+        info = payload_info(target, values.shape)
+        return source._replace(info=info, format_dtype=None, quantized=Quantized(None, values))
+    shape = (*values.shape[:-1], values.shape[-1] // target.elements)
+    info = payload_info(target.code, shape, Layout(target.layout_name, target.bytes))
+    return source._replace(info=info, format_dtype=None, quantized=Quantized(target, values))
 
 
 def _dequantized(source: TensorSource, code: Code) -> TensorSource:

@@ -1,6 +1,7 @@
 """Weight files on the command line: opening and saving them for any command (an
 ``OSError`` is FILE), the files a conversion reads, and the ``ls`` and
-``convert`` commands (``--dequantize`` writes GGML blocks as float values).
+``convert`` commands (``--dequantize`` writes GGML blocks as float values,
+``--quantize`` float tensors as GGML blocks).
 
 The one module of the command line that imports the weight-file API.
 """
@@ -10,13 +11,21 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from kiln_np._core.checks import written_path
+from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import DEQUANTIZE_TYPES, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
-from kiln_np.formats import check_blocks, open_weights, save_weights, save_weights_paths
+from kiln_np.formats import (
+    FORMATS,
+    check_blocks,
+    open_weights,
+    save_weights,
+    save_weights_paths,
+)
 
 from .args import json_flag, parse_size, subparser
 from .errors import CliError, file_error
@@ -53,6 +62,7 @@ def save_weights_file(
     metadata: Mapping[str, Any] | None,
     max_shard_size: int | None = None,
     dequantize: str | None = None,
+    quantize: QuantizePolicy | None = None,
 ) -> list[str]:
     """:func:`kiln_np.save_weights` with a progress bar ``label`` over the
     payload bytes, an ``OSError`` as FILE naming ``path``; returns the paths
@@ -79,6 +89,7 @@ def save_weights_file(
                 max_shard_size=max_shard_size,
                 progress=bar.advance,
                 dequantize=dequantize,
+                quantize=quantize,
             )
         except OSError as exc:
             raise file_error("write", path, exc) from exc
@@ -202,24 +213,62 @@ def _target_format(args: argparse.Namespace) -> str:
     )
 
 
+def _policy(args: argparse.Namespace, to: str) -> QuantizePolicy | None:
+    """``--quantize`` parsed (TYPE naming the entry when malformed); USAGE with
+    ``--dequantize`` or for a format that holds no GGML blocks."""
+    if args.quantize is None:
+        return None
+    if args.dequantize is not None:
+        raise CliError(
+            "USAGE",
+            "pass --quantize or --dequantize, not both: kiln_np does not requantize GGML "
+            "blocks (with --quantize they keep their type)",
+        )
+    row = next(f for f in FORMATS if f.name == to)
+    if not row.holds_blocks:
+        raise CliError(
+            "USAGE",
+            f"--quantize writes GGML blocks, which {to} cannot hold: convert to gguf or kiln",
+        )
+    return QuantizePolicy.parse(args.quantize)
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     limit = args.max_shard_size
     to = _target_format(args)
     dequantize = args.dequantize
+    policy = _policy(args, to)
     with open_weights_file(args.src) as weights:
         inputs = _inputs(weights)
         refuse_overwrite(args.dst, inputs)
         check_blocks(weights, format=to, dequantize=dequantize, option="--dequantize")
         outputs = save_weights_paths(
-            args.dst, weights, format=to, max_shard_size=limit, dequantize=dequantize
+            args.dst,
+            weights,
+            format=to,
+            max_shard_size=limit,
+            dequantize=dequantize,
+            quantize=policy,
         )
         refuse_writing_inputs(outputs, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
         if not args.force:
             _refuse_replacing(args.dst, to == "gguf" and limit is not None)
         metadata = _carried_metadata(weights, to)
-        sources = tensor_sources(weights, dequantize=dequantize)  # descriptions only
+        # descriptions only
+        sources = tensor_sources(weights, dequantize=dequantize, quantize=policy)
         total = sum(s.info.byte_length for s in sources)
+        kept = [
+            {
+                "name": s.name,
+                "type": s.info.layout.name if s.info.layout else s.info.element.name,
+                "reason": s.kept,
+            }
+            for s in sources
+            if s.kept is not None
+        ]
+        for k in kept:
+            print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
         written = save_weights_file(
             args.dst,
             weights,
@@ -229,6 +278,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             metadata=metadata,
             max_shard_size=limit,
             dequantize=dequantize,
+            quantize=policy,
         )
         record = {
             "format": "kiln-np-convert/1",
@@ -241,6 +291,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             "metadata": "carried" if metadata is not None else "dropped",
             "dequantize": dequantize,
             "dequantized": sum(s.dequantized is not None for s in sources),
+            "quantize": None if policy is None else str(policy),
+            "quantized": sum(s.quantized is not None for s in sources),
+            "kept": kept,
             "files": written,
         }
     dropped = (
@@ -251,6 +304,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     decoded = (
         f", {record['dequantized']} dequantized to {dequantize}" if dequantize is not None else ""
     )
+    if policy is not None:
+        decoded = f", {record['quantized']} quantized ({policy}), {len(kept)} kept their type"
     emit(
         args,
         record,
@@ -299,11 +354,16 @@ def add_convert(sub: Any) -> None:
         "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
         "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
         "before anything is written.  With --dequantize, GGML quantized tensors are "
-        "written as float values instead of blocks.  Metadata goes along when the target "
-        "can hold it.  An existing DST is replaced only with --force.",
+        "written as float values instead of blocks; with --quantize (GGUF, kiln), float "
+        "tensors are quantized to GGML blocks by a policy of name patterns, and each "
+        "tensor that keeps its type is listed on stderr with the reason.  Metadata goes "
+        "along when the target can hold it.  An existing DST is replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
             "kiln-np convert model.gguf model.safetensors --dequantize bf16",
+            "kiln-np convert model.safetensors model.gguf --quantize q8_0",
+            "kiln-np convert model.safetensors model.gguf "
+            "--quantize 'q4_k,*.ffn_down.*=q6_k,*norm*=f32'",
             "kiln-np convert big.safetensors ckpt/ --to safetensors --max-shard-size 5000000000",
         ],
     )
@@ -320,6 +380,15 @@ def add_convert(sub: Any) -> None:
         help="write each GGML quantized tensor (Q4_K, Q8_0, ...) as its values of this type: "
         "ggml's float32, rounded to nearest even for bf16 and f16; other tensors keep "
         "their bytes",
+    )
+    parser.add_argument(
+        "--quantize",
+        metavar="POLICY",
+        help="quantize float tensors to GGML blocks (GGUF, kiln), byte for byte as llama.cpp: "
+        "a type (q8_0, q4_k, ...; f32, f16, bf16 store floats), or comma-separated "
+        "PATTERN=TYPE entries and at most one bare default TYPE, the first matching glob "
+        "winning: 'q4_k,*.ffn_down.*=q6_k,*norm*=f32'; tensors that keep their type (1-D, "
+        "integer, rows not whole blocks, GGML blocks) are listed on stderr",
     )
     parser.add_argument(
         "--max-shard-size",

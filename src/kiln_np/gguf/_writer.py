@@ -20,6 +20,7 @@ import numpy as np
 from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing, write_all
+from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import Dequantize, TensorSource, tensor_sources
 
 from ._types import (
@@ -162,6 +163,7 @@ def save_gguf_paths(
     *,
     max_shard_size: int | None = None,
     dequantize: Dequantize = None,
+    quantize: QuantizePolicy | str | None = None,
 ) -> list[str]:
     """The files :func:`save_gguf` will write for these arguments, absolute,
     without writing anything.
@@ -176,7 +178,8 @@ def save_gguf_paths(
     ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
     """
     target = written_path(check_path(path))
-    sizes = [s.info.byte_length for s in tensor_sources(tensors, dequantize=dequantize)]
+    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
+    sizes = [s.info.byte_length for s in sources]
     return _names(target, len(_shards(sizes, _limit(max_shard_size))))
 
 
@@ -190,6 +193,7 @@ def save_gguf(
     max_shard_size: int | None = None,
     progress: Callable[[int], None] | None = None,
     dequantize: Dequantize = None,
+    quantize: QuantizePolicy | str | None = None,
 ) -> list[str]:
     """Write tensors and metadata as a GGUF (version 3) file, or as splits.
 
@@ -229,6 +233,11 @@ def save_gguf(
         Write each tensor of a decodable GGML block type as F32, BF16 or F16
         values, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
         without it, blocks are copied as they are.
+    quantize : str or kiln_np.QuantizePolicy, optional
+        Quantize float tensors to GGML blocks (or store them as another float
+        type) by name, as the policy says (``"q8_0"``, ``"q4_k,*norm*=f32"``:
+        see ``kiln_np.save_weights``), a bounded run of blocks at a time, byte
+        for byte as :func:`quantize`; not with ``dequantize``.
 
     Returns
     -------
@@ -240,6 +249,8 @@ def save_gguf(
     KilnError
         TYPE for a tensor type GGUF cannot hold (naming the tensor and its
         type), a name longer than 63 bytes, a metadata value of no GGUF type;
+        a NaN or infinity in a tensor to quantize (naming it and the index:
+        raised while the file is a temporary, nothing is left);
         SHAPE for more than 4 dims, an empty tensor or a one-block scalar;
         LENGTH for a Payload whose bytes are not its shape's.
 
@@ -255,7 +266,8 @@ def save_gguf(
     (3, 2) 7 uint32
     """
     target = written_path(check_path(path))
-    plans = [_plan(source) for source in tensor_sources(tensors, dequantize=dequantize)]
+    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
+    plans = [_plan(source) for source in sources]
     limit = _limit(max_shard_size)
     metadata = {} if metadata is None else metadata
     for what, given in (("metadata", metadata), ("metadata_types", metadata_types or {})):

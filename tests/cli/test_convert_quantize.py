@@ -1,0 +1,181 @@
+"""``kiln-np convert --quantize POLICY``: float tensors written as GGML blocks.
+
+In process through :func:`kiln_np.cli.main`, as ``tests/cli/test_cli.py`` runs
+every other command: the bytes are ``kiln_np.gguf.quantize``'s, each tensor that
+keeps its type is a line on stderr and an entry of ``--json``'s ``kept``, and
+the refusals (a malformed policy, safetensors, ``--dequantize`` beside it, a NaN)
+leave nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln_np
+from kiln_np.cli import main
+from kiln_np.gguf import quantize
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """One command in process: its status, stdout and stderr."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:  # argparse: a USAGE error
+        status = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "blk.0.attn_q.weight": rng.standard_normal((4, 64)).astype(np.float32),
+        "blk.0.attn_norm.weight": rng.standard_normal(64).astype(np.float32),
+        "blk.0.ffn_down.weight": rng.standard_normal((2, 96)).astype(np.float16),
+        "odd": rng.standard_normal((2, 40)).astype(np.float32),
+        "ids": np.arange(64, dtype=np.int32).reshape(2, 32),
+    }
+
+
+@pytest.fixture
+def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``m.safetensors`` in the working directory (its 4-byte tensors first, then f16)."""
+    monkeypatch.chdir(tmp_path)
+    kiln_np.save_weights("m.safetensors", tensors(), format="safetensors")
+    return tmp_path / "m.safetensors"
+
+
+def _listing(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+
+
+def test_quantize_writes_gguf_quantize_s_bytes_and_lists_what_it_keeps(
+    model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(capsys, "convert", "m.safetensors", "out.gguf", "--quantize", "q8_0")
+    assert status == 0
+    assert out == (
+        "out.gguf: 5 tensors, 1308 payload bytes, safetensors -> gguf, 2 quantized (Q8_0), "
+        "3 kept their type\n"
+    )
+    assert err.splitlines() == [
+        "kept blk.0.attn_norm.weight as f32: a 1-D tensor: Q8_0 quantizes rows of two dims or more",
+        "kept odd as f32: rows of 40 elements are not a whole number of Q8_0 blocks "
+        "(32 elements each)",
+        "kept ids as i32: i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors",
+    ]
+    given = tensors()
+    with kiln_np.open_weights("out.gguf") as got:
+        for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+            assert bytes(got[name].payload().data) == bytes(quantize(given[name], "q8_0").data)
+        assert bytes(got["odd"].payload().data) == given["odd"].tobytes()
+
+
+def test_json_lists_the_kept_tensors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = "*.ffn_down.*=q8_0,*norm*=f16"
+    status, out, _ = run(
+        capsys, "convert", "m.safetensors", "out.gguf", "--quantize", policy, "--json"
+    )
+    assert status == 0
+    record = json.loads(out)
+    assert (record["quantize"], record["quantized"]) == ("*.ffn_down.*=Q8_0,*norm*=f16", 2)
+    assert (record["dequantize"], record["dequantized"]) == (None, 0)
+    unmatched = "no pattern of the policy matches it and it has no default type"
+    assert record["kept"] == [
+        {"name": "blk.0.attn_q.weight", "type": "f32", "reason": unmatched},
+        {"name": "odd", "type": "f32", "reason": unmatched},
+        {"name": "ids", "type": "i32", "reason": unmatched},
+    ]
+    with kiln_np.open_weights("out.gguf") as got:
+        assert got["blk.0.attn_norm.weight"].info.element.name == "f16"
+        assert got.byte_length == record["byte_length"]
+
+
+def test_a_kiln_directory_destination(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("convert", "m.safetensors", "w", "--to", "kiln", "--quantize", "Q8_0")
+    status, out, _ = run(capsys, *argv)
+    assert status == 0
+    assert out.startswith("w: 5 tensors")
+    with kiln_np.open_weights("w", verify=True) as got:
+        q = got["blk.0.attn_q.weight"]
+        assert q.info.layout == kiln_np.Layout("ggml.q8_0", 34)
+        expected = quantize(tensors()["blk.0.attn_q.weight"], "q8_0")
+        assert bytes(q.payload().data) == bytes(expected.data)
+
+
+def test_gguf_blocks_keep_their_type_and_metadata_goes_along(
+    model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "q8_0")[0] == 0
+    meta = dict(kiln_np.gguf.read_gguf("q.gguf").metadata)
+    status, out, err = run(
+        capsys, "convert", "q.gguf", "r.gguf", "--quantize", "q8_0,*norm*=f16", "--json"
+    )
+    assert status == 0
+    kept = {k["name"]: (k["type"], k["reason"]) for k in json.loads(out)["kept"]}
+    assert kept["blk.0.attn_q.weight"] == (
+        "ggml.q8_0",
+        "already GGML Q8_0 blocks (kiln_np does not requantize)",
+    )
+    assert "kept blk.0.attn_q.weight as ggml.q8_0: already GGML Q8_0 blocks" in err
+    assert dict(kiln_np.gguf.read_gguf("r.gguf").metadata) == meta
+    with kiln_np.open_weights("q.gguf") as a, kiln_np.open_weights("r.gguf") as b:
+        assert bytes(a["blk.0.attn_q.weight"].payload().data) == bytes(
+            b["blk.0.attn_q.weight"].payload().data
+        )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ("o.safetensors", "--quantize", "q8_0"),
+            "kiln-np: USAGE: --quantize writes GGML blocks, which safetensors cannot hold: "
+            "convert to gguf or kiln\n",
+        ),
+        (
+            ("o.gguf", "--quantize", "q8_0", "--dequantize", "f32"),
+            "kiln-np: USAGE: pass --quantize or --dequantize, not both: kiln_np does not "
+            "requantize GGML blocks (with --quantize they keep their type)\n",
+        ),
+        (
+            ("o.gguf", "--quantize", "q8_0,,*norm*=f32"),
+            "kiln-np: TYPE: policy entry 2: expected TYPE or PATTERN=TYPE between commas, "
+            "found an empty entry in 'q8_0,,*norm*=f32'\n",
+        ),
+        (
+            ("o.gguf", "--quantize", "iq2_xs"),
+            "kiln-np: TYPE: policy entry 1 ('iq2_xs'): expected a type to quantize to",
+        ),
+    ],
+)
+def test_refusals_write_nothing(
+    model: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    before = _listing(model.parent)
+    status, out, err = run(capsys, "convert", "m.safetensors", *argv)
+    assert status != 0
+    assert out == ""
+    assert err.startswith(message)
+    assert _listing(model.parent) == before
+
+
+def test_a_nan_is_type_naming_the_tensor_and_leaves_no_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    given = tensors()
+    given["blk.0.ffn_down.weight"][1, 3] = np.nan
+    kiln_np.save_weights("m.gguf", given, format="gguf")
+    status, out, err = run(capsys, "convert", "m.gguf", "out.gguf", "--quantize", "q8_0")
+    assert (status, out) == (2, "")
+    assert err.endswith(
+        "kiln-np: TYPE: tensor 'blk.0.ffn_down.weight': expected finite values to quantize to "
+        "Q8_0 (ggml's result on NaN and infinity is undefined), found nan at index (1, 3)\n"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf"]
