@@ -1,5 +1,21 @@
 """Encoders of the GGML types with one scale a block (Q4_0 ... Q8_0, Q1_0, Q2_0)
-and the ternary TQ1_0, TQ2_0: ggml's ``quantize_row_*_ref``, in numpy."""
+and the ternary TQ1_0, TQ2_0: ggml's ``quantize_row_*_ref``, in numpy.
+
+What ggml's loops decide beyond plain arithmetic, kept here:
+
+- Q4_0 and Q5_0 scale by the *first* element of largest magnitude, with its
+  sign (``if (amax < fabsf(v))``), and by ``+0.0`` when the block is all zeros.
+- Q4_1 and Q5_1 store the *first* element equal to the block's minimum
+  (``if (v < min)``): its sign when that is a zero.
+- Q1_0's scale is the mean of ``|x|`` summed left to right, in float32.
+- The casts of ``x * id`` to ``int8_t``/``uint8_t`` (and ``lroundf`` to ``int``)
+  are C's on x86-64: when ``1/d`` overflows to infinity they meet infinities and
+  NaNs (:func:`~kiln_np._quants.rounding.c_int`), and Q4_0's ``MIN(15, (int8_t)v)``
+  compares signed bytes.
+
+>>> sorted(ENCODERS)
+['Q1_0', 'Q2_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'TQ1_0', 'TQ2_0']
+"""
 
 from __future__ import annotations
 
@@ -13,6 +29,123 @@ from .rounding import c_int, f16_bits, le16, roundf
 
 __all__ = ["ENCODERS"]
 
+_F32 = np.float32
+
+
+def _inverse(d: np.ndarray) -> np.ndarray:
+    """ggml's ``id = d ? 1.0f/d : 0.0f``, per block, as a column."""
+    safe = np.where(d != 0, d, _F32(1))
+    return np.where(d != 0, _F32(1) / safe, _F32(0)).astype(np.float32)[:, None]
+
+
+def _signed_absmax(x: np.ndarray) -> np.ndarray:
+    """Per block, the first element of largest magnitude (``+0.0`` if all are zero)."""
+    mag = np.abs(x)
+    amax = mag.max(axis=1)
+    first = np.argmax(mag == amax[:, None], axis=1)
+    picked = x[np.arange(len(x)), first]
+    return np.where(amax == 0, _F32(0), picked).astype(np.float32)
+
+
+def _first_min(x: np.ndarray) -> np.ndarray:
+    """Per block, the first element equal to the minimum (its bits: the sign of a zero)."""
+    low = x.min(axis=1)
+    return x[np.arange(len(x)), np.argmax(x == low[:, None], axis=1)]
+
+
+def _int8(v: np.ndarray) -> np.ndarray:
+    """C's ``(int8_t)v`` of float32 ``v`` on x86-64: the low byte of ``cvttss2si``."""
+    return c_int(v).astype(np.int8)
+
+
+def _nibbles(q: np.ndarray) -> np.ndarray:
+    """Rows of 32 quants (uint8) -> 16 bytes ``q[j] | q[j + 16] << 4`` (low bytes kept)."""
+    return (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
+
+
+def _fifth_bits(q: np.ndarray) -> np.ndarray:
+    """Rows of 32 quants (uint8) -> the 4 little-endian bytes of ggml's ``qh``: bit
+    ``j`` is bit 4 of ``q[j]``."""
+    return np.packbits((q >> 4) & 1, axis=1, bitorder="little")
+
+
+def _centred(x: np.ndarray, divisor: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_0 / Q5_0: ``d = max / -divisor`` and ``MIN(top, (int8_t)(x*id + divisor + 0.5))``
+    as uint8."""
+    d = _signed_absmax(x) / _F32(-divisor)
+    v = x * _inverse(d) + _F32(divisor + 0.5)
+    q = np.minimum(_int8(v), np.int8(top)).astype(np.uint8)
+    return d, q
+
+
+def _offset(x: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q4_1 / Q5_1: ``d = (max - min) / levels``, the first minimum, and
+    ``(int8_t)((x - min)*id + 0.5f)`` (an int8)."""
+    low = _first_min(x)
+    high = x.max(axis=1)  # when it equals low, both are the block's first element: +0.0
+    d = np.where(high == low, _F32(0), high - low) / _F32(levels)
+    v = (x - low[:, None]) * _inverse(d) + _F32(0.5)
+    return d, low, _int8(v)
+
+
+def _q4_0(x: np.ndarray) -> np.ndarray:
+    """Q4_0: ``d = max / -8`` (``max`` the first element of largest magnitude),
+    ``q = MIN(15, (int8_t)(x/d + 8.5))``, nibbles ``q[j] | q[j+16] << 4``.
+
+    >>> _q4_0(np.array([[-4.0, 1.0, 4.0] + [0.0] * 29], np.float32))[0, :4].tolist()
+    [0, 56, 128, 138]
+    """
+    d, q = _centred(x, 8, 15)
+    out = np.empty((len(x), 18), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:] = _nibbles(q)
+    return out
+
+
+def _q4_1(x: np.ndarray) -> np.ndarray:
+    """Q4_1: ``d = (max - min) / 15``, ``m = min``, ``q = MIN(15, (int8_t)((x-min)/d + .5))``.
+
+    >>> _q4_1(np.array([[1.0, 16.0] + [1.0] * 30], np.float32))[0, :6].tolist()
+    [0, 60, 0, 60, 0, 15]
+    """
+    d, low, q = _offset(x, 15)
+    out = np.empty((len(x), 20), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:4] = le16(f16_bits(low))
+    out[:, 4:] = _nibbles(np.minimum(q, np.int8(15)).astype(np.uint8))
+    return out
+
+
+def _q5_0(x: np.ndarray) -> np.ndarray:
+    """Q5_0: ``d = max / -16``, ``q = MIN(31, (int8_t)(x/d + 16.5))``; the fifth bits
+    in ``qh`` (4 bytes after ``d``), the low nibbles as Q4_0's.
+
+    >>> _q5_0(np.array([[16.0] + [0.0] * 31], np.float32))[0, :7].tolist()
+    [0, 188, 254, 255, 255, 255, 0]
+    """
+    d, q = _centred(x, 16, 31)
+    out = np.empty((len(x), 22), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:6] = _fifth_bits(q)
+    out[:, 6:] = _nibbles(q & 0x0F)
+    return out
+
+
+def _q5_1(x: np.ndarray) -> np.ndarray:
+    """Q5_1: ``d = (max - min) / 31``, ``m = min``, ``q = (uint8_t)((x-min)/d + .5)``.
+
+    >>> _q5_1(np.array([[0.0, 31.0] + [0.0] * 30], np.float32))[0, :10].tolist()
+    [0, 60, 0, 0, 2, 0, 0, 0, 0, 15]
+    """
+    d, low, q = _offset(x, 31)
+    u = q.astype(np.uint8)
+    out = np.empty((len(x), 24), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:4] = le16(f16_bits(low))
+    out[:, 4:8] = _fifth_bits(u)
+    out[:, 8:] = _nibbles(u & 0x0F)
+    return out
+
 
 def _q8_0(x: np.ndarray) -> np.ndarray:
     """Q8_0: ``d = max |x| / 127`` (f16), ``q = roundf(x / d)`` (int8).
@@ -21,13 +154,113 @@ def _q8_0(x: np.ndarray) -> np.ndarray:
     [0, 60, 129, 1]
     """
     amax = np.abs(x).max(axis=1)
-    d = amax / np.float32(127)
-    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), np.float32(0))
+    d = amax / _F32(127)
     out = np.empty((len(x), 34), np.uint8)
     out[:, :2] = le16(f16_bits(d))
-    out[:, 2:] = c_int(roundf(x * inv[:, None])).astype(np.uint8)
+    out[:, 2:] = c_int(roundf(x * _inverse(d))).astype(np.uint8)
     return out
 
 
-ENCODERS: Mapping[str, Encoder] = MappingProxyType({"Q8_0": _q8_0})
+def _q1_0(x: np.ndarray) -> np.ndarray:
+    """Q1_0: ``d`` the mean of ``|x|`` (summed in order), bit ``j`` set when
+    ``x[j] >= 0`` (``-0.0`` too), least significant bit first.
+
+    >>> _q1_0(np.array([[-0.0, -1.0, 3.0] + [-1.0] * 125], np.float32))[0, :4].tolist()
+    [8, 60, 5, 0]
+    """
+    total = np.zeros(len(x), np.float32)
+    for j in range(x.shape[1]):  # ggml's sequential float32 sum
+        total += np.abs(x[:, j])
+    out = np.empty((len(x), 18), np.uint8)
+    out[:, :2] = le16(f16_bits(total / _F32(128)))
+    out[:, 2:] = np.packbits(x >= 0, axis=1, bitorder="little")
+    return out
+
+
+def _q2_0(x: np.ndarray) -> np.ndarray:
+    """Q2_0: ``d = max |x|``, ``q = clamp((int)roundf(x/d) + 1, 0, 3)``, four to a byte
+    from the low bits up.
+
+    >>> _q2_0(np.array([[-2.0, 0.0, 2.0, 1.0] + [0.0] * 60], np.float32))[0, :4].tolist()
+    [0, 64, 164, 85]
+    """
+    d = np.abs(x).max(axis=1)
+    q = np.clip(c_int(roundf(x * _inverse(d))).astype(np.int64) + 1, 0, 3).astype(np.uint8)
+    q = q.reshape(len(x), -1, 4)
+    out = np.empty((len(x), 18), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:] = q[..., 0] | (q[..., 1] << 2) | (q[..., 2] << 4) | (q[..., 3] << 6)
+    return out
+
+
+def _trits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TQ1_0 / TQ2_0: ``d = max |x|`` and ``lroundf(x/d) + 1`` as C's ``int`` (in 0..2:
+    ``lroundf`` of an infinity or NaN is ``LONG_MIN``, plus 1 is 1 in an ``int``)."""
+    d = np.abs(x).max(axis=1)
+    v = x * _inverse(d)
+    t = np.where(np.isfinite(v), roundf(v) + _F32(1), _F32(1)).astype(np.uint8)
+    return d, t
+
+
+def _base3(t: np.ndarray) -> np.ndarray:
+    """Trits (uint8, trailing axis of 4 or 5, the first most significant) -> ggml's byte
+    ``ceil(value * 256 / 243)`` (4 trits get a fifth, zero, at the bottom)."""
+    value = np.zeros(t.shape[:-1], np.int32)
+    for n in range(t.shape[-1]):
+        value = value * 3 + t[..., n]
+    if t.shape[-1] == 4:
+        value = value * 3
+    return ((value * 256 + 242) // 243).astype(np.uint8)
+
+
+def _tq1_0(x: np.ndarray) -> np.ndarray:
+    """TQ1_0: 48 bytes of 5 trits (byte ``m`` of the first 32 holds ``x[m + 32n]``,
+    n = 0..4; of the next 16, ``x[160 + m + 16n]``), 4 bytes of 4 trits
+    (``x[240 + j + 4n]``), then ``d = max |x|`` (f16).
+
+    >>> row = np.zeros((1, 256), np.float32); row[0, 0] = 1.0; row[0, 1] = -1.0
+    >>> b = _tq1_0(row)[0]; b[:3].tolist(), b[48:54].tolist()
+    ([213, 43, 128], [127, 127, 127, 127, 0, 60])
+    """
+    n = len(x)
+    d, t = _trits(x)
+    out = np.empty((n, 54), np.uint8)
+    out[:, :32] = _base3(t[:, :160].reshape(n, 5, 32).transpose(0, 2, 1))
+    out[:, 32:48] = _base3(t[:, 160:240].reshape(n, 5, 16).transpose(0, 2, 1))
+    out[:, 48:52] = _base3(t[:, 240:].reshape(n, 4, 4).transpose(0, 2, 1))
+    out[:, 52:] = le16(f16_bits(d))
+    return out
+
+
+def _tq2_0(x: np.ndarray) -> np.ndarray:
+    """TQ2_0: 64 bytes, byte ``32h + m`` holding ``x[128h + m + 32n]`` in bits ``2n``
+    (n = 0..3), then ``d = max |x|`` (f16).
+
+    >>> row = np.zeros((1, 256), np.float32); row[0, 0] = 1.0; row[0, 32] = -1.0
+    >>> b = _tq2_0(row)[0]; b[:2].tolist(), b[64:].tolist()
+    ([82, 85], [0, 60])
+    """
+    n = len(x)
+    d, t = _trits(x)
+    t = t.reshape(n, 2, 4, 32)
+    out = np.empty((n, 66), np.uint8)
+    packed = t[:, :, 0] | (t[:, :, 1] << 2) | (t[:, :, 2] << 4) | (t[:, :, 3] << 6)
+    out[:, :64] = packed.reshape(n, 64)
+    out[:, 64:] = le16(f16_bits(d))
+    return out
+
+
+ENCODERS: Mapping[str, Encoder] = MappingProxyType(
+    {
+        "Q4_0": _q4_0,
+        "Q4_1": _q4_1,
+        "Q5_0": _q5_0,
+        "Q5_1": _q5_1,
+        "Q8_0": _q8_0,
+        "TQ1_0": _tq1_0,
+        "TQ2_0": _tq2_0,
+        "Q1_0": _q1_0,
+        "Q2_0": _q2_0,
+    }
+)
 """This family's numpy encoders, by GGML name."""
