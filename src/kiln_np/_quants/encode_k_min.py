@@ -1,14 +1,248 @@
 """Encoders of the k-quants with a scale and a min per sub-block (Q2_K, Q4_K, Q5_K):
-ggml's ``quantize_row_q{2,4,5}_K_ref``, in numpy."""
+ggml's ``quantize_row_q{2,4,5}_K_ref``, in numpy.
+
+Each sub-block (16 values for Q2_K, 32 for Q4_K and Q5_K) gets a scale and a
+min from ggml's ``make_qkx2_quants``: a first guess from the sub-block's range,
+then ``nstep + 1`` candidate scales, each fitted by weighted least squares and
+kept if its weighted error is smaller.  The search is sequential (a candidate's
+levels use the min the best candidate so far left), so the candidates are a
+Python loop; every sub-block of every block goes through it at once, its arrays
+laid out element-major ``(elements, sub-blocks)``.  ggml's sums are sequential
+(``sum += ...`` in element order): here they are ``np.cumsum`` along the
+element axis, which adds in that order too (unlike ``np.sum``, which pairs).
+The block's scales and mins are then quantized against the largest of each
+(4 bits for Q2_K, 6 bits for Q4_K and Q5_K), and every sub-block whose
+quantized scale is not zero is requantized with the f16-rounded ``d`` and
+``dmin`` the block stores.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import numpy as np
+
 from .encoder import Encoder
+from .rounding import f16_bits, le16
 
 __all__ = ["ENCODERS"]
 
-ENCODERS: Mapping[str, Encoder] = MappingProxyType({})
+_F0 = np.float32(0)
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
+
+
+def _nint(v: np.ndarray) -> np.ndarray:
+    """ggml's ``nearest_int`` for every float32, as its bit trick gives it (a NaN gives 0).
+
+    >>> _nint(np.array([2.5, -0.5, 3.5, np.nan], np.float32)).tolist()
+    [2, 0, 4, 0]
+    """
+    bits = (v + _MAGIC).view(np.int32)
+    result: np.ndarray = (bits & 0x007FFFFF) - 0x00400000
+    return result
+
+
+def _total(terms: np.ndarray) -> np.ndarray:
+    """``s = terms[0]; s += terms[1]; ...`` along the element axis (the one before last)."""
+    result: np.ndarray = np.cumsum(terms, axis=-2, dtype=np.float32)[..., -1, :]
+    return result
+
+
+def _qkx2(
+    x: np.ndarray,
+    w: np.ndarray,
+    nmax: int,
+    rmin: float,
+    rdelta: float,
+    nstep: int,
+    use_mad: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ggml's ``make_qkx2_quants`` on sub-blocks laid out ``(elements, sub-blocks)``:
+    levels (int32, same layout), scale and ``the_min`` (float32 per sub-block).
+
+    >>> x = np.array([[-1.0], [0.0], [1.0], [2.0]], np.float32)
+    >>> levels, scale, the_min = _qkx2(x, np.abs(x), 3, -0.5, 0.1, 15, True)
+    >>> levels[:, 0].tolist(), scale.tolist(), the_min.tolist()
+    ([0, 1, 2, 3], [1.0], [1.0])
+    """
+    top = np.float32(nmax)
+    lo = x.min(axis=0)
+    hi = x.max(axis=0)
+    sum_w = _total(w)  # sum_w = w[0]; sum_w += w[i]
+    sum_x = _total(w * x)  # sum_x = sum_w * x[0]; sum_x += w[i] * x[i]
+    lo = np.where(lo > 0, _F0, lo)
+    flat = hi == lo
+    lo_flat = lo
+
+    def error(scale: np.ndarray, the_min: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        diff = scale * levels + the_min - x
+        diff = np.abs(diff) if use_mad else diff * diff
+        total: np.ndarray = _total(w * diff) + _F0  # from 0: a total of -0.0 is +0.0
+        return total
+
+    iscale = top / (hi - lo)
+    scale = np.float32(1) / iscale
+    levels = np.clip(_nint(iscale * (x - lo)), 0, nmax)
+    best = error(scale, lo, levels.astype(np.float32))
+    for step in range(nstep + 1):
+        factor = np.float32(rmin) + np.float32(rdelta) * np.float32(step) + top
+        iscale = factor / (hi - lo)
+        trial = np.clip(_nint(iscale * (x - lo)), 0, nmax)
+        t = trial.astype(np.float32)
+        wl = w * t
+        sum_l, sum_l2, sum_xl = _total(np.stack([wl, wl * t, wl * x])) + _F0
+        det = sum_w * sum_l2 - sum_l * sum_l
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+        positive = this_min > 0
+        this_min = np.where(positive, _F0, this_min)
+        this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
+        current = error(this_scale, this_min, t)
+        better = (det > 0) & (current < best)
+        levels = np.where(better, trial, levels)
+        best = np.where(better, current, best)
+        scale = np.where(better, this_scale, scale)
+        lo = np.where(better, this_min, lo)
+    levels = np.where(flat, 0, levels)
+    scale = np.where(flat, _F0, scale)
+    lo = np.where(flat, lo_flat, lo)
+    return levels, scale, -lo
+
+
+def _largest(values: np.ndarray) -> np.ndarray:
+    """``m = 0; if (v > m) m = v`` over each row of ``values``."""
+    most = np.zeros(len(values), np.float32)
+    for column in values.T:
+        most = np.where(column > most, column, most)
+    return most
+
+
+def _f16(bits: np.ndarray) -> np.ndarray:
+    result: np.ndarray = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    return result
+
+
+def _sub_blocks(x: np.ndarray, size: int) -> np.ndarray:
+    """Blocks ``(n, 256)`` as sub-blocks element-major: ``(size, n * 256 // size)``."""
+    return np.ascontiguousarray(x.reshape(len(x), -1, size).transpose(2, 0, 1)).reshape(size, -1)
+
+
+def _blocks(levels: np.ndarray, n: int) -> np.ndarray:
+    """The inverse of :func:`_sub_blocks`: levels ``(n, 256)``."""
+    size = len(levels)
+    return levels.reshape(size, n, -1).transpose(1, 2, 0).reshape(n, -1)
+
+
+def _requantize(
+    x: np.ndarray, levels: np.ndarray, d: np.ndarray, dm: np.ndarray, size: int, nmax: int
+) -> np.ndarray:
+    """Levels ``(n, 256)`` redone as ``nearest_int((x + dm) / d)`` for every sub-block
+    whose ``d`` (``(n, 256 // size)``, as ``dm``) is not zero."""
+    n = len(x)
+    xs = x.reshape(n, -1, size)
+    again = np.clip(_nint((xs + dm[..., None]) / d[..., None]), 0, nmax)
+    redo = (d != 0)[..., None]
+    result: np.ndarray = np.where(redo, again, levels.reshape(n, -1, size)).reshape(n, -1)
+    return result
+
+
+def _q2_k(x: np.ndarray) -> np.ndarray:
+    """Q2_K: 16 sub-blocks of 16 values at 2 bits, a 4-bit scale and min each.
+
+    >>> x = np.tile(np.array([0.0, 1.0, 2.0, 3.0], np.float32), 64)[None]
+    >>> out = _q2_k(x)
+    >>> out[0, :2].tolist(), out[0, 16:18].tolist(), out[0, 80:].tolist()
+    ([15, 15], [0, 85], [68, 44, 0, 0])
+    """
+    n = len(x)
+    xt = _sub_blocks(x, 16)
+    levels, scales, mins = _qkx2(xt, np.abs(xt), 3, -0.5, 0.1, 15, True)
+    levels = _blocks(levels, n)
+    scales, mins = scales.reshape(n, 16), mins.reshape(n, 16)
+    max_scale, max_min = _largest(scales), _largest(mins)
+    q4 = np.float32(15)
+    has_scale, has_min = max_scale > 0, max_min > 0
+    inv_scale = q4 / np.where(has_scale, max_scale, 1)[:, None]
+    inv_min = q4 / np.where(has_min, max_min, 1)[:, None]
+    sc = np.where(has_scale[:, None], _nint(inv_scale * scales) & 0xFF, 0)
+    sc = np.where(has_min[:, None], (sc | (_nint(inv_min * mins) << 4)) & 0xFF, sc)
+    d_bits = np.where(has_scale, f16_bits(max_scale / q4), 0).astype(np.uint16)
+    dmin_bits = np.where(has_min, f16_bits(max_min / q4), 0).astype(np.uint16)
+    d = _f16(d_bits)[:, None] * (sc & 0xF).astype(np.float32)
+    dm = _f16(dmin_bits)[:, None] * (sc >> 4).astype(np.float32)
+    levels = _requantize(x, levels, d, dm, 16, 3).reshape(n, 2, 4, 32)
+    out = np.empty((n, 84), np.uint8)
+    out[:, :16] = sc
+    out[:, 16:80] = (
+        levels[:, :, 0] | (levels[:, :, 1] << 2) | (levels[:, :, 2] << 4) | (levels[:, :, 3] << 6)
+    ).reshape(n, 64)
+    out[:, 80:82] = le16(d_bits)
+    out[:, 82:84] = le16(dmin_bits)
+    return out
+
+
+def _k6(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K and Q5_K: levels ``(n, 256)`` and the 16 header bytes (d, dmin, scales)."""
+    n = len(x)
+    xt = _sub_blocks(x, 32)
+    av_x = np.sqrt((_total(xt * xt) + _F0) / np.float32(32))
+    levels, scales, mins = _qkx2(xt, av_x + np.abs(xt), nmax, rmin, 0.1, nstep, False)
+    levels = _blocks(levels, n)
+    scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
+    max_scale, max_min = _largest(scales), _largest(mins)
+    q6 = np.float32(63)
+    inv_scale = np.where(max_scale > 0, q6 / np.where(max_scale > 0, max_scale, 1), _F0)
+    inv_min = np.where(max_min > 0, q6 / np.where(max_min > 0, max_min, 1), _F0)
+    ls = np.minimum(_nint(inv_scale[:, None] * scales) & 0xFF, 63)
+    lm = np.minimum(_nint(inv_min[:, None] * mins) & 0xFF, 63)
+    d_bits, dmin_bits = f16_bits(max_scale / q6), f16_bits(max_min / q6)
+    head = np.empty((n, 16), np.uint8)
+    head[:, 0:2] = le16(d_bits)
+    head[:, 2:4] = le16(dmin_bits)
+    head[:, 4:8] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
+    head[:, 8:12] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
+    head[:, 12:16] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
+    d = _f16(d_bits)[:, None] * ls.astype(np.float32)
+    dm = _f16(dmin_bits)[:, None] * lm.astype(np.float32)
+    return _requantize(x, levels, d, dm, 32, nmax), head
+
+
+def _q4_k(x: np.ndarray) -> np.ndarray:
+    """Q4_K: 8 sub-blocks of 32 values at 4 bits, a 6-bit scale and min each.
+
+    >>> x = np.tile(np.arange(16, dtype=np.float32), 16)[None]
+    >>> out = _q4_k(x)
+    >>> out[0, :6].tolist(), out[0, 16:18].tolist(), out[0, 142:].tolist()
+    ([16, 36, 0, 0, 255, 255], [0, 17], [238, 255])
+    """
+    n = len(x)
+    levels, head = _k6(x, 15, -1.0, 20)
+    pairs = levels.reshape(n, 4, 2, 32)
+    out = np.empty((n, 144), np.uint8)
+    out[:, :16] = head
+    out[:, 16:] = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return out
+
+
+def _q5_k(x: np.ndarray) -> np.ndarray:
+    """Q5_K: 8 sub-blocks of 32 values at 5 bits, a 6-bit scale and min each.
+
+    >>> x = np.tile(np.arange(32, dtype=np.float32), 8)[None]
+    >>> out = _q5_k(x)
+    >>> out[0, :6].tolist(), out[0, 16:18].tolist(), out[0, 174:].tolist()
+    ([16, 36, 0, 0, 255, 255], [0, 0], [238, 255])
+    """
+    n = len(x)
+    levels, head = _k6(x, 31, -0.5, 15)
+    pairs = levels.reshape(n, 4, 2, 32)
+    high = (pairs >> 4) << (2 * np.arange(4)[:, None, None] + np.arange(2)[:, None])
+    out = np.empty((n, 176), np.uint8)
+    out[:, :16] = head
+    out[:, 16:48] = high.reshape(n, 8, 32).sum(axis=1)  # disjoint bits: the sum is the or
+    out[:, 48:] = ((pairs[:, :, 0] & 0xF) | ((pairs[:, :, 1] & 0xF) << 4)).reshape(n, 128)
+    return out
+
+
+ENCODERS: Mapping[str, Encoder] = MappingProxyType({"Q2_K": _q2_k, "Q4_K": _q4_k, "Q5_K": _q5_k})
 """This family's numpy encoders, by GGML name."""
