@@ -47,8 +47,8 @@ def ggml_quantizer(library: str, name: str) -> Callable[[np.ndarray, np.ndarray]
     lib = ctypes.CDLL(library)
     fn = lib.ggml_quantize_chunk
     fn.restype = ctypes.c_size_t
-    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 3
-    fn.argtypes += [ctypes.c_void_p]
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ctypes.c_int, ptr, ptr, i64, i64, i64, ptr]
     type_id = BLOCKS[name].type_id
     return lambda x, dst: fn(type_id, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], ROW, None)
 

@@ -22,6 +22,7 @@ from kiln_np import KilnError, Layout, Payload, mx
 from kiln_np import gguf as kg
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
+from kiln_np._quants.quantize import ENCODERS, NEEDS_IMATRIX
 
 GG = gguf.GGMLQuantizationType
 # The types gguf-py 0.19 can quantize (so write a file of): its own oracle blocks.
@@ -143,7 +144,18 @@ def expected_row(name: str) -> list[str]:
     if hasattr(gguf.quants, name):
         oracles.append("gguf-py")
     return [str(block.type_id), name, f"{block.elements} / {block.bytes}", reference,
-            ", ".join(oracles)]  # fmt: skip
+            ", ".join(oracles), quantize_reference(name)]  # fmt: skip
+
+
+def quantize_reference(name: str) -> str:
+    """The docs table's "quantize" cell: ggml's function kiln_np writes the bytes of."""
+    if name == "IQ4_NL":  # its _ref tries no scales; the chunk quantizer seven
+        return "ggml `ggml_quantize_chunk` (`quantize_iq4_nl`, not its `_ref`)"
+    if name in ENCODERS:
+        return f"ggml `quantize_row_{name.lower().replace('_k', '_K')}_ref`"
+    if name in NEEDS_IMATRIX:
+        return "TYPE: needs an importance matrix"
+    return "TYPE: ggml never stores it"
 
 
 def test_docs_table_of_decoded_types() -> None:
@@ -151,5 +163,5 @@ def test_docs_table_of_decoded_types() -> None:
     body = text.split("<!-- ggml-decode")[1].split("<!-- /ggml-decode -->")[0]
     rows = [line.strip("|").split("|") for line in body.splitlines() if line.startswith("| ")]
     cells = [[c.strip() for c in row] for row in rows[2:]]  # past the header and | --- |
-    assert [row[:5] for row in cells] == [expected_row(name) for name in BLOCKS]
+    assert [row[:6] for row in cells] == [expected_row(name) for name in BLOCKS]
     assert sorted(DECODERS) == sorted(BLOCKS)  # every GGML block type decodes

@@ -125,3 +125,20 @@ def test_the_first_nan_or_infinity_is_reported(
         # The blocks before the bad one are written (and right).
         want = quantize(name, x[: block.elements * 17])
         assert np.array_equal(out[: 17 * block.bytes], want)
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_the_bytes_do_not_depend_on_the_thread_count(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kiln_np._kernels import pool
+
+    monkeypatch.setattr(_quantize, "_THREAD_MIN_ELEMENTS", 1)
+    x = _random_blocks(name, 97)
+    results = []
+    for threads in (1, 2, 3, 8):
+        monkeypatch.setattr(pool, "_threads", lambda threads=threads: threads)
+        assert len(pool._split(97, True, 1)) == min(threads, 97)
+        results.append(quantize(name, x))
+    for other in results[1:]:
+        assert np.array_equal(other, results[0])

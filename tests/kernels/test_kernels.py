@@ -489,6 +489,19 @@ def every_kernel(kernels: Any) -> list[bytes]:
             repacked = np.zeros(packed.size, np.uint8)
             pack(dst, repacked, 0, count)
             out += [dst.tobytes(), repacked.tobytes()]
+    # The GGML decoders on random blocks, the encoders on ggml's golden inputs.
+    for type_id, elements, nbytes in kernels.ggml_types():
+        blocks = rng.integers(0, 256, 97 * nbytes, np.uint8)
+        floats = np.zeros(97 * elements, np.float32)
+        kernels.ggml_to_float32(type_id, blocks, floats, 0, 97)
+        out.append(floats.tobytes())
+    golden = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "quantize.npz")
+    x = np.ascontiguousarray(golden["input"]).reshape(-1)
+    for type_id, elements, nbytes in kernels.ggml_quant_types():
+        count = x.size // elements
+        encoded = np.zeros(count * nbytes, np.uint8)
+        out += [str(kernels.ggml_from_float32(type_id, x, encoded, 0, count)).encode()]
+        out.append(encoded.tobytes())
     return out
 
 
@@ -505,7 +518,7 @@ def every_kernel(kernels: Any) -> list[bytes]:
 )
 def test_the_other_builds_of_the_kernels_agree(tmp_path: Path, define: str) -> None:
     folder = Path(__file__).parents[2] / "src" / "kiln_np" / "_kernels"
-    sources = [str(folder / f"{name}.c") for name in ("native", "ggml_basic", "ggml_k", "ggml_iq")]
+    sources = [str(path) for path in sorted(folder.glob("*.c"))]
     target = tmp_path / f"native{sysconfig.get_config_var('EXT_SUFFIX')}"
     compiler = shlex.split(sysconfig.get_config_var("CC"))
     include = sysconfig.get_paths()["include"]

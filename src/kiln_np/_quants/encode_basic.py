@@ -50,17 +50,20 @@ def _signed_absmax(x: np.ndarray) -> np.ndarray:
 def _first_min(x: np.ndarray) -> np.ndarray:
     """Per block, the first element equal to the minimum (its bits: the sign of a zero)."""
     low = x.min(axis=1)
-    return x[np.arange(len(x)), np.argmax(x == low[:, None], axis=1)]
+    first: np.ndarray = x[np.arange(len(x)), np.argmax(x == low[:, None], axis=1)]
+    return first
 
 
 def _int8(v: np.ndarray) -> np.ndarray:
     """C's ``(int8_t)v`` of float32 ``v`` on x86-64: the low byte of ``cvttss2si``."""
-    return c_int(v).astype(np.int8)
+    result: np.ndarray = c_int(v).astype(np.int8)
+    return result
 
 
 def _nibbles(q: np.ndarray) -> np.ndarray:
     """Rows of 32 quants (uint8) -> 16 bytes ``q[j] | q[j + 16] << 4`` (low bytes kept)."""
-    return (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
+    packed: np.ndarray = (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
+    return packed
 
 
 def _fifth_bits(q: np.ndarray) -> np.ndarray:

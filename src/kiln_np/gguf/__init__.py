@@ -108,7 +108,10 @@ Modules
 ``_types`` (the GGML type table and the format's constants), ``_values``
 (metadata value types: the checked scan, the lazy mapping, the encoder),
 ``_reader`` and ``_writer``, which both build on those two and never on each
-other.  ``kiln_np.gguf`` needs nothing but numpy.
+other; ``_dequantize`` and ``_quantize``, the GGML types' numbers both ways
+(``dequantize``: ggml's ``dequantize_row_*``; ``quantize``: the bytes
+``ggml_quantize_chunk`` writes with no importance matrix), on
+``kiln_np._quants``.  ``kiln_np.gguf`` needs nothing but numpy.
 """
 
 from ._dequantize import dequantize

@@ -60,6 +60,8 @@ def _bad_value(array: np.ndarray, flat: int, block: Block) -> KilnError:
         "TYPE",
         f"expected finite values to quantize to {block.name} (ggml's result on NaN and "
         f"infinity is undefined), found {value}{beyond} at index {index}",
+        shape=array.shape,
+        index=flat,
     )
 
 
@@ -125,6 +127,7 @@ def quantize(array: object, type: object) -> Payload:
             "SHAPE",
             f"expected rows (the last axis) of a whole number of {block.name} blocks "
             f"({block.elements} elements each), found shape {x.shape}",
+            shape=x.shape,
         )
     count = x.size // block.elements
     out = np.empty(count * block.bytes, np.uint8)
@@ -142,7 +145,8 @@ def _quantize_chunks(block: Block, flat: np.ndarray, out: np.ndarray) -> int:
     """:func:`quantize_into` over ``flat`` (any float dtype) a float32 chunk at a time."""
     step = max(1, _CHUNK_ELEMENTS // block.elements) * block.elements
     for lo in range(0, flat.size, step):
-        part = flat[lo : lo + step].astype(np.float32)  # exact but for float64: to nearest even
+        with np.errstate(over="ignore"):  # a float64 past float32's range: inf, refused below
+            part = flat[lo : lo + step].astype(np.float32)  # exact but float64: to nearest even
         b0 = lo // block.elements
         bad = quantize_into(
             block.name,
