@@ -112,6 +112,19 @@ def time_interleaved(
     return timing
 
 
+def speedup_over(
+    ours: Callable[[], object], theirs: Callable[[], object] | None, rounds: int
+) -> object:
+    """How many times faster ``ours`` runs than ``theirs`` (another library's
+    function on the same input), timed in a loop of their own, so that the other
+    library's temporaries slow nothing else; ``"(gguf-py cannot)"`` without one."""
+    if theirs is None:
+        return "(gguf-py cannot)"
+    with np.errstate(all="ignore"):
+        timing = time_interleaved({"ours": ours, "theirs": theirs}, "ours", max(1, rounds // 2))
+    return timing.ratio("theirs", "ours")
+
+
 def peak_bytes(fn: Callable[[], object]) -> int:
     """Peak bytes allocated while ``fn()`` runs, its result included (tracemalloc
     sees numpy's data buffers too)."""

@@ -35,7 +35,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_pressure, describe_machine, markdown_table, time_interleaved
+from _common import (
+    cpu_pressure,
+    describe_machine,
+    markdown_table,
+    speedup_over,
+    time_interleaved,
+)
 
 from kiln_np import Layout, Payload
 from kiln_np import gguf as kgguf
@@ -103,20 +109,9 @@ def measure(name: str, elements: int, rounds: int, library: str | None) -> list[
     row: list[object] = [name, f"{timing.median('kiln_np') * 1e3:.1f} ms"]
     row += [timing.ratio("kiln_np", "np.copy"), target]
     row.append(timing.ratio("ggml", "np.copy") if "ggml" in functions else "")
-    if hasattr(gguf.quants, name):
-        qtype = gguf.GGMLQuantizationType[name]
-        with np.errstate(all="ignore"):
-            slow = time_interleaved(
-                {
-                    "kiln_np": lambda: kgguf.dequantize(payload),
-                    "gguf": lambda: gguf.quants.dequantize(raw, qtype),
-                },
-                "kiln_np",
-                max(1, rounds // 2),
-            )
-        row.append(slow.ratio("gguf", "kiln_np"))
-    else:
-        row.append("(gguf-py cannot)")
+    qtype = gguf.GGMLQuantizationType[name] if hasattr(gguf.quants, name) else None
+    theirs = None if qtype is None else (lambda: gguf.quants.dequantize(raw, qtype))
+    row.append(speedup_over(lambda: kgguf.dequantize(payload), theirs, rounds))
     return row
 
 

@@ -29,7 +29,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_pressure, describe_machine, markdown_table, time_interleaved
+from _common import (
+    cpu_pressure,
+    describe_machine,
+    markdown_table,
+    speedup_over,
+    time_interleaved,
+)
 
 from kiln_np import gguf as kgguf
 from kiln_np._quants.blocks import BLOCKS
@@ -74,19 +80,9 @@ def measure(name: str, elements: int, rounds: int, library: str | None) -> list[
         row += [timing.ratio("ggml", "np.copy"), timing.ratio("ggml", "kiln_np")]
     else:
         row += ["", ""]
-    if name in GGUF_PY:
-        qtype = gguf.GGMLQuantizationType[name]
-        slow = time_interleaved(
-            {
-                "kiln_np": lambda: kgguf.quantize(x, name),
-                "gguf": lambda: gguf.quants.quantize(x, qtype),
-            },
-            "kiln_np",
-            max(1, rounds // 2),
-        )
-        row.append(slow.ratio("gguf", "kiln_np"))
-    else:
-        row.append("(gguf-py cannot)")
+    qtype = gguf.GGMLQuantizationType[name] if name in GGUF_PY else None
+    theirs = None if qtype is None else (lambda: gguf.quants.quantize(x, qtype))
+    row.append(speedup_over(lambda: kgguf.quantize(x, name), theirs, rounds))
     return row
 
 

@@ -77,6 +77,20 @@ def run_command(*argv: str) -> Any:
     return cli.run(list(argv))
 
 
+def run_main(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """One ``kiln-np`` command in process through :func:`kiln_np.cli.main`, its
+    KilnError handler included: the status, stdout and stderr (``capsys`` is
+    pytest's fixture)."""
+    from kiln_np.cli import main
+
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:  # argparse: a USAGE error
+        status = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def gguf_kv(key: str, vtype: int, body: bytes) -> bytes:
     """One GGUF metadata key/value: the key string, the value type, the value bytes."""
     raw = key.encode()

@@ -14,21 +14,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import run_main
 
 import kiln_np
 from kiln_np import Layout, Payload
-from kiln_np.cli import main
 from kiln_np.gguf import dequantize
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """One command in process: its status, stdout and stderr."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:  # argparse: a USAGE error
-        status = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture
@@ -52,7 +42,7 @@ def test_without_the_option_the_error_names_it_and_the_tensor(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _listing(model.parent)
-    status, out, err = run(capsys, "convert", "m.gguf", "o.safetensors")
+    status, out, err = run_main(capsys, "convert", "m.gguf", "o.safetensors")
     assert (status, out) == (2, "")
     assert err.startswith(
         "kiln-np: TYPE: tensor 'blk.0.attn_q.weight': safetensors cannot hold GGML Q8_0 blocks "
@@ -68,7 +58,7 @@ def test_without_the_option_the_error_names_it_and_the_tensor(
 def test_dequantize_writes_the_values_and_keeps_the_rest(
     model: Path, capsys: pytest.CaptureFixture[str], flag: str, dtype: Any
 ) -> None:
-    status, out, err = run(capsys, "convert", "m.gguf", "o.safetensors", "--dequantize", flag)
+    status, out, err = run_main(capsys, "convert", "m.gguf", "o.safetensors", "--dequantize", flag)
     size = 3 * 64 * np.dtype(dtype).itemsize
     assert (status, err) == (0, "")
     assert out == (
@@ -87,11 +77,11 @@ def test_json_record_says_what_was_dequantized(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["convert", "m.gguf", "k", "--to", "kiln", "--dequantize", "bf16", "--json"]
-    status, out, _ = run(capsys, *argv)
+    status, out, _ = run_main(capsys, *argv)
     record = json.loads(out)
     assert status == 0
     assert (record["dequantize"], record["dequantized"], record["byte_length"]) == ("bf16", 1, 400)
-    status, out, _ = run(capsys, "convert", "m.gguf", "k.gguf", "--json")
+    status, out, _ = run_main(capsys, "convert", "m.gguf", "k.gguf", "--json")
     record = json.loads(out)
     assert (record["to"], record["dequantize"], record["dequantized"]) == ("gguf", None, 0)
 
@@ -99,8 +89,8 @@ def test_json_record_says_what_was_dequantized(
 def test_gguf_to_gguf_keeps_the_blocks_without_the_option(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "convert", "m.gguf", "copy.gguf")[0] == 0
-    assert run(capsys, "convert", "m.gguf", "f32.gguf", "--dequantize", "f32")[0] == 0
+    assert run_main(capsys, "convert", "m.gguf", "copy.gguf")[0] == 0
+    assert run_main(capsys, "convert", "m.gguf", "f32.gguf", "--dequantize", "f32")[0] == 0
     with (
         kiln_np.open_weights(model) as src,
         kiln_np.open_weights("copy.gguf") as copy,
@@ -115,7 +105,7 @@ def test_gguf_to_gguf_keeps_the_blocks_without_the_option(
 def test_the_format_comes_from_the_suffix_or_from_to(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status, out, err = run(capsys, "convert", "m.gguf", "weights", "--dequantize", "f32")
+    status, out, err = run_main(capsys, "convert", "m.gguf", "weights", "--dequantize", "f32")
     assert (status, out) == (2, "")
     assert err == (
         "kiln-np: USAGE: cannot tell the format to write from 'weights' (only *.safetensors "
@@ -123,13 +113,14 @@ def test_the_format_comes_from_the_suffix_or_from_to(
     )
     assert not os.path.exists("weights")
     assert (
-        run(capsys, "convert", "m.gguf", "weights", "--to", "kiln", "--dequantize", "f32")[0] == 0
+        run_main(capsys, "convert", "m.gguf", "weights", "--to", "kiln", "--dequantize", "f32")[0]
+        == 0
     )
     assert kiln_np.open_weights("weights").format == "kiln"
 
 
 def test_another_dequantize_is_usage(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(capsys, "convert", "m.gguf", "o.safetensors", "--dequantize", "f64")
+    status, _, err = run_main(capsys, "convert", "m.gguf", "o.safetensors", "--dequantize", "f64")
     assert status == 2
     assert "argument --dequantize: invalid choice: 'f64'" in err
 
@@ -139,7 +130,7 @@ def test_never_over_an_input_even_dequantized(
 ) -> None:
     before = model.read_bytes()
     argv = ["convert", "m.gguf", "m.gguf", "--dequantize", "f32", "--force"]
-    status, out, err = run(capsys, *argv)
+    status, out, err = run_main(capsys, *argv)
     assert (status, out) == (2, "")
     assert err.startswith("kiln-np: FILE: ")
     assert "it is the input file" in err

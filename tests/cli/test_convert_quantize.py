@@ -15,20 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import run_main
 
 import kiln_np
-from kiln_np.cli import main
 from kiln_np.gguf import quantize
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """One command in process: its status, stdout and stderr."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:  # argparse: a USAGE error
-        status = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def tensors() -> dict[str, np.ndarray]:
@@ -57,7 +47,9 @@ def _listing(directory: Path) -> dict[str, bytes]:
 def test_quantize_writes_gguf_quantize_s_bytes_and_lists_what_it_keeps(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status, out, err = run(capsys, "convert", "m.safetensors", "out.gguf", "--quantize", "q8_0")
+    status, out, err = run_main(
+        capsys, "convert", "m.safetensors", "out.gguf", "--quantize", "q8_0"
+    )
     assert status == 0
     assert out == (
         "out.gguf: 5 tensors, 1308 payload bytes, safetensors -> gguf, 2 quantized (Q8_0), "
@@ -78,7 +70,7 @@ def test_quantize_writes_gguf_quantize_s_bytes_and_lists_what_it_keeps(
 
 def test_json_lists_the_kept_tensors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     policy = "*.ffn_down.*=q8_0,*norm*=f16"
-    status, out, _ = run(
+    status, out, _ = run_main(
         capsys, "convert", "m.safetensors", "out.gguf", "--quantize", policy, "--json"
     )
     assert status == 0
@@ -98,7 +90,7 @@ def test_json_lists_the_kept_tensors(model: Path, capsys: pytest.CaptureFixture[
 
 def test_a_kiln_directory_destination(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ("convert", "m.safetensors", "w", "--to", "kiln", "--quantize", "Q8_0")
-    status, out, _ = run(capsys, *argv)
+    status, out, _ = run_main(capsys, *argv)
     assert status == 0
     assert out.startswith("w: 5 tensors")
     with kiln_np.open_weights("w", verify=True) as got:
@@ -111,9 +103,9 @@ def test_a_kiln_directory_destination(model: Path, capsys: pytest.CaptureFixture
 def test_gguf_blocks_keep_their_type_and_metadata_goes_along(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "q8_0")[0] == 0
+    assert run_main(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "q8_0")[0] == 0
     meta = dict(kiln_np.gguf.read_gguf("q.gguf").metadata)
-    status, out, err = run(
+    status, out, err = run_main(
         capsys, "convert", "q.gguf", "r.gguf", "--quantize", "q8_0,*norm*=f16", "--json"
     )
     assert status == 0
@@ -158,7 +150,7 @@ def test_refusals_write_nothing(
     model: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
 ) -> None:
     before = _listing(model.parent)
-    status, out, err = run(capsys, "convert", "m.safetensors", *argv)
+    status, out, err = run_main(capsys, "convert", "m.safetensors", *argv)
     assert status != 0
     assert out == ""
     assert err.startswith(message)
@@ -172,7 +164,7 @@ def test_a_nan_is_type_naming_the_tensor_and_leaves_no_output(
     given = tensors()
     given["blk.0.ffn_down.weight"][1, 3] = np.nan
     kiln_np.save_weights("m.gguf", given, format="gguf")
-    status, out, err = run(capsys, "convert", "m.gguf", "out.gguf", "--quantize", "q8_0")
+    status, out, err = run_main(capsys, "convert", "m.gguf", "out.gguf", "--quantize", "q8_0")
     assert (status, out) == (2, "")
     assert err.endswith(
         "kiln-np: TYPE: tensor 'blk.0.ffn_down.weight': expected finite values to quantize to "

@@ -794,25 +794,38 @@ PyDoc_STRVAR(ggml_types_doc,
     "The GGML types with a compiled decoder: a tuple of (type_id, block_elements,\n"
     "block_bytes).");
 
-static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
-    PyObject *list = PyList_New(0);
+/* Append (type_id, block_elements, block_bytes) to list; -1 (list released) on failure. */
+static int append_type(PyObject *list, int type_id, int elements, int bytes) {
+    PyObject *row = Py_BuildValue("(iii)", type_id, elements, bytes);
+    if (row == NULL || PyList_Append(list, row) < 0) {
+        Py_XDECREF(row);
+        Py_DECREF(list);
+        return -1;
+    }
+    Py_DECREF(row);
+    return 0;
+}
+
+/* The list as a tuple, the list released (NULL in, NULL out). */
+static PyObject *as_tuple(PyObject *list) {
     if (list == NULL) {
         return NULL;
-    }
-    for (size_t f = 0; f < sizeof GGML_FAMILIES / sizeof GGML_FAMILIES[0]; f++) {
-        for (const GGMLDecoder *d = GGML_FAMILIES[f]; d->type_id >= 0; d++) {
-            PyObject *row = Py_BuildValue("(iii)", d->type_id, d->block_elements, d->block_bytes);
-            if (row == NULL || PyList_Append(list, row) < 0) {
-                Py_XDECREF(row);
-                Py_DECREF(list);
-                return NULL;
-            }
-            Py_DECREF(row);
-        }
     }
     PyObject *result = PyList_AsTuple(list);
     Py_DECREF(list);
     return result;
+}
+
+static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
+    PyObject *list = PyList_New(0);
+    for (size_t f = 0; list != NULL && f < sizeof GGML_FAMILIES / sizeof GGML_FAMILIES[0]; f++) {
+        for (const GGMLDecoder *d = GGML_FAMILIES[f]; d->type_id >= 0; d++) {
+            if (append_type(list, d->type_id, d->block_elements, d->block_bytes) < 0) {
+                return NULL;
+            }
+        }
+    }
+    return as_tuple(list);
 }
 
 /* ---- GGML block encoders (ggml.h; the loops are in ggml_quant_*.c) --------------- */
@@ -916,23 +929,15 @@ PyDoc_STRVAR(ggml_quant_types_doc,
 
 static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
     PyObject *list = PyList_New(0);
-    if (list == NULL) {
-        return NULL;
-    }
-    for (size_t f = 0; f < sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0]; f++) {
+    const size_t families = sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0];
+    for (size_t f = 0; list != NULL && f < families; f++) {
         for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
-            PyObject *row = Py_BuildValue("(iii)", e->type_id, e->block_elements, e->block_bytes);
-            if (row == NULL || PyList_Append(list, row) < 0) {
-                Py_XDECREF(row);
-                Py_DECREF(list);
+            if (append_type(list, e->type_id, e->block_elements, e->block_bytes) < 0) {
                 return NULL;
             }
-            Py_DECREF(row);
         }
     }
-    PyObject *result = PyList_AsTuple(list);
-    Py_DECREF(list);
-    return result;
+    return as_tuple(list);
 }
 
 static PyMethodDef methods[] = {
