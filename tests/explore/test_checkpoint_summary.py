@@ -60,7 +60,8 @@ def test_safetensors_totals_and_types(tmp_path: Path) -> None:
     assert s.memory() == {"stored": 5856, "bf16": 5328, "f32": 10656}
     d = s.to_dict()
     assert json.loads(json.dumps(d)) == d
-    assert d["parameters"] == 2664 and d["types"][0]["type"] == "F16"
+    assert d["parameters"] == 2664
+    assert d["types"][0]["type"] == "F16"
     assert d["tree"][0] == {
         "depth": 0,
         "name": "model",
@@ -78,7 +79,8 @@ def test_tree_folds_identical_layers_sorted_as_numbers(tmp_path: Path) -> None:
     kiln_np.save_weights(path, layered(), format="safetensors")
     with kiln_np.open_weights(path) as w:
         rows = tree(w)
-    assert rows[0] == (0, "model", 1, 38) and len(rows) == 8
+    assert rows[0] == (0, "model", 1, 38)
+    assert len(rows) == 8
     at = rows.index((1, "layers", 1, 36))
     assert rows[at + 1] == (2, "0-11", 12, 3)
     # One member's contents follow the fold.
@@ -89,7 +91,8 @@ def test_tree_folds_identical_layers_sorted_as_numbers(tmp_path: Path) -> None:
     ]
     assert {(1, "embed.weight", 1, 1), (1, "norm.weight", 1, 1)} < set(rows)
     text = str(w.summary())
-    assert "0-11" in text and "x12, 3 tensors each" in text
+    assert "0-11" in text
+    assert "x12, 3 tensors each" in text
     assert max(len(line) for line in text.splitlines()) <= 100
 
 
@@ -167,7 +170,8 @@ def test_gguf_quantized_counts_elements_not_blocks(tmp_path: Path) -> None:
     assert s.memory()["f32"] == 4 * (5 * 1024 + 256)
     assert s.largest == "token_embd.weight"
     by_depth = [(d, n, k) for d, n, k, _ in tree(w)]
-    assert (0, "blk", 1) in by_depth and (1, "0-1", 2) in by_depth
+    assert (0, "blk", 1) in by_depth
+    assert (1, "0-1", 2) in by_depth
 
 
 def test_onnx(tmp_path: Path) -> None:
@@ -182,9 +186,12 @@ def test_onnx(tmp_path: Path) -> None:
         assert (s.format, s.tensors, s.parameters, s.byte_length) == ("onnx", 2, 22, 70)
         assert {r.type for r in s.types} == {"FLOAT", "INT8"}
         page = w._repr_html_()
-        assert "a&lt;b&gt;" in page and "a<b>" not in page
+        assert "a&lt;b&gt;" in page
+        assert "a<b>" not in page
         one = w["a<b>.weight"]._repr_html_()
-        assert "a&lt;b&gt;.weight" in one and "(4, 4)" in one and "64" in one
+        assert "a&lt;b&gt;.weight" in one
+        assert "(4, 4)" in one
+        assert "64" in one
 
 
 def test_kiln_directory_and_select(tmp_path: Path) -> None:
@@ -198,11 +205,16 @@ def test_kiln_directory_and_select(tmp_path: Path) -> None:
             "model.layers.2.attn.q.weight",
             "model.layers.2.mlp.up.weight",
         ]
-        assert list(w.select(exclude="model.layers.*")) == ["model.embed.weight", "model.norm.weight"]
+        assert list(w.select(exclude="model.layers.*")) == [
+            "model.embed.weight",
+            "model.norm.weight",
+        ]
         assert list(w.select("Model.*")) == []  # case-sensitive
         assert list(w.select()) == list(w)
         assert list(both.select("*.0.*")) == both_first(both)
-        assert both.metadata is w.metadata and both.format == "kiln" and both.path == w.path
+        assert both.metadata is w.metadata
+        assert both.format == "kiln"
+        assert both.path == w.path
         assert both["model.layers.0.attn.q.weight"] is w["model.layers.0.attn.q.weight"]
         with pytest.raises(TypeError, match="expected str patterns, found list"):
             w.select(["*"])  # type: ignore[arg-type]
@@ -221,7 +233,7 @@ def test_a_view_shares_the_maps_and_owns_none(tmp_path: Path) -> None:
     assert view["model.norm.weight"].numpy().tolist() == [0.0] * 8
     assert w["model.embed.weight"].numpy().shape == (32, 8)
     w.close()  # closing the original closes the view's tensors too
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="closed"):
         view["model.norm.weight"].payload()
 
 
@@ -233,7 +245,7 @@ def test_a_view_pickles_as_its_selection(tmp_path: Path) -> None:
     assert list(back) == ["model.layers.2.attn.q.weight", "model.layers.2.mlp.up.weight"]
     assert repr(back) == repr(view)
     back.close()  # the unpickled view owns its reopened maps
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="closed"):
         back["model.layers.2.mlp.up.weight"].payload()
 
 
@@ -242,14 +254,14 @@ def test_reprs(tmp_path: Path) -> None:
     with kiln_np.open_weights(tmp_path / "m.safetensors") as w:
         text = repr(w)
         assert text.endswith(", 38 tensors, 2.66 K parameters, 5.7 KiB)")
-        assert repr(w.select("model.norm.*")).endswith(
-            ", 1 tensors selected, 8 parameters, 32 B)"
-        )
+        assert repr(w.select("model.norm.*")).endswith(", 1 tensors selected, 8 parameters, 32 B)")
         assert repr(w.summary()) == (
             "<kiln_np Summary: 38 tensors, 2.66 K parameters, 5.7 KiB (safetensors)>"
         )
         page = w._repr_html_()
-        assert page.count("<table>") == 3 and "F16" in page and "0-11" in page
+        assert page.count("<table>") == 3
+        assert "F16" in page
+        assert "0-11" in page
 
 
 def test_long_names_stay_within_100_columns(tmp_path: Path) -> None:

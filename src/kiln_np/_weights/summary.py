@@ -234,16 +234,15 @@ class Summary:
         lines.append(_clip(f"  note: {NOTE}", wrap=True))
         head = ("type", "tensors", "parameters", "bytes", "bits/weight")
         lines.append("")
-        for cells in [head, *self._type_cells()]:
-            lines.append(_clip(f"  {cells[0]:<12} {cells[1]:>8} {cells[2]:>18} {cells[3]:>18} "
-                               f"{cells[4]:>11}"))
+        for kind, count, params, nbytes, bits in [head, *self._type_cells()]:
+            lines.append(_clip(f"  {kind:<12} {count:>8} {params:>18} {nbytes:>18} {bits:>11}"))
         if self.tree:
             lines += ["", "  tree (parameters / bytes)"]
-            cells = [("  " * d + n, w, z) for d, n, w, z in self._tree_cells()]
-            what_w = max(len(w) for _, w, _ in cells)
-            size_w = max(len(z) for _, _, z in cells)
-            name_w = min(max(len(n) for n, _, _ in cells), max(WIDTH - 8 - what_w - size_w, 24))
-            for name, what, size in cells:
+            rows = [("  " * d + n, w, z) for d, n, w, z in self._tree_cells()]
+            what_w = max(len(w) for _, w, _ in rows)
+            size_w = max(len(z) for _, _, z in rows)
+            name_w = min(max(len(n) for n, _, _ in rows), max(WIDTH - 8 - what_w - size_w, 24))
+            for name, what, size in rows:
                 line = f"    {_fit(name, name_w):<{name_w}}  {what:<{what_w}}  {size}"
                 lines.append(_clip(line.rstrip()))
         return "\n".join(lines)
@@ -345,104 +344,69 @@ class _Item(NamedTuple):
 
 
 class _Node:
-    __slots__ = ("children", "tensor")
+    """A dotted prefix: its children, its own tensor if a name ends here, and
+    the totals of every tensor under it."""
+
+    __slots__ = ("byte_length", "children", "parameters", "signature", "tensor", "tensors")
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}
         self.tensor: _Item | None = None
-
-
-@dataclass
-class _Totals:
-    tensors: int = 0
-    parameters: int = 0
-    byte_length: int = 0
-
-
-def _totals(node: _Node, memo: dict[int, _Totals]) -> _Totals:
-    found = memo.get(id(node))
-    if found is None:
-        found = _Totals()
-        if node.tensor is not None:
-            found.tensors, found.parameters = 1, node.tensor.size
-            found.byte_length = node.tensor.byte_length
-        for child in node.children.values():
-            sub = _totals(child, memo)
-            found.tensors += sub.tensors
-            found.parameters += sub.parameters
-            found.byte_length += sub.byte_length
-        memo[id(node)] = found
-    return found
-
-
-def _signature(node: _Node, memo: dict[int, tuple[Any, ...]]) -> tuple[Any, ...]:
-    """What a group holds, up to its own name: suffix, shape and type of each
-    tensor (sorted: two layers that list their tensors in another order fold)."""
-    found = memo.get(id(node))
-    if found is None:
-        mine: list[Any] = []
-        if node.tensor is not None:
-            mine.append(("", node.tensor.shape, node.tensor.format_dtype))
-        for key, child in node.children.items():
-            mine.append((key, _signature(child, memo)))
-        found = tuple(sorted(mine, key=repr))
-        memo[id(node)] = found
-    return found
-
-
-def _ordered(children: dict[str, _Node]) -> list[tuple[str, _Node]]:
-    """File order, but the numeric keys together, sorted as numbers, where the
-    first of them stood."""
-    numeric = sorted((int(k), k) for k in children if k.isdigit())
-    out: list[tuple[str, _Node]] = []
-    placed = False
-    for key, node in children.items():
-        if not key.isdigit():
-            out.append((key, node))
-        elif not placed:
-            out += [(k, children[k]) for _, k in numeric]
-            placed = True
-    return out
+        self.tensors = self.parameters = self.byte_length = 0
+        self.signature = -1
 
 
 class _Tree:
+    """The rows of a name tree, built top down."""
+
     def __init__(self) -> None:
         self.rows: list[TreeRow] = []
-        self.totals: dict[int, _Totals] = {}
-        self.signatures: dict[int, tuple[Any, ...]] = {}
+        self.signatures: dict[tuple[Any, ...], int] = {}
+
+    def signature(self, node: _Node) -> int:
+        """What a group holds, up to its own name, as a small int (equal for
+        equal contents): the shape and type of its own tensor and its children's
+        keys and signatures, sorted by key (two layers that list their tensors
+        in another order fold)."""
+        if node.signature < 0:
+            own = None if node.tensor is None else (node.tensor.shape, node.tensor.format_dtype)
+            parts = sorted((k, self.signature(c)) for k, c in node.children.items())
+            node.signature = self.signatures.setdefault((own, tuple(parts)), len(self.signatures))
+        return node.signature
 
     def add(self, key: str, node: _Node, depth: int, repeat: int = 1) -> None:
         """The rows of ``node`` named ``key``: a single-child group with no tensor
         joins its child's name."""
         while node.tensor is None and len(node.children) == 1 and repeat == 1:
-            (child_key, node), = node.children.items()
+            ((child_key, node),) = node.children.items()
             key = f"{key}.{child_key}"
         if node.tensor is not None:
             t = node.tensor
             self.rows.append(
-                TreeRow(depth, key, repeat, 1, t.size, t.byte_length, tuple(t.shape), t.format_dtype)
+                TreeRow(depth, key, repeat, 1, t.size, t.byte_length, t.shape, t.format_dtype)
             )
             if not node.children:
                 return
-        totals = _totals(node, self.totals)
         self.rows.append(
-            TreeRow(depth, key, repeat, totals.tensors, totals.parameters, totals.byte_length)
+            TreeRow(depth, key, repeat, node.tensors, node.parameters, node.byte_length)
         )
         self.children(node, depth + 1)
 
     def children(self, node: _Node, depth: int) -> None:
+        """The rows of ``node``'s children: numeric keys sorted as numbers,
+        consecutive equal ones folded."""
         items = _ordered(node.children)
         i = 0
         while i < len(items):
             key, child = items[i]
             j = i + 1
-            if key.isdigit() and child.children:
-                sig = _signature(child, self.signatures)
+            if _numeric(key) and child.children:
+                mine = self.signature(child)
                 while (
                     j < len(items)
-                    and items[j][0].isdigit()
+                    and _numeric(items[j][0])
                     and int(items[j][0]) == int(items[j - 1][0]) + 1
-                    and _signature(items[j][1], self.signatures) == sig
+                    and self.signature(items[j][1]) == mine
                 ):
                     j += 1
             if j - i > 1:
@@ -452,12 +416,35 @@ class _Tree:
             i = j
 
 
+def _numeric(key: str) -> bool:
+    """Whether a name part is a layer index (ASCII digits)."""
+    return key.isascii() and key.isdigit()
+
+
+def _ordered(children: dict[str, _Node]) -> list[tuple[str, _Node]]:
+    """File order, but the numeric keys together, sorted as numbers, where the
+    first of them stood."""
+    numeric = sorted((int(k), k) for k in children if _numeric(k))
+    out: list[tuple[str, _Node]] = []
+    placed = False
+    for key, node in children.items():
+        if not _numeric(key):
+            out.append((key, node))
+        elif not placed:
+            out += [(k, children[k]) for _, k in numeric]
+            placed = True
+    return out
+
+
 def _tree(tensors: list[_Item]) -> tuple[TreeRow, ...]:
     root = _Node()
     for t in tensors:
         node = root
         for part in t.name.split("."):
-            node = node.children.setdefault(part, _Node())
+            node = node.children.get(part) or node.children.setdefault(part, _Node())
+            node.tensors += 1
+            node.parameters += t.size
+            node.byte_length += t.byte_length
         node.tensor = t
     tree = _Tree()
     tree.children(root, 0)

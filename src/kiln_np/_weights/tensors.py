@@ -287,7 +287,6 @@ class WeightTensor:
             f"{shape}{blocks}, {self.info.byte_length} bytes, {self.format_dtype})"
         )
 
-
     def _repr_html_(self) -> str:
         import html  # its entity table loads only when a notebook renders HTML
 
