@@ -174,6 +174,18 @@ def test_gguf_quantized_counts_elements_not_blocks(tmp_path: Path) -> None:
     assert (1, "0-1", 2) in by_depth
 
 
+def test_gguf_float_agrees_with_safetensors(tmp_path: Path) -> None:
+    kiln_np.save_weights(tmp_path / "m.gguf", layered(), format="gguf")
+    kiln_np.save_weights(tmp_path / "m.safetensors", layered(), format="safetensors")
+    with (
+        kiln_np.open_weights(tmp_path / "m.gguf") as g,
+        kiln_np.open_weights(tmp_path / "m.safetensors") as st,
+    ):
+        a, b = g.summary(), st.summary()
+        assert (a.format, a.tensors, a.parameters, a.byte_length) == ("gguf", 38, 2664, 5856)
+        assert sorted(a.tree, key=repr) == sorted(b.tree, key=repr)
+
+
 def test_onnx(tmp_path: Path) -> None:
     inits = [
         numpy_helper.from_array(np.zeros((4, 4), np.float32), "a<b>.weight"),

@@ -7,13 +7,13 @@ weight overall and per stored type, the largest tensor, a memory estimate
 
 The tree groups names by dotted prefix (``model.layers.0.attn.q.weight``):
 numeric parts sort as numbers (``layers.10`` after ``layers.9``), a group
-with one child and no tensor of its own is joined to it (``model.layers``),
-and a run of consecutive numeric siblings that hold the same suffixes, with
-the same shapes and stored types, folds into one row
-(``layers.0-31  x32  9 tensors each``) followed by one member's contents.
-A layer that differs (an extra tensor, another shape or type) breaks the
-run: it stands on its own row, and the runs on either side fold
-(``layers.0-14``, ``layers.15``, ``layers.16-31``).
+with one child and no tensor of its own is joined to it (``q.weight``), and a
+run of consecutive numeric siblings that hold the same suffixes, with the same
+shapes and stored types, folds into one row (under ``layers``:
+``0-31  x32, 9 tensors each``) followed by one member's contents.  A layer
+that differs (an extra tensor, another shape or type) breaks the run: it
+stands on its own row, and the runs on either side fold (``0-14``, ``15``,
+``16-31``).
 
 Parameters count elements as each tensor is stored: a block-scaled scheme
 stored as two tensors (elements and scales) counts both; a tensor of an
@@ -21,8 +21,8 @@ opaque type with no numeric reading (a GGML type without a decoder) counts
 its blocks.
 
 This module names no format and imports nothing of ``tensors`` (which
-imports it): it reads any object with ``name``, ``shape`` (elements), ``byte_length``
-and ``format_dtype``.
+imports it): it reads any object with ``name``, ``shape`` (elements),
+``byte_length`` and ``format_dtype``.
 """
 
 from __future__ import annotations
