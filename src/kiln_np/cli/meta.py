@@ -159,7 +159,7 @@ def _rows(metadata: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
 
     def add(key: str, value: Any, type_: str, indent: str) -> None:
         if isinstance(value, Mapping):
-            rows.append((indent + key, type_, f"{len(value)} entries" if value else "{}"))
+            rows.append((indent + key, type_, _Shown(f"{len(value)} entries" if value else "{}")))
             for k, v in value.items():
                 add(str(k), v, type_name(v), indent + "  ")
         else:
@@ -176,6 +176,13 @@ def _rows(metadata: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
     return rows
 
 
+class _Shown:
+    """Text the text form shows as it is (a dict's entry count)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 class _Array:
     """An array's length and first items, as the text form shows it."""
 
@@ -186,6 +193,8 @@ class _Array:
 def _value_text(value: Any, width: int) -> str:
     if isinstance(value, _Array):
         return _items_text(value.n, value.first, width)
+    if isinstance(value, _Shown):
+        return value.text
     if isinstance(value, str):
         return _cut(_scalar_text(value), width, len(value))
     if isinstance(value, (bytes, bytearray)):
@@ -205,7 +214,7 @@ def meta_text(label: str, fmt: str, metadata: Mapping[str, Any]) -> str:
     Examples
     --------
     >>> text = meta_text("m.safetensors", "safetensors", {"format": "pt", "x": "y" * 200})
-    >>> print(text[:85])
+    >>> print(text[:97])
     m.safetensors: safetensors, 2 keys
     key     type  value
     format  str   "pt"
@@ -217,7 +226,7 @@ def meta_text(label: str, fmt: str, metadata: Mapping[str, Any]) -> str:
     if not count:
         return f"{label}: {fmt}, no metadata"
     rows = _rows(metadata)
-    key_w = min(max(len(k) for k, _, _ in rows), _KEY_COLUMN)
+    key_w = max([3, *(len(k) for k, _, _ in rows if len(k) <= _KEY_COLUMN)])
     type_w = max(4, *(len(t) for _, t, _ in rows))
     value_w = max(WIDTH - key_w - type_w - 4, 20)
     lines = [f"{label}: {fmt}, {count} key{'s' * (count != 1)}"]
