@@ -13,11 +13,11 @@ import gguf
 import numpy as np
 import onnx
 import pytest
+from _helpers import gguf_bytes, gguf_info, gguf_kv, gguf_py_file, kiln_np_exe, run_main
 from onnx import numpy_helper
 
 import kiln_np
 from kiln_np.gguf import GGUFMetadata, read_gguf, save_gguf
-from tests._helpers import gguf_bytes, gguf_info, gguf_kv, gguf_py_file, kiln_np_exe, run_main
 
 VOCAB = 150_000
 
@@ -129,19 +129,15 @@ def test_gguf_json(vocab_gguf: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "NaN" not in out
 
 
-def test_gguf_head() -> None:
-    path_values = {
+def test_gguf_head(tmp_path: Path) -> None:
+    values = {
         "general.alignment": np.uint32(32),
         "t": ["a", "b", "c"],
         "n": np.arange(5, dtype=np.int16),
         "e": [],
     }
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        p = Path(tmp) / "m.gguf"
-        save_gguf(p, {}, path_values, metadata_types={"e": "array[string]"})
-        meta = read_gguf(p).metadata
+    save_gguf(tmp_path / "m.gguf", {}, values, metadata_types={"e": "array[string]"})
+    meta = read_gguf(tmp_path / "m.gguf").metadata
     n, first = meta.head("n", 2)
     assert (n, np.asarray(first).tolist()) == (5, [0, 1])
     assert meta.head("t", 10) == (3, ["a", "b", "c"])

@@ -71,9 +71,9 @@ def human_bytes(n: int) -> str:
     value, unit = float(n), "B"
     for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         value /= 1024
-        if value < 1000 or unit == "PiB":
+        if value < 999.5 or unit == "PiB":
             break
-    return f"{value:.{2 if value < 10 else 1 if value < 100 else 0}f} {unit}"
+    return f"{_three_digits(value)} {unit}"
 
 
 def human_count(n: int) -> str:
@@ -90,9 +90,25 @@ def human_count(n: int) -> str:
     value, unit = float(n), ""
     for unit in ("K", "M", "B", "T"):
         value /= 1000
-        if value < 1000 or unit == "T":
+        if value < 999.5 or unit == "T":
             break
-    return f"{n:,} ({value:.{2 if value < 10 else 1 if value < 100 else 0}f} {unit})"
+    return f"{n:,} ({_three_digits(value)} {unit})"
+
+
+def _three_digits(value: float) -> str:
+    """``value`` (1 or more) to three significant digits, as rounded: 9.999 is
+    ``10.0``, not ``10.00``.
+
+    Examples
+    --------
+    >>> _three_digits(1.234), _three_digits(9.999), _three_digits(99.96), _three_digits(1234.5)
+    ('1.23', '10.0', '100', '1234')
+    """
+    for places in (2, 1):
+        text = f"{value:.{places}f}"
+        if float(text) < 10 ** (3 - places):
+            return text
+    return f"{value:.0f}"
 
 
 def layout_json(layout: Layout | None) -> dict[str, Any] | None:
