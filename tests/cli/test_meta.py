@@ -17,6 +17,7 @@ from _helpers import gguf_bytes, gguf_info, gguf_kv, gguf_py_file, kiln_np_exe, 
 from onnx import numpy_helper
 
 import kiln_np
+from kiln_np.cli.meta import json_value, meta_text
 from kiln_np.gguf import GGUFMetadata, read_gguf, save_gguf
 
 VOCAB = 150_000
@@ -245,6 +246,7 @@ def test_kiln_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "blob": b"\x00\x01\xff",
         "cfg": {"depth": 2, "names": ["a", "b"]},
         "z": np.complex64(1 + 2j),
+        "grid": np.arange(6, dtype=np.int8).reshape(2, 3),
     }
     kiln_np.save_weights(
         tmp_path / "d", {"w": np.zeros(2, np.float32)}, format="kiln", metadata=metadata
@@ -261,6 +263,7 @@ def test_kiln_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert rows["blob"] == ("bytes", "3 bytes: 0001ff")
     assert rows["cfg"] == ("dict", "2 entries")
     assert rows["names"] == ("list", '2 items: "a", "b"')
+    assert rows["grid"] == ("np.ndarray[int8]", "2 items: [0, 1, 2], [3, 4, 5]")
     record = json.loads(run_main(capsys, "meta", str(tmp_path / "d"), "--json")[1])
     assert record["weights_format"] == "kiln"
     values = {e["key"]: (e["type"], e["value"]) for e in record["metadata"]}
@@ -272,6 +275,7 @@ def test_kiln_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "blob": ("bytes", "AAH/"),
         "cfg": ("dict", {"depth": 2, "names": ["a", "b"]}),
         "z": ("np.complex64", [1.0, 2.0]),
+        "grid": ("np.ndarray[int8]", [[0, 1, 2], [3, 4, 5]]),
     }
 
 
@@ -316,3 +320,11 @@ def test_hostile(
         assert (status, out) == (2, "")
         assert err.startswith(line)
         assert err.count("\n") == 1
+
+
+def test_zero_dim_array() -> None:
+    # a Kiln directory stores a 0-d array as 1-d; a Python mapping holds one as it is
+    assert json_value(np.array(2.5, np.float32)) == 2.5
+    assert json_value(np.array(np.inf)) == "inf"
+    text = meta_text("x", "kiln", {"s": np.array(2.5, np.float32)})
+    assert text.splitlines()[-1] == "s    np.ndarray[float32]  2.5"

@@ -85,6 +85,8 @@ def json_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode()
     if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return json_value(value[()])
         if value.dtype.kind in "biu":
             return value.tolist()
         return [json_value(v) for v in value]
@@ -200,6 +202,8 @@ def _value_text(value: Any, width: int) -> str:
     if isinstance(value, (bytes, bytearray)):
         return _cut(_scalar_text(value), width)
     if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return _cut(_scalar_text(value[()]), width)
         return _items_text(len(value), list(value[:_FIRST]), width)
     if isinstance(value, Sequence):
         return _items_text(len(value), value[:_FIRST], width)
