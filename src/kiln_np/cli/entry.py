@@ -18,6 +18,7 @@ from kiln_np._version import __version__
 
 from .errors import CliError
 from .golden import add_golden
+from .meta import add_meta
 from .onnx import add_onnx
 from .payloads import add_decode, add_encode, add_inspect
 from .weights import add_convert, add_ls
@@ -39,6 +40,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     add_inspect,
     add_onnx,
     add_ls,
+    add_meta,
     add_convert,
 ]
 """One subparser function per command, in the order ``--help`` lists them."""
