@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,18 @@ def test_installed_command_exit_status(tmp_path: Path) -> None:
         for p in (a, b)
     ]
     assert [r.returncode for r in runs] == [0, 1]
+
+
+def _documented_keys(section: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    block = text.split(f"<!-- {section} -->")[1].split(f"<!-- /{section} -->")[0]
+    return re.findall(r"^\| `(\w+)` \|", block, re.M)
+
+
+def test_json_keys_are_documented(tmp_path: Path, capsys: Any) -> None:
+    a = _save(tmp_path / "a.safetensors", _tensors())
+    status, out, _ = run_main(capsys, "diff", a, a, "--json")
+    record = json.loads(out)
+    assert status == 0
+    assert list(record) == _documented_keys("diff-json")
+    assert list(record["tensors"][0]) == _documented_keys("diff-tensor-json")
