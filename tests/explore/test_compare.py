@@ -309,3 +309,37 @@ def test_json_form_is_strict(tmp_path: Path) -> None:
             }
         ],
     }
+
+
+def test_packed_fp4_against_its_float_values(tmp_path: Path) -> None:
+    fp4 = np.array([0.5, -6.0, 1.5, 0.0, 3.0], ml_dtypes.float4_e2m1fn)
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    kiln_np.save_weights(a, {"x": fp4}, format="kiln")
+    kiln_np.save_weights(b, {"x": np.array([0.5, -6.0, 1.5, 0.0, 2.0], np.float16)}, format="kiln")
+    t = kiln_np.compare(a, b).tensors[0]
+    assert (t.type_a, t.type_b, t.first_index, t.max_abs) == ("e2m1", "f16", (4,), 1.0)
+    assert t.max_rel == pytest.approx(1 / 3)
+
+
+def test_complex_compares_byte_for_byte_only(tmp_path: Path) -> None:
+    z = np.array([1 + 2j, 3 - 1j], np.complex64)
+    a, b = tmp_path / "a", tmp_path / "b"
+    kiln_np.save_weights(a, {"z": z}, format="kiln")
+    kiln_np.save_weights(b, {"z": z * 2}, format="kiln")
+    assert kiln_np.compare(a, a).tensors[0].same_bytes
+    t = kiln_np.compare(a, b).tensors[0]
+    assert (t.equal, t.compared, t.note) == (False, False, "no numeric reading")
+    assert "no numeric reading" in kiln_np.compare(a, b).text()
+
+
+def test_long_names_fit_100_columns(tmp_path: Path) -> None:
+    name = "model.layers.12.self_attn.q_proj.weight.with.a.very.long.suffix"
+    a = _st(tmp_path / "a.safetensors", {name: np.zeros((2, 3), np.float32)})
+    b = _st(tmp_path / "b.safetensors", {name: np.zeros((3, 2), BF16)})
+    text = kiln_np.compare(a, b).text()
+    rows = text.splitlines()
+    assert rows[1].startswith(name[:31] + "~")
+    assert all(len(row) <= 100 for row in rows[:-1])
+    assert rows[0].split() == ["name", "status", "notes"]
+    assert rows[1].endswith("~  shape differs  f32 vs bf16, (2,3) vs (3,2)")

@@ -190,7 +190,7 @@ class Comparison:
         rows = [[n, "only in A", "", "", "", ""] for n in self.only_a]
         rows += [[n, "only in B", "", "", "", ""] for n in self.only_b]
         for t in self.tensors if every else self.differences():
-            notes = [t.note] if t.note else []
+            notes = [t.note] if t.note and t.shape_a == t.shape_b else []
             if t.type_a != t.type_b:
                 notes.append(f"{t.type_a} vs {t.type_b}")
             if t.shape_a != t.shape_b:
@@ -208,17 +208,18 @@ class Comparison:
         return rows
 
     def text(self, every: bool = False) -> str:
-        """A table fitting 100 columns (only the differences unless ``every``),
-        then :meth:`summary`."""
+        """A table fitting 100 columns (only the differences unless ``every``;
+        the difference columns only when a row has them), then :meth:`summary`."""
         head = ["name", "status", "max abs", "max rel", "first", "notes"]
         rows = self._rows(every)
         if not rows:
             return self.summary()
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+        shown = [i for i in range(6) if i < 2 or i == 5 or any(r[i] for r in rows)]
+        widths = {i: max(len(r[i]) for r in [head, *rows]) for i in shown}
         widths[0] = min(widths[0], 32)
         lines = []
         for r in [head, *rows]:
-            cells = [_cut(c, w).ljust(w) for c, w in zip(r[:5], widths, strict=True)]
+            cells = [_cut(r[i], widths[i]).ljust(widths[i]) for i in shown[:-1]]
             line = "  ".join(cells) + "  " + r[5]
             lines.append(_cut(line.rstrip(), 100))
         return "\n".join([*lines, self.summary()])
