@@ -343,3 +343,14 @@ def test_long_names_fit_100_columns(tmp_path: Path) -> None:
     assert all(len(row) <= 100 for row in rows[:-1])
     assert rows[0].split() == ["name", "status", "notes"]
     assert rows[1].endswith("~  shape differs  f32 vs bf16, (2,3) vs (3,2)")
+
+
+def test_a_selected_view_compares_its_tensors_only(tmp_path: Path) -> None:
+    tensors = _tensors()
+    a = _st(tmp_path / "a.safetensors", tensors)
+    b = _st(tmp_path / "b.safetensors", {"w": tensors["w"]})
+    with kiln_np.open_weights(a) as wa:
+        r = kiln_np.compare(wa.select("w"), b)
+        assert sorted(wa) == ["b", "h", "w"]  # the view is not the file
+    assert r.equal
+    assert [t.name for t in r.tensors] == ["w"]

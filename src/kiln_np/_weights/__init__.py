@@ -1,10 +1,12 @@
 """The kit every weight-file format builds on; nothing here names a format.
 
 ``mapped`` (``MappedFile``: a file mapped read-only once, on first use),
+``summary`` (``Summary``: a checkpoint at a glance, from headers alone),
 ``tensors`` (``WeightTensor`` and ``Weights``, the mapping ``open_weights``
-returns), ``policy`` (``QuantizePolicy``: which type each tensor is written as
-under ``quantize=``), ``sources`` (``TensorSource``: tensors to write, checked before
-anything is written, and copying their bytes) and ``metadata`` (strict JSON and
+returns, its ``select`` views and ``summary()``), ``policy``
+(``QuantizePolicy``: which type each tensor is written as under ``quantize=``),
+``sources`` (``TensorSource``: tensors to write, checked before anything is
+written, and copying their bytes) and ``metadata`` (strict JSON and
 the metadata encoding that keeps each value's type).  Each imports only the
 modules listed before it, and the layers below (core, codec, files).
 

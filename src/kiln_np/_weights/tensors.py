@@ -18,6 +18,7 @@ opened it (handed down by that format, so this module names none).
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,6 +37,7 @@ from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import OUTPUT_DTYPES, block_of, dequantize_blocks
 
 from .mapped import FileIdentity, MappedFile
+from .summary import Summary, human_bytes, human_count, summarize
 
 __all__ = ["WeightTensor", "Weights", "mapped_file"]
 
@@ -285,6 +287,22 @@ class WeightTensor:
             f"{shape}{blocks}, {self.info.byte_length} bytes, {self.format_dtype})"
         )
 
+    def _repr_html_(self) -> str:
+        import html  # its entity table loads only when a notebook renders HTML
+
+        rows = [
+            ("name", self.name),
+            ("shape", str(self.shape)),
+            ("stored type", f"{self.format_dtype} ({code_label(int(self.info.code))})"),
+            ("bytes", f"{self.info.byte_length:,} ({human_bytes(self.info.byte_length)})"),
+        ]
+        cells = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in rows
+        )
+        return f"<table>{cells}</table>"
+
 
 def mapped_file(tensor: WeightTensor) -> MappedFile | None:
     """The file holding ``tensor``'s payload, or None for bytes held in memory:
@@ -373,7 +391,9 @@ class Weights(Mapping[str, WeightTensor]):
     >>> _ = kiln_np.save_weights(d + "/w", tensors, format="kiln", metadata={"step": 3})
     >>> with kiln_np.open_weights(d + "/w") as w:
     ...     print(w.format, list(w), dict(w.metadata), w["a"].shape)
+    ...     print(list(w.select("a*", "b")), list(w.select(exclude="b")), w.parameters)
     kiln ['b', 'a'] {'step': 3} (2, 2)
+    ['b', 'a'] ['a'] 6
     >>> import shutil; shutil.rmtree(d)
     """
 
@@ -401,6 +421,8 @@ class Weights(Mapping[str, WeightTensor]):
         self.metadata = MappingProxyType(metadata) if isinstance(metadata, dict) else metadata
         self.path = os.path.realpath(path)
         self._opener = opener
+        self._owns_files = True
+        self._selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
 
     def __getitem__(self, name: str) -> WeightTensor:
         return self._tensors[name]
@@ -419,13 +441,72 @@ class Weights(Mapping[str, WeightTensor]):
         """The payload bytes of every tensor together."""
         return sum(t.byte_length for t in self._tensors.values())
 
+    @property
+    def parameters(self) -> int:
+        """The elements of every tensor together (:attr:`WeightTensor.size`)."""
+        return sum(t.size for t in self._tensors.values())
+
+    def summary(self) -> Summary:
+        """The checkpoint at a glance, from the headers alone: counts, bytes, bits
+        per weight, a table by stored type, the largest tensor, a memory
+        estimate and the tree of names (repeated layers folded).  Its ``str``
+        fits 100 columns; it renders as tables in a notebook; ``to_dict()`` is
+        JSON-ready.  See docs/explore.md, "Checkpoint summary"."""
+        return summarize(self._tensors.values(), format=self.format, path=self.path)
+
+    def select(self, *patterns: str, exclude: str | Iterable[str] = ()) -> Weights:
+        """A view of the tensors whose names match.
+
+        Parameters
+        ----------
+        *patterns : str
+            Globs (:func:`fnmatch.fnmatchcase`: case-sensitive, against the
+            whole name; ``*`` also crosses dots).  A name is kept when it
+            matches any of them; with none, every name is.
+        exclude : str or iterable of str
+            Globs whose names are dropped, even when a pattern kept them.
+
+        Returns
+        -------
+        Weights
+            The matching tensors, in file order, with this mapping's format,
+            metadata and path.  The view shares this mapping's tensors and
+            file maps (nothing is reopened): closing the view releases nothing,
+            and closing this mapping closes the view's tensors too.  It
+            pickles as the same selection of the reopened file.
+
+        Raises
+        ------
+        TypeError
+            When a pattern is not a str.
+        """
+        excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+        for pattern in (*patterns, *excluded):
+            if not isinstance(pattern, str):
+                raise TypeError(f"select: expected str patterns, found {type(pattern).__name__}")
+        kept = [
+            t
+            for name, t in self._tensors.items()
+            if (not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns))
+            and not any(fnmatch.fnmatchcase(name, p) for p in excluded)
+        ]
+        view = Weights(
+            kept, format=self.format, metadata=self.metadata, path=self.path, opener=self._opener
+        )
+        view._files = self._files
+        view._owns_files = False
+        view._selection = (*self._selection, (patterns, excluded))
+        return view
+
     def close(self) -> None:
         """Release the file maps (those still used by a handed-out payload are
         released when it is dropped).  No tensor hands out a new payload after
         this, whether its file was mapped or not: :meth:`~WeightTensor.payload`
-        raises ``ValueError``; payloads handed out before stay valid."""
-        for file in self._files:
-            file.close()
+        raises ``ValueError``; payloads handed out before stay valid.  A view
+        made by :meth:`select` owns no maps: closing it does nothing."""
+        if self._owns_files:
+            for file in self._files:
+                file.close()
 
     def __enter__(self) -> Weights:
         return self
@@ -434,7 +515,30 @@ class Weights(Mapping[str, WeightTensor]):
         self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self._selection:
+            return (_reselect, (self._opener, self.path, self._selection))
         return (self._opener, (self.path,))
 
     def __repr__(self) -> str:
-        return f"Weights({self.format!r}, {self.path!r}, {len(self)} tensors)"
+        selected = " selected" if self._selection else ""
+        return (
+            f"Weights({self.format!r}, {self.path!r}, {len(self)} tensors{selected}, "
+            f"{human_count(self.parameters)} parameters, {human_bytes(self.byte_length)})"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.summary()._repr_html_()
+
+
+def _reselect(
+    opener: Callable[[str], Weights],
+    path: str,
+    selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...],
+) -> Weights:
+    """A pickled view: the file reopened, the same selection made; the view
+    owns the reopened maps."""
+    view = opener(path)
+    for patterns, excluded in selection:
+        view = view.select(*patterns, exclude=excluded)
+    view._owns_files = True
+    return view
