@@ -1140,7 +1140,8 @@ def test_a_hugging_face_folder_opens_as_its_one_weight_file(work: Path, run: Run
             ["w"],
         )
         assert bits(w["w"].numpy()) == bits(arr)
-    assert run("ls", "tiny-model").ok().endswith("1 tensors, 24 payload bytes (safetensors)\n")
+    listed = run("ls", "tiny-model").ok()
+    assert listed.endswith("1 tensor, 6 parameters, 24 B (24 payload bytes), safetensors\n")
 
 
 def test_a_folder_of_an_onnx_model_and_its_external_data(work: Path) -> None:

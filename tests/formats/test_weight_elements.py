@@ -247,7 +247,7 @@ def test_other_opaque_codes_keep_blocks(tmp_path: Path) -> None:
 
 
 def test_ls_lists_element_shapes(q8_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_command("ls", str(q8_file)) == 0
+    assert run_command("ls", str(q8_file), "--bytes") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["blk.0.attn_q.weight", "Q8_0", "ggml.q8_0", "64x96", "6528"]
     assert lines[2].split() == ["blk.0.vector", "Q8_0", "ggml.q8_0", "96", "102"]

@@ -1048,10 +1048,10 @@ def test_cli_ls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = _cli(capsys, "ls", str(path))
     assert status == 0
     assert out.splitlines() == [
-        "name     dtype    kiln  shape  bytes",
-        "embed:w  F32      f32   2x3       24",
-        "s        F8_E8M0  e8m0  2          2",
-        "2 tensors, 26 payload bytes (safetensors)",
+        "name     dtype    kiln  shape  size",
+        "embed:w  F32      f32   2x3    24 B",
+        "s        F8_E8M0  e8m0  2       2 B",
+        "2 tensors, 8 parameters, 26 B (26 payload bytes), safetensors",
     ]
     status, out, _ = _cli(capsys, "ls", str(path), "--json")
     record = json.loads(out)
@@ -1065,6 +1065,7 @@ def test_cli_ls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "shape": [2, 3],
         "block_shape": None,
         "byte_length": 24,
+        "elements": 6,
     }
 
 

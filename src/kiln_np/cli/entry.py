@@ -19,6 +19,7 @@ from kiln_np._version import __version__
 from .diff import add_diff
 from .errors import CliError
 from .golden import add_golden
+from .meta import add_meta
 from .onnx import add_onnx
 from .payloads import add_decode, add_encode, add_inspect
 from .weights import add_convert, add_ls
@@ -40,6 +41,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     add_inspect,
     add_onnx,
     add_ls,
+    add_meta,
     add_convert,
     add_diff,
 ]

@@ -15,7 +15,16 @@ from typing import Any, TextIO
 
 from kiln_np._core.table import Layout
 
-__all__ = ["Progress", "emit", "layout_json", "print_json", "shape_text", "table"]
+__all__ = [
+    "Progress",
+    "emit",
+    "human_bytes",
+    "human_count",
+    "layout_json",
+    "print_json",
+    "shape_text",
+    "table",
+]
 
 
 def print_json(record: dict[str, Any]) -> None:
@@ -46,6 +55,60 @@ def shape_text(shape: Sequence[int]) -> str:
     ('3x4', '()')
     """
     return "x".join(map(str, shape)) or "()"
+
+
+def human_bytes(n: int) -> str:
+    """A byte count in binary units, three significant digits: ``26 B``,
+    ``1.21 KiB``, ``15.0 GiB``.
+
+    Examples
+    --------
+    >>> human_bytes(26), human_bytes(1234), human_bytes(16060522496), human_bytes(2**60)
+    ('26 B', '1.21 KiB', '15.0 GiB', '1024 PiB')
+    """
+    if n < 1024:
+        return f"{n} B"
+    value, unit = float(n), "B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 999.5 or unit == "PiB":
+            break
+    return f"{_three_digits(value)} {unit}"
+
+
+def human_count(n: int) -> str:
+    """A count with thousands separators and, from 10,000, its size in
+    K, M, B (billion), T: ``8,030,261,248 (8.03 B)``.
+
+    Examples
+    --------
+    >>> human_count(12), human_count(8030261248)
+    ('12', '8,030,261,248 (8.03 B)')
+    """
+    if n < 10_000:
+        return f"{n:,}"
+    value, unit = float(n), ""
+    for unit in ("K", "M", "B", "T"):
+        value /= 1000
+        if value < 999.5 or unit == "T":
+            break
+    return f"{n:,} ({_three_digits(value)} {unit})"
+
+
+def _three_digits(value: float) -> str:
+    """``value`` (1 or more) to three significant digits, as rounded: 9.999 is
+    ``10.0``, not ``10.00``.
+
+    Examples
+    --------
+    >>> _three_digits(1.234), _three_digits(9.999), _three_digits(99.96), _three_digits(1234.5)
+    ('1.23', '10.0', '100', '1234')
+    """
+    for places in (2, 1):
+        text = f"{value:.{places}f}"
+        if float(text) < 10 ** (3 - places):
+            return text
+    return f"{value:.0f}"
 
 
 def layout_json(layout: Layout | None) -> dict[str, Any] | None:

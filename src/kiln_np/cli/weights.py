@@ -37,7 +37,16 @@ from .files import (
     refuse_writing_inputs,
     stat_or_none,
 )
-from .output import Progress, emit, layout_json, print_json, shape_text, table
+from .output import (
+    Progress,
+    emit,
+    human_bytes,
+    human_count,
+    layout_json,
+    print_json,
+    shape_text,
+    table,
+)
 
 __all__ = ["add_convert", "add_ls", "open_weights_file", "save_weights_file"]
 
@@ -120,6 +129,7 @@ def _tensor_record(t: WeightTensor) -> dict[str, Any]:
         "shape": list(t.shape),
         "block_shape": None if info.layout is None else list(info.shape),
         "byte_length": info.byte_length,
+        "elements": t.size,
     }
 
 
@@ -132,18 +142,25 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             "weights_format": weights.format,
             "byte_length": weights.byte_length,
             "tensors": tensors,
+            "tensor_count": len(tensors),
+            "parameters": sum(t["elements"] for t in tensors),
         }
     if args.json:
         print_json(record)
         return 0
-    rows = [["name", "dtype", "kiln", "shape", "bytes"]]
+    size = str if args.bytes else human_bytes
+    rows = [["name", "dtype", "kiln", "shape", "bytes" if args.bytes else "size"]]
     rows += [
-        [t["name"], t["format_dtype"], t["kiln"], shape_text(t["shape"]), str(t["byte_length"])]
+        [t["name"], t["format_dtype"], t["kiln"], shape_text(t["shape"]), size(t["byte_length"])]
         for t in tensors
     ]
     print(table(rows))
     total, fmt = record["byte_length"], record["weights_format"]
-    print(f"{len(tensors)} tensors, {total} payload bytes ({fmt})")
+    count = len(tensors)
+    print(
+        f"{count} tensor{'s' * (count != 1)}, {human_count(record['parameters'])} parameters, "
+        f"{human_bytes(total)} ({total:,} payload bytes), {fmt}"
+    )
     return 0
 
 
@@ -337,11 +354,15 @@ def add_ls(sub: Any) -> None:
         "list the tensors of a weight file",
         "List the tensors of a weight file (safetensors, a sharded checkpoint, GGUF, ONNX, a "
         "Kiln payload directory): name, the format's dtype, the Kiln code or layout, shape, "
-        "payload bytes.  Only headers are read.",
-        ["kiln-np ls model.safetensors", "kiln-np ls llama.gguf --json"],
+        "payload size; then the totals: tensors, parameters (elements; a GGML quantized "
+        "tensor counts its elements, not its blocks), payload bytes.  Only headers are read.",
+        ["kiln-np ls model.safetensors", "kiln-np ls m.gguf --bytes", "kiln-np ls m.gguf --json"],
     )
     parser.add_argument("path", metavar="PATH")
-    json_flag(parser, "print one JSON object, a row per tensor")
+    parser.add_argument(
+        "--bytes", action="store_true", help="sizes as exact byte counts (default: 1.21 KiB)"
+    )
+    json_flag(parser, "print one JSON object, a row per tensor, and the totals")
     parser.set_defaults(run=_cmd_ls)
 
 

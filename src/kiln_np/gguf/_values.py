@@ -513,6 +513,33 @@ class GGUFMetadata(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def head(self, key: str, count: int) -> tuple[int, Sequence[Any]]:
+        """The array value of ``key``: its length and its first ``count`` items,
+        decoding only those (the first tokens of a 150,000-token list cost a
+        few bytes); TypeError when the value is not an array.
+
+        >>> import tempfile, os
+        >>> from kiln_np.gguf import read_gguf, save_gguf
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     p = os.path.join(tmp, "m.gguf")
+        ...     _ = save_gguf(p, {}, {"tokens": ["a", "b", "c"]})
+        ...     read_gguf(p).metadata.head("tokens", 2)
+        (3, ['a', 'b'])
+        """
+        spec, pos = self._entries[key]
+        if not isinstance(spec, tuple):
+            raise TypeError(f"metadata {key!r}: expected an array, found {spell(spec)}")
+        if spec[1] != ValueType.STRING:
+            value = self[key]
+            return len(value), value[:count]
+        n: int = _ITEM_HEAD.unpack_from(self._header, pos)[1]
+        out: list[str] = []
+        at = pos + 12
+        for _ in range(min(n, count)):
+            text, at = _decode(self._header, ValueType.STRING, at)
+            out.append(text)
+        return n, out
+
     @property
     def types(self) -> Mapping[str, str]:
         """Each key's GGUF type, spelled as :func:`save_gguf`'s ``metadata_types`` takes it."""
