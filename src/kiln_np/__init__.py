@@ -29,11 +29,13 @@ from ._version import __version__
 
 if _typing.TYPE_CHECKING:
     from ._explore import (
+        Comparison,
         Description,
         QuantizedDescription,
         ScaledDescription,
         bit_histogram,
         bit_values,
+        compare,
         describe,
     )
     from ._weights.policy import QuantizePolicy
@@ -43,11 +45,13 @@ if _typing.TYPE_CHECKING:
 _LAZY = {
     **dict.fromkeys(
         (
+            "Comparison",
             "Description",
             "QuantizedDescription",
             "ScaledDescription",
             "bit_histogram",
             "bit_values",
+            "compare",
             "describe",
         ),
         "._explore",
@@ -78,6 +82,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DTYPES",
     "Code",
+    "Comparison",
     "DType",
     "Description",
     "KilnError",
@@ -96,6 +101,7 @@ __all__ = [
     "byte_length",
     "code_for_dtype",
     "code_range",
+    "compare",
     "describe",
     "dtype_for_code",
     "dtype_info",

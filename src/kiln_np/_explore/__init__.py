@@ -29,10 +29,12 @@ dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
 ``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
-(:func:`describe`); ``golden`` runs the golden case files.
+(:func:`describe`), ``comparison`` (:func:`compare`: two checkpoints, name by name);
+``golden`` runs the golden case files.
 """
 
 from .chunks import CHUNK, flat_chunks
+from .comparison import Comparison, TensorComparison, compare
 from .description import Description
 from .entry import describe
 from .patterns import bit_histogram, bit_values
@@ -42,11 +44,14 @@ from .stats import summarize
 
 __all__ = [
     "CHUNK",
+    "Comparison",
     "Description",
     "QuantizedDescription",
     "ScaledDescription",
+    "TensorComparison",
     "bit_histogram",
     "bit_values",
+    "compare",
     "describe",
     "flat_chunks",
     "summarize",

@@ -1,7 +1,7 @@
 """The entry point: the parser assembled from each command group's subparser
 functions, :func:`run` (one command, its exit status) and :func:`main` (the
 console script: every error one line on stderr, exit status 2; Ctrl-C one line,
-exit status 130).
+exit status 130; ``diff`` returns 1 for files that differ).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from kiln_np._core.errors import KilnError
 from kiln_np._version import __version__
 
+from .diff import add_diff
 from .errors import CliError
 from .golden import add_golden
 from .meta import add_meta
@@ -42,6 +43,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     add_ls,
     add_meta,
     add_convert,
+    add_diff,
 ]
 """One subparser function per command, in the order ``--help`` lists them."""
 

@@ -1,0 +1,61 @@
+"""The ``diff`` command: two weight files compared name by name
+(:func:`kiln_np.compare`), exit status 0 when they hold the same names and
+every tensor is equal, 1 when not; an error is 2, as for every command (like
+``cmp`` and ``diff``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kiln_np._explore.comparison import compare
+
+from .args import json_flag, subparser
+from .output import print_json
+from .weights import open_weights_file
+
+__all__ = ["add_diff"]
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """Compare ``args.a`` with ``args.b``; 0 when equal, 1 when not.
+
+    >>> import os, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> _ = kiln_np.save_weights(d + "/a", {"w": np.ones(2, np.float32)}, format="kiln")
+    >>> _cmd_diff(argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False))
+    equal: 1 tensors in both (1 same bytes, 0 equal values, 0 different), 0 only in A, 0 only in B
+    0
+    >>> import shutil; shutil.rmtree(d)
+    """
+    with open_weights_file(args.a) as a, open_weights_file(args.b) as b:
+        result = compare(a, b)
+    if args.json:
+        print_json({"format": "kiln-np-diff/1", **result.to_json(), "a": args.a, "b": args.b})
+    else:
+        print(result.text(every=args.all))
+    return 0 if result.equal else 1
+
+
+def add_diff(sub: Any) -> None:
+    """The ``diff`` command."""
+    parser = subparser(
+        sub,
+        "diff",
+        "compare two weight files, tensor by tensor",
+        "Compare two weight files of any formats name by name: names only in one, and for "
+        "each tensor in both whether its bytes are identical, whether its values are equal "
+        "(GGML quantized tensors as their dequantized values; NaN equal to NaN, -0 to +0), "
+        "the largest absolute and relative differences and the first differing index. Exit "
+        "status 0 when both hold the same names and every tensor is equal, 1 when not, 2 on "
+        "errors.",
+        ["kiln-np diff model.safetensors model.gguf", "kiln-np diff a/ b/ --json"],
+    )
+    parser.add_argument("a", metavar="A")
+    parser.add_argument("b", metavar="B")
+    parser.add_argument(
+        "--all", action="store_true", help="list every tensor, not only differences"
+    )
+    json_flag(parser, "print one JSON object, a row per tensor in both")
+    parser.set_defaults(run=_cmd_diff)
