@@ -239,10 +239,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             "path": args.path,
             "weights_format": weights.format,
             "byte_length": chosen.byte_length,
+            "selection": selection,
             "tensors": tensors,
             "tensor_count": len(tensors),
             "parameters": sum(t["elements"] for t in tensors),
-            "selection": selection,
         }
     if args.json:
         print_json(record)
