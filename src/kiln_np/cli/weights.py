@@ -459,7 +459,7 @@ def add_ls(sub: Any) -> None:
         "Kiln payload directory): name, the format's dtype, the Kiln code or layout, shape, "
         "payload size; then the totals: tensors, parameters (elements; a GGML quantized "
         "tensor counts its elements, not its blocks), payload bytes.  With --include or "
-        "--exclude, only the tensors they select, and the totals say 3 of 75 tensors.  Only "
+        "--exclude, only the tensors they select, the totals saying so (3 of 75 tensors).  Only "
         "headers are read.",
         [
             "kiln-np ls model.safetensors",
