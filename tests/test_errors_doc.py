@@ -836,6 +836,8 @@ WEIGHTS: list[Entry] = [
     ("QuantizePolicy", "a rule that is not a pair of str", lambda: kiln_np.QuantizePolicy(cast(Any, [("*", 8)]))),
     ("QuantizePolicy", "a default that is not a str", lambda: kiln_np.QuantizePolicy(default=cast(Any, 8))),
     ("kiln-np inspect", "--tensor not in the file", lambda: run_command("inspect", _weights_file(), "--tensor", "nope")),
+    ("kiln-np ls", "--include/--exclude select no tensor", lambda: run_command("ls", _weights_file(), "--include", "W*")),
+    ("kiln-np convert", "--include/--exclude select no tensor", lambda: run_command("convert", _weights_file(), "out.gguf", "--exclude", "*")),
     ("kiln-np inspect", "--tensor held inside an ONNX model", lambda: run_command("inspect", _onnx_model("w"), "--tensor", "w")),
     ("kiln-np onnx", "two initializers of one name", lambda: run_command("onnx", _onnx_model("w", "w"), str(_scratch() / "out"))),
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),

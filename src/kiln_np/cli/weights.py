@@ -1,7 +1,8 @@
 """Weight files on the command line: opening and saving them for any command (an
 ``OSError`` is FILE), the files a conversion reads, and the ``ls`` and
 ``convert`` commands (``--dequantize`` writes GGML blocks as float values,
-``--quantize`` float tensors as GGML blocks).
+``--quantize`` float tensors as GGML blocks), and ``--include``/``--exclude``,
+the tensors a command works on, chosen by :meth:`Weights.select`.
 
 The one module of the command line that imports the weight-file API.
 """
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kiln_np._core.checks import written_path
+from kiln_np._core.errors import KilnError
 from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import DEQUANTIZE_TYPES, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
@@ -48,7 +50,15 @@ from .output import (
     table,
 )
 
-__all__ = ["add_convert", "add_ls", "open_weights_file", "save_weights_file"]
+__all__ = [
+    "add_convert",
+    "add_ls",
+    "open_weights_file",
+    "save_weights_file",
+    "select_args",
+    "select_tensors",
+    "selection_record",
+]
 
 
 def open_weights_file(path: str) -> Weights:
@@ -111,6 +121,92 @@ def save_weights_file(
     ]
 
 
+def select_args(parser: argparse.ArgumentParser) -> None:
+    """``--include PATTERN`` and ``--exclude PATTERN``, each repeatable: the
+    tensors a command works on, read by :func:`select_tensors`."""
+    parser.add_argument(
+        "--include",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="only the tensors whose name matches a glob (case-sensitive, the whole name; "
+        "'*' crosses dots): 'blk.0.*'; repeatable, a tensor matching any is kept",
+    )
+    parser.add_argument(
+        "--exclude",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="leave out the tensors whose name matches this glob, even when --include "
+        "keeps them: '*norm*'; repeatable",
+    )
+
+
+def _selection_text(args: argparse.Namespace) -> str:
+    """The selection options as typed, for a message.
+
+    Examples
+    --------
+    >>> _selection_text(argparse.Namespace(include=["blk.*"], exclude=["*norm*", "x"]))
+    "--include 'blk.*' --exclude '*norm*' --exclude 'x'"
+    """
+    given = [("--include", p) for p in args.include] + [("--exclude", p) for p in args.exclude]
+    return " ".join(f"{option} {pattern!r}" for option, pattern in given)
+
+
+def select_tensors(weights: Weights, args: argparse.Namespace, path: str) -> Weights:
+    """The tensors of ``weights`` (opened from ``path``) that ``--include`` and
+    ``--exclude`` select, a :meth:`Weights.select` view; ``weights`` itself
+    without them.  TYPE when they select none, showing the first names."""
+    if not args.include and not args.exclude:
+        return weights
+    view = weights.select(*args.include, exclude=args.exclude)
+    if len(view) == 0:
+        names = ", ".join(repr(n) for n in list(weights)[:5])
+        more = ", ..." if len(weights) > 5 else ""
+        raise KilnError(
+            "TYPE",
+            f"{path!r}: expected a tensor selected by {_selection_text(args)}, found none of "
+            f"its {len(weights)} ({names}{more}); patterns are case-sensitive globs on the "
+            "whole name",
+        )
+    return view
+
+
+def selection_record(args: argparse.Namespace, selected: int, total: int) -> dict[str, Any] | None:
+    """``selection`` in ``--json`` output: the patterns and how many tensors
+    they selected and left out; None without ``--include``/``--exclude``.
+
+    Examples
+    --------
+    >>> selection_record(argparse.Namespace(include=["a*"], exclude=[]), 3, 75)
+    {'include': ['a*'], 'exclude': [], 'selected': 3, 'left_out': 72}
+    >>> selection_record(argparse.Namespace(include=[], exclude=[]), 75, 75) is None
+    True
+    """
+    if not args.include and not args.exclude:
+        return None
+    return {
+        "include": list(args.include),
+        "exclude": list(args.exclude),
+        "selected": selected,
+        "left_out": total - selected,
+    }
+
+
+def _count_text(selected: int, total: int, selection: object) -> str:
+    """``3 of 75 tensors`` for a selection, else ``75 tensors``.
+
+    Examples
+    --------
+    >>> _count_text(3, 75, {}), _count_text(1, 1, None), _count_text(2, 2, None)
+    ('3 of 75 tensors', '1 tensor', '2 tensors')
+    """
+    if selection is not None:
+        return f"{selected} of {total} tensors"
+    return f"{selected} tensor{'s' * (selected != 1)}"
+
+
 def _inputs(weights: Weights) -> Inputs:
     """Every file a conversion reads: the tensors' files and what was opened."""
     paths = dict.fromkeys([weights.path, *(t.path for t in weights.values() if t.path)])
@@ -135,12 +231,15 @@ def _tensor_record(t: WeightTensor) -> dict[str, Any]:
 
 def _cmd_ls(args: argparse.Namespace) -> int:
     with open_weights_file(args.path) as weights:
-        tensors = [_tensor_record(t) for t in weights.values()]
+        chosen = select_tensors(weights, args, args.path)
+        tensors = [_tensor_record(t) for t in chosen.values()]
+        selection = selection_record(args, len(chosen), len(weights))
         record = {
             "format": "kiln-np-ls/1",
             "path": args.path,
             "weights_format": weights.format,
-            "byte_length": weights.byte_length,
+            "byte_length": chosen.byte_length,
+            "selection": selection,
             "tensors": tensors,
             "tensor_count": len(tensors),
             "parameters": sum(t["elements"] for t in tensors),
@@ -156,9 +255,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     ]
     print(table(rows))
     total, fmt = record["byte_length"], record["weights_format"]
-    count = len(tensors)
+    count = _count_text(len(tensors), len(weights), selection)
     print(
-        f"{count} tensor{'s' * (count != 1)}, {human_count(record['parameters'])} parameters, "
+        f"{count}, {human_count(record['parameters'])} parameters, "
         f"{human_bytes(total)} ({total:,} payload bytes), {fmt}"
     )
     return 0
@@ -256,12 +355,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     dequantize = args.dequantize
     policy = _policy(args, to)
     with open_weights_file(args.src) as weights:
+        chosen = select_tensors(weights, args, args.src)
+        selection = selection_record(args, len(chosen), len(weights))
         inputs = _inputs(weights)
         refuse_overwrite(args.dst, inputs)
-        check_blocks(weights, format=to, dequantize=dequantize, option="--dequantize")
+        check_blocks(chosen, format=to, dequantize=dequantize, option="--dequantize")
         outputs = save_weights_paths(
             args.dst,
-            weights,
+            chosen,
             format=to,
             max_shard_size=limit,
             dequantize=dequantize,
@@ -273,7 +374,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             _refuse_replacing(args.dst, to == "gguf" and limit is not None)
         metadata = _carried_metadata(weights, to)
         # descriptions only
-        sources = tensor_sources(weights, dequantize=dequantize, quantize=policy)
+        sources = tensor_sources(chosen, dequantize=dequantize, quantize=policy)
         total = sum(s.info.byte_length for s in sources)
         kept = [
             {
@@ -288,7 +389,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
         written = save_weights_file(
             args.dst,
-            weights,
+            chosen,
             f"convert {args.src}",
             total,
             format=to,
@@ -303,7 +404,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             "output": args.dst,
             "from": weights.format,
             "to": to,
-            "tensors": len(weights),
+            "tensors": len(chosen),
             "byte_length": total,
             "metadata": "carried" if metadata is not None else "dropped",
             "dequantize": dequantize,
@@ -312,7 +413,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             "quantized": sum(s.quantized is not None for s in sources),
             "kept": kept,
             "files": written,
+            "selection": selection,
         }
+        count = _count_text(len(chosen), len(weights), selection)
     dropped = (
         ""
         if metadata is not None
@@ -326,7 +429,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     emit(
         args,
         record,
-        f"{_files_text(written)}: {record['tensors']} tensors, "
+        f"{_files_text(written)}: {count}, "
         f"{record['byte_length']} payload bytes, {record['from']} -> {to}{decoded}{dropped}",
     )
     return 0
@@ -355,13 +458,21 @@ def add_ls(sub: Any) -> None:
         "List the tensors of a weight file (safetensors, a sharded checkpoint, GGUF, ONNX, a "
         "Kiln payload directory): name, the format's dtype, the Kiln code or layout, shape, "
         "payload size; then the totals: tensors, parameters (elements; a GGML quantized "
-        "tensor counts its elements, not its blocks), payload bytes.  Only headers are read.",
-        ["kiln-np ls model.safetensors", "kiln-np ls m.gguf --bytes", "kiln-np ls m.gguf --json"],
+        "tensor counts its elements, not its blocks), payload bytes.  With --include or "
+        "--exclude, only the tensors they select, the totals saying so (3 of 75 tensors).  Only "
+        "headers are read.",
+        [
+            "kiln-np ls model.safetensors",
+            "kiln-np ls m.gguf --bytes",
+            "kiln-np ls m.gguf --include 'blk.0.*' --exclude '*norm*'",
+            "kiln-np ls m.gguf --json",
+        ],
     )
     parser.add_argument("path", metavar="PATH")
     parser.add_argument(
         "--bytes", action="store_true", help="sizes as exact byte counts (default: 1.21 KiB)"
     )
+    select_args(parser)
     json_flag(parser, "print one JSON object, a row per tensor, and the totals")
     parser.set_defaults(run=_cmd_ls)
 
@@ -378,7 +489,8 @@ def add_convert(sub: Any) -> None:
         "written as float values instead of blocks; with --quantize (GGUF, kiln), float "
         "tensors are quantized to GGML blocks by a policy of name patterns, and each "
         "tensor that keeps its type is listed on stderr with the reason.  Metadata goes "
-        "along when the target can hold it.  An existing DST is replaced only with --force.",
+        "along when the target can hold it.  With --include or --exclude, only the tensors "
+        "they select are written.  An existing DST is replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
             "kiln-np convert model.gguf model.safetensors --dequantize bf16",
@@ -386,6 +498,7 @@ def add_convert(sub: Any) -> None:
             "kiln-np convert model.safetensors model.gguf "
             "--quantize 'q4_k,*.ffn_down.*=q6_k,*norm*=f32'",
             "kiln-np convert big.safetensors ckpt/ --to safetensors --max-shard-size 5000000000",
+            "kiln-np convert model.gguf blk0.safetensors --include 'blk.0.*' --dequantize f32",
         ],
     )
     parser.add_argument("src", metavar="SRC")
@@ -423,5 +536,6 @@ def add_convert(sub: Any) -> None:
         action="store_true",
         help="replace DST (or GGUF splits of its name) when it exists; never an input",
     )
+    select_args(parser)
     json_flag(parser)
     parser.set_defaults(run=_cmd_convert)
