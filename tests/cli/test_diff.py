@@ -114,3 +114,23 @@ def test_json_keys_are_documented(tmp_path: Path, capsys: Any) -> None:
     assert status == 0
     assert list(record) == _documented_keys("diff-json")
     assert list(record["tensors"][0]) == _documented_keys("diff-tensor-json")
+
+
+def test_include_and_exclude_select_on_both_sides(tmp_path: Path, capsys: Any) -> None:
+    a = _save(tmp_path / "a.safetensors", {"w.0": np.zeros(3, np.float32), "n": np.zeros(2)})
+    b = _save(tmp_path / "b.safetensors", {"w.0": np.zeros(3, np.float32), "n": np.ones(2)})
+    assert run_main(capsys, "diff", a, b)[0] == 1  # "n" differs
+    status, out, _ = run_main(capsys, "diff", a, b, "--exclude", "n", "--json")
+    record = json.loads(out)
+    assert status == 0
+    assert record["selection"] == {
+        "include": [],
+        "exclude": ["n"],
+        "selected": 1,
+        "left_out": 1,
+        "b": {"include": [], "exclude": ["n"], "selected": 1, "left_out": 1},
+    }
+    assert [t["name"] for t in record["tensors"]] == ["w.0"]
+    status, _, err = run_main(capsys, "diff", a, b, "--include", "nothing*")
+    assert status == 2
+    assert "expected a tensor selected by --include 'nothing*'" in err

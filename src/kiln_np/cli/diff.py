@@ -13,7 +13,7 @@ from kiln_np._explore.comparison import compare
 
 from .args import json_flag, subparser
 from .output import print_json
-from .weights import open_weights_file
+from .weights import open_weights_file, select_args, select_tensors, selection_record
 
 __all__ = ["add_diff"]
 
@@ -24,15 +24,24 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> _ = kiln_np.save_weights(d + "/a", {"w": np.ones(2, np.float32)}, format="kiln")
-    >>> _cmd_diff(argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False))
+    >>> ns = argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False)
+    >>> _cmd_diff(argparse.Namespace(**vars(ns), include=[], exclude=[]))
     equal: 1 tensors in both (1 same bytes, 0 equal values, 0 different), 0 only in A, 0 only in B
     0
     >>> import shutil; shutil.rmtree(d)
     """
     with open_weights_file(args.a) as a, open_weights_file(args.b) as b:
-        result = compare(a, b)
+        va = a.select(*args.include, exclude=args.exclude) if args.include or args.exclude else a
+        vb = b.select(*args.include, exclude=args.exclude) if args.include or args.exclude else b
+        if len(va) == 0 and len(vb) == 0:
+            select_tensors(a, args, args.a)  # TYPE: the options select no tensor on either side
+        result = compare(va, vb)
+        selection = selection_record(args, len(va), len(a))
+        if selection is not None:
+            selection["b"] = selection_record(args, len(vb), len(b))
     if args.json:
-        print_json({"format": "kiln-np-diff/1", **result.to_json(), "a": args.a, "b": args.b})
+        record = {"format": "kiln-np-diff/1", "selection": selection, **result.to_json()}
+        print_json({**record, "a": args.a, "b": args.b})
     else:
         print(result.text(every=args.all))
     return 0 if result.equal else 1
@@ -57,5 +66,6 @@ def add_diff(sub: Any) -> None:
     parser.add_argument(
         "--all", action="store_true", help="list every tensor, not only differences"
     )
+    select_args(parser)
     json_flag(parser, "print one JSON object, a row per tensor in both")
     parser.set_defaults(run=_cmd_diff)
