@@ -749,6 +749,28 @@ static const GGMLDecoder *ggml_decoder(Py_ssize_t type_id) {
     return NULL;
 }
 
+/* The (type_id, src, dst, lo, hi) arguments of the GGML block entry points: 0, or -1
+ * with an exception set (a bad count or index, lo > hi). */
+static int block_call(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                      Py_ssize_t *type_id, Py_ssize_t *lo, Py_ssize_t *hi) {
+    if (check_nargs(name, nargs, 5) < 0 || get_index(args[0], type_id) < 0 ||
+        get_index(args[3], lo) < 0 || get_index(args[4], hi) < 0 ||
+        check_range(*lo, *hi, 0) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 when blocks [lo, hi) of `elements` float32 values have a byte count Py_ssize_t holds;
+ * else -1, ValueError set. */
+static int block_count_fits(Py_ssize_t lo, Py_ssize_t hi, int elements) {
+    if (hi > PY_SSIZE_T_MAX / 4 / elements) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(ggml_to_float32_doc,
     "ggml_to_float32(type_id, src, dst, lo, hi)\n--\n\n"
     "Decode blocks [lo, hi) of GGML type type_id from the flat bytes src into the\n"
@@ -759,9 +781,7 @@ PyDoc_STRVAR(ggml_to_float32_doc,
 static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
                                  Py_ssize_t nargs) {
     Py_ssize_t type_id, lo, hi;
-    if (check_nargs("ggml_to_float32", nargs, 5) < 0 || get_index(args[0], &type_id) < 0 ||
-        get_index(args[3], &lo) < 0 || get_index(args[4], &hi) < 0 ||
-        check_range(lo, hi, 0) < 0) {
+    if (block_call("ggml_to_float32", args, nargs, &type_id, &lo, &hi) < 0) {
         return NULL;
     }
     const GGMLDecoder *d = ggml_decoder(type_id);
@@ -769,8 +789,7 @@ static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *a
         PyErr_Format(PyExc_ValueError, "no compiled decoder for GGML type %zd", type_id);
         return NULL;
     }
-    if (hi > PY_SSIZE_T_MAX / 4 / d->block_elements) {
-        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+    if (block_count_fits(lo, hi, d->block_elements) < 0) {
         return NULL;
     }
     Py_buffer views[2]; /* src, dst */
@@ -891,9 +910,7 @@ PyDoc_STRVAR(ggml_from_float32_doc,
 static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
                                    Py_ssize_t nargs) {
     Py_ssize_t type_id, lo, hi;
-    if (check_nargs("ggml_from_float32", nargs, 5) < 0 || get_index(args[0], &type_id) < 0 ||
-        get_index(args[3], &lo) < 0 || get_index(args[4], &hi) < 0 ||
-        check_range(lo, hi, 0) < 0) {
+    if (block_call("ggml_from_float32", args, nargs, &type_id, &lo, &hi) < 0) {
         return NULL;
     }
     const GGMLEncoder *e = ggml_encoder(type_id);
@@ -901,8 +918,7 @@ static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const 
         PyErr_Format(PyExc_ValueError, "no compiled encoder for GGML type %zd", type_id);
         return NULL;
     }
-    if (hi > PY_SSIZE_T_MAX / 4 / e->block_elements) {
-        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+    if (block_count_fits(lo, hi, e->block_elements) < 0) {
         return NULL;
     }
     Py_buffer views[2]; /* src, dst */
