@@ -6,11 +6,13 @@ soon as a second test file needs it, instead of copying it.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import struct
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import gguf
@@ -75,6 +77,16 @@ def run_command(*argv: str) -> Any:
     from kiln_np import cli
 
     return cli.run(list(argv))
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of the repository (a fixture generator, not a package module), imported."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_main(capsys: Any, *argv: str) -> tuple[int, str, str]:

@@ -14,15 +14,13 @@ run by hand: it needs llama-cpp-python.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gguf
 import pytest
-from _helpers import bits
+from _helpers import bits, load_script
 
 import kiln_np
 import kiln_np.gguf as kg
@@ -31,16 +29,7 @@ from kiln_np.cli import main
 SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "llama" / "make_tiny_llama.py"
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_tiny_llama", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny = _load_script()
+tiny = load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

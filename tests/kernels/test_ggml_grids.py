@@ -10,13 +10,12 @@ script's reader is checked on a header written in ggml's own form.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import gguf.quants
 import numpy as np
 import pytest
+from _helpers import load_script
 
 from kiln_np._quants import grids
 
@@ -24,16 +23,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parent / "fixtures" / "ggml" / "make_grids.py"
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_grids", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_grids = _load_script()
+make_grids = load_script(SCRIPT)
 
 TABLES: dict[str, np.ndarray] = {name: getattr(grids, name.upper()) for name in make_grids.TABLES}
 CONSTANTS: dict[str, float] = {name: float(getattr(grids, name)) for name in make_grids.CONSTANTS}
