@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from kiln_np._core.errors import KilnError
 from kiln_np._kernels import backend, pool
 
 from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
@@ -26,7 +27,7 @@ from .encoder import Encoder
 with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
     from kiln_np._kernels import native
 
-__all__ = ["ENCODERS", "NEEDS_IMATRIX", "encoder", "quantize_into", "refusal"]
+__all__ = ["ENCODERS", "NEEDS_IMATRIX", "encoder", "not_finite", "quantize_into", "refusal"]
 
 ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     {
@@ -81,6 +82,27 @@ def refusal(name: str) -> str:
     if name in _NOT_STORED:
         return f"{name} is an intermediate type of ggml's dot products, not one it stores"
     return f"kiln_np has no quantizer for {name}"
+
+
+def not_finite(type_name: str, shape: tuple[int, ...], flat: int, value: object) -> KilnError:
+    """The TYPE error for the NaN or infinity :func:`quantize_into` found at flat index
+    ``flat`` of an input of ``shape`` (``value``: the input's own value there, which
+    may be a float64 finite but past float32's range).
+
+    >>> print(not_finite("Q8_0", (2, 32), 37, float("nan")).message)
+    expected finite values to quantize to Q8_0 (ggml's result on NaN and infinity
+    is undefined), found nan at index (1, 5)
+    """
+    index = tuple(int(i) for i in np.unravel_index(flat, shape))
+    found = float(value)  # type: ignore[arg-type]
+    beyond = " (beyond float32's range)" if np.isfinite(found) else ""
+    return KilnError(
+        "TYPE",
+        f"expected finite values to quantize to {type_name} (ggml's result on NaN and "
+        f"infinity is undefined), found {found}{beyond} at index {index}",
+        shape=shape,
+        index=flat,
+    )
 
 
 def _first_bad(src: np.ndarray, block: Block, bad_block: int) -> int:

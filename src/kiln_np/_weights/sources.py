@@ -35,7 +35,7 @@ import errno
 import io
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -51,7 +51,7 @@ from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
 from kiln_np._quants.decode import block_of, dequantize_into
-from kiln_np._quants.quantize import quantize_into
+from kiln_np._quants.quantize import not_finite, quantize_into
 
 from .mapped import MappedFile
 from .policy import QuantizePolicy, as_policy, decide
@@ -172,38 +172,17 @@ class TensorSource(NamedTuple):
         step = max(1, min(count, _DEQUANTIZE_CHUNK // block.elements))
         values = np.empty(step * block.elements, np.float32)
         out = values if self.info.dtype == np.float32 else np.empty(values.size, self.info.dtype)
-        raw = np.empty(step * block.bytes if self.data is None else 0, U8)
-        with contextlib.ExitStack() as stack:
-            if self.data is None:
-                assert self.file is not None
-                try:
-                    src = stack.enter_context(self.file.opened(blocks.offset + blocks.byte_length))
-                except KilnError as exc:  # replaced or modified since it was opened
-                    raise exc.prefixed(f"tensor {self.name!r}: ") from None
-            for b0 in range(0, count, step):
-                n = min(step, count - b0)
-                if self.data is not None:
-                    start = b0 * block.bytes
-                    chunk = np.frombuffer(self.data[start : start + n * block.bytes], U8)
-                else:
-                    chunk = raw[: n * block.bytes]
-                    got = _read_at(src, blocks.offset + b0 * block.bytes, chunk)
-                    if got < chunk.size:
-                        assert self.file is not None
-                        raise blocks.length_error(
-                            b0 * block.bytes + got,
-                            f"{self.file.path!r} shrank while tensor {self.name!r} was "
-                            "dequantized: ",
-                        )
-                part = values[: n * block.elements]
-                dequantize_into(block.name, chunk, part)
-                written = out[: part.size]
-                if out is not values:
-                    with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
-                        written[...] = part  # rounded to nearest even
-                write_all(fd, written.view(U8).data)
-                if progress is not None:
-                    progress(written.nbytes)
+        for _, chunk in self._byte_runs(blocks, step * block.bytes, "dequantized"):
+            n = chunk.size // block.bytes
+            part = values[: n * block.elements]
+            dequantize_into(block.name, chunk, part)
+            written = out[: part.size]
+            if out is not values:
+                with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
+                    written[...] = part  # rounded to nearest even
+            write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
 
     def _write_quantized(self, fd: int, how: Quantized, progress: Progress | None) -> None:
         values, block = how.values, how.block
@@ -211,7 +190,6 @@ class TensorSource(NamedTuple):
         total = values.count
         step = max(1, min(total, _QUANTIZE_CHUNK) // unit) * unit
         wide = values.dtype.itemsize
-        raw = np.empty(step * wide if self.data is None else 0, U8)
         as_is = values.dtype == np.float32 and values.dtype.isnative
         f32 = np.empty(0 if as_is else step, np.float32)  # float32 is quantized where it is
         out = (
@@ -219,45 +197,59 @@ class TensorSource(NamedTuple):
             if block is None
             else np.empty(step // unit * block.bytes, U8)
         )
+        for start, chunk in self._byte_runs(values, step * wide, "quantized"):
+            lo, n = start // wide, chunk.size // wide
+            x = chunk.view(values.dtype)
+            if as_is and x.flags.aligned:
+                part = x
+            else:
+                if f32.size < n:  # float32 bytes in memory, not aligned for float32
+                    f32 = np.empty(step, np.float32)
+                part = f32[:n]
+                with np.errstate(over="ignore"):  # an f64 past float32's range: inf
+                    part[...] = x  # exact, but f64: to nearest even
+            if block is None:
+                written = self._floats(part, x, lo, out[:n])
+            else:
+                written = out[: n // unit * block.bytes]
+                bad = quantize_into(block.name, part, written)
+                if bad >= 0:
+                    raise not_finite(block.name, values.shape, lo + bad, x[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
+            write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
+
+    def _byte_runs(
+        self, where: PayloadInfo, run: int, what: str
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, bytes)`` of the payload ``where`` describes, ``run`` bytes at a
+        time (the last run shorter): views of the bytes in memory, or read from the
+        file (``where.offset``) with ``readinto`` into one reused buffer, never
+        mapped; LENGTH when the file shrank meanwhile (``what`` the tensor was
+        being: ``"quantized"``)."""
+        total = where.byte_length
+        if self.data is not None:
+            for start in range(0, total, run):
+                yield start, np.frombuffer(self.data[start : start + run], U8)
+            return
+        assert self.file is not None
+        raw = np.empty(min(run, total), U8)
         with contextlib.ExitStack() as stack:
-            if self.data is None:
-                assert self.file is not None
-                try:
-                    src = stack.enter_context(self.file.opened(values.offset + values.byte_length))
-                except KilnError as exc:  # replaced or modified since it was opened
-                    raise exc.prefixed(f"tensor {self.name!r}: ") from None
-            for lo in range(0, total, step):
-                n = min(step, total - lo)
-                if self.data is not None:
-                    chunk = np.frombuffer(self.data[lo * wide : (lo + n) * wide], U8)
-                else:
-                    chunk = raw[: n * wide]
-                    got = _read_at(src, values.offset + lo * wide, chunk)
-                    if got < chunk.size:
-                        assert self.file is not None
-                        raise values.length_error(
-                            lo * wide + got,
-                            f"{self.file.path!r} shrank while tensor {self.name!r} was quantized: ",
-                        )
-                x = chunk.view(values.dtype)
-                if as_is and x.flags.aligned:
-                    part = x
-                else:
-                    if f32.size < n:  # float32 bytes in memory, not aligned for float32
-                        f32 = np.empty(step, np.float32)
-                    part = f32[:n]
-                    with np.errstate(over="ignore"):  # an f64 past float32's range: inf
-                        part[...] = x  # exact, but f64: to nearest even
-                if block is None:
-                    written = self._floats(part, x, lo, out[:n])
-                else:
-                    written = out[: n // unit * block.bytes]
-                    bad = quantize_into(block.name, part, written)
-                    if bad >= 0:
-                        raise self._not_finite(values, block.name, lo + bad, x[bad])
-                write_all(fd, written.view(U8).data)
-                if progress is not None:
-                    progress(written.nbytes)
+            try:
+                src = stack.enter_context(self.file.opened(where.offset + total))
+            except KilnError as exc:  # replaced or modified since it was opened
+                raise exc.prefixed(f"tensor {self.name!r}: ") from None
+            for start in range(0, total, run):
+                chunk = raw[: min(run, total - start)]
+                got = _read_at(src, where.offset + start, chunk)
+                if got < chunk.size:
+                    raise where.length_error(
+                        start + got,
+                        f"{self.file.path!r} shrank while tensor {self.name!r} was {what}: ",
+                    )
+                yield start, chunk
 
     def _floats(self, part: np.ndarray, x: np.ndarray, lo: int, out: np.ndarray) -> np.ndarray:
         """``part`` (float32) as the written float type, rounded to nearest even;
@@ -277,19 +269,6 @@ class TensorSource(NamedTuple):
         with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
             out[...] = part  # rounded to nearest even
         return out
-
-    def _not_finite(
-        self, values: PayloadInfo, type_name: str, flat: int, value: object
-    ) -> KilnError:
-        """What ``kiln_np.gguf.quantize`` raises for a NaN or infinity, naming the tensor."""
-        index = tuple(int(i) for i in np.unravel_index(flat, values.shape))
-        found = float(value)  # type: ignore[arg-type]
-        beyond = " (beyond float32's range)" if np.isfinite(found) else ""
-        return KilnError(
-            "TYPE",
-            f"tensor {self.name!r}: expected finite values to quantize to {type_name} (ggml's "
-            f"result on NaN and infinity is undefined), found {found}{beyond} at index {index}",
-        )
 
 
 def _read_at(src: io.RawIOBase, offset: int, into: np.ndarray) -> int:

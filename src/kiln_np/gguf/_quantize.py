@@ -9,7 +9,7 @@ from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout
 from kiln_np._quants.blocks import BLOCKS, Block
-from kiln_np._quants.quantize import ENCODERS, quantize_into, refusal
+from kiln_np._quants.quantize import ENCODERS, not_finite, quantize_into, refusal
 
 from ._types import TYPES, GGMLType
 
@@ -49,19 +49,6 @@ def quantize_type(type: object) -> Block:
         "TYPE",
         f"expected a GGML type to quantize to ({', '.join(ENCODERS)}, by name in any case or "
         f"by type id); {why}",
-    )
-
-
-def _bad_value(array: np.ndarray, flat: int, block: Block) -> KilnError:
-    index = tuple(int(i) for i in np.unravel_index(flat, array.shape))
-    value = float(array[index])
-    beyond = " (beyond float32's range)" if np.isfinite(value) else ""
-    return KilnError(
-        "TYPE",
-        f"expected finite values to quantize to {block.name} (ggml's result on NaN and "
-        f"infinity is undefined), found {value}{beyond} at index {index}",
-        shape=array.shape,
-        index=flat,
     )
 
 
@@ -136,7 +123,7 @@ def quantize(array: object, type: object) -> Payload:
     else:
         bad = _quantize_chunks(block, np.ascontiguousarray(x).reshape(-1), out)
     if bad >= 0:
-        raise _bad_value(x, bad, block)
+        raise not_finite(block.name, x.shape, bad, x[np.unravel_index(bad, x.shape)])
     shape = (*x.shape[:-1], x.shape[-1] // block.elements)
     return Payload(block.code, out.data.toreadonly(), shape, Layout(block.layout_name, block.bytes))
 
