@@ -156,7 +156,8 @@ static inline float ggml_roundf(float x) {
     return r >= 0.5f ? t + 1.0f : r <= -0.5f ? t - 1.0f : t;
 }
 
-/* ggml's nearest_int (|x| <= 4194303): to nearest, halves to even. */
+/* ggml's nearest_int: to nearest, halves to even, for |x| <= 4194303; outside, the
+ * trick's bits (0 for a NaN, -2**22 for an infinity), as ggml's release builds give. */
 static inline int ggml_nearest_int(float x) {
     const float v = x + 12582912.0f;
     return (int)(ggml_f32_bits(v) & 0x007FFFFFu) - 0x00400000;

@@ -39,7 +39,7 @@ from types import MappingProxyType
 import numpy as np
 
 from .encoder import Encoder
-from .rounding import f16_bits, le16
+from .rounding import f16_bits, le16, nearest_int
 
 __all__ = ["ENCODERS", "KVALUES", "best_index"]
 
@@ -50,7 +50,6 @@ KVALUES = np.array(
 
 _EPS = np.float32(1e-15)  # GROUP_MAX_EPS
 _NTRY = 7
-_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23, nearest_int's
 
 
 def best_index(x: np.ndarray) -> np.ndarray:
@@ -67,13 +66,6 @@ def best_index(x: np.ndarray) -> np.ndarray:
     mu = np.clip(np.searchsorted(KVALUES, x, side="right"), 1, 15)
     below = x - KVALUES[mu - 1] < KVALUES[mu] - x
     result: np.ndarray = mu - below
-    return result
-
-
-def _nearest_int(x: np.ndarray) -> np.ndarray:
-    """ggml's ``nearest_int`` for every float32 (its bit trick: a NaN gives 0), int32."""
-    bits = (x + _MAGIC).view(np.int32)
-    result: np.ndarray = (bits & 0x007FFFFF) - 0x00400000
     return result
 
 
@@ -150,7 +142,7 @@ def _iq4_xs(x: np.ndarray) -> np.ndarray:
     first = np.take_along_axis(scales, magnitude.argmax(axis=1)[:, None], axis=1)[:, 0]
     max_scale = np.where(magnitude.max(axis=1) > 0, first, np.float32(0))
     d = -max_scale / np.float32(32)
-    ls = np.clip(_nearest_int(_inverse(d)[:, None] * scales), -32, 31)
+    ls = np.clip(nearest_int(_inverse(d)[:, None] * scales), -32, 31)
     dl = d[:, None] * ls.astype(np.float32)
     levels = best_index(_inverse(dl).reshape(n * 8, 1) * sub)
     biased = (ls + 32).astype(np.uint16)

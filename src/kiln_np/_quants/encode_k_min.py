@@ -24,23 +24,11 @@ from types import MappingProxyType
 import numpy as np
 
 from .encoder import Encoder
-from .rounding import f16_bits, le16
+from .rounding import f16_bits, le16, nearest_int
 
 __all__ = ["ENCODERS"]
 
 _F0 = np.float32(0)
-_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
-
-
-def _nint(v: np.ndarray) -> np.ndarray:
-    """ggml's ``nearest_int`` for every float32, as its bit trick gives it (a NaN gives 0).
-
-    >>> _nint(np.array([2.5, -0.5, 3.5, np.nan], np.float32)).tolist()
-    [2, 0, 4, 0]
-    """
-    bits = (v + _MAGIC).view(np.int32)
-    result: np.ndarray = (bits & 0x007FFFFF) - 0x00400000
-    return result
 
 
 def _total(terms: np.ndarray) -> np.ndarray:
@@ -83,12 +71,12 @@ def _qkx2(
 
     iscale = top / (hi - lo)
     scale = np.float32(1) / iscale
-    levels = np.clip(_nint(iscale * (x - lo)), 0, nmax)
+    levels = np.clip(nearest_int(iscale * (x - lo)), 0, nmax)
     best = error(scale, lo, levels.astype(np.float32))
     for step in range(nstep + 1):
         factor = np.float32(rmin) + np.float32(rdelta) * np.float32(step) + top
         iscale = factor / (hi - lo)
-        trial = np.clip(_nint(iscale * (x - lo)), 0, nmax)
+        trial = np.clip(nearest_int(iscale * (x - lo)), 0, nmax)
         t = trial.astype(np.float32)
         wl = w * t
         sum_l, sum_l2, sum_xl = _total(np.stack([wl, wl * t, wl * x])) + _F0
@@ -141,7 +129,7 @@ def _requantize(
     whose ``d`` (``(n, 256 // size)``, as ``dm``) is not zero."""
     n = len(x)
     xs = x.reshape(n, -1, size)
-    again = np.clip(_nint((xs + dm[..., None]) / d[..., None]), 0, nmax)
+    again = np.clip(nearest_int((xs + dm[..., None]) / d[..., None]), 0, nmax)
     redo = (d != 0)[..., None]
     result: np.ndarray = np.where(redo, again, levels.reshape(n, -1, size)).reshape(n, -1)
     return result
@@ -165,8 +153,8 @@ def _q2_k(x: np.ndarray) -> np.ndarray:
     has_scale, has_min = max_scale > 0, max_min > 0
     inv_scale = q4 / np.where(has_scale, max_scale, 1)[:, None]
     inv_min = q4 / np.where(has_min, max_min, 1)[:, None]
-    sc = np.where(has_scale[:, None], _nint(inv_scale * scales) & 0xFF, 0)
-    sc = np.where(has_min[:, None], (sc | (_nint(inv_min * mins) << 4)) & 0xFF, sc)
+    sc = np.where(has_scale[:, None], nearest_int(inv_scale * scales) & 0xFF, 0)
+    sc = np.where(has_min[:, None], (sc | (nearest_int(inv_min * mins) << 4)) & 0xFF, sc)
     d_bits = np.where(has_scale, f16_bits(max_scale / q4), 0).astype(np.uint16)
     dmin_bits = np.where(has_min, f16_bits(max_min / q4), 0).astype(np.uint16)
     d = _f16(d_bits)[:, None] * (sc & 0xF).astype(np.float32)
@@ -194,8 +182,8 @@ def _k6(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np.ndarray, 
     q6 = np.float32(63)
     inv_scale = np.where(max_scale > 0, q6 / np.where(max_scale > 0, max_scale, 1), _F0)
     inv_min = np.where(max_min > 0, q6 / np.where(max_min > 0, max_min, 1), _F0)
-    ls = np.minimum(_nint(inv_scale[:, None] * scales) & 0xFF, 63)
-    lm = np.minimum(_nint(inv_min[:, None] * mins) & 0xFF, 63)
+    ls = np.minimum(nearest_int(inv_scale[:, None] * scales) & 0xFF, 63)
+    lm = np.minimum(nearest_int(inv_min[:, None] * mins) & 0xFF, 63)
     d_bits, dmin_bits = f16_bits(max_scale / q6), f16_bits(max_min / q6)
     head = np.empty((n, 16), np.uint8)
     head[:, 0:2] = le16(d_bits)

@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy as np
 
 from .encoder import Encoder
-from .rounding import f16_bits, le16
+from .rounding import f16_bits, le16, nearest_int
 
 __all__ = ["ENCODERS"]
 
@@ -26,19 +26,6 @@ _F = np.float32
 _GROUP_MAX_EPS = _F(1e-15)
 _CANDIDATES = np.arange(-9, 10).astype(_F)  # ggml's is = -9 .. 9; is = 0 is its first try
 _FIRST = 9
-
-
-def _nearest(v: np.ndarray) -> np.ndarray:
-    """ggml's ``nearest_int`` for every float32, bit for bit: the low 23 bits of
-    ``v + 1.5 * 2**23``, less ``2**22`` (what it gives out of its range, for a NaN
-    or an infinity, too).
-
-    >>> _nearest(np.array([2.5, -0.5, 3.5, np.inf, np.nan], np.float32)).tolist()
-    [2, 0, 4, -4194304, 0]
-    """
-    bits = (v.astype(_F) + _F(12582912.0)).view(np.int32)
-    result: np.ndarray = (bits & 0x7FFFFF) - 0x400000
-    return result
 
 
 def _largest(a: np.ndarray) -> np.ndarray:
@@ -70,7 +57,7 @@ def _make_qx_quants_32(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xi = xs[:, i : i + 1]
         w = xi * xi
         wx = w * xi
-        lf = np.clip(_nearest(iscale * xi), -32, 31).astype(_F)
+        lf = np.clip(nearest_int(iscale * xi), -32, 31).astype(_F)
         sumlx += wx * lf
         suml2 += (w * lf) * lf
     slx, sl2 = sumlx[:, _FIRST], suml2[:, _FIRST]
@@ -86,7 +73,7 @@ def _make_qx_quants_32(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         best = np.where(better, scale * slx, best)
         win = np.where(better, k, win)
     chosen = np.take_along_axis(iscale, win[:, None], axis=1)
-    quants = np.clip(_nearest(chosen * xs), -32, 31) + 32
+    quants = np.clip(nearest_int(chosen * xs), -32, 31) + 32
     zero = np.abs(mx) < _GROUP_MAX_EPS
     return np.where(zero, _F(0), scale), np.where(zero[:, None], 0, quants)
 
@@ -103,7 +90,7 @@ def _make_q3_quants(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w = xs * xs
     wx = w * xs
     for i in range(16):
-        li = np.clip(_nearest(iscale * xs[:, i]), -4, 3)
+        li = np.clip(nearest_int(iscale * xs[:, i]), -4, 3)
         quants[:, i] = li
         lf = li.astype(_F)
         sumlx += wx[:, i] * lf
@@ -115,7 +102,7 @@ def _make_q3_quants(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             lf = quants[:, i].astype(_F)
             without = sumlx - wxi * lf
             sl2 = suml2 - (wi * lf) * lf
-            new = np.clip(_nearest((xi * sl2) / without), -4, 3)
+            new = np.clip(nearest_int((xi * sl2) / without), -4, 3)
             nf = new.astype(_F)
             slx = without + wxi * nf
             sl2 = sl2 + (wi * nf) * nf
@@ -140,7 +127,7 @@ def _make_q3_quants(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _requantize(xs: np.ndarray, quants: np.ndarray, d: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """ggml's second pass: where the sub-block's ``d`` is not 0 (a NaN is not),
     ``L = clamp(nearest_int(x / d), lo, hi) - lo``; elsewhere the search's ``L``."""
-    again = np.clip(_nearest(xs / d[:, None]), lo, hi) - lo
+    again = np.clip(nearest_int(xs / d[:, None]), lo, hi) - lo
     result: np.ndarray = np.where((d != 0)[:, None], again, quants)
     return result
 
@@ -164,7 +151,7 @@ def _q6_k(x: np.ndarray) -> np.ndarray:
     live = np.abs(max_scale) >= _GROUP_MAX_EPS
     iscale = _F(-128) / np.where(live, max_scale, _F(1))
     d_bits = f16_bits(_F(1) / iscale)
-    q_scales = np.minimum(127, _nearest(iscale[:, None] * scales)).astype(np.int8)
+    q_scales = np.minimum(127, nearest_int(iscale[:, None] * scales)).astype(np.int8)
     d = _f16_round_trip(d_bits)[:, None] * q_scales.astype(_F)
     q = _requantize(xs, quants, d.reshape(-1), -32, 31).reshape(n, 2, 4, 32)
     out = np.zeros((n, 210), np.uint8)
@@ -195,7 +182,7 @@ def _q3_k(x: np.ndarray) -> np.ndarray:
     max_scale = _largest(scales)
     live = max_scale != 0
     iscale = _F(-32) / np.where(live, max_scale, _F(1))
-    six = np.clip(_nearest(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32
+    six = np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32
     six = np.where(live[:, None], six, 0).astype(np.uint8)
     d_bits = np.where(live, f16_bits(_F(1) / iscale), np.uint16(0)).astype(np.uint16)
     d = _f16_round_trip(d_bits)[:, None] * (six.astype(np.int32) - 32).astype(_F)

@@ -1,7 +1,7 @@
 """The conversions ggml's reference quantizers make, in numpy, bit for bit.
 
 ggml's quantizers are float32 C: ``roundf`` (half away from zero),
-``nearest_int`` (half to even, by adding ``1.5 * 2**23``), C's float-to-int
+``nearest_int`` (half to even, by adding ``1.5 * 2**23``; its bits for any float), C's float-to-int
 conversion (which x86-64 does with ``cvttss2si``: truncation, and the
 "integer indefinite" ``INT_MIN`` for a NaN or a value out of range, which C
 leaves undefined and which a block whose scale overflows or underflows
@@ -34,12 +34,17 @@ def roundf(x: np.ndarray) -> np.ndarray:
 
 
 def nearest_int(x: np.ndarray) -> np.ndarray:
-    """ggml's ``nearest_int`` (``|x| <= 4194303``): to nearest, halves to even, as int32.
+    """ggml's ``nearest_int`` for every float32, as int32: the low 23 bits of
+    ``x + 1.5 * 2**23``, less ``2**22``.  In its range (``|x| <= 4194303``) that is to
+    nearest, halves to even; outside it is what ggml's blocks whose sums overflow
+    get (its assert is off in release builds): 0 for a NaN, ``-2**22`` for an
+    infinity.
 
-    >>> nearest_int(np.array([0.5, 1.5, -2.5, 2.4], np.float32)).tolist()
-    [0, 2, -2, 2]
+    >>> nearest_int(np.array([0.5, 1.5, -2.5, 2.4, np.nan, np.inf], np.float32)).tolist()
+    [0, 2, -2, 2, 0, -4194304]
     """
-    result: np.ndarray = np.rint(x).astype(np.int32)
+    bits = (np.asarray(x, np.float32) + np.float32(12582912.0)).view(np.int32)
+    result: np.ndarray = (bits & 0x007FFFFF) - 0x00400000
     return result
 
 
