@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from .blocks import f16_to_f32
 from .encoder import Encoder
 from .rounding import f16_bits, le16, nearest_int
 
@@ -106,11 +107,6 @@ def _largest(values: np.ndarray) -> np.ndarray:
     return most
 
 
-def _f16(bits: np.ndarray) -> np.ndarray:
-    result: np.ndarray = bits.astype(np.uint16).view(np.float16).astype(np.float32)
-    return result
-
-
 def _sub_blocks(x: np.ndarray, size: int) -> np.ndarray:
     """Blocks ``(n, 256)`` as sub-blocks element-major: ``(size, n * 256 // size)``."""
     return np.ascontiguousarray(x.reshape(len(x), -1, size).transpose(2, 0, 1)).reshape(size, -1)
@@ -157,8 +153,8 @@ def _q2_k(x: np.ndarray) -> np.ndarray:
     sc = np.where(has_min[:, None], (sc | (nearest_int(inv_min * mins) << 4)) & 0xFF, sc)
     d_bits = np.where(has_scale, f16_bits(max_scale / q4), 0).astype(np.uint16)
     dmin_bits = np.where(has_min, f16_bits(max_min / q4), 0).astype(np.uint16)
-    d = _f16(d_bits)[:, None] * (sc & 0xF).astype(np.float32)
-    dm = _f16(dmin_bits)[:, None] * (sc >> 4).astype(np.float32)
+    d = f16_to_f32(d_bits)[:, None] * (sc & 0xF).astype(np.float32)
+    dm = f16_to_f32(dmin_bits)[:, None] * (sc >> 4).astype(np.float32)
     levels = _requantize(x, levels, d, dm, 16, 3).reshape(n, 2, 4, 32)
     out = np.empty((n, 84), np.uint8)
     out[:, :16] = sc
@@ -191,8 +187,8 @@ def _k6(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np.ndarray, 
     head[:, 4:8] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
     head[:, 8:12] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
     head[:, 12:16] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
-    d = _f16(d_bits)[:, None] * ls.astype(np.float32)
-    dm = _f16(dmin_bits)[:, None] * lm.astype(np.float32)
+    d = f16_to_f32(d_bits)[:, None] * ls.astype(np.float32)
+    dm = f16_to_f32(dmin_bits)[:, None] * lm.astype(np.float32)
     return _requantize(x, levels, d, dm, 32, nmax), head
 
 

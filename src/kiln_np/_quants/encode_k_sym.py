@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from .blocks import f16_to_f32
 from .encoder import Encoder
 from .rounding import f16_bits, le16, nearest_int
 
@@ -36,12 +37,6 @@ def _largest(a: np.ndarray) -> np.ndarray:
     mag = np.where(np.isnan(mag), _F(0), mag)
     pick = np.take_along_axis(a, np.argmax(mag, axis=1)[:, None], axis=1)[:, 0]
     result: np.ndarray = np.where(mag.max(axis=1) > 0, pick, _F(0))
-    return result
-
-
-def _f16_round_trip(bits: np.ndarray) -> np.ndarray:
-    """``GGML_FP16_TO_FP32`` of the binary16 ``bits``."""
-    result: np.ndarray = bits.view(np.float16).astype(_F)
     return result
 
 
@@ -152,7 +147,7 @@ def _q6_k(x: np.ndarray) -> np.ndarray:
     iscale = _F(-128) / np.where(live, max_scale, _F(1))
     d_bits = f16_bits(_F(1) / iscale)
     q_scales = np.minimum(127, nearest_int(iscale[:, None] * scales)).astype(np.int8)
-    d = _f16_round_trip(d_bits)[:, None] * q_scales.astype(_F)
+    d = f16_to_f32(d_bits)[:, None] * q_scales.astype(_F)
     q = _requantize(xs, quants, d.reshape(-1), -32, 31).reshape(n, 2, 4, 32)
     out = np.zeros((n, 210), np.uint8)
     low, high = q & 0xF, q >> 4
@@ -185,7 +180,7 @@ def _q3_k(x: np.ndarray) -> np.ndarray:
     six = np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32
     six = np.where(live[:, None], six, 0).astype(np.uint8)
     d_bits = np.where(live, f16_bits(_F(1) / iscale), np.uint16(0)).astype(np.uint16)
-    d = _f16_round_trip(d_bits)[:, None] * (six.astype(np.int32) - 32).astype(_F)
+    d = f16_to_f32(d_bits)[:, None] * (six.astype(np.int32) - 32).astype(_F)
     q = _requantize(xs, quants, d.reshape(-1), -4, 3).reshape(n, 256)
     out = np.empty((n, 110), np.uint8)
     high = (q > 3).reshape(n, 8, 32)
