@@ -225,7 +225,9 @@ def _numpy(values: np.ndarray, kind: str, lo: int, hi: int) -> Moments:
                 chunk.size - kept.size - nan - posinf,
             )
         )
-        parts.append(_block_sums(chunk.astype(np.float64), finite))
+        with np.errstate(invalid="ignore"):  # a signalling NaN becomes quiet: only counted
+            wide = chunk.astype(np.float64)
+        parts.append(_block_sums(wide, finite))
     n, mean, m2 = _pairwise(np.concatenate(parts, axis=1)) if parts else (0.0, 0.0, 0.0)
     return total._replace(mean=mean if n else None, m2=m2)
 
@@ -243,7 +245,7 @@ def _block_sums(x: np.ndarray, finite: np.ndarray) -> np.ndarray:
     kept = np.where(finite, x, 0.0)
     n = finite.sum(axis=1, dtype=np.float64)
     mean = kept.sum(axis=1) / np.maximum(n, 1.0)
-    deviation = np.where(finite, x - mean[:, None], 0.0)
+    deviation = np.where(finite, kept - mean[:, None], 0.0)
     return np.stack([n, mean, np.einsum("ij,ij->i", deviation, deviation)])
 
 
