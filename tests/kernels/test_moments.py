@@ -32,7 +32,8 @@ def as_float64(values: np.ndarray, kind: str) -> np.ndarray:
     """The elements' values, decoded by numpy and ml_dtypes (not by the module)."""
     dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[kind]
     with np.errstate(invalid="ignore"):  # a signalling NaN becomes quiet
-        return values.view(dtype).astype(np.float64)
+        wide: np.ndarray = values.view(dtype).astype(np.float64)
+    return wide
 
 
 def check(m: Moments, values: np.ndarray, kind: str) -> None:
@@ -110,6 +111,7 @@ def test_subnormals(kernels: str) -> None:
         m = moments(half, kind)
         check(m, half, kind)
         assert m.min is not None
+        assert m.max is not None
         assert m.min < 0 < m.max
 
 
@@ -117,6 +119,7 @@ def test_subnormals(kernels: str) -> None:
 def test_random_bits_every_pattern(kernels: str, kind: str) -> None:
     # Quiet and signalling NaNs of either sign, infinities, subnormals, zeros.
     n = 7 * BLOCK + 13
+    values: np.ndarray
     if kind == "f32":
         values = RNG.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
     else:
@@ -154,7 +157,7 @@ def test_special_inputs(kernels: str, kind: str) -> None:
     for x in specials.values():
         values = f32(x) if kind == "f32" else bits16(x, kind)
         check(moments(values, kind), values, kind)
-    one = moments(f32([-2.5]) if kind == "f32" else bits16(np.array([-2.5]), kind), kind)
+    one = moments(f32(np.array([-2.5])) if kind == "f32" else bits16(np.array([-2.5]), kind), kind)
     assert one[:6] == (1, 1, -2.5, -2.5, -2.5, 0.0)
     assert one.std == 0.0
 
