@@ -203,15 +203,17 @@ def _as_float32(values: np.ndarray, kind: str) -> np.ndarray:
 def _numpy(values: np.ndarray, kind: str, lo: int, hi: int) -> Moments:
     """The numpy kernel over ``values[lo:hi]`` (``lo`` on a block):
     each chunk of :data:`pool.CHUNK_LANES` elements counted, then its blocks' two-pass
-    sums; every block of the range merged pairwise at the end."""
+    sums; every block of the range merged pairwise at the end.  A chunk with no NaN or
+    infinity (the common one) skips the masks."""
     parts: list[np.ndarray] = []
     total = Moments.empty()
     for start in range(lo, hi, pool.CHUNK_LANES):
         chunk = _as_float32(values[start : min(start + pool.CHUNK_LANES, hi)], kind)
         finite = np.isfinite(chunk)
-        kept = chunk if finite.all() else chunk[finite]
-        nan = int(np.count_nonzero(np.isnan(chunk)))
-        posinf = int(np.count_nonzero(chunk == np.inf))
+        clean = bool(finite.all())
+        kept = chunk if clean else chunk[finite]
+        nan = 0 if clean else int(np.count_nonzero(np.isnan(chunk)))
+        posinf = 0 if clean else int(np.count_nonzero(chunk == np.inf))
         some = kept.size > 0
         total = total.merge(
             Moments(
@@ -227,27 +229,34 @@ def _numpy(values: np.ndarray, kind: str, lo: int, hi: int) -> Moments:
                 chunk.size - kept.size - nan - posinf,
             )
         )
-        with np.errstate(invalid="ignore"):  # a signalling NaN becomes quiet: only counted
-            wide = chunk.astype(np.float64)
-        parts.append(_block_sums(wide, finite))
+        # The NaNs and infinities replaced before any arithmetic (a signalling NaN
+        # would raise numpy's invalid-value warning).
+        wide = (chunk if clean else np.where(finite, chunk, 0)).astype(np.float64)
+        parts.append(_block_sums(wide, None if clean else finite))
     n, mean, m2 = _pairwise(np.concatenate(parts, axis=1)) if parts else (0.0, 0.0, 0.0)
     return total._replace(mean=mean if n else None, m2=m2)
 
 
-def _block_sums(x: np.ndarray, finite: np.ndarray) -> np.ndarray:
-    """Rows ``(finite, mean, m2)`` of each :data:`BLOCK` of ``x`` (the last may be short):
-    the block's sum, its mean, then the sum of squared deviations from that mean, over
-    the finite values."""
+def _block_sums(x: np.ndarray, finite: np.ndarray | None) -> np.ndarray:
+    """Rows ``(finite, mean, m2)`` of each :data:`BLOCK` of ``x`` (the last may be
+    short): the block's sum, its mean, then the sum of squared deviations from that
+    mean, over the finite values (``finite``: where they are, ``None`` for all; ``x``
+    holds 0.0 elsewhere)."""
     pad = -x.size % BLOCK
     if pad:
+        finite = np.ones(x.size, bool) if finite is None else finite
         x = np.concatenate([x, np.zeros(pad)])
         finite = np.concatenate([finite, np.zeros(pad, bool)])
     x = x.reshape(-1, BLOCK)
-    finite = finite.reshape(-1, BLOCK)
-    kept = np.where(finite, x, 0.0)
-    n = finite.sum(axis=1, dtype=np.float64)
-    mean = kept.sum(axis=1) / np.maximum(n, 1.0)
-    deviation = np.where(finite, kept - mean[:, None], 0.0)
+    if finite is None:
+        n = np.full(x.shape[0], float(BLOCK))
+        mean = x.sum(axis=1) / BLOCK
+        deviation = x - mean[:, None]
+    else:
+        finite = finite.reshape(-1, BLOCK)
+        n = finite.sum(axis=1, dtype=np.float64)
+        mean = x.sum(axis=1) / np.maximum(n, 1.0)
+        deviation = np.where(finite, x - mean[:, None], 0.0)
     return np.stack([n, mean, np.einsum("ij,ij->i", deviation, deviation)])
 
 
