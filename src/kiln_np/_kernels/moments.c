@@ -153,7 +153,8 @@ static ALWAYS_INLINE Part masked_block(const uint8_t *restrict p, ptrdiff_t n, i
     return out;
 }
 
-/* The whole range, inlined once per kind so that `kind` is a constant in the loops. */
+/* The whole range, inlined once per kind so that `kind` is a constant in the loops.  A
+ * float16 block is decoded once into float32 scratch, which both passes then read. */
 static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n, int kind,
                                        KilnMoments *out) {
     const size_t size = kind == KILN_MOMENTS_F32 ? 4 : 2;
@@ -166,9 +167,17 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
     Part stack[64]; /* stack[k]: the merge of 2**level(k) blocks, levels decreasing */
     int top = 0;
     ptrdiff_t block = 0;
+    float wide[BLOCK];
+    const int as = kind == KILN_MOMENTS_F16 ? KILN_MOMENTS_F32 : kind;
     for (ptrdiff_t start = 0; start < n; start += BLOCK, block++) {
         const ptrdiff_t count = n - start < BLOCK ? n - start : BLOCK;
         const uint8_t *p = src + (size_t)start * size;
+        if (kind == KILN_MOMENTS_F16) {
+            for (ptrdiff_t i = 0; i < count; i++) {
+                wide[i] = load(p, i, KILN_MOMENTS_F16);
+            }
+            p = (const uint8_t *)wide;
+        }
         const ptrdiff_t full = count - count % LANES;
         double s[LANES] = {0};
         int32_t z[LANES] = {0};
@@ -179,7 +188,7 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
         }
         for (ptrdiff_t i = 0; i < full; i += LANES) {
             for (int j = 0; j < LANES; j++) {
-                const float x = load(p, i + j, kind);
+                const float x = load(p, i + j, as);
                 s[j] += x;
                 z[j] += x == 0.0f;
                 lo[j] = x < lo[j] ? x : lo[j];
@@ -187,7 +196,7 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
             }
         }
         for (ptrdiff_t i = full; i < count; i++) {
-            const float x = load(p, i, kind);
+            const float x = load(p, i, as);
             const int j = (int)(i - full);
             s[j] += x;
             z[j] += x == 0.0f;
@@ -195,8 +204,8 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
             hi[j] = x > hi[j] ? x : hi[j];
         }
         const double sum = lanes_sum(s);
-        stack[top++] = sum - sum == 0.0 ? finite_block(p, count, kind, s, z, lo, hi, &t)
-                                        : masked_block(p, count, kind, &t);
+        stack[top++] = sum - sum == 0.0 ? finite_block(p, count, as, s, z, lo, hi, &t)
+                                        : masked_block(p, count, as, &t);
         for (ptrdiff_t k = block + 1; (k & 1) == 0; k >>= 1) { /* a carry: merge a pair */
             top--;
             stack[top - 1] = merge(stack[top - 1], stack[top]);
