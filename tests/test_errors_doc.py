@@ -403,6 +403,8 @@ EXPLORE: list[Entry] = [
     ("bit_histogram", "opaque payload", lambda: kiln_np.bit_histogram(kiln_np.Payload(4096, memoryview(bytes(2)), (1,), Layout("pair", 2)))),
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
+    ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
+    ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]
     ("describe", "block-scaled values not e2m1, f8e4m3, f8e5m2, i8", lambda: kiln_np.describe(_f4(32), _E8M0_1)),
     ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),
     ("describe", "scales of the wrong shape", lambda: kiln_np.describe(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu))),
@@ -646,6 +648,13 @@ def _shrunk() -> Any:
     weights = kiln_np.open_weights(path)
     os.truncate(path, 40)
     return weights["w"].payload()
+
+
+def _small_weights() -> Any:
+    """A Weights of one small f32 tensor."""
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.zeros(4, np.float32)}, format="safetensors")
+    return kiln_np.open_weights(path)
 
 
 def _sparse(name: str, size: int) -> str:

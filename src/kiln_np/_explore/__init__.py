@@ -29,7 +29,8 @@ dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
 ``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
-(:func:`describe`), ``comparison`` (:func:`compare`: two checkpoints, name by name);
+(:func:`describe`), ``weight_stats`` (:class:`WeightStats`: every tensor of a checkpoint),
+``comparison`` (:func:`compare`: two checkpoints, name by name);
 ``golden`` runs the golden case files.
 """
 
@@ -41,6 +42,7 @@ from .patterns import bit_histogram, bit_values
 from .quantized import QuantizedDescription
 from .scaled import ScaledDescription
 from .stats import summarize
+from .weight_stats import TensorStats, WeightStats
 
 __all__ = [
     "CHUNK",
@@ -49,6 +51,8 @@ __all__ = [
     "QuantizedDescription",
     "ScaledDescription",
     "TensorComparison",
+    "TensorStats",
+    "WeightStats",
     "bit_histogram",
     "bit_values",
     "compare",
