@@ -269,7 +269,11 @@ def test_heatmap_folds_experts_and_says_so() -> None:
         "self_attn.q_proj",
     ]
     assert image_data(ax).tolist() == [[128.0, 0.5], [128.0, 0.25]]
-    assert "(max of n): the largest of n tensors folded into one role" in fig.get_supxlabel()
+    assert fig.get_supxlabel().splitlines() == [
+        "blank: no tensor, or a value that is zero, negative or not a number",
+        "(max of n): the largest of n tensors folded into one role",
+    ]
+    assert texts_outside(fig) == []
 
 
 def test_heatmap_draws_each_stack_on_one_colour_scale_or_the_stack_asked_for() -> None:

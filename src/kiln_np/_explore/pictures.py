@@ -155,19 +155,19 @@ def heatmap_figure(
         low, high = low / 2, high * 2
     norm = LogNorm(vmin=low, vmax=high)
     roles = max(len(g.roles) for g in drawn)
-    longest = max(len(text) for g in drawn for text in _role_labels(g))
     small = roles > 40
-    label_height = 0.07 * longest * (0.75 if small else 1)
-    heights = [max(1.2, 0.11 * len(g.layers)) + label_height + 0.7 for g in drawn]
+    # Inches: each panel's rows, then its upright role labels and axis labels.
+    rows = [max(1.2, 0.11 * len(g.layers)) for g in drawn]
+    labels = [0.07 * max(map(len, _role_labels(g))) * (0.75 if small else 1) + 0.8 for g in drawn]
     width = min(max(6.0, 2.8 + (0.16 if small else 0.22) * roles), 30.0)
-    fig, _ = plot.figure((width, min(sum(heights) + 1.0, 60.0)), 0)
-    axes = fig.subplots(len(drawn), 1, squeeze=False, height_ratios=heights)[:, 0]
+    height = min(sum(rows) + sum(labels) + 1.2, 60.0)
+    fig, _ = plot.figure((width, height), 0)
+    axes = fig.subplots(len(drawn), 1, squeeze=False, height_ratios=rows)[:, 0]
     image = None
     for ax, grid in zip(axes, drawn, strict=True):
         image = ax.imshow(grid.values, aspect="auto", interpolation="nearest", norm=norm)
-        rows = len(grid.layers)
-        step = _layer_step(rows)
-        ax.set_yticks(range(0, rows, step), [str(n) for n in grid.layers[::step]])
+        step = _layer_step(len(grid.layers))
+        ax.set_yticks(range(0, len(grid.layers), step), [str(n) for n in grid.layers[::step]])
         ax.set_xticks(range(len(grid.roles)), _role_labels(grid), rotation=90)
         ax.tick_params(axis="x", labelsize=6 if small else 8)
         ax.tick_params(axis="y", labelsize=8)
@@ -179,7 +179,7 @@ def heatmap_figure(
     fig.suptitle(heading)
     note = "blank: no tensor, or a value that is zero, negative or not a number"
     if any(n > 1 for g in drawn for n in g.folded()):
-        note += "; (max of n): the largest of n tensors folded into one role"
+        note += "\n(max of n): the largest of n tensors folded into one role"
     fig.supxlabel(note, fontsize=8)
     return fig
 
