@@ -235,7 +235,7 @@ def test_heatmap_image_is_the_grid_with_blank_cells_on_a_log_scale() -> None:
         "model.language_model.layers",
     )
     assert fig.get_suptitle() == "std (log scale) by layer and role"
-    assert "blank: no tensor, or a value that is zero, negative or not a number" in (
+    assert "blank: no tensor, or a value that is zero, negative, NaN or infinite" in (
         fig.get_supxlabel()
     )
 
@@ -270,7 +270,7 @@ def test_heatmap_folds_experts_and_says_so() -> None:
     ]
     assert image_data(ax).tolist() == [[128.0, 0.5], [128.0, 0.25]]
     assert fig.get_supxlabel().splitlines() == [
-        "blank: no tensor, or a value that is zero, negative or not a number",
+        "blank: no tensor, or a value that is zero, negative, NaN or infinite",
         "(max of n): the largest of n tensors folded into one role",
     ]
     assert texts_outside(fig) == []
@@ -313,6 +313,8 @@ def test_heatmap_of_nothing_positive_says_so_in_its_panel() -> None:
         "nothing to draw on a log scale: no tensor name with a layer index"
     ]
     assert fig.get_suptitle() == "t"
+    fig = heatmap_figure(["a.0.w", "b.0.w"], [0.5, 0.0], label="std")  # stack b: no panel
+    assert [ax.get_title() for ax in fig.axes] == ["a", ""]
 
 
 def test_heatmap_of_one_value_still_has_a_colour_range() -> None:

@@ -86,11 +86,11 @@ def heatmap_figure(
     layer index are left out; the experts of a mixture-of-experts layer fold into
     one role (``mlp.experts.*.down_proj``) drawn as the largest of their values,
     its tick saying how many (``(max of 128)``).  Values that are ``None``, NaN,
-    zero or negative have no place on a log scale: their cells stay blank, as do
-    cells with no tensor, and the picture's caption says so.  Each stack of
-    layers (a vision tower, a text model) is one panel, all on one colour scale
-    with one colour bar.  With no positive value to draw the figure holds one
-    panel saying so.
+    infinite, zero or negative have no place on a log scale: their cells stay
+    blank, as do cells with no tensor, and the picture's caption says so.  Each
+    stack of layers (a vision tower, a text model) is one panel, all on one
+    colour scale with one colour bar; a stack with no positive value has none.
+    With no positive value at all the figure holds one panel saying so.
 
     Parameters
     ----------
@@ -177,7 +177,7 @@ def heatmap_figure(
     assert image is not None
     fig.colorbar(image, ax=list(axes), label=label)
     fig.suptitle(heading)
-    note = "blank: no tensor, or a value that is zero, negative or not a number"
+    note = "blank: no tensor, or a value that is zero, negative, NaN or infinite"
     if any(n > 1 for g in drawn for n in g.folded()):
         note += "\n(max of n): the largest of n tensors folded into one role"
     fig.supxlabel(note, fontsize=8)
