@@ -36,6 +36,7 @@ import kiln_np.gguf as kg
 import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
+from kiln_np._explore import heatmap_figure
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -411,6 +412,8 @@ EXPLORE: list[Entry] = [
     ("ScaledDescription.plot", "not three axes", lambda: kiln_np.describe(_E2M1_32, _E8M0_1).plot([])),
     ("bit_histogram", "GGML quantized payload (float32 values)", lambda: kiln_np.bit_histogram(_Q8_0)),
     ("QuantizedDescription.plot", "not one axes per panel", lambda: cast(kiln_np.QuantizedDescription, kiln_np.describe(_Q8_0)).plot([])),
+    ("heatmap_figure", "names and values of different lengths", lambda: heatmap_figure(["blk.0.a"], [], label="std")),
+    ("heatmap_figure", "a stack not among the names", lambda: heatmap_figure(["blk.0.a"], [1.0], label="std", stack="layers")),
 ]  # fmt: skip
 
 ONNX: list[Entry] = [

@@ -39,6 +39,7 @@ if _typing.TYPE_CHECKING:
         bit_values,
         compare,
         describe,
+        plot_histograms,
     )
     from ._weights.policy import QuantizePolicy
     from ._weights.tensors import Weights, WeightTensor
@@ -57,6 +58,7 @@ _LAZY = {
             "bit_values",
             "compare",
             "describe",
+            "plot_histograms",
         ),
         "._explore",
     ),
@@ -117,6 +119,7 @@ __all__ = [
     "open_weights",
     "pack_nibbles",
     "payload_info",
+    "plot_histograms",
     "save_payload",
     "save_weights",
     "to_numpy",

@@ -30,7 +30,9 @@ views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
 ``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
 (:func:`describe`), ``weight_stats`` (:class:`WeightStats`: every tensor of a checkpoint),
-``comparison`` (:func:`compare`: two checkpoints, name by name);
+``comparison`` (:func:`compare`: two checkpoints, name by name), ``layers`` (tensor
+names read as stack, layer and role), ``pictures`` (the per-layer heatmap and the
+histogram grid, :func:`plot_histograms`);
 ``golden`` runs the golden case files.
 """
 
@@ -38,7 +40,9 @@ from .chunks import CHUNK, flat_chunks
 from .comparison import Comparison, TensorComparison, compare
 from .description import Description
 from .entry import describe
+from .layers import LayerGrid, layer_grid, layer_role
 from .patterns import bit_histogram, bit_values
+from .pictures import heatmap_figure, histogram_grid, plot_histograms
 from .quantized import QuantizedDescription
 from .scaled import ScaledDescription
 from .stats import summarize
@@ -48,6 +52,7 @@ __all__ = [
     "CHUNK",
     "Comparison",
     "Description",
+    "LayerGrid",
     "QuantizedDescription",
     "ScaledDescription",
     "TensorComparison",
@@ -58,5 +63,10 @@ __all__ = [
     "compare",
     "describe",
     "flat_chunks",
+    "heatmap_figure",
+    "histogram_grid",
+    "layer_grid",
+    "layer_role",
+    "plot_histograms",
     "summarize",
 ]
