@@ -8,8 +8,8 @@ and returns a :class:`Moments`:
   as a Python float; a zero may come back as either ``0.0`` or ``-0.0`` when both
   occur, as they compare equal), ``None`` when no element is finite;
 - ``mean`` and ``m2``: the mean of the finite values and the sum of their squared
-  deviations from it, accumulated in float64 (``mean`` is ``None`` and ``m2`` 0.0 when
-  no element is finite); :attr:`Moments.std` is the population standard deviation
+  deviations from it, accumulated in float64 (both 0.0 when no element is finite);
+  :attr:`Moments.std` is the population standard deviation
   ``sqrt(m2 / finite)``;
 - ``zeros`` (+0.0 and -0.0), ``nan`` (every NaN pattern, quiet or signalling, either
   sign), ``posinf`` and ``neginf``.
@@ -81,7 +81,7 @@ class Moments(NamedTuple):
     finite: int
     min: float | None
     max: float | None
-    mean: float | None
+    mean: float
     m2: float
     zeros: int
     nan: int
@@ -92,10 +92,10 @@ class Moments(NamedTuple):
     def empty(cls) -> Moments:
         """The statistics of no element: what :meth:`merge` starts from.
 
-        >>> Moments.empty().count, Moments.empty().mean
-        (0, None)
+        >>> Moments.empty().count, Moments.empty().min, Moments.empty().mean
+        (0, None, 0.0)
         """
-        return cls(0, 0, None, None, None, 0.0, 0, 0, 0, 0)
+        return cls(0, 0, None, None, 0.0, 0.0, 0, 0, 0, 0)
 
     @property
     def std(self) -> float | None:
@@ -115,8 +115,8 @@ class Moments(NamedTuple):
         >>> a.merge(b)[:6], a.merge(Moments.empty()) == a
         ((5, 5, 1.0, 5.0, 3.0, 10.0), True)
         """
-        if self.mean is None or other.mean is None:  # None exactly when no value is finite
-            mean, m2 = (self.mean, self.m2) if other.mean is None else (other.mean, other.m2)
+        if not self.finite or not other.finite:
+            mean, m2 = (other.mean, other.m2) if other.finite else (self.mean, self.m2)
         else:
             n = self.finite + other.finite
             delta = other.mean - self.mean
@@ -181,7 +181,7 @@ def _compiled(code: int, values: np.ndarray, lo: int, hi: int) -> Moments:
         finite,
         lo_value if some else None,
         hi_value if some else None,
-        mean if some else None,
+        mean,
         m2,
         zeros,
         nan,
@@ -221,7 +221,7 @@ def _numpy(values: np.ndarray, kind: str, lo: int, hi: int) -> Moments:
                 kept.size,
                 float(kept.min()) if some else None,
                 float(kept.max()) if some else None,
-                None,
+                0.0,
                 0.0,
                 int(np.count_nonzero(chunk == 0)),
                 nan,
@@ -233,8 +233,8 @@ def _numpy(values: np.ndarray, kind: str, lo: int, hi: int) -> Moments:
         # would raise numpy's invalid-value warning).
         wide = (chunk if clean else np.where(finite, chunk, 0)).astype(np.float64)
         parts.append(_block_sums(wide, None if clean else finite))
-    n, mean, m2 = _pairwise(np.concatenate(parts, axis=1)) if parts else (0.0, 0.0, 0.0)
-    return total._replace(mean=mean if n else None, m2=m2)
+    mean, m2 = _pairwise(np.concatenate(parts, axis=1)) if parts else (0.0, 0.0)
+    return total._replace(mean=mean, m2=m2)
 
 
 def _block_sums(x: np.ndarray, finite: np.ndarray | None) -> np.ndarray:
@@ -260,9 +260,10 @@ def _block_sums(x: np.ndarray, finite: np.ndarray | None) -> np.ndarray:
     return np.stack([n, mean, np.einsum("ij,ij->i", deviation, deviation)])
 
 
-def _pairwise(rows: np.ndarray) -> tuple[float, float, float]:
-    """Chan's update over the blocks' ``(finite, mean, m2)`` columns, neighbours first
-    (an odd one out waits for the next level): depth log2 of the block count."""
+def _pairwise(rows: np.ndarray) -> tuple[float, float]:
+    """``(mean, m2)`` by Chan's update over the blocks' ``(finite, mean, m2)`` columns,
+    neighbours first (an odd one out waits for the next level): depth log2 of the block
+    count.  Blocks with no finite value (mean 0.0, m2 0.0) change nothing."""
     n, mean, m2 = rows
     while n.size > 1:
         even = n.size - n.size % 2
@@ -275,4 +276,4 @@ def _pairwise(rows: np.ndarray) -> tuple[float, float, float]:
         n = np.concatenate([both, n[even:]])
         mean = np.concatenate([merged_mean, mean[even:]])
         m2 = np.concatenate([merged_m2, m2[even:]])
-    return float(n[0]), float(mean[0]), float(m2[0])
+    return float(mean[0]), float(m2[0])
