@@ -3,8 +3,9 @@
  * minimum and maximum, their mean and sum of squared deviations (m2), and the counts
  * of zeros (+0 and -0), NaNs (every pattern) and each infinity.
  *
- * The elements go a block of BLOCK at a time.  Each block is read twice while it is in
- * L1: its sum (in double), then the sum of the squared deviations from the block's mean;
+ * The elements go a block of BLOCK at a time, in two passes while the block is in L1:
+ * its sum (in double; the values kept as doubles in a 16 KiB scratch), then the sum of
+ * the squared deviations from the block's mean over that scratch;
  * the blocks' (count, mean, m2) are merged by Chan's update in a binary-counter order
  * (block 2k with 2k + 1, then pairs of pairs...), so the rounding error grows with the
  * logarithm of the element count.  Every sum runs over LANES independent accumulators
@@ -22,7 +23,7 @@
 #include "ggml.h"
 
 #define LANES 16
-#define BLOCK 2048 /* elements; 4-8 KiB of source, two reads while in L1 */
+#define BLOCK 2048 /* elements: 4-8 KiB of source, 16 KiB of doubles, all in L1 */
 
 typedef struct {
     int64_t n;
@@ -87,9 +88,10 @@ typedef struct {
     int64_t zeros, nan, posinf, neginf;
 } Totals;
 
-/* Both passes over the all-finite block of n elements at p, its sum already in s:
- * the block's Part, its zeros and minimum and maximum per lane added to t. */
-static ALWAYS_INLINE Part finite_block(const uint8_t *restrict p, ptrdiff_t n, int kind,
+/* The second pass over an all-finite block of n elements, dx its values (the first pass
+ * gave their sum in s): the block's Part, its zeros and minimum and maximum per lane
+ * added to t. */
+static ALWAYS_INLINE Part finite_block(const double *restrict dx, ptrdiff_t n,
                                        const double *s, const int32_t *z, const float *lo,
                                        const float *hi, Totals *t) {
     const double mean = lanes_sum(s) / (double)n;
@@ -97,12 +99,12 @@ static ALWAYS_INLINE Part finite_block(const uint8_t *restrict p, ptrdiff_t n, i
     double q[LANES] = {0};
     for (ptrdiff_t i = 0; i < full; i += LANES) {
         for (int j = 0; j < LANES; j++) {
-            const double d = (double)load(p, i + j, kind) - mean;
+            const double d = dx[i + j] - mean;
             q[j] += d * d;
         }
     }
     for (ptrdiff_t i = full; i < n; i++) {
-        const double d = (double)load(p, i, kind) - mean;
+        const double d = dx[i] - mean;
         q[i - full] += d * d;
     }
     for (int j = 0; j < LANES; j++) {
@@ -153,8 +155,8 @@ static ALWAYS_INLINE Part masked_block(const uint8_t *restrict p, ptrdiff_t n, i
     return out;
 }
 
-/* The whole range, inlined once per kind so that `kind` is a constant in the loops.  A
- * float16 block is decoded once into float32 scratch, which both passes then read. */
+/* The whole range, inlined once per kind so that `kind` is a constant in the loops.  The
+ * first pass over a block keeps its values as doubles in L1 scratch for the second. */
 static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n, int kind,
                                        KilnMoments *out) {
     const size_t size = kind == KILN_MOMENTS_F32 ? 4 : 2;
@@ -167,17 +169,10 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
     Part stack[64]; /* stack[k]: the merge of 2**level(k) blocks, levels decreasing */
     int top = 0;
     ptrdiff_t block = 0;
-    float wide[BLOCK];
-    const int as = kind == KILN_MOMENTS_F16 ? KILN_MOMENTS_F32 : kind;
+    double dx[BLOCK]; /* the block's values, for the second pass */
     for (ptrdiff_t start = 0; start < n; start += BLOCK, block++) {
         const ptrdiff_t count = n - start < BLOCK ? n - start : BLOCK;
         const uint8_t *p = src + (size_t)start * size;
-        if (kind == KILN_MOMENTS_F16) {
-            for (ptrdiff_t i = 0; i < count; i++) {
-                wide[i] = load(p, i, KILN_MOMENTS_F16);
-            }
-            p = (const uint8_t *)wide;
-        }
         const ptrdiff_t full = count - count % LANES;
         double s[LANES] = {0};
         int32_t z[LANES] = {0};
@@ -188,7 +183,8 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
         }
         for (ptrdiff_t i = 0; i < full; i += LANES) {
             for (int j = 0; j < LANES; j++) {
-                const float x = load(p, i + j, as);
+                const float x = load(p, i + j, kind);
+                dx[i + j] = x;
                 s[j] += x;
                 z[j] += x == 0.0f;
                 lo[j] = x < lo[j] ? x : lo[j];
@@ -196,16 +192,17 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
             }
         }
         for (ptrdiff_t i = full; i < count; i++) {
-            const float x = load(p, i, as);
+            const float x = load(p, i, kind);
             const int j = (int)(i - full);
+            dx[i] = x;
             s[j] += x;
             z[j] += x == 0.0f;
             lo[j] = x < lo[j] ? x : lo[j];
             hi[j] = x > hi[j] ? x : hi[j];
         }
         const double sum = lanes_sum(s);
-        stack[top++] = sum - sum == 0.0 ? finite_block(p, count, as, s, z, lo, hi, &t)
-                                        : masked_block(p, count, as, &t);
+        stack[top++] = sum - sum == 0.0 ? finite_block(dx, count, s, z, lo, hi, &t)
+                                        : masked_block(p, count, kind, &t);
         for (ptrdiff_t k = block + 1; (k & 1) == 0; k >>= 1) { /* a carry: merge a pair */
             top--;
             stack[top - 1] = merge(stack[top - 1], stack[top]);
