@@ -39,7 +39,6 @@ from _common import describe_machine, peak_bytes, time_interleaved
 
 import kiln_np
 from kiln_np._explore import weight_stats
-from kiln_np._explore.chunks import COUNT_CHUNK
 from kiln_np._kernels.pool import _threads
 from kiln_np._weights.summary import human_bytes
 
@@ -144,7 +143,7 @@ def main() -> None:
             ratio = timing.ratio("describe", "dequantize")
             print(f"  describe / dequantize every tensor: {ratio:.2f} (<= 1.5)")
             peak = peak_bytes(lambda: kiln_np.describe(w))
-            chunk = COUNT_CHUNK * 4 * _threads()
+            chunk = weight_stats.RUN * 4 * _threads()
             print(
                 f"  peak traced {human_bytes(peak)}; bound 64 MiB + a chunk "
                 f"({human_bytes(chunk)}: one run of values per thread)"

@@ -20,6 +20,9 @@ from onnx import numpy_helper
 
 import kiln_np
 from kiln_np._explore.weight_stats import TensorStats, WeightStats
+from kiln_np._quants.blocks import BLOCKS
+from kiln_np._quants.decode import DECODERS
+from kiln_np._quants.decoder import float_scales
 
 BF16 = ml_dtypes.bfloat16
 stats_module = sys.modules["kiln_np._explore.weight_stats"]
@@ -156,7 +159,7 @@ def test_gguf_quantized_values_and_scale_ranges(tmp_path: Path) -> None:
     q4 = stats.row("blk.0.attn_q.weight")
     assert q4.count == x.size
     assert q4.shape == (16, 512)
-    assert set(q4.scales) == {"d", "dmin", "sub-block scales", "sub-block mins"}
+    assert set(q4.scales) == {"d", "dmin"}  # the float fields; describe(tensor) has the rest
     payload = tensors["blk.0.attn_q.weight"]
     blocks = np.frombuffer(payload.data, np.uint8).reshape(-1, 144)
     d = blocks[:, :2].copy().view(np.float16).astype(np.float64).reshape(-1)
@@ -176,7 +179,7 @@ def test_quantized_rounds_and_threads_merge_to_the_same_row(
     with kiln_np.open_weights(path) as w:
         whole = kiln_np.describe(w)[0]
         monkeypatch.setattr(stats_module, "ROUND", 2048)
-        monkeypatch.setattr(stats_module, "COUNT_CHUNK", 512)
+        monkeypatch.setattr(stats_module, "RUN", 512)
         seen: list[tuple[int, int]] = []
         split = kiln_np.describe(w, progress=lambda d, t: seen.append((d, t)))[0]
     assert (split.min, split.max, split.zeros, split.finite) == (
@@ -366,3 +369,18 @@ def test_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 0
     assert list(record) == _documented_keys("stats-json")
     assert list(record["tensors"][0]) == _documented_keys("stats-tensor-json")
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_float_scales_are_the_float_fields_of_scales(name: str) -> None:
+    """A decoder's float_scales (what the table reads) are its scales' float
+    fields, bit for bit (IQ1's delta is an offset, not a scale)."""
+    block = BLOCKS[name]
+    rows = np.random.default_rng(1).integers(0, 256, (64, block.bytes), dtype=np.uint8)
+    decoder = DECODERS[name]
+    every = decoder.scales(rows)
+    floats = float_scales(decoder, rows)
+    expected = {k for k, v in every.items() if v.dtype.kind == "f" and k != "delta"}
+    assert set(floats) == expected
+    for k in floats:
+        assert floats[k].tobytes() == np.asarray(every[k]).tobytes(), k

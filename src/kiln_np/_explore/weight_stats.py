@@ -8,7 +8,8 @@ tensor.  The definitions, exactly:
 - **What is counted.**  A closed code's elements; an FNUZ float8 as its float
   type; a GGML quantized tensor (Q8_0, Q4_K, MXFP4, ...) as its exact
   dequantized float32 values, as llama.cpp computes them, with the range of
-  each of its blocks' scale fields (``d``, ``dmin``, the sub-block scales).
+  each of its blocks' float scale fields (``d``, ``dmin``, ``m``, MXFP4's
+  ``e``; the integer sub-block scales are in ``describe(tensor)``).
   A block-scaled scheme stored as two tensors (gpt-oss ``*_blocks`` and
   ``*_scales``) is two rows, each as stored.  A tensor with no numeric reading
   (complex, a GGML type with no decoder, any other opaque layout) is a row
@@ -49,10 +50,11 @@ from kiln_np._core.table import Code
 from kiln_np._kernels import pool
 from kiln_np._kernels.moments import Moments, moments
 from kiln_np._quants.decode import DECODERS, dequantize_into
+from kiln_np._quants.decoder import float_scales
 from kiln_np._weights.summary import human_count
 from kiln_np._weights.tensors import Weights, WeightTensor
 
-from .chunks import COUNT_CHUNK, Quantized, quantized, source
+from .chunks import Quantized, quantized, source
 from .description import Number, html_table, share
 from .patterns import bit_values
 from .pictures import heatmap_figure
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEATMAP_STATS",
     "ROUND",
+    "RUN",
     "TensorStats",
     "WeightStats",
     "describe_weights",
@@ -75,6 +78,10 @@ ROUND = 1 << 24
 ``progress`` callback runs and Ctrl-C takes effect."""
 
 _KERNEL_KINDS = {int(Code.F32): "f32", int(Code.BF16): "bf16", int(Code.F16): "f16"}
+
+RUN = 1 << 18
+"""Elements of a GGML quantized tensor dequantized at a time by one thread: 1 MiB
+of float32 scratch, read again by the statistics kernel while still in L2."""
 
 Progress = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)``: the payload bytes read so far."""
@@ -563,7 +570,7 @@ def _quantized_part(q: Quantized, b0: int, b1: int) -> tuple[Moments | None, _Ra
     buffer, their moments and scale ranges."""
     block = q.block
     decoder = DECODERS[block.name]
-    step = max(1, COUNT_CHUNK // block.elements)
+    step = max(1, RUN // block.elements)
     scratch = np.empty(min(step, max(b1 - b0, 1)) * block.elements, np.float32)
     ranges = _Ranges()
     total: Moments | None = None
@@ -574,7 +581,7 @@ def _quantized_part(q: Quantized, b0: int, b1: int) -> tuple[Moments | None, _Ra
         dequantize_into(block.name, q.data[c0 * block.bytes : c1 * block.bytes], part)
         m = moments(part, "f32")
         total = m if total is None else total.merge(m)
-        ranges.add_fields(decoder.scales(rows[c0:c1]))
+        ranges.add_fields(float_scales(decoder, rows[c0:c1]))
     return total, ranges
 
 
@@ -594,7 +601,7 @@ def _quantized_moments(
         def part(lo: int, hi: int, r0: int = r0) -> tuple[Moments | None, _Ranges]:
             return _quantized_part(q, r0 + lo, r0 + hi)
 
-        parts = pool.run_ranges(part, r1 - r0, least=max(1, COUNT_CHUNK // block.elements))
+        parts = pool.run_ranges(part, r1 - r0, least=max(1, RUN // block.elements))
         for m, found in parts:
             if m is not None:
                 total = total.merge(m)

@@ -303,7 +303,7 @@ DECODERS: Mapping[str, Decoder] = MappingProxyType(
         "MXFP4": Decoder(_mxfp4, _mxfp4_scales),
         "NVFP4": Decoder(_nvfp4, _nvfp4_scales),
         "IQ4_NL": Decoder(_iq4_nl, _d_at_0),
-        "IQ4_XS": Decoder(_iq4_xs, _iq4_xs_scales_named),
+        "IQ4_XS": Decoder(_iq4_xs, _iq4_xs_scales_named, _d_at_0),
     }
 )
 """The decoders of this module by GGML type name.  Their scales: ``d`` (and

@@ -244,15 +244,20 @@ def _d_and_ls(
     return scales
 
 
+def _d_first(blocks: np.ndarray) -> Mapping[str, np.ndarray]:
+    """``float_scales`` of a type whose one float scale is the f16 ``d`` first."""
+    return {"d": field_f16(blocks, 0)}
+
+
 DECODERS: Mapping[str, Decoder] = MappingProxyType(
     {
-        "IQ2_XXS": Decoder(_iq2_xxs, _d_and_ls(_iq2_xxs_ls)),
-        "IQ2_XS": Decoder(_iq2_xs, _d_and_ls(_iq2_ls)),
-        "IQ3_XXS": Decoder(_iq3_xxs, _d_and_ls(_iq3_xxs_ls)),
-        "IQ1_S": Decoder(_iq1_s, _iq1_s_scales),
-        "IQ3_S": Decoder(_iq3_s, _d_and_ls(_iq3_s_ls)),
-        "IQ2_S": Decoder(_iq2_s, _d_and_ls(_iq2_ls)),
-        "IQ1_M": Decoder(_iq1_m, _iq1_m_scales),
+        "IQ2_XXS": Decoder(_iq2_xxs, _d_and_ls(_iq2_xxs_ls), _d_first),
+        "IQ2_XS": Decoder(_iq2_xs, _d_and_ls(_iq2_ls), _d_first),
+        "IQ3_XXS": Decoder(_iq3_xxs, _d_and_ls(_iq3_xxs_ls), _d_first),
+        "IQ1_S": Decoder(_iq1_s, _iq1_s_scales, _d_first),
+        "IQ3_S": Decoder(_iq3_s, _d_and_ls(_iq3_s_ls), _d_first),
+        "IQ2_S": Decoder(_iq2_s, _d_and_ls(_iq2_ls), _d_first),
+        "IQ1_M": Decoder(_iq1_m, _iq1_m_scales, lambda blocks: {"d": _iq1_m_parts(blocks)[0]}),
     }
 )
 """The decoders of this module by GGML type name."""

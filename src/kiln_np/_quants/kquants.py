@@ -29,7 +29,7 @@ Q8_K    292    d (float32), qs[256] (int8), bsums[16] (int16, not read)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -187,13 +187,22 @@ def _q8_k(blocks: np.ndarray) -> np.ndarray:
     return out
 
 
+def _floats(**offsets: int) -> Callable[[np.ndarray], Mapping[str, np.ndarray]]:
+    """``float_scales``: the f16 fields at these byte offsets."""
+
+    def floats(blocks: np.ndarray) -> Mapping[str, np.ndarray]:
+        return {name: field_f16(blocks, at) for name, at in offsets.items()}
+
+    return floats
+
+
 DECODERS: Mapping[str, Decoder] = MappingProxyType(
     {
-        "Q2_K": Decoder(_q2_k, _q2_k_scales),
-        "Q3_K": Decoder(_q3_k, _q3_k_scales),
-        "Q4_K": Decoder(_q4_k, _k4_scales),
-        "Q5_K": Decoder(_q5_k, _k4_scales),
-        "Q6_K": Decoder(_q6_k, _q6_k_scales),
+        "Q2_K": Decoder(_q2_k, _q2_k_scales, _floats(d=80, dmin=82)),
+        "Q3_K": Decoder(_q3_k, _q3_k_scales, _floats(d=108)),
+        "Q4_K": Decoder(_q4_k, _k4_scales, _floats(d=0, dmin=2)),
+        "Q5_K": Decoder(_q5_k, _k4_scales, _floats(d=0, dmin=2)),
+        "Q6_K": Decoder(_q6_k, _q6_k_scales, _floats(d=208)),
         "Q8_K": Decoder(_q8_k, lambda blocks: {"d": _q8_k_d(blocks)}),
     }
 )
