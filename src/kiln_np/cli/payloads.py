@@ -7,7 +7,9 @@ A payload is described by ``--code/--shape/--layout/--offset``
 from the description.  ``decode`` and ``inspect`` read it once, in bounded
 chunks checked as they are read (:func:`kiln_np._files.chunks.read_chunks`);
 ``encode`` memory-maps the .npy and streams it through
-:func:`kiln_np.save_payload`.
+:func:`kiln_np.save_payload`.  ``inspect`` of a GGML quantized payload with a
+decoder also describes its values and block scales from the mapped file
+(:class:`~kiln_np.QuantizedDescription`, a bounded run of blocks at a time).
 """
 
 from __future__ import annotations
@@ -19,15 +21,20 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from kiln_np._codec import Payload
 from kiln_np._core.checks import U8, short_or_long, show_int
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import DType, Layout, code_label, code_range, row_for_dtype
-from kiln_np._explore import Description, summarize
+from kiln_np._explore import Description, QuantizedDescription, summarize
+from kiln_np._explore.chunks import quantized
+from kiln_np._explore.quantized import describe_quantized
 from kiln_np._files.chunks import file_where, read_chunks
 from kiln_np._files.io import open_regular
 from kiln_np._files.npy import npy_header, read_npy_header
 from kiln_np._files.saving import save_payload
+from kiln_np._quants.decode import block_of
+from kiln_np._weights.mapped import MappedFile
 
 from .args import describe_payload, json_flag, parse_code, parse_first, payload_args, subparser
 from .errors import CliError, file_error
@@ -288,6 +295,23 @@ def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
     }
 
 
+def _quantized(opened: _Input, first: int) -> QuantizedDescription | None:
+    """A GGML quantized payload of a type with a decoder, described as its values
+    and block scales from the mapped file (a bounded run of blocks at a time);
+    None for any other payload."""
+    info = opened.info
+    if block_of(info.code, info.layout) is None:
+        return None
+    file = MappedFile.open(opened.path)
+    try:
+        data = file.view(info.offset, info.byte_length)
+        q = quantized(Payload(info.code, data, info.shape, info.layout))
+        assert q is not None
+        return describe_quantized(q, first)
+    finally:
+        file.close()
+
+
 _MOST_COMMON = 16  # histogram rows shown for a 16-bit type
 
 
@@ -347,18 +371,34 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         "layout": layout_json(info.layout),
     }
     described: Description | None = None
+    values: QuantizedDescription | None = None
     row = info.element
     if isinstance(row, Layout):
         record = head | _opaque_summary(opened, args.first)
+        values = _quantized(opened, args.first)
     else:
         with Progress(max(info.byte_length, 1), f"inspect {opened.path}") as bar:
             described = summarize(row, info.shape, _chunks(opened, bar.advance), args.first)
         record = head | described.to_dict()
+    record["quantized"] = None if values is None else values.to_dict()
     if args.json:
         print_json(record)
-    else:
-        print(_inspect_text(record, described, args.first))
+        return 0
+    print(_inspect_text(record, described, args.first))
+    if values is not None:
+        print(_quantized_text(values))
     return 0
+
+
+def _quantized_text(q: QuantizedDescription) -> str:
+    """A GGML quantized payload's values and scale fields, after its blocks."""
+    lines = [f"{'ggml ' + k:<17} {v}" for k, v in q.rows()]
+    parts = (("values", q.values), *((f"scale {k}", v) for k, v in q.scales.items()))
+    for label, part in parts:
+        rows = dict(part.rows())
+        lines.append(f"{label}:")
+        lines += [f"  {k:<17} {rows[k]}" for k in ("nan / inf / zero", "min / max", "mean / std")]
+    return "\n".join(line[:100] for line in lines)
 
 
 # -- the commands ---------------------------------------------------------------------
