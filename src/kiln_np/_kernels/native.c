@@ -553,6 +553,103 @@ static PyObject *repack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     return result;
 }
 
+/* ---- block-scaled pair counts (kiln_np._explore.scaled) -----------------------------
+ *
+ * A block-scaled tensor's dequantized values are element value x scale value, so their
+ * whole distribution is the joint histogram of (scale byte, element code) pairs.  Rows
+ * of a (rows, cols) uint8 code array, the block axis last, and their (rows, ceil(cols /
+ * block)) scale bytes: each element counts once at joint[lane][scale << 8 | code], its
+ * lane (element index mod 4) a separate table so that runs of one code do not wait on
+ * one counter.  Each block also ORs flags[code] of its elements (the padding of a
+ * partial last block is no element): out[0] counts the blocks with bit 0 (saturating),
+ * out[1] those without bit 1 (nonzero), out[2] is the OR over every block. */
+
+#define PAIR_BINS 65536
+
+static void scaled_pairs_loop(const uint8_t *restrict codes, const uint8_t *restrict scales,
+                              const uint8_t *restrict flags, int64_t *restrict joint,
+                              Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t block,
+                              Py_ssize_t *restrict out) {
+    const Py_ssize_t nbc = cols ? (cols - 1) / block + 1 : 0;
+    Py_ssize_t saturated = 0, zero = 0;
+    unsigned seen = 0;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint8_t *c = codes + r * cols;
+        const uint8_t *s = scales + r * nbc;
+        for (Py_ssize_t k = 0; k < nbc; k++) {
+            int64_t *h0 = joint + ((Py_ssize_t)s[k] << 8);
+            int64_t *h1 = h0 + PAIR_BINS, *h2 = h1 + PAIR_BINS, *h3 = h2 + PAIR_BINS;
+            const Py_ssize_t i1 = cols - k * block < block ? cols : (k + 1) * block;
+            Py_ssize_t i = k * block;
+            unsigned acc = 0;
+            for (; i + 4 <= i1; i += 4) {
+                const uint8_t a = c[i], b = c[i + 1], d = c[i + 2], e = c[i + 3];
+                h0[a]++;
+                h1[b]++;
+                h2[d]++;
+                h3[e]++;
+                acc |= (unsigned)(flags[a] | flags[b] | flags[d] | flags[e]);
+            }
+            for (; i < i1; i++) {
+                h0[c[i]]++;
+                acc |= flags[c[i]];
+            }
+            saturated += acc & 1;
+            zero += !(acc & 2);
+            seen |= acc;
+        }
+    }
+    out[0] = saturated;
+    out[1] = zero;
+    out[2] = (Py_ssize_t)seen;
+}
+
+PyDoc_STRVAR(scaled_pairs_doc,
+    "scaled_pairs(codes, scales, flags, joint, cols, block, lo, hi)\n--\n\n"
+    "Rows [lo, hi) of a block-scaled tensor's (rows, cols) uint8 element codes and their\n"
+    "(rows, ceil(cols / block)) scale bytes: adds one to joint[i % 4][scale << 8 | code]\n"
+    "for each element i of a row (joint: 4 x 65536 int64, C order) and returns\n"
+    "(blocks with flag bit 0, blocks without flag bit 1, OR of every block's flags),\n"
+    "a block's flags being the OR of flags[code] (256 bytes) over its elements.");
+
+static PyObject *scaled_pairs(PyObject *Py_UNUSED(module), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    Py_ssize_t cols, block, lo, hi;
+    if (check_nargs("scaled_pairs", nargs, 8) < 0 || get_index(args[4], &cols) < 0 ||
+        get_index(args[5], &block) < 0 || get_index(args[6], &lo) < 0 ||
+        get_index(args[7], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (block < 1 || cols < 0) {
+        PyErr_Format(PyExc_ValueError, "bad block size %zd or row length %zd", block, cols);
+        return NULL;
+    }
+    const Py_ssize_t nbc = cols ? (cols - 1) / block + 1 : 0;
+    if ((cols && hi > PY_SSIZE_T_MAX / cols) || (nbc && hi > PY_SSIZE_T_MAX / nbc)) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[4]; /* codes, scales, flags, joint */
+    if (get_buffers(args, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("codes", hi * cols, views[0].len) == 0 &&
+        check_fits("scales", hi * nbc, views[1].len) == 0 &&
+        check_fits("flags", 256, views[2].len) == 0 &&
+        check_fits("joint", 4 * PAIR_BINS * (Py_ssize_t)sizeof(int64_t), views[3].len) == 0) {
+        const uint8_t *c = (const uint8_t *)views[0].buf + lo * cols;
+        const uint8_t *s = (const uint8_t *)views[1].buf + lo * nbc;
+        Py_ssize_t out[3];
+        RUN_LOOP((hi - lo) * cols,
+                 scaled_pairs_loop(c, s, (const uint8_t *)views[2].buf, (int64_t *)views[3].buf,
+                                   hi - lo, cols, block, out));
+        result = Py_BuildValue("(nnn)", out[0], out[1], out[2]);
+    }
+    release_buffers(views, 4);
+    return result;
+}
+
 /* ---- ONNX 2- and 6-bit elements (kiln_np.onnx._subbyte) ----------------------------
  *
  * Unpacked, an element is one byte holding its bits in the low bits.  Packed, ONNX
@@ -963,6 +1060,8 @@ static PyMethodDef methods[] = {
     {"mxfp4_to_float32", (PyCFunction)(void (*)(void))mxfp4_to_float32, METH_FASTCALL,
      mxfp4_doc},
     {"repack", (PyCFunction)(void (*)(void))repack, METH_FASTCALL, repack_doc},
+    {"scaled_pairs", (PyCFunction)(void (*)(void))scaled_pairs, METH_FASTCALL,
+     scaled_pairs_doc},
     {"unpack2", (PyCFunction)(void (*)(void))unpack2, METH_FASTCALL, unpack2_doc},
     {"pack2", (PyCFunction)(void (*)(void))pack2, METH_FASTCALL, pack2_doc},
     {"unpack6", (PyCFunction)(void (*)(void))unpack6, METH_FASTCALL, unpack6_doc},

@@ -26,6 +26,19 @@ def repack(
     /,
 ) -> None: ...
 
+# Block-scaled pair counts (kiln_np._explore.scaled): rows [lo, hi) of (rows, cols) codes.
+def scaled_pairs(
+    codes: np.ndarray,
+    scales: np.ndarray,
+    flags: np.ndarray,
+    joint: np.ndarray,
+    cols: int,
+    block: int,
+    lo: int,
+    hi: int,
+    /,
+) -> tuple[int, int, int]: ...
+
 # ONNX 2- and 6-bit elements (kiln_np.onnx._subbyte): ranges start on a group of four.
 def unpack2(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
 def pack2(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
