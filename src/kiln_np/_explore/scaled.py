@@ -146,7 +146,8 @@ class _Pairs:
 
     def counts(self) -> np.ndarray:
         """``counts[s, c]``: elements of byte ``c`` in blocks of scale byte ``s``."""
-        return self.joint.reshape(_LANES, 256, 256).sum(axis=0)
+        counts: np.ndarray = self.joint.reshape(_LANES, 256, 256).sum(axis=0)
+        return counts
 
 
 def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType, Kind]:
