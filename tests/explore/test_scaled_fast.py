@@ -277,12 +277,40 @@ def test_the_kernel_counts_pairs_and_blocks() -> None:
     flags[7] = 1 | 2  # saturating, nonzero
     flags[[1, 2]] = 2
     joint = np.zeros(4 * 65536, np.int64)
-    result = native.scaled_pairs(codes, scales, flags, joint, 5, 3, 0, 2)
+    result = native.scaled_pairs(codes, scales, flags, joint, 5, 1, 3, 0, 2)
     assert result == (1, 2, 3)  # block (0, 0) saturates; (0, 1) and (1, 0) are all zero
-    total = joint.reshape(4, 65536).sum(axis=0)
-    found = {(int(i) >> 8, int(i) & 0xFF): int(total[i]) for i in np.flatnonzero(total)}
-    assert found == {(5, 1): 2, (5, 7): 1, (9, 0): 2, (4, 0): 3, (4, 2): 2}
+    assert _pairs_found(joint) == {(5, 1): 2, (5, 7): 1, (9, 0): 2, (4, 0): 3, (4, 2): 2}
+    # blocks across rows of memory: (P, n, q) = (1, 3, 2), blocks of 2 along n
+    codes = np.array([[1, 7], [1, 0], [0, 0]], np.uint8)
+    scales = np.array([[5, 6], [8, 9]], np.uint8)
+    joint[:] = 0
+    assert native.scaled_pairs(codes, scales, flags, joint, 3, 2, 2, 0, 1) == (1, 2, 3)
+    assert _pairs_found(joint) == {(5, 1): 2, (6, 7): 1, (6, 0): 1, (8, 0): 1, (9, 0): 1}
     with pytest.raises(ValueError, match="joint holds"):
-        native.scaled_pairs(codes, scales, flags, np.zeros(8, np.int64), 5, 3, 0, 2)
+        native.scaled_pairs(codes, scales, flags, np.zeros(8, np.int64), 3, 2, 2, 0, 1)
     with pytest.raises(ValueError, match="bad block size"):
-        native.scaled_pairs(codes, scales, flags, joint, 5, 0, 0, 2)
+        native.scaled_pairs(codes, scales, flags, joint, 3, 2, 0, 0, 1)
+    with pytest.raises(ValueError, match="codes holds"):
+        native.scaled_pairs(codes, scales, flags, joint, 3, 2, 2, 0, 2)
+
+
+def _pairs_found(joint: np.ndarray) -> dict[tuple[int, int], int]:
+    """The joint histogram's nonzero bins as {(scale byte, code): count}, lanes summed."""
+    total = joint.reshape(4, 65536).sum(axis=0)
+    return {(int(i) >> 8, int(i) & 0xFF): int(total[i]) for i in np.flatnonzero(total)}
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((96, 6), 0), ((3, 64, 5), 1)])
+def test_blocks_across_rows_of_memory_any_layout(
+    compiled: bool, shape: tuple[int, ...], axis: int
+) -> None:
+    """Blocks along another axis than the last: a C-contiguous array is counted in
+    memory order, another layout through block-order rows; the same answers."""
+    values, scales = _case(shape, axis, 32, E4M3, E8M0, seed=11)
+    want = describe(values, scales, axis=axis, first=70)
+    _check(want, values, scales, 32, axis, 70)
+    fortran = describe(np.asfortranarray(values), np.asfortranarray(scales), axis=axis, first=70)
+    assert fortran.to_dict() == want.to_dict()
+    assert fortran.dequantized.first.view(np.uint8).tolist() == (
+        want.dequantized.first.view(np.uint8).tolist()
+    )

@@ -13,7 +13,8 @@ No element is dequantized to be summarized: each dequantized value is
 joint histogram of (scale byte, element code) pairs, at most 256 x 256 bins.
 The pairs are counted a chunk at a time (by the compiled kernel
 ``native.scaled_pairs``, or ``np.bincount``), with each block's saturating and
-nonzero flags; every statistic of the dequantized values then comes from the
+nonzero flags, in memory order when the blocks run along another axis than
+the last (the counts do not depend on the order); every statistic of the dequantized values then comes from the
 65,536 products, each weighted by its count, and the element-code histogram is
 the joint histogram's marginal.  Only the ``first`` values are dequantized.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -120,22 +121,23 @@ class _Pairs:
         self.saturated = self.zero_blocks = 0
 
     def add(self, codes: np.ndarray, sbytes: np.ndarray) -> int:
-        """Count ``(r, c)`` element bytes whose blocks start at column 0, with their
-        ``(r, ceil(c / block_size))`` scale bytes; returns the OR of the blocks' flags."""
-        r, c = codes.shape
-        if not r * c:
+        """Count ``(a, i, b)`` element bytes in blocks along ``i`` (from ``i = 0``) with
+        their ``(a, ceil(i / block_size), b)`` scale bytes; returns the OR of the
+        blocks' flags."""
+        a, i, b = codes.shape
+        if not a * i * b:
             return 0
         if backend.COMPILED:
             codes, sbytes = np.ascontiguousarray(codes), np.ascontiguousarray(sbytes)
             sat, zero, seen = native.scaled_pairs(
-                codes, sbytes, self.flags, self.joint, c, self.block_size, 0, r
+                codes, sbytes, self.flags, self.joint, i, b, self.block_size, 0, a
             )
         else:
-            index = np.repeat(sbytes, repeats(c, self.block_size), axis=1).astype(np.uint16)
+            index = np.repeat(sbytes, repeats(i, self.block_size), axis=1).astype(np.uint16)
             index <<= 8
             index |= codes
             self.joint[:_BINS] += np.bincount(index.reshape(-1), minlength=_BINS)
-            starts = np.arange(0, c, self.block_size)
+            starts = np.arange(0, i, self.block_size)
             per_block = np.bitwise_or.reduceat(self.flags[codes], starts, axis=1)
             sat = int(np.count_nonzero(per_block & _SATURATING))
             zero = int(np.count_nonzero((per_block & _NONZERO) == 0))
@@ -183,16 +185,15 @@ def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType
     return arr, row, kind
 
 
-def _rows_reader(
-    x: np.ndarray | LazyPayload, axis: int
-) -> Callable[[int, int, int, int], np.ndarray]:
+Reader = Callable[[int, int, int, int], np.ndarray]
+
+
+def _rows_reader(x: np.ndarray | LazyPayload, axis: int) -> Reader:
     """``read(r0, r1, c0, c1)``: rows ``[r0, r1)`` and columns ``[c0, c1)`` of ``x``
     seen with ``axis`` last and the other axes flattened in C order (block
     order), as an ``(r, c)`` array: a view of a C-contiguous array with ``axis``
     last, else a new array."""
-    if isinstance(x, LazyPayload):
-        if axis != x.ndim - 1:  # only leading-axis rows read lazily: decode it all
-            return _rows_reader(np.asarray(x), axis)
+    if isinstance(x, LazyPayload):  # blocks along its last axis (else decoded whole first)
         lazy = x
         if lazy.ndim == 1:
             return lambda r0, r1, c0, c1: np.asarray(lazy[c0:c1])[None]
@@ -430,6 +431,110 @@ class ScaledDescription:
         return drawn
 
 
+def _block_order(
+    read_v: Reader, read_s: Reader, rows: int, n: int, bs: int, elements: int
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(r0, c0, values, scales)``: chunks of about ``elements`` in block order (rows
+    of the block axis), each starting on a block."""
+    step = max(1, elements // max(n, 1))  # rows per chunk
+    cols = n if step > 1 else bs * max(1, elements // bs)
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        for c0 in range(0, n, cols):
+            c1 = min(c0 + cols, n)
+            yield r0, c0, read_v(r0, r1, c0, c1), read_s(r0, r1, c0 // bs, -(-c1 // bs))
+
+
+def _memory_order(
+    p: int, n: int, q: int, bs: int, elements: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """``(a0, a1, i0, i1)``: chunks of about ``elements`` of a ``(p, n, q)`` array in
+    memory order, in blocks along ``n`` (``i0`` on a block).
+
+    >>> list(_memory_order(2, 3, 4, 2, 100)), list(_memory_order(1, 6, 4, 2, 16))
+    ([(0, 2, 0, 3)], [(0, 1, 0, 4), (0, 1, 4, 6)])
+    """
+    slab = n * q
+    if slab <= elements:
+        step = max(1, elements // max(slab, 1))
+        for a0 in range(0, p, step):
+            yield a0, min(a0 + step, p), 0, n
+        return
+    span = bs * max(1, elements // (bs * q))
+    for a in range(p):
+        for i0 in range(0, n, span):
+            yield a, a + 1, i0, min(i0 + span, n)
+
+
+class _Scan:
+    """One pass over a block-scaled tensor: the pairs counted, the scales summarized,
+    the first elements (block order) kept and dequantized."""
+
+    def __init__(
+        self,
+        v: np.ndarray | LazyPayload,
+        s: np.ndarray | LazyPayload,
+        axis: int,
+        bs: int,
+        kinds: tuple[Kind, DType, DType],
+        first: int,
+    ) -> None:
+        kind, self.vrow, srow = kinds
+        shape = tuple(v.shape)
+        n = shape[axis]
+        self.n, self.bs, self.first = n, bs, first
+        self.rows = math.prod(shape) // n if n else 0
+        self.moved = (*shape[:axis], *shape[axis + 1 :], n)
+        self.vsum = Summary(self.vrow, self.moved, first)
+        self.ssum = Summary(srow, (*self.moved[:-1], -(-n // bs)), first)
+        self.dsum = Summary(dtype_info(Code.F64), self.moved, first)
+        self.read_v, self.read_s = _rows_reader(v, axis), _rows_reader(s, axis)
+        self.pairs = _Pairs(kind, bs)
+        self.elements = _READ * chunks.CHUNK
+
+    def chunks(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        return _block_order(self.read_v, self.read_s, self.rows, self.n, self.bs, self.elements)
+
+    def refuse(self, at: int, vc: np.ndarray) -> None:
+        """Raise TYPE for the first byte of ``vc`` (from block-order element ``at``)
+        that is no element code, as a pattern count names it."""
+        check = PatternCounts(self.vrow, self.moved)
+        check.seen = at
+        check.add(vc.reshape(-1))
+
+    def take_first(self, vc: np.ndarray, sc: np.ndarray) -> None:
+        if self.dsum.taken < self.first:  # only these are dequantized
+            head = min(vc.shape[0], -(-(self.first - self.dsum.taken) // vc.shape[1]))
+            self.vsum.add_first(vc[:head].reshape(-1))
+            self.dsum.add_first(_dequantize(vc[:head], sc[:head], self.bs).reshape(-1))
+
+    def in_block_order(self) -> None:
+        """Everything in one pass over rows of the block axis."""
+        for r0, c0, vc, sc in self.chunks():
+            if self.pairs.add(vc.view(U8)[:, :, None], sc.view(U8)[:, :, None]) & _NOT_A_CODE:
+                self.refuse(r0 * self.n + c0, vc)
+            self.ssum.add(sc.reshape(-1))
+            self.take_first(vc, sc)
+
+    def in_memory_order(self, v3: np.ndarray, s3: np.ndarray) -> None:
+        """Blocks across the rows of memory (``(p, n, q)`` bytes, blocks along ``n``):
+        counted in memory order, with no transposing copy; the first elements, in
+        block order, read apart."""
+        bs = self.bs
+        p, n, q = v3.shape
+        for a0, a1, i0, i1 in _memory_order(p, n, q, bs, self.elements):
+            sc = s3[a0:a1, i0 // bs : -(-i1 // bs)]
+            if self.pairs.add(v3[a0:a1, i0:i1], sc) & _NOT_A_CODE:
+                for r0, c0, vc, _ in self.chunks():  # the first bad byte in block order
+                    self.refuse(r0 * n + c0, vc)
+            self.ssum.add_patterns(np.bincount(sc.reshape(-1), minlength=256))
+        for _, _, vc, sc in self.chunks():
+            if self.dsum.taken >= self.first and self.ssum.taken >= self.first:
+                break
+            self.ssum.add_first(sc.reshape(-1))
+            self.take_first(vc, sc)
+
+
 def describe_scaled(
     values: Source, scales: Source, block_size: object, axis: object, first: int
 ) -> ScaledDescription:
@@ -454,38 +559,23 @@ def describe_scaled(
             f"expected scales of shape {expected}, found {found}",
             shape=found,
         )
-    rows = math.prod(shape) // n if n else 0
-    moved = (*shape[:ax], *shape[ax + 1 :], n)
-    vsum = Summary(vrow, moved, first)
-    ssum = Summary(srow, (*moved[:-1], nb), first)
-    dsum = Summary(dtype_info(Code.F64), moved, first)
-    read_v, read_s = _rows_reader(v, ax), _rows_reader(s, ax)
-    pairs = _Pairs(vkind, bs)
-    elements = _READ * chunks.CHUNK
-    step = max(1, elements // max(n, 1))  # rows per chunk
-    cols = n if step > 1 else bs * max(1, elements // bs)
-    for r0 in range(0, rows, step):
-        r1 = min(r0 + step, rows)
-        for c0 in range(0, n, cols):
-            c1 = min(c0 + cols, n)
-            vc = read_v(r0, r1, c0, c1)
-            sc = read_s(r0, r1, c0 // bs, -(-c1 // bs))
-            if pairs.add(vc.view(U8), sc.view(U8)) & _NOT_A_CODE:
-                check = PatternCounts(vrow, moved)  # names the first bad byte, in block order
-                check.seen = r0 * n + c0
-                check.add(vc.reshape(-1))
-            ssum.add(sc.reshape(-1))
-            if dsum.taken < first:  # only these are dequantized
-                head = min(vc.shape[0], -(-(first - dsum.taken) // vc.shape[1]))
-                vsum.add_first(vc[:head].reshape(-1))
-                dsum.add_first(_dequantize(vc[:head], sc[:head], bs).reshape(-1))
-    joint = pairs.counts()
+    if ax != len(shape) - 1:  # only a LazyPayload's leading-axis rows read lazily
+        v, s = np.asarray(v), np.asarray(s)
+    scan = _Scan(v, s, ax, bs, (vkind, vrow, srow), first)
+    p, q = math.prod(shape[:ax]), math.prod(shape[ax + 1 :])
+    if q > 1 and isinstance(v, np.ndarray) and isinstance(s, np.ndarray):
+        if v.flags.c_contiguous and s.flags.c_contiguous:
+            scan.in_memory_order(v.view(U8).reshape(p, n, q), s.view(U8).reshape(p, nb, q))
+        else:
+            scan.in_block_order()
+    else:
+        scan.in_block_order()
+    vsum, ssum, dsum, pairs = scan.vsum, scan.ssum, scan.dsum, scan.pairs
+    joint = pairs.counts()  # the dequantized values' distribution, exactly
     vsum.add_patterns(joint.sum(axis=0)[: vkind.codes])
     used = np.flatnonzero(joint)
     dsum.add_counted(_products(vkind, skind).reshape(-1)[used], joint.reshape(-1)[used])
     assert ssum.patterns is not None  # scales are 8-bit types: counted by byte
-    nan_blocks = int(ssum.patterns.counts[np.isnan(skind.values)].sum())
-
     return ScaledDescription(
         values=dataclasses.replace(vsum.result(), shape=shape),
         scales=dataclasses.replace(ssum.result(), shape=found),
@@ -495,5 +585,5 @@ def describe_scaled(
         blocks=math.prod(found),
         saturated=pairs.saturated,
         zero_blocks=pairs.zero_blocks,
-        nan_blocks=nan_blocks,
+        nan_blocks=int(ssum.patterns.counts[np.isnan(skind.values)].sum()),
     )

@@ -26,13 +26,14 @@ def repack(
     /,
 ) -> None: ...
 
-# Block-scaled pair counts (kiln_np._explore.scaled): rows [lo, hi) of (rows, cols) codes.
+# Block-scaled pair counts (kiln_np._explore.scaled): slabs [lo, hi) of (P, n, q) codes.
 def scaled_pairs(
     codes: np.ndarray,
     scales: np.ndarray,
     flags: np.ndarray,
     joint: np.ndarray,
-    cols: int,
+    n: int,
+    q: int,
     block: int,
     lo: int,
     hi: int,
