@@ -14,9 +14,10 @@ joint histogram of (scale byte, element code) pairs, at most 256 x 256 bins.
 The pairs are counted a chunk at a time (by the compiled kernel
 ``native.scaled_pairs``, or ``np.bincount``), with each block's saturating and
 nonzero flags, in memory order when the blocks run along another axis than
-the last (the counts do not depend on the order); every statistic of the dequantized values then comes from the
-65,536 products, each weighted by its count, and the element-code histogram is
-the joint histogram's marginal.  Only the ``first`` values are dequantized.
+the last (the counts do not depend on the order); every statistic of the
+dequantized values then comes from the 65,536 products, each weighted by its
+count, and the element-code histogram is the joint histogram's marginal.  Only
+the ``first`` values are dequantized.
 """
 
 from __future__ import annotations
