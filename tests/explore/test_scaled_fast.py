@@ -314,3 +314,15 @@ def test_blocks_across_rows_of_memory_any_layout(
     assert fortran.dequantized.first.view(np.uint8).tolist() == (
         want.dequantized.first.view(np.uint8).tolist()
     )
+    none = describe(values, scales, axis=axis, first=0)
+    assert (none.values.first.size, none.scales.first.size, none.dequantized.first.size) == (
+        0,
+        0,
+        0,
+    )
+    for part in ("values", "scales", "dequantized"):
+        a, b = none.to_dict()[part], want.to_dict()[part]
+        assert (a.pop("first"), a.pop("first_bits")) == ([], [])
+        b.pop("first")
+        b.pop("first_bits")
+        assert a == b

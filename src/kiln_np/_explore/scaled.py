@@ -529,11 +529,13 @@ class _Scan:
                 for r0, c0, vc, _ in self.chunks():  # the first bad byte in block order
                     self.refuse(r0 * n + c0, vc)
             self.ssum.add_patterns(np.bincount(sc.reshape(-1), minlength=256))
+        if not self.first:
+            return
         for _, _, vc, sc in self.chunks():
-            if self.dsum.taken >= self.first and self.ssum.taken >= self.first:
-                break
             self.ssum.add_first(sc.reshape(-1))
             self.take_first(vc, sc)
+            if self.dsum.taken >= self.first and self.ssum.taken >= self.first:
+                break
 
 
 def describe_scaled(
