@@ -7,14 +7,27 @@ is the distribution of scale exponents) and the exact dequantized values, as
 :func:`kiln_np.mx.dequantize` computes them; and it counts the blocks that
 saturate, are all zero or have a NaN scale.  Which element and scale types
 there are, and what each storage byte means, is :mod:`kiln_np.mx`'s table.
+
+No element is dequantized to be summarized: each dequantized value is
+``element value[code] * scale value[scale byte]``, so their distribution is the
+joint histogram of (scale byte, element code) pairs, at most 256 x 256 bins.
+The pairs are counted a chunk at a time (by the compiled kernel
+``native.scaled_pairs``, or ``np.bincount``), with each block's saturating and
+nonzero flags, in memory order when the blocks run along another axis than
+the last (the counts do not depend on the order); every statistic of the
+dequantized values then comes from the 65,536 products, each weighted by its
+count, and the element-code histogram is the joint histogram's marginal.  Only
+the ``first`` values are dequantized.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,13 +38,18 @@ from kiln_np._core.checks import MAX_INT64, U8, check_int, set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, DType, code_label, dtype_info, row_for_dtype
 from kiln_np._files.payload import LazyPayload
+from kiln_np._kernels import backend
+from kiln_np.mx.inputs import repeats
 from kiln_np.mx.kinds import ELEMENTS, SCALES, Kind
 
 from . import chunks, plot
 from .chunks import Source, as_array, refuse_opaque
 from .description import Description, html_table, share
-from .patterns import pattern_floats
+from .patterns import PatternCounts, pattern_floats
 from .stats import Summary
+
+with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+    from kiln_np._kernels import native
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,8 +59,98 @@ __all__ = ["ScaledDescription", "describe_scaled"]
 
 def _dequantize(values: np.ndarray, scales: np.ndarray, block_size: int) -> np.ndarray:
     """The exact float64 values of ``(r, c)`` elements with ``(r, ceil(c / block_size))``
-    scales: the one place describe dequantizes, with the MX codec's own rule."""
-    return mx.dequantize(values, scales, block_size=block_size, axis=-1, dtype=np.float64)
+    scales, with the MX codec's own rule: describe dequantizes only ``first``."""
+    return mx.dequantize(
+        np.ascontiguousarray(values),
+        np.ascontiguousarray(scales),
+        block_size=block_size,
+        axis=-1,
+        dtype=np.float64,
+    )
+
+
+_BINS = 1 << 16
+"""Bins of the joint histogram: ``scale byte << 8 | element byte``."""
+
+_LANES = 4
+"""Joint histograms the compiled kernel counts into (element index mod 4)."""
+
+_READ = 8
+"""A step reads ``_READ * chunks.CHUNK`` elements: they are only counted."""
+
+_SATURATING, _NONZERO, _NOT_A_CODE = 1, 2, 4
+
+
+@lru_cache(maxsize=16)
+def _products(ek: Kind, sk: Kind) -> np.ndarray:
+    """``p[s, c]``: element byte ``c`` times scale byte ``s`` in float64, the product
+    :func:`kiln_np.mx.dequantize` makes (exact; every NaN the canonical one)."""
+    with np.errstate(invalid="ignore"):  # an f8e5m2 inf times a zero f8e4m3 scale
+        p = sk.values[:, None] * ek.values[None, :]
+    p[np.isnan(p)] = np.nan
+    p.flags.writeable = False
+    return p
+
+
+@lru_cache(maxsize=8)
+def _code_flags(kind: Kind) -> np.ndarray:
+    """By element byte: _SATURATING at an end of the kind's finite range,
+    _NONZERO for a value other than +-0, _NOT_A_CODE past the kind's codes
+    (e2m1's bytes above 0x0f).
+
+    >>> from kiln_np._core.table import Code
+    >>> _code_flags(ELEMENTS[Code.E2M1])[[0, 1, 7, 0x0F, 0x10]].tolist()
+    [0, 2, 3, 3, 4]
+    """
+    v = kind.values[: kind.codes]
+    finite = v[np.isfinite(v)]
+    flags = np.full(256, _NOT_A_CODE, U8)
+    flags[: kind.codes] = np.where((v == finite.max()) | (v == finite.min()), _SATURATING, 0)
+    flags[: kind.codes] |= np.where(v != 0, _NONZERO, 0).astype(U8)
+    flags.flags.writeable = False
+    return flags
+
+
+class _Pairs:
+    """The joint histogram of (scale byte, element byte) pairs and the block counts,
+    a chunk of rows at a time, on the compiled kernel or numpy (the same counts)."""
+
+    def __init__(self, kind: Kind, block_size: int) -> None:
+        self.flags = _code_flags(kind)
+        self.block_size = block_size
+        self.joint = np.zeros(_LANES * _BINS, np.int64)
+        self.saturated = self.zero_blocks = 0
+
+    def add(self, codes: np.ndarray, sbytes: np.ndarray) -> int:
+        """Count ``(a, i, b)`` element bytes in blocks along ``i`` (from ``i = 0``) with
+        their ``(a, ceil(i / block_size), b)`` scale bytes; returns the OR of the
+        blocks' flags."""
+        a, i, b = codes.shape
+        if not a * i * b:
+            return 0
+        if backend.COMPILED:
+            codes, sbytes = np.ascontiguousarray(codes), np.ascontiguousarray(sbytes)
+            sat, zero, seen = native.scaled_pairs(
+                codes, sbytes, self.flags, self.joint, i, b, self.block_size, 0, a
+            )
+        else:
+            index = np.repeat(sbytes, repeats(i, self.block_size), axis=1).astype(np.uint16)
+            index <<= 8
+            index |= codes
+            self.joint[:_BINS] += np.bincount(index.reshape(-1), minlength=_BINS)
+            starts = np.arange(0, i, self.block_size)
+            per_block = np.bitwise_or.reduceat(self.flags[codes], starts, axis=1)
+            sat = int(np.count_nonzero(per_block & _SATURATING))
+            zero = int(np.count_nonzero((per_block & _NONZERO) == 0))
+            seen = int(np.bitwise_or.reduce(per_block, axis=None))
+        self.saturated += sat
+        self.zero_blocks += zero
+        return seen
+
+    def counts(self) -> np.ndarray:
+        """``counts[s, c]``: elements of byte ``c`` in blocks of scale byte ``s``."""
+        counts: np.ndarray = self.joint.reshape(_LANES, 256, 256).sum(axis=0)
+        return counts
 
 
 def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType, Kind]:
@@ -78,15 +186,15 @@ def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType
     return arr, row, kind
 
 
-def _rows_reader(
-    x: np.ndarray | LazyPayload, axis: int
-) -> Callable[[int, int, int, int], np.ndarray]:
+Reader = Callable[[int, int, int, int], np.ndarray]
+
+
+def _rows_reader(x: np.ndarray | LazyPayload, axis: int) -> Reader:
     """``read(r0, r1, c0, c1)``: rows ``[r0, r1)`` and columns ``[c0, c1)`` of ``x``
     seen with ``axis`` last and the other axes flattened in C order (block
-    order), as a new ``(r, c)`` array."""
-    if isinstance(x, LazyPayload):
-        if axis != x.ndim - 1:  # only leading-axis rows read lazily: decode it all
-            return _rows_reader(np.asarray(x), axis)
+    order), as an ``(r, c)`` array: a view of a C-contiguous array with ``axis``
+    last, else a new array."""
+    if isinstance(x, LazyPayload):  # blocks along its last axis (else decoded whole first)
         lazy = x
         if lazy.ndim == 1:
             return lambda r0, r1, c0, c1: np.asarray(lazy[c0:c1])[None]
@@ -105,6 +213,9 @@ def _rows_reader(
         return read_lazy
     moved = np.moveaxis(x, axis, -1)
     lead = moved.shape[:-1]
+    if lead and moved.flags.c_contiguous:
+        table = moved.reshape(-1, moved.shape[-1])  # a view: nothing copied
+        return lambda r0, r1, c0, c1: table[r0:r1, c0:c1]
 
     def read(r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         if not lead:
@@ -321,6 +432,112 @@ class ScaledDescription:
         return drawn
 
 
+def _block_order(
+    read_v: Reader, read_s: Reader, rows: int, n: int, bs: int, elements: int
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(r0, c0, values, scales)``: chunks of about ``elements`` in block order (rows
+    of the block axis), each starting on a block."""
+    step = max(1, elements // max(n, 1))  # rows per chunk
+    cols = n if step > 1 else bs * max(1, elements // bs)
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        for c0 in range(0, n, cols):
+            c1 = min(c0 + cols, n)
+            yield r0, c0, read_v(r0, r1, c0, c1), read_s(r0, r1, c0 // bs, -(-c1 // bs))
+
+
+def _memory_order(
+    p: int, n: int, q: int, bs: int, elements: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """``(a0, a1, i0, i1)``: chunks of about ``elements`` of a ``(p, n, q)`` array in
+    memory order, in blocks along ``n`` (``i0`` on a block).
+
+    >>> list(_memory_order(2, 3, 4, 2, 100)), list(_memory_order(1, 6, 4, 2, 16))
+    ([(0, 2, 0, 3)], [(0, 1, 0, 4), (0, 1, 4, 6)])
+    """
+    slab = n * q
+    if slab <= elements:
+        step = max(1, elements // max(slab, 1))
+        for a0 in range(0, p, step):
+            yield a0, min(a0 + step, p), 0, n
+        return
+    span = bs * max(1, elements // (bs * q))
+    for a in range(p):
+        for i0 in range(0, n, span):
+            yield a, a + 1, i0, min(i0 + span, n)
+
+
+class _Scan:
+    """One pass over a block-scaled tensor: the pairs counted, the scales summarized,
+    the first elements (block order) kept and dequantized."""
+
+    def __init__(
+        self,
+        v: np.ndarray | LazyPayload,
+        s: np.ndarray | LazyPayload,
+        axis: int,
+        bs: int,
+        kinds: tuple[Kind, DType, DType],
+        first: int,
+    ) -> None:
+        kind, self.vrow, srow = kinds
+        shape = tuple(v.shape)
+        n = shape[axis]
+        self.n, self.bs, self.first = n, bs, first
+        self.rows = math.prod(shape) // n if n else 0
+        self.moved = (*shape[:axis], *shape[axis + 1 :], n)
+        self.vsum = Summary(self.vrow, self.moved, first)
+        self.ssum = Summary(srow, (*self.moved[:-1], -(-n // bs)), first)
+        self.dsum = Summary(dtype_info(Code.F64), self.moved, first)
+        self.read_v, self.read_s = _rows_reader(v, axis), _rows_reader(s, axis)
+        self.pairs = _Pairs(kind, bs)
+        self.elements = _READ * chunks.CHUNK
+
+    def chunks(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        return _block_order(self.read_v, self.read_s, self.rows, self.n, self.bs, self.elements)
+
+    def refuse(self, at: int, vc: np.ndarray) -> None:
+        """Raise TYPE for the first byte of ``vc`` (from block-order element ``at``)
+        that is no element code, as a pattern count names it."""
+        check = PatternCounts(self.vrow, self.moved)
+        check.seen = at
+        check.add(vc.reshape(-1))
+
+    def take_first(self, vc: np.ndarray, sc: np.ndarray) -> None:
+        if self.dsum.taken < self.first:  # only these are dequantized
+            head = min(vc.shape[0], -(-(self.first - self.dsum.taken) // vc.shape[1]))
+            self.vsum.add_first(vc[:head].reshape(-1))
+            self.dsum.add_first(_dequantize(vc[:head], sc[:head], self.bs).reshape(-1))
+
+    def in_block_order(self) -> None:
+        """Everything in one pass over rows of the block axis."""
+        for r0, c0, vc, sc in self.chunks():
+            if self.pairs.add(vc.view(U8)[:, :, None], sc.view(U8)[:, :, None]) & _NOT_A_CODE:
+                self.refuse(r0 * self.n + c0, vc)
+            self.ssum.add(sc.reshape(-1))
+            self.take_first(vc, sc)
+
+    def in_memory_order(self, v3: np.ndarray, s3: np.ndarray) -> None:
+        """Blocks across the rows of memory (``(p, n, q)`` bytes, blocks along ``n``):
+        counted in memory order, with no transposing copy; the first elements, in
+        block order, read apart."""
+        bs = self.bs
+        p, n, q = v3.shape
+        for a0, a1, i0, i1 in _memory_order(p, n, q, bs, self.elements):
+            sc = s3[a0:a1, i0 // bs : -(-i1 // bs)]
+            if self.pairs.add(v3[a0:a1, i0:i1], sc) & _NOT_A_CODE:
+                for r0, c0, vc, _ in self.chunks():  # the first bad byte in block order
+                    self.refuse(r0 * n + c0, vc)
+            self.ssum.add_patterns(np.bincount(sc.reshape(-1), minlength=256))
+        if not self.first:
+            return
+        for _, _, vc, sc in self.chunks():
+            self.ssum.add_first(sc.reshape(-1))
+            self.take_first(vc, sc)
+            if self.dsum.taken >= self.first and self.ssum.taken >= self.first:
+                break
+
+
 def describe_scaled(
     values: Source, scales: Source, block_size: object, axis: object, first: int
 ) -> ScaledDescription:
@@ -345,37 +562,23 @@ def describe_scaled(
             f"expected scales of shape {expected}, found {found}",
             shape=found,
         )
-    rows = math.prod(shape) // n if n else 0
-    moved = (*shape[:ax], *shape[ax + 1 :], n)
-    vsum = Summary(vrow, moved, first)
-    ssum = Summary(srow, (*moved[:-1], nb), first)
-    dsum = Summary(dtype_info(Code.F64), moved, first)
-    read_v, read_s = _rows_reader(v, ax), _rows_reader(s, ax)
-    # By storage byte (the bytes past a 4-bit type's 16 never occur): the element
-    # is at an end of its type's finite range, is zero; the scale is NaN.
-    finite = vkind.values[np.isfinite(vkind.values)]
-    saturating = (vkind.values == finite.max()) | (vkind.values == finite.min())
-    zero = vkind.values == 0
-    nan_scale = np.isnan(skind.values)
-    saturated = zero_blocks = nan_blocks = 0
-    step = max(1, chunks.CHUNK // max(n, 1))  # rows per chunk
-    cols = n if step > 1 else bs * max(1, chunks.CHUNK // bs)
-    for r0 in range(0, rows, step):
-        r1 = min(r0 + step, rows)
-        for c0 in range(0, n, cols):
-            c1 = min(c0 + cols, n)
-            vc = read_v(r0, r1, c0, c1)
-            sc = read_s(r0, r1, c0 // bs, -(-c1 // bs))
-            vsum.add(vc.reshape(-1))
-            ssum.add(sc.reshape(-1))
-            dsum.add(_dequantize(vc, sc, bs).reshape(-1))
-            codes = np.zeros((vc.shape[0], sc.shape[1] * bs), U8)
-            codes[:, : vc.shape[1]] = vc.view(U8)
-            blocks = codes.reshape(vc.shape[0], sc.shape[1], bs)
-            saturated += int(np.count_nonzero(saturating[blocks].any(axis=-1)))
-            zero_blocks += int(np.count_nonzero(zero[blocks].all(axis=-1)))
-            nan_blocks += int(np.count_nonzero(nan_scale[np.ascontiguousarray(sc).view(U8)]))
-
+    if ax != len(shape) - 1:  # only a LazyPayload's leading-axis rows read lazily
+        v, s = np.asarray(v), np.asarray(s)
+    scan = _Scan(v, s, ax, bs, (vkind, vrow, srow), first)
+    p, q = math.prod(shape[:ax]), math.prod(shape[ax + 1 :])
+    if q > 1 and isinstance(v, np.ndarray) and isinstance(s, np.ndarray):
+        if v.flags.c_contiguous and s.flags.c_contiguous:
+            scan.in_memory_order(v.view(U8).reshape(p, n, q), s.view(U8).reshape(p, nb, q))
+        else:
+            scan.in_block_order()
+    else:
+        scan.in_block_order()
+    vsum, ssum, dsum, pairs = scan.vsum, scan.ssum, scan.dsum, scan.pairs
+    joint = pairs.counts()  # the dequantized values' distribution, exactly
+    vsum.add_patterns(joint.sum(axis=0)[: vkind.codes])
+    used = np.flatnonzero(joint)
+    dsum.add_counted(_products(vkind, skind).reshape(-1)[used], joint.reshape(-1)[used])
+    assert ssum.patterns is not None  # scales are 8-bit types: counted by byte
     return ScaledDescription(
         values=dataclasses.replace(vsum.result(), shape=shape),
         scales=dataclasses.replace(ssum.result(), shape=found),
@@ -383,7 +586,7 @@ def describe_scaled(
         block_size=bs,
         axis=ax,
         blocks=math.prod(found),
-        saturated=saturated,
-        zero_blocks=zero_blocks,
-        nan_blocks=nan_blocks,
+        saturated=pairs.saturated,
+        zero_blocks=pairs.zero_blocks,
+        nan_blocks=int(ssum.patterns.counts[np.isnan(skind.values)].sum()),
     )

@@ -179,10 +179,41 @@ class Summary:
         self.heads: list[np.ndarray] = []
         self.taken = 0
 
-    def add(self, chunk: np.ndarray) -> None:
+    def add_first(self, chunk: np.ndarray) -> None:
+        """Keep what ``first`` needs of the next C-order chunk, nothing more: for
+        elements counted another way (:meth:`add_patterns`, :meth:`add_counted`)."""
         if self.taken < self.first:
             self.heads.append(chunk[: self.first - self.taken].astype(self.row.dtype))
             self.taken += self.heads[-1].size
+
+    def add_patterns(self, counts: np.ndarray) -> None:
+        """Add elements of a pattern-counted row already counted: ``counts[p]`` of
+        bit pattern ``p``, one count per pattern."""
+        assert self.patterns is not None
+        self.patterns.counts += counts
+        self.patterns.seen += int(counts.sum())
+
+    def add_counted(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Add elements of a row wider than 16 bits given as distinct ``values`` (of
+        the row's dtype), each ``counts`` times (int64): a histogram of elements
+        never materialized.
+
+        >>> from kiln_np import dtype_info
+        >>> s = Summary(dtype_info("f64"), (5,), 0)
+        >>> s.add_counted(np.array([1.0, 4.0]), np.array([4, 1]))
+        >>> d = s.result()
+        >>> d.mean, d.max, int(d.exponents[1023])
+        (1.6, 4.0, 4)
+        """
+        if self.exponents is not None:
+            storage = np.dtype(f"u{self.row.dtype.itemsize}")
+            bits = np.ascontiguousarray(values, dtype=self.row.dtype).view(storage)
+            fields = (bits >> self.exponents.shift).astype(np.intp) & self.exponents.mask
+            np.add.at(self.exponents.counts, fields, counts)
+        self.stats.add(self.stats.widen(values), counts)
+
+    def add(self, chunk: np.ndarray) -> None:
+        self.add_first(chunk)
         # A caller's chunk may be large (a lazily decoded file): bounded pieces.
         if self.patterns is not None:
             for lo in range(0, chunk.size, chunks.COUNT_CHUNK):

@@ -554,6 +554,129 @@ static PyObject *repack(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     return result;
 }
 
+/* ---- block-scaled pair counts (kiln_np._explore.scaled) -----------------------------
+ *
+ * A block-scaled tensor's dequantized values are element value x scale value, so their
+ * whole distribution is the joint histogram of (scale byte, element code) pairs.  The
+ * uint8 codes are seen as (P, n, q) in C order, blocks of `block` along n, and their
+ * scale bytes as (P, ceil(n / block), q): each element counts once at
+ * joint[lane][scale << 8 | code], in memory order, its lane (element index mod 4 along
+ * n when q is 1, column mod 4 otherwise) a table of its own so that runs of one code (an
+ * all-zero block) do not wait on one counter.  Each block ORs flags[code] over its
+ * elements (the padding of a partial last block is no element): out[0] counts the
+ * blocks with bit 0 (saturating), out[1] those without bit 1 (nonzero), out[2] is the
+ * OR over every block.  With q > 1, columns go 256 at a time, their block flags in a
+ * stack array. */
+
+#define PAIR_BINS 65536
+#define PAIR_TILE 256
+
+static void scaled_pairs_loop(const uint8_t *restrict codes, const uint8_t *restrict scales,
+                              const uint8_t *restrict flags, int64_t *restrict joint,
+                              Py_ssize_t slabs, Py_ssize_t n, Py_ssize_t q, Py_ssize_t block,
+                              Py_ssize_t *restrict out) {
+    const Py_ssize_t nb = n ? (n - 1) / block + 1 : 0;
+    Py_ssize_t saturated = 0, zero = 0;
+    unsigned seen = 0;
+    uint8_t acc[PAIR_TILE];
+    for (Py_ssize_t p = 0; p < slabs; p++) {
+        const uint8_t *c = codes + p * n * q;
+        const uint8_t *s = scales + p * nb * q;
+        for (Py_ssize_t k = 0; k < nb; k++) {
+            const Py_ssize_t i0 = k * block, i1 = n - i0 < block ? n : i0 + block;
+            if (q == 1) {
+                int64_t *h0 = joint + ((Py_ssize_t)s[k] << 8);
+                int64_t *h1 = h0 + PAIR_BINS, *h2 = h1 + PAIR_BINS, *h3 = h2 + PAIR_BINS;
+                unsigned a = 0;
+                Py_ssize_t i = i0;
+                for (; i + 4 <= i1; i += 4) {
+                    const uint8_t x0 = c[i], x1 = c[i + 1], x2 = c[i + 2], x3 = c[i + 3];
+                    h0[x0]++;
+                    h1[x1]++;
+                    h2[x2]++;
+                    h3[x3]++;
+                    a |= (unsigned)(flags[x0] | flags[x1] | flags[x2] | flags[x3]);
+                }
+                for (; i < i1; i++) {
+                    h0[c[i]]++;
+                    a |= flags[c[i]];
+                }
+                saturated += a & 1;
+                zero += !(a & 2);
+                seen |= a;
+                continue;
+            }
+            for (Py_ssize_t b0 = 0; b0 < q; b0 += PAIR_TILE) {
+                const Py_ssize_t w = q - b0 < PAIR_TILE ? q - b0 : PAIR_TILE;
+                const uint8_t *sk = s + k * q + b0;
+                memset(acc, 0, (size_t)w);
+                for (Py_ssize_t i = i0; i < i1; i++) {
+                    const uint8_t *ci = c + i * q + b0;
+                    for (Py_ssize_t b = 0; b < w; b++) {
+                        joint[((b & 3) << 16) | ((Py_ssize_t)sk[b] << 8) | ci[b]]++;
+                        acc[b] |= flags[ci[b]];
+                    }
+                }
+                for (Py_ssize_t b = 0; b < w; b++) {
+                    saturated += acc[b] & 1;
+                    zero += !(acc[b] & 2);
+                    seen |= acc[b];
+                }
+            }
+        }
+    }
+    out[0] = saturated;
+    out[1] = zero;
+    out[2] = (Py_ssize_t)seen;
+}
+
+PyDoc_STRVAR(scaled_pairs_doc,
+    "scaled_pairs(codes, scales, flags, joint, n, q, block, lo, hi)\n--\n\n"
+    "Slabs [lo, hi) of a block-scaled tensor's uint8 element codes seen as (P, n, q), in\n"
+    "blocks of block along n, with their (P, ceil(n / block), q) scale bytes: adds one to\n"
+    "joint[lane][scale << 8 | code] for each element (joint: 4 x 65536 int64, C order)\n"
+    "and returns (blocks with flag bit 0, blocks without flag bit 1, OR of every block's\n"
+    "flags), a block's flags being the OR of flags[code] (256 bytes) over its elements.");
+
+static PyObject *scaled_pairs(PyObject *Py_UNUSED(module), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    Py_ssize_t n, q, block, lo, hi;
+    if (check_nargs("scaled_pairs", nargs, 9) < 0 || get_index(args[4], &n) < 0 ||
+        get_index(args[5], &q) < 0 || get_index(args[6], &block) < 0 ||
+        get_index(args[7], &lo) < 0 || get_index(args[8], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (block < 1 || n < 0 || q < 1) {
+        PyErr_Format(PyExc_ValueError, "bad block size %zd or shape (%zd, %zd)", block, n, q);
+        return NULL;
+    }
+    const Py_ssize_t nb = n ? (n - 1) / block + 1 : 0;
+    if ((n && q > PY_SSIZE_T_MAX / n) || (n && hi > PY_SSIZE_T_MAX / (n * q))) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[4]; /* codes, scales, flags, joint */
+    if (get_buffers(args, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("codes", hi * n * q, views[0].len) == 0 &&
+        check_fits("scales", hi * nb * q, views[1].len) == 0 &&
+        check_fits("flags", 256, views[2].len) == 0 &&
+        check_fits("joint", 4 * PAIR_BINS * (Py_ssize_t)sizeof(int64_t), views[3].len) == 0) {
+        const uint8_t *c = (const uint8_t *)views[0].buf + lo * n * q;
+        const uint8_t *s = (const uint8_t *)views[1].buf + lo * nb * q;
+        Py_ssize_t out[3];
+        RUN_LOOP((hi - lo) * n * q,
+                 scaled_pairs_loop(c, s, (const uint8_t *)views[2].buf, (int64_t *)views[3].buf,
+                                   hi - lo, n, q, block, out));
+        result = Py_BuildValue("(nnn)", out[0], out[1], out[2]);
+    }
+    release_buffers(views, 4);
+    return result;
+}
+
 /* ---- ONNX 2- and 6-bit elements (kiln_np.onnx._subbyte) ----------------------------
  *
  * Unpacked, an element is one byte holding its bits in the low bits.  Packed, ONNX
@@ -1008,6 +1131,8 @@ static PyMethodDef methods[] = {
     {"mxfp4_to_float32", (PyCFunction)(void (*)(void))mxfp4_to_float32, METH_FASTCALL,
      mxfp4_doc},
     {"repack", (PyCFunction)(void (*)(void))repack, METH_FASTCALL, repack_doc},
+    {"scaled_pairs", (PyCFunction)(void (*)(void))scaled_pairs, METH_FASTCALL,
+     scaled_pairs_doc},
     {"unpack2", (PyCFunction)(void (*)(void))unpack2, METH_FASTCALL, unpack2_doc},
     {"pack2", (PyCFunction)(void (*)(void))pack2, METH_FASTCALL, pack2_doc},
     {"unpack6", (PyCFunction)(void (*)(void))unpack6, METH_FASTCALL, unpack6_doc},

@@ -26,6 +26,20 @@ def repack(
     /,
 ) -> None: ...
 
+# Block-scaled pair counts (kiln_np._explore.scaled): slabs [lo, hi) of (P, n, q) codes.
+def scaled_pairs(
+    codes: np.ndarray,
+    scales: np.ndarray,
+    flags: np.ndarray,
+    joint: np.ndarray,
+    n: int,
+    q: int,
+    block: int,
+    lo: int,
+    hi: int,
+    /,
+) -> tuple[int, int, int]: ...
+
 # ONNX 2- and 6-bit elements (kiln_np.onnx._subbyte): ranges start on a group of four.
 def unpack2(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
 def pack2(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, /) -> None: ...
