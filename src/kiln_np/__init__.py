@@ -38,6 +38,7 @@ if _typing.TYPE_CHECKING:
         compare,
         describe,
     )
+    from ._explore.report import report
     from ._weights.policy import QuantizePolicy
     from ._weights.tensors import Weights, WeightTensor
     from .formats import open_weights, save_weights
@@ -56,6 +57,7 @@ _LAZY = {
         ),
         "._explore",
     ),
+    "report": "._explore.report",
     **dict.fromkeys(("Weights", "WeightTensor"), "._weights.tensors"),
     "QuantizePolicy": "._weights.policy",
     **dict.fromkeys(("open_weights", "save_weights"), ".formats"),
@@ -111,6 +113,7 @@ __all__ = [
     "open_weights",
     "pack_nibbles",
     "payload_info",
+    "report",
     "save_payload",
     "save_weights",
     "to_numpy",
