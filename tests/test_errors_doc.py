@@ -402,6 +402,7 @@ EXPLORE: list[Entry] = [
     ("bit_histogram", "not array-like", lambda: kiln_np.bit_histogram([[1], [1, 2]])),
     ("bit_histogram", "opaque payload", lambda: kiln_np.bit_histogram(kiln_np.Payload(4096, memoryview(bytes(2)), (1,), Layout("pair", 2)))),
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
+    ("report", "the output is a file of the checkpoint", lambda: kiln_np.report(path := _weights_file(), path)),
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
     ("describe", "block-scaled values not e2m1, f8e4m3, f8e5m2, i8", lambda: kiln_np.describe(_f4(32), _E8M0_1)),
     ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),

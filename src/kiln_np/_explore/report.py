@@ -390,7 +390,7 @@ def document(title: str, subtitle: str, sections: Iterable[tuple[str, str, str]]
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{text(title)} - kiln-np report</title>"
         f"<style>{_STYLE}</style></head><body>"
-        f'<header><h1>{text(title)}</h1><p class="sub">{text(subtitle)}</p>'
+        f'<header><h1>{text(title)}</h1><p class="sub" id="subtitle">{text(subtitle)}</p>'
         f"<nav>{links}</nav></header>\n"
         + "\n".join(body for _, _, body in parts)
         + f"\n<footer>Written by kiln-np {text(__version__)}.</footer>"
