@@ -91,6 +91,7 @@ nav a { color: var(--accent); margin-right: 1rem; text-decoration: none; }
 .fact dd { margin: 0; font-size: 1.15rem; font-weight: 600; word-break: break-all; }
 .fact.wide { grid-column: span 2; }
 .fact.wide dd { font: 600 .95rem/1.3 ui-monospace, Menlo, Consolas, monospace; }
+.fact.wide dd small { display: block; font-family: system-ui, sans-serif; word-break: normal; }
 .fact dd small { font-weight: 400; color: var(--muted); font-size: .8rem; }
 .note { color: var(--muted); font-size: .85rem; }
 .scroll { overflow-x: auto; }
