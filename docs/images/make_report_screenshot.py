@@ -1,9 +1,9 @@
-"""Take the screenshot of a report in docs/explore.md (docs/report.png).
+"""Take the screenshot of a report in docs/explore.md (docs/images/report.png).
 
 Run from the repository root with the test extra installed (matplotlib,
 selenium) and Debian's ``chromium`` and ``chromium-driver``::
 
-    python docs/make_report_screenshot.py
+    python docs/images/make_report_screenshot.py
 
 The checkpoint is synthetic and seeded: a llama-like bf16 model of eight layers whose
 weights widen with depth, one layer with an outlier and a NaN, so the statistics and
