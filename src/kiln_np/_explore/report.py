@@ -341,6 +341,83 @@ def tree_section(summary: Summary, max_rows: int = MAX_ROWS) -> str:
     )
 
 
+def _sort_key(key: str) -> str:
+    """A cell's sort key as the page's script reads it: ``Infinity`` for
+    ``inf``, empty for NaN or none (sorted last).
+
+    >>> [_sort_key(k) for k in ("1.5", "inf", "-inf", "nan", "")]
+    ['1.5', 'Infinity', '-Infinity', '', '']
+    """
+    return {"inf": "Infinity", "-inf": "-Infinity", "nan": ""}.get(key, key)
+
+
+def _numeric(keys: Sequence[str]) -> bool:
+    """Whether a column's sort keys are numbers (empty ones aside).
+
+    >>> _numeric(["1", "", "2.5"]), _numeric(["BF16", "F32"]), _numeric(["", ""])
+    (True, False, False)
+    """
+    seen = False
+    for key in keys:
+        if key:
+            try:
+                float(key)
+            except ValueError:
+                return False
+            seen = True
+    return seen
+
+
+_FLAGGED = frozenset({"NaN", "+inf", "-inf"})  # a nonzero count in these columns is marked
+
+
+def statistics_section(
+    titles: Sequence[str],
+    rows: Sequence[Sequence[tuple[str, str]]],
+    *,
+    heading: str,
+    max_rows: int = MAX_ROWS,
+) -> str:
+    """The statistics table (``id="stats"``): one row per tensor, each cell
+    ``(text, sort key)`` as :meth:`WeightStats.html_rows` gives them; a column
+    whose keys are all numbers sorts as numbers.  A nonzero NaN or infinity
+    count is marked.
+
+    Examples
+    --------
+    >>> part = statistics_section(["name", "std", "NaN"],
+    ...                           [[("a<", "a<"), ("0.5", "0.5"), ("2", "2")]], heading="1 tensor")
+    >>> '<th class="text">name</th><th data-numeric>std</th>' in part, "a&lt;" in part
+    (True, True)
+    >>> '<td data-v="2" class="bad">2</td>' in part
+    True
+    """
+    numeric = [_numeric([row[i][1] for row in rows]) for i in range(len(titles))]
+    head = "".join(_head_cell(t, numeric=n) for t, n in zip(titles, numeric, strict=True))
+    body = []
+    for row in rows[:max_rows]:
+        cells = []
+        for title, is_number, (shown, key) in zip(titles, numeric, row, strict=True):
+            if not is_number:
+                kind = "name" if title == "name" else "text"
+                cells.append(f'<td class="{kind}">{text(shown)}</td>')
+                continue
+            bad = ' class="bad"' if title in _FLAGGED and key not in ("", "0") else ""
+            cells.append(f'<td data-v="{text(_sort_key(key))}"{bad}>{text(shown)}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    hint = "every row: kiln-np stats PATH --json"
+    return (
+        '<section id="statistics"><h2>Statistics</h2>'
+        f'<p class="note">{text(heading)}. min, max, absmax, mean and std (population) are '
+        "over the finite elements; NaN and infinities are counted apart; a GGML quantized "
+        "tensor is read as its dequantized values, its blocks' scale fields given by range. "
+        "Click a column header to sort.</p>"
+        f'<div class="scroll"><table class="sortable" id="stats"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+        f"{_left_out(min(max_rows, len(rows)), len(rows), 'tensors', hint)}</section>"
+    )
+
+
 def picture(fig: Figure, alt: str, dpi: int = 110) -> str:
     """A matplotlib figure as an ``<img>`` of inline PNG data, its width and
     height given (so the page lays out before it decodes); the figure is
