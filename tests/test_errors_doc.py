@@ -36,6 +36,7 @@ import kiln_np.gguf as kg
 import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
+from kiln_np._explore import heatmap_figure
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -404,12 +405,16 @@ EXPLORE: list[Entry] = [
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
     ("report", "the output is a file of the checkpoint", lambda: kiln_np.report(path := _weights_file(), path)),
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
+    ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
+    ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]
     ("describe", "block-scaled values not e2m1, f8e4m3, f8e5m2, i8", lambda: kiln_np.describe(_f4(32), _E8M0_1)),
     ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),
     ("describe", "scales of the wrong shape", lambda: kiln_np.describe(_E2M1_32, np.ones(2, ml_dtypes.float8_e8m0fnu))),
     ("ScaledDescription.plot", "not three axes", lambda: kiln_np.describe(_E2M1_32, _E8M0_1).plot([])),
     ("bit_histogram", "GGML quantized payload (float32 values)", lambda: kiln_np.bit_histogram(_Q8_0)),
     ("QuantizedDescription.plot", "not one axes per panel", lambda: cast(kiln_np.QuantizedDescription, kiln_np.describe(_Q8_0)).plot([])),
+    ("heatmap_figure", "names and values of different lengths", lambda: heatmap_figure(["blk.0.a"], [], label="std")),
+    ("heatmap_figure", "a stack not among the names", lambda: heatmap_figure(["blk.0.a"], [1.0], label="std", stack="layers")),
 ]  # fmt: skip
 
 ONNX: list[Entry] = [
@@ -647,6 +652,13 @@ def _shrunk() -> Any:
     weights = kiln_np.open_weights(path)
     os.truncate(path, 40)
     return weights["w"].payload()
+
+
+def _small_weights() -> Any:
+    """A Weights of one small f32 tensor."""
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.zeros(4, np.float32)}, format="safetensors")
+    return kiln_np.open_weights(path)
 
 
 def _sparse(name: str, size: int) -> str:

@@ -13,6 +13,7 @@ import mmap
 import multiprocessing
 import subprocess
 import sys
+import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
 
@@ -99,6 +100,26 @@ def test_real_constants_at_each_boundary(count: int) -> None:
     packed = kiln_np.pack_nibbles(values)
     assert same_bytes(packed, ref_pack(values))
     assert same_bytes(kiln_np.unpack_nibbles(packed, count), values)
+
+
+def test_nested_ranges_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_ranges from inside a pool task (the statistics of a quantized tensor
+    split over threads, each dequantizing a run): a range cancelled because the
+    pool is busy is run by the caller, and nobody waits for a worker to dequeue
+    it (with one worker busy in its own nested call, that never comes)."""
+    monkeypatch.setattr(_pool, "_threads", lambda: 2)
+    lanes = 2 * _pool.THREAD_MIN_LANES
+
+    def inner(lo: int, hi: int) -> int:
+        return sum(_pool.run_ranges(lambda a, b: b - a, lanes))
+
+    results: list[list[int]] = []
+    worker = threading.Thread(target=lambda: results.append(_pool.run_ranges(inner, lanes)))
+    worker.daemon = True
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "nested run_ranges deadlocked"
+    assert results == [[lanes, lanes]]
 
 
 def test_results_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,10 @@ dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
 ``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
-(:func:`describe`), ``comparison`` (:func:`compare`: two checkpoints, name by name);
+(:func:`describe`), ``weight_stats`` (:class:`WeightStats`: every tensor of a checkpoint),
+``comparison`` (:func:`compare`: two checkpoints, name by name), ``layers`` (tensor
+names read as stack, layer and role), ``pictures`` (the per-layer heatmap and the
+histogram grid, :func:`plot_histograms`);
 ``golden`` runs the golden case files.
 """
 
@@ -37,22 +40,33 @@ from .chunks import CHUNK, flat_chunks
 from .comparison import Comparison, TensorComparison, compare
 from .description import Description
 from .entry import describe
+from .layers import LayerGrid, layer_grid, layer_role
 from .patterns import bit_histogram, bit_values
+from .pictures import heatmap_figure, histogram_grid, plot_histograms
 from .quantized import QuantizedDescription
 from .scaled import ScaledDescription
 from .stats import summarize
+from .weight_stats import TensorStats, WeightStats
 
 __all__ = [
     "CHUNK",
     "Comparison",
     "Description",
+    "LayerGrid",
     "QuantizedDescription",
     "ScaledDescription",
     "TensorComparison",
+    "TensorStats",
+    "WeightStats",
     "bit_histogram",
     "bit_values",
     "compare",
     "describe",
     "flat_chunks",
+    "heatmap_figure",
+    "histogram_grid",
+    "layer_grid",
+    "layer_role",
+    "plot_histograms",
     "summarize",
 ]

@@ -1,10 +1,11 @@
-"""The notebook's entry point: :func:`describe`, of a tensor, a block-scaled one or
-a GGML quantized one.
+"""The notebook's entry point: :func:`describe`, of a tensor, a block-scaled one,
+a GGML quantized one, or every tensor of a checkpoint.
 
 Without scales it is the statistics engine's one pass over the array's
 chunks (:func:`~kiln_np._explore.stats.summarize`); with scales it is
 :func:`~kiln_np._explore.scaled.describe_scaled`; a decodable GGML payload or
-weight tensor is :func:`~kiln_np._explore.quantized.describe_quantized`.
+weight tensor is :func:`~kiln_np._explore.quantized.describe_quantized`; a
+:class:`~kiln_np.Weights` is :func:`~kiln_np._explore.weight_stats.describe_weights`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ from typing import overload
 from kiln_np._codec import Payload
 from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
 from kiln_np._core.errors import KilnError
-from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.tensors import Weights, WeightTensor
 
 from .chunks import Source, quantized, source
 from .description import Description
 from .quantized import QuantizedDescription, describe_quantized
 from .scaled import ScaledDescription, describe_scaled
 from .stats import summarize
+from .weight_stats import Progress, WeightStats, describe_weights
 
 __all__ = ["describe"]
+
+
+@overload
+def describe(array: Weights, *, progress: Progress | None = None) -> WeightStats: ...
 
 
 # A payload or weight tensor may be GGML quantized; both are also array-likes,
@@ -50,19 +56,20 @@ def describe(
 
 @set_module("kiln_np")
 def describe(
-    array: Source,
+    array: Source | Weights,
     scales: Source | None = None,
     *,
     block_size: int | None = None,
     axis: int | None = None,
     first: int = 8,
-) -> Description | ScaledDescription | QuantizedDescription:
-    """Summarize an array of any Kiln dtype, or a block-scaled tensor, without
-    touching its bits.
+    progress: Progress | None = None,
+) -> Description | ScaledDescription | QuantizedDescription | WeightStats:
+    """Summarize an array of any Kiln dtype, a block-scaled tensor, or every
+    tensor of a checkpoint, without touching its bits.
 
     Parameters
     ----------
-    array : array_like, Payload, LazyPayload or WeightTensor
+    array : array_like, Payload, LazyPayload, WeightTensor or Weights
         An array of a Kiln dtype: numpy's or ml_dtypes' (bfloat16, float8,
         float4, int4, ...) or an FNUZ float8, or a payload of one (a
         :class:`Payload`, as ``kiln_np.onnx.model_to_kiln`` yields, decoded
@@ -86,6 +93,9 @@ def describe(
         The axis the blocks run along; by default the last.
     first : int
         How many leading elements (C order) to keep.
+    progress : callable, optional
+        For a :class:`Weights` only: ``progress(bytes_done, bytes_total)``,
+        called after each tensor and each round of a large one.
 
     Returns
     -------
@@ -100,6 +110,11 @@ def describe(
         :class:`QuantizedDescription` of its exact float32 values and of each
         scale field of its blocks (``d``, ``dmin``, sub-block scales).  Their
         ``repr`` is a readable summary and they render as tables in Jupyter.
+    WeightStats
+        For a :class:`Weights`: one row of statistics per tensor (count, min,
+        max, mean, std, absmax, zeros, NaN, +inf and -inf counts, the scale
+        fields' ranges of quantized tensors); see docs/explore.md,
+        "Statistics of every tensor", for the exact definitions.
 
     Raises
     ------
@@ -126,6 +141,20 @@ def describe(
     >>> blocks.saturated, blocks.zero_blocks, blocks.dequantized.max
     (1, 1, 3.0)
     """
+    if isinstance(array, Weights):
+        if scales is not None or block_size is not None or axis is not None or first != 8:
+            raise KilnError(
+                "SHAPE",
+                "describe(weights) takes only progress=: expected no scales, block_size, axis "
+                "or first, found some (describe one tensor, weights[name], for those)",
+            )
+        return describe_weights(array, progress=progress)
+    if progress is not None:
+        raise KilnError(
+            "SHAPE",
+            f"progress= is for describe(weights): expected a Weights with it, found "
+            f"{type(array).__name__}",
+        )
     head = check_int(first, "first", kind="SHAPE", maximum=MAX_INT64)
     if scales is not None:
         return describe_scaled(array, scales, block_size, -1 if axis is None else axis, head)

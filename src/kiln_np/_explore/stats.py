@@ -123,7 +123,7 @@ class _Stats:
         self.wide = _wide(row)
         info = finfo(row)
         self.tiny = None if info is None else float(info.smallest_normal)
-        self.nan = self.inf = self.zero = self.subnormal = 0
+        self.nan = self.inf = self.posinf = self.zero = self.subnormal = 0
         self.lo: Number | None = None
         self.hi: Number | None = None
         self.moments = _Moments()
@@ -147,6 +147,7 @@ class _Stats:
                 nan = np.isnan(wide)
                 self.nan += count(nan)
                 self.inf += count(~(finite | nan))
+                self.posinf += count(wide == np.inf)
                 wide = wide[finite]
                 weights = None if weights is None else weights[finite]
         if weights is not None:

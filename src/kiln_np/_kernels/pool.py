@@ -175,10 +175,11 @@ def run_ranges(
             results.append(task(lo, hi) if back else future.result())
         results += [task(lo, hi) for lo, hi in ranges[1 + len(futures) :]]
     finally:
-        # Never return (or raise) while a worker may still write the output.
-        for future in futures:
-            future.cancel()
-        wait(futures)
+        # Never return (or raise) while a worker may still write the output.  A
+        # future cancelled here never runs; waiting on it would wait for a worker
+        # to dequeue it, which never comes when every worker is itself in a
+        # nested call (run_ranges from inside a pool task).
+        wait([future for future in futures if not future.cancel()])
     return results
 
 

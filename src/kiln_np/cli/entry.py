@@ -23,6 +23,7 @@ from .meta import add_meta
 from .onnx import add_onnx
 from .payloads import add_decode, add_encode, add_inspect
 from .report import add_report
+from .stats import add_stats
 from .weights import add_convert, add_ls
 
 __all__ = ["main", "parser", "run"]
@@ -45,6 +46,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     add_meta,
     add_convert,
     add_diff,
+    add_stats,
     add_report,
 ]
 """One subparser function per command, in the order ``--help`` lists them."""
