@@ -127,8 +127,9 @@ def test_llama_report_loads_cleanly_and_shows_its_counts(browser: Any, tmp_path:
     # The script ran (the page's policy let it): every sortable header takes focus.
     assert browser.execute_script(
         "return Array.from(document.querySelectorAll('table.sortable th'), th => th.tabIndex)"
-    ) == [0, 0, 0, 0, 0]
-    _pictures_have_a_size(browser)
+    ) == [0] * (5 + 13)  # the table by type, the statistics
+    # Two heatmaps (std, absmax) and the histograms.
+    assert _pictures_have_a_size(browser) == 3
 
 
 def test_quantized_gguf_report_loads_cleanly(browser: Any, tmp_path: Path) -> None:
@@ -149,7 +150,9 @@ def test_a_hostile_name_runs_nothing(browser: Any, tmp_path: Path) -> None:
     kiln_np.report(path, page)
     assert _open(browser, page) == []
     assert browser.title == "hostile.safetensors - kiln-np report"
-    assert browser.execute_script("return document.images.length") == 0
+    # The one picture is the report's own histograms (no name has a layer index).
+    sources = browser.execute_script("return Array.from(document.images, i => i.src)")
+    assert [src[:22] for src in sources] == ["data:image/png;base64,"]
     tree = _text(browser, "tree-table")
     assert all(name in tree for name in names)
 
@@ -186,3 +189,42 @@ def test_clicking_a_header_sorts_numbers_as_numbers(browser: Any, tmp_path: Path
     )
     assert marks == ["ascending", None, None, None, None]
     assert browser.get_log("browser") == []
+
+
+def test_the_statistics_table_sorts(browser: Any, tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    tensors = {
+        "blk.9.a": rng.standard_normal(9).astype(np.float32),  # std about 1
+        "blk.9.b": (rng.standard_normal(100) * 10).astype(np.float32),  # about 10
+        "blk.9.c": np.full(10, np.nan, np.float32),  # no finite value: std "-"
+        "blk.10.a": np.zeros(10, np.float32),  # std 0
+    }
+    path = tmp_path / "stats.safetensors"
+    kiln_np.save_weights(path, tensors, format="safetensors")
+    page = tmp_path / "report.html"
+    kiln_np.report(path, page)
+    assert _open(browser, page) == []
+    names = ["blk.9.a", "blk.9.b", "blk.9.c", "blk.10.a"]
+    assert _column(browser, "stats", 0) == names
+    # count: 9 < 10 < 100 as numbers (as text "10" < "100" < "9"); ties keep file order.
+    assert _click(browser, "stats", 2) == "ascending"
+    assert _column(browser, "stats", 2) == ["9", "10", "10", "100"]
+    assert _column(browser, "stats", 0) == ["blk.9.a", "blk.9.c", "blk.10.a", "blk.9.b"]
+    assert _click(browser, "stats", 2) == "descending"
+    assert _column(browser, "stats", 2) == ["100", "10", "10", "9"]
+    # std: the tensor with none ("-") last both ways.
+    assert _click(browser, "stats", 6) == "ascending"
+    assert _column(browser, "stats", 0) == ["blk.10.a", "blk.9.a", "blk.9.b", "blk.9.c"]
+    assert _column(browser, "stats", 6)[3] == "-"
+    assert _click(browser, "stats", 6) == "descending"
+    assert _column(browser, "stats", 0) == ["blk.9.b", "blk.9.a", "blk.10.a", "blk.9.c"]
+    # NaN counts: 10 first when descending.
+    assert _click(browser, "stats", 9) == "ascending"
+    assert _click(browser, "stats", 9) == "descending"
+    assert _column(browser, "stats", 9) == ["10", "0", "0", "0"]
+    # Names: layer indices as numbers, blk.9 before blk.10.
+    assert _click(browser, "stats", 0) == "ascending"
+    assert _column(browser, "stats", 0) == names
+    assert _click(browser, "stats", 0) == "descending"
+    assert _column(browser, "stats", 0) == names[::-1]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -133,7 +133,7 @@ def test_llama_report_shows_counts_sections_and_tree(llama: Path, tmp_path: Path
     elements = 2 * 320 * 64 + 3 * (4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128) + 64
     assert parsed.text["parameter-count"] == f"{elements:,}" == "152,000"
     ids = [a.get("id") for t, a in parsed.tags if t == "section"]
-    assert ids[:3] == ["summary", "metadata", "tree"]
+    assert ids == ["summary", "metadata", "tree", "statistics", "heatmap", "histograms"]
     assert "<title>llama.safetensors - kiln-np report</title>" in page
     # The three layers are identical in shape and type: one folded row.
     tree = parsed.text["tree-table"]
@@ -160,7 +160,7 @@ def test_names_and_metadata_are_text_never_markup(tmp_path: Path) -> None:
     assert page.count("<script") == 1
     assert page.count("</script>") == 1
     assert page.count("</style>") == 1
-    assert "<img" not in page
+    assert page.count("<img") == page.count('<img src="data:image/png;base64,') == 1
     assert "<!--" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;/style&gt;&lt;img src=x onerror=alert(3)&gt;" in page
@@ -314,4 +314,99 @@ def test_without_matplotlib_the_page_says_so(
     status, _, stderr = run_main(capsys, "report", str(llama), "-o", str(out))
     assert status == 0
     assert "the report leaves its pictures out: they need matplotlib" in stderr
-    check_self_contained(out.read_text(encoding="utf-8"))
+    page = out.read_text(encoding="utf-8")
+    check_self_contained(page)
+    assert "<img" not in page
+    for section in ("heatmap", "histograms"):
+        found = re.search(f'<section id="{section}">(.*?)</section>', page)
+        assert found is not None
+        assert "The pictures need matplotlib, which is not installed" in found[1]
+    assert 'id="stats"' in page  # the statistics need no matplotlib
+
+
+def _section(page: str, ident: str) -> str:
+    found = re.search(f'<section id="{ident}">(.*?)</section>', page, re.S)
+    assert found is not None, ident
+    return found[1]
+
+
+def _pngs(part: str) -> list[tuple[int, int, int, int]]:
+    """(width, height) of each inline PNG as its tag says and as its data says."""
+    found = []
+    for data, width, height in re.findall(
+        r'<img src="data:image/png;base64,([^"]+)" alt="[^"]*" width="(\d+)" height="(\d+)">',
+        part,
+    ):
+        raw = base64.b64decode(data)
+        assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+        w, h = struct.unpack(">II", raw[16:24])  # IHDR
+        found.append((int(width), int(height), w, h))
+    return found
+
+
+def test_statistics_heatmap_and_histograms(llama: Path, tmp_path: Path) -> None:
+    page = _write(llama, tmp_path / "r.html")
+    parsed = check_self_contained(page)
+    stats = _section(page, "statistics")
+    assert stats.count("<tr>") == 1 + 30
+    assert "30 tensors. min, max, absmax" in stats
+    assert 'class="bad"' not in stats
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", stats)
+    assert heads == [
+        "name", "type", "count", "min", "max", "mean", "std", "absmax", "zeros",
+        "NaN", "+inf", "-inf", "scales",
+    ]  # fmt: skip
+    numeric = re.findall(r"<th (data-numeric|class=\"text\")>", stats)
+    assert numeric == ['class="text"'] * 2 + ["data-numeric"] * 10 + ['class="text"']
+    # Each picture is as wide and tall as its tag says, in pixels.
+    heatmaps = _pngs(_section(page, "heatmap"))
+    assert len(heatmaps) == 2
+    histograms = _pngs(_section(page, "histograms"))
+    assert len(histograms) == 1
+    for width, height, w, h in heatmaps + histograms:
+        assert (width, height) == (w, h)
+        assert w > 300
+        assert h > 150
+    # Outside the layers: embedding, norm, lm_head; then layer 0's nine tensors.
+    assert "and those of the first layer: 12 of 12, counted exactly" in page
+    assert parsed.text["subtitle"].startswith("safetensors - ")
+
+
+def test_nan_and_infinities_are_flagged(tmp_path: Path) -> None:
+    x = np.float32([1, np.nan, np.inf, -np.inf, np.nan])
+    path = tmp_path / "bad.safetensors"
+    kiln_np.save_weights(
+        path, {"blk.0.w": x, "blk.1.w": np.ones(5, np.float32)}, format="safetensors"
+    )
+    page = _write(path, tmp_path / "r.html")
+    check_self_contained(page)
+    stats = _section(page, "statistics")
+    assert "2 tensors; 2 NaN and 2 infinite elements." in stats
+    assert re.findall(r'<td data-v="(\d+)" class="bad">', stats) == ["2", "1", "1"]
+    # blk.1 has std 0, blk.0 one finite value: std 0 too; nothing to draw on a log scale.
+    assert len(_pngs(_section(page, "heatmap"))) == 2
+
+
+def test_the_statistics_table_is_bounded(tmp_path: Path) -> None:
+    tensors = {f"t{i:03d}": np.zeros(1, np.float32) for i in range(40)}
+    path = tmp_path / "many.safetensors"
+    kiln_np.save_weights(path, tensors, format="safetensors")
+    page = _write(path, tmp_path / "r.html", max_rows=10, histograms=3)
+    stats = _section(page, "statistics")
+    assert stats.count("<tr>") == 1 + 10
+    assert (
+        "The first 10 of 40 tensors are shown (30 left out; every row: kiln-np stats PATH "
+        "--json)." in stats
+    )
+    assert "No tensor name has a layer index" in _section(page, "heatmap")
+    assert "the first layer: 3 of 40 (37 more left out), counted exactly" in page
+
+
+def test_a_quantized_tensor_has_its_scales(tmp_path: Path) -> None:
+    page = _write(quantized_gguf(tmp_path / "q.gguf"), tmp_path / "r.html")
+    stats = _section(page, "statistics")
+    row = re.search(r"<tr><td class=\"name\">blk\.0\.attn_q\.weight</td>(.*?)</tr>", stats)
+    assert row is not None
+    assert "Q8_0" in row[1]
+    assert ">d " in row[1]  # the range of the blocks' scale d
+    assert len(_pngs(_section(page, "heatmap"))) == 2

@@ -35,6 +35,8 @@ import io
 import math
 import os
 import re
+import struct
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +48,11 @@ from kiln_np._weights.summary import NOTE, Summary, human_bytes, human_count
 from kiln_np._weights.tensors import Weights
 from kiln_np.formats import open_weights
 
+from .entry import describe
+from .layers import layer_role
 from .metadata import metadata_rows
+from .pictures import heatmap_figure, histogram_grid
+from .weight_stats import Progress, WeightStats, describe_weights
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -426,14 +432,108 @@ def picture(fig: Figure, alt: str, dpi: int = 110) -> str:
 
     buffer = io.BytesIO()
     try:
-        fig.savefig(buffer, format="png", dpi=dpi)
-        width, height = (round(v * dpi) for v in fig.get_size_inches())
+        with warnings.catch_warnings():
+            # A name in a script the font lacks (CJK) is drawn as boxes: the tables
+            # show it whole, so the picture says nothing more on stderr.
+            warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
+            fig.savefig(buffer, format="png", dpi=dpi)
     finally:
         plt.close(fig)
-    data = base64.b64encode(buffer.getvalue()).decode()
+    png = buffer.getvalue()
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk's first fields
+    data = base64.b64encode(png).decode()
     return (
         f'<img src="data:image/png;base64,{data}" alt="{text(alt)}" '
         f'width="{width}" height="{height}">'
+    )
+
+
+def picture_label(name: str) -> str:
+    """A tensor name as a picture can draw it: a lone surrogate (bytes that are
+    not UTF-8) and a control character as their escapes, which matplotlib's
+    fonts cannot draw.
+
+    >>> picture_label("blk.\\udcff.w"), picture_label("a\\x1bb")
+    ('blk.\\\\udcff.w', 'a\\\\x1bb')
+    """
+    readable = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", readable)
+
+
+def _first_layers(names: Sequence[str]) -> list[str]:
+    """The tensors a report's histograms show: those with no layer index and
+    those of the first layer of each stack, in file order.
+
+    >>> _first_layers(["tok.w", "blk.0.a", "blk.0.b", "blk.1.a", "out.w"])
+    ['tok.w', 'blk.0.a', 'blk.0.b', 'out.w']
+    """
+    first: dict[str, int] = {}
+    chosen = []
+    for name in names:
+        place = layer_role(name)
+        if place is not None:
+            stack, layer, _ = place
+            if first.setdefault(stack, layer) != layer:
+                continue
+        chosen.append(name)
+    return chosen
+
+
+def _missing_pictures(ident: str, heading: str) -> str:
+    return (
+        f'<section id="{ident}"><h2>{text(heading)}</h2>'
+        f'<p class="note">{text(_NO_MATPLOTLIB)}</p></section>'
+    )
+
+
+def heatmap_section(stats: WeightStats) -> str:
+    """The per-layer heatmaps of std and absmax (rows: layer; columns: the
+    role within the layer; log colour scale), or a note when no name has a
+    layer index or matplotlib is missing."""
+    heading = "Heatmap"
+    names = [picture_label(t.name) for t in stats]
+    if not any(layer_role(n) is not None for n in names):
+        return (
+            f'<section id="heatmap"><h2>{heading}</h2><p class="note">No tensor name has a '
+            "layer index (blk.N, layers.N): there is no per-layer picture to draw.</p></section>"
+        )
+    if matplotlib_missing():
+        return _missing_pictures("heatmap", heading)
+    figures = []
+    for stat in ("std", "absmax"):
+        values = [None if v is None else float(v) for v in (getattr(t, stat) for t in stats)]
+        fig = heatmap_figure(
+            names, values, label=f"{stat} (log scale)", title=f"{stat} by layer and role"
+        )
+        figures.append(
+            f"<figure>{picture(fig, f'{stat} of each tensor by layer and role')}</figure>"
+        )
+    return (
+        f'<section id="heatmap"><h2>{heading}</h2><p class="note">One cell per tensor: '
+        "its layer (rows) and its role in the layer (columns), coloured by its std and "
+        "by its absmax on a log scale; the experts of a layer fold into their largest.</p>"
+        f"{''.join(figures)}</section>"
+    )
+
+
+def histograms_section(weights: Weights, stats: WeightStats, limit: int = 16) -> str:
+    """Histograms of the tensors with no layer index and of each stack's first
+    layer (at most ``limit``), by binary exponent for floats, by bit pattern
+    for small types; or a note when matplotlib is missing."""
+    heading = "Histograms"
+    if matplotlib_missing():
+        return _missing_pictures("histograms", heading)
+    readable = [t.name for t in stats if t.note is None and t.count]
+    chosen = _first_layers(readable)
+    shown = chosen[:limit]
+    items = [(picture_label(name), describe(weights[name])) for name in shown]
+    fig = histogram_grid(items)
+    left = f" ({len(chosen) - len(shown)} more left out)" if len(chosen) > len(shown) else ""
+    return (
+        f'<section id="histograms"><h2>{heading}</h2><p class="note">The tensors outside '
+        f"the layers and those of the first layer: {len(shown)} of {len(chosen)}{left}, "
+        "counted exactly.</p>"
+        f"<figure>{picture(fig, f'histograms of {len(shown)} tensors')}</figure></section>"
     )
 
 
@@ -476,10 +576,18 @@ def document(title: str, subtitle: str, sections: Iterable[tuple[str, str, str]]
     )
 
 
-def report_html(weights: Weights, *, max_rows: int = MAX_ROWS, selection: str = "") -> str:
+def report_html(
+    weights: Weights,
+    *,
+    max_rows: int = MAX_ROWS,
+    histograms: int = 16,
+    selection: str = "",
+    progress: Progress | None = None,
+) -> str:
     """The report of ``weights`` (a :class:`~kiln_np.Weights` or a view of it)
     as one HTML string; :func:`report` writes it to a file.  ``selection``
-    says which tensors a view holds, under the title.
+    says which tensors a view holds, under the title; ``progress`` is
+    :func:`kiln_np.describe`'s, called as the statistics pass reads the tensors.
 
     Examples
     --------
@@ -490,16 +598,30 @@ def report_html(weights: Weights, *, max_rows: int = MAX_ROWS, selection: str = 
     >>> with kiln_np.open_weights(d + "/m.safetensors") as w:
     ...     page = report_html(w)
     >>> '<span id="parameter-count">6</span>' in page, page.count("<section")
-    (True, 3)
+    (True, 6)
     >>> import shutil; shutil.rmtree(d)
     """
     summary = weights.summary()
+    stats = describe_weights(weights, progress=progress)
+    titles, rows = stats.html_rows()
+    flagged = (
+        f"; {stats.nan:,} NaN and {stats.inf:,} infinite elements" if stats.nan or stats.inf else ""
+    )
     name = os.path.basename(weights.path.rstrip(os.sep)) or weights.path
     subtitle = f"{weights.format} - {weights.path}" + (f" - {selection}" if selection else "")
     sections = [
         ("summary", "Summary", summary_section(summary)),
         ("metadata", "Metadata", metadata_section(weights.metadata, max_rows)),
         ("tree", "Tensor tree", tree_section(summary, max_rows)),
+        (
+            "statistics",
+            "Statistics",
+            statistics_section(
+                titles, rows, heading=f"{len(stats):,} tensors{flagged}", max_rows=max_rows
+            ),
+        ),
+        ("heatmap", "Heatmap", heatmap_section(stats)),
+        ("histograms", "Histograms", histograms_section(weights, stats, histograms)),
     ]
     return document(name, subtitle, sections)
 
@@ -558,6 +680,8 @@ def report(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     max_rows: int = MAX_ROWS,
+    histograms: int = 16,
+    progress: Progress | None = None,
 ) -> str:
     """Write the HTML report of a checkpoint to ``path``: one self-contained
     file to open in a browser (see docs/explore.md, "Report").
@@ -575,6 +699,12 @@ def report(
         report covers (the metadata is the file's, whatever the selection).
     max_rows : int
         The rows each table shows at most; the page says how many it left out.
+    histograms : int
+        The histograms drawn at most: of the tensors outside the layers and
+        of each stack's first layer, in file order.
+    progress : callable, optional
+        ``progress(bytes_done, bytes_total)``, called as the statistics pass
+        reads the tensors (:func:`kiln_np.describe`).
 
     Returns
     -------
@@ -614,7 +744,13 @@ def report(
         if include or exclude:
             chosen = opened.select(*include, exclude=exclude)
             selection = _selection_text(include, exclude, len(chosen), len(opened))
-        page = report_html(chosen, max_rows=max_rows, selection=selection)
+        page = report_html(
+            chosen,
+            max_rows=max_rows,
+            histograms=histograms,
+            selection=selection,
+            progress=progress,
+        )
         with replacing(out) as (_, f):
             f.write(page.encode("utf-8", "backslashreplace"))
     finally:
