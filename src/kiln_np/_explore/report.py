@@ -502,6 +502,15 @@ def heatmap_section(stats: WeightStats) -> str:
     figures = []
     for stat in ("std", "absmax"):
         values = [None if v is None else float(v) for v in (getattr(t, stat) for t in stats)]
+        if not any(
+            v is not None and 0 < v < math.inf and layer_role(n) is not None
+            for n, v in zip(names, values, strict=True)
+        ):
+            figures.append(
+                f'<p class="note">No {stat} is positive and finite: nothing to draw on a log '
+                "scale.</p>"
+            )
+            continue
         fig = heatmap_figure(
             names, values, label=f"{stat} (log scale)", title=f"{stat} by layer and role"
         )
