@@ -1,6 +1,7 @@
 """The ``report`` command: a checkpoint's report, one self-contained HTML file
 (:func:`kiln_np.report`), written crash-safely and never over a file the
-command reads."""
+command reads; a progress bar on a terminal's stderr while the statistics pass
+reads the tensors."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kiln_np._weights.summary import human_bytes
 from .args import subparser
 from .errors import file_error
 from .files import identity, refuse_overwrite, stat_or_none
+from .output import Progress
 from .weights import open_weights_file, select_args, select_tensors
 
 __all__ = ["add_report"]
@@ -33,10 +35,21 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 "(pip install 'kiln-np[plot]')",
                 file=sys.stderr,
             )
-        try:
-            report(weights, args.output, include=args.include, exclude=args.exclude)
-        except OSError as exc:
-            raise file_error("write", args.output, exc) from exc
+        else:
+            import matplotlib
+
+            matplotlib.use("Agg")  # pictures into the file, never a window
+        with Progress(max(chosen.byte_length, 1), f"report {args.path}") as bar:
+            try:
+                report(
+                    weights,
+                    args.output,
+                    include=args.include,
+                    exclude=args.exclude,
+                    progress=lambda done, total: bar.advance(done - bar.done),
+                )
+            except OSError as exc:
+                raise file_error("write", args.output, exc) from exc
         count = len(chosen)
     size = human_bytes(os.stat(args.output).st_size)
     print(f"{args.output}: report of {count} tensor{'s' * (count != 1)}, {size}")
