@@ -8,7 +8,7 @@ selenium) and Debian's ``chromium`` and ``chromium-driver``::
 The checkpoint is synthetic and seeded: a llama-like bf16 model of eight layers whose
 weights widen with depth, one layer with an outlier and a NaN, so the statistics and
 the heatmap have something to show.  The page is drawn by headless Chromium at 1280
-pixels wide, as tall as the page (at most 4,000 pixels), and saved as a 256-colour PNG.
+pixels wide, as tall as the page (at most 8,000 pixels), and saved as a 256-colour PNG.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def screenshot(page: Path, out: Path, profile: Path) -> None:
         height, frame = browser.execute_script(
             "return [document.documentElement.scrollHeight, outerHeight - innerHeight]"
         )
-        browser.set_window_size(1280, min(int(height), 4000) + int(frame))
+        browser.set_window_size(1280, min(int(height), 8000) + int(frame))
         png = browser.get_screenshot_as_png()
     finally:
         browser.quit()

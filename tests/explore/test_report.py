@@ -407,7 +407,9 @@ def test_the_statistics_table_is_bounded(tmp_path: Path) -> None:
 def test_a_quantized_tensor_has_its_scales(tmp_path: Path) -> None:
     page = _write(quantized_gguf(tmp_path / "q.gguf"), tmp_path / "r.html")
     stats = _section(page, "statistics")
-    row = re.search(r"<tr><td class=\"name\">blk\.0\.attn_q\.weight</td>(.*?)</tr>", stats)
+    row = re.search(
+        r'<tr><td class="name">blk\.<wbr>0\.<wbr>attn_q\.<wbr>weight</td>(.*?)</tr>', stats
+    )
     assert row is not None
     assert "Q8_0" in row[1]
     assert ">d " in row[1]  # the range of the blocks' scale d

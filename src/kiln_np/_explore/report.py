@@ -78,10 +78,19 @@ def text(value: object) -> str:
     return html.escape(shown, quote=True)
 
 
+def dotted(name: str) -> str:
+    """A dotted name as HTML text that may break after each dot (``<wbr>``).
+
+    >>> dotted("model.layers.0.<w>")
+    'model.<wbr>layers.<wbr>0.<wbr>&lt;w&gt;'
+    """
+    return text(name).replace(".", ".<wbr>")
+
+
 _STYLE = """
 :root { --ink: #1d2330; --muted: #5b6475; --line: #d9dde5; --band: #f4f6f9; --accent: #2f5fb3; }
 * { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1200px; padding: 1.5rem 2rem 3rem; color: var(--ink);
+body { margin: 0 auto; max-width: 1400px; padding: 1.5rem 2rem 3rem; color: var(--ink);
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
 h1 { font-size: 1.6rem; margin: 0 0 .2rem; word-break: break-all; }
 h2 { font-size: 1.2rem; margin: 2rem 0 .6rem; padding-bottom: .25rem;
@@ -107,16 +116,21 @@ th, td { padding: .22rem .6rem; border-bottom: 1px solid var(--line); text-align
 th { background: var(--band); font-weight: 600; position: sticky; top: 0; }
 th.text, td.text { text-align: left; }
 td.name { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace;
-  font-size: .85rem; white-space: normal; word-break: break-all; min-width: 14rem; }
+  font-size: .85rem; white-space: normal; overflow-wrap: anywhere; min-width: 14rem; }
 td.value { text-align: left; white-space: pre-wrap; word-break: break-all;
   font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .85rem; }
 td.bad { color: #b3261e; font-weight: 600; }
 table.sortable th { cursor: pointer; user-select: none; }
+#stats { font-size: .8rem; }
+#stats th, #stats td { padding: .2rem .4rem; }
+#stats td.name { font-size: .8rem; min-width: 12rem; }
 table.sortable th::after { content: " \\2195"; color: #a0a7b4; font-weight: 400; }
 table.sortable th[aria-sort=ascending]::after { content: " \\2191"; color: var(--accent); }
 table.sortable th[aria-sort=descending]::after { content: " \\2193"; color: var(--accent); }
 tbody tr:nth-child(even) { background: #fafbfc; }
 figure { margin: .5rem 0; }
+.pictures { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; }
+.pictures figure { margin: 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { color: var(--muted); font-size: .85rem; }
 footer { margin-top: 2.5rem; color: var(--muted); font-size: .8rem; }
@@ -292,7 +306,7 @@ def metadata_section(metadata: Mapping[str, Any], max_rows: int = MAX_ROWS) -> s
     if not rows:
         return '<section id="metadata"><h2>Metadata</h2><p class="note">No metadata.</p></section>'
     body = "".join(
-        f'<tr><td class="name" style="padding-left:{0.6 + 1.5 * r.depth:g}rem">{text(r.key)}</td>'
+        f'<tr><td class="name" style="padding-left:{0.6 + 1.5 * r.depth:g}rem">{dotted(r.key)}</td>'
         f'<td class="text">{text(r.type)}</td><td class="value">{text(r.text)}</td></tr>'
         for r in rows[:max_rows]
     )
@@ -332,7 +346,7 @@ def tree_section(summary: Summary, max_rows: int = MAX_ROWS) -> str:
         each = " each" if r.repeat > 1 else ""
         rows.append(
             f'<tr><td class="name" style="padding-left:{0.6 + 1.5 * r.depth:g}rem">'
-            f'{text(r.name)}</td><td class="text">{text(what)}</td>'
+            f'{dotted(r.name)}</td><td class="text">{text(what)}</td>'
             f"<td>{text(human_count(r.parameters) + each)}</td>"
             f"<td>{text(human_bytes(r.byte_length) + each)}</td></tr>"
         )
@@ -405,8 +419,10 @@ def statistics_section(
         cells = []
         for title, is_number, (shown, key) in zip(titles, numeric, row, strict=True):
             if not is_number:
-                kind = "name" if title == "name" else "text"
-                cells.append(f'<td class="{kind}">{text(shown)}</td>')
+                if title == "name":
+                    cells.append(f'<td class="name">{dotted(shown)}</td>')
+                else:
+                    cells.append(f'<td class="text">{text(shown)}</td>')
                 continue
             bad = ' class="bad"' if title in _FLAGGED and key not in ("", "0") else ""
             cells.append(f'<td data-v="{text(_sort_key(key))}"{bad}>{text(shown)}</td>')
@@ -521,7 +537,7 @@ def heatmap_section(stats: WeightStats) -> str:
         f'<section id="heatmap"><h2>{heading}</h2><p class="note">One cell per tensor: '
         "its layer (rows) and its role in the layer (columns), coloured by its std and "
         "by its absmax on a log scale; the experts of a layer fold into their largest.</p>"
-        f"{''.join(figures)}</section>"
+        f'<div class="pictures">{"".join(figures)}</div></section>'
     )
 
 
