@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import ml_dtypes
 import numpy as np
 import onnx
@@ -312,3 +314,55 @@ def test_cli_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_main(capsys, "stats", str(path), "--include", "nothing*")
     assert code == 2
     assert "expected a tensor selected by --include 'nothing*'" in err
+
+
+def test_heatmap_of_the_statistics(tmp_path: Path) -> None:
+    matplotlib.use("Agg")
+    rng = np.random.default_rng(4)
+    tensors = {
+        f"model.layers.{i}.{role}.weight": (rng.standard_normal(256) * (i + 1)).astype(BF16)
+        for i in range(12)
+        for role in ("self_attn.q_proj", "mlp.down_proj")
+    }
+    tensors["model.layers.3.mlp.down_proj.weight"] = np.zeros(256, BF16)  # std 0: blank
+    tensors["model.embed_tokens.weight"] = np.ones(8, BF16)  # no layer: not drawn
+    path = _save(tmp_path / "w.safetensors", "safetensors", tensors)
+    with kiln_np.open_weights(path) as w:
+        stats = kiln_np.describe(w)
+    fig = stats.heatmap("std")
+    heat, bar = fig.axes
+    grid: Any = heat.images[0].get_array()
+    assert grid.shape == (12, 2)
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["self_attn.q_proj", "mlp.down_proj"]
+    expected = [
+        [
+            stats.row(f"model.layers.{i}.{r}.weight").std
+            for r in ("self_attn.q_proj", "mlp.down_proj")
+        ]
+        for i in range(12)
+    ]
+    assert grid.mask.tolist() == [[False, i == 3] for i in range(12)]
+    assert np.ma.filled(grid, 0).tolist() == [
+        [e if not (i == 3 and j == 1) else 0 for j, e in enumerate(row)]
+        for i, row in enumerate(expected)
+    ]
+    assert bar.get_ylabel() == "std (log scale)"
+    absmax: Any = stats.heatmap("absmax").axes[0].images[0].get_array()
+    assert absmax[0, 0] == stats.row("model.layers.0.self_attn.q_proj.weight").absmax
+    with pytest.raises(kiln_np.KilnError, match="expected a stat among std, absmax"):
+        stats.heatmap("median")
+
+
+def _documented_keys(section: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    block = text.split(f"<!-- {section} -->")[1].split(f"<!-- /{section} -->")[0]
+    return re.findall(r"^\| `(\w+)` \|", block, re.M)
+
+
+def test_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _save(tmp_path / "w.safetensors", "safetensors", {"w": np.ones(3, np.float32)})
+    code, out, _ = run_main(capsys, "stats", str(path), "--json")
+    record = json.loads(out)
+    assert code == 0
+    assert list(record) == _documented_keys("stats-json")
+    assert list(record["tensors"][0]) == _documented_keys("stats-tensor-json")

@@ -39,10 +39,10 @@ histogram grid, :func:`plot_histograms`);
 from .chunks import CHUNK, flat_chunks
 from .comparison import Comparison, TensorComparison, compare
 from .description import Description
-from .entry import describe
+from .entry import describe, plot_histograms
 from .layers import LayerGrid, layer_grid, layer_role
 from .patterns import bit_histogram, bit_values
-from .pictures import heatmap_figure, histogram_grid, plot_histograms
+from .pictures import heatmap_figure, histogram_grid
 from .quantized import QuantizedDescription
 from .scaled import ScaledDescription
 from .stats import summarize

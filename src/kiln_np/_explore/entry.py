@@ -1,5 +1,6 @@
-"""The notebook's entry point: :func:`describe`, of a tensor, a block-scaled one,
-a GGML quantized one, or every tensor of a checkpoint.
+"""The notebook's entry points: :func:`describe`, of a tensor, a block-scaled one,
+a GGML quantized one, or every tensor of a checkpoint; :func:`plot_histograms`,
+the histograms of the tensors of a checkpoint picked by name.
 
 Without scales it is the statistics engine's one pass over the array's
 chunks (:func:`~kiln_np._explore.stats.summarize`); with scales it is
@@ -10,7 +11,9 @@ weight tensor is :func:`~kiln_np._explore.quantized.describe_quantized`; a
 
 from __future__ import annotations
 
-from typing import overload
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, overload
 
 from kiln_np._codec import Payload
 from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
@@ -19,12 +22,16 @@ from kiln_np._weights.tensors import Weights, WeightTensor
 
 from .chunks import Source, quantized, source
 from .description import Description
+from .pictures import histogram_grid
 from .quantized import QuantizedDescription, describe_quantized
 from .scaled import ScaledDescription, describe_scaled
 from .stats import summarize
 from .weight_stats import Progress, WeightStats, describe_weights
 
-__all__ = ["describe"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["describe", "plot_histograms"]
 
 
 @overload
@@ -170,3 +177,74 @@ def describe(
         return describe_quantized(q, head)
     row, shape, chunks = source(array)
     return summarize(row, shape, chunks, head)
+
+
+@set_module("kiln_np")
+def plot_histograms(
+    weights: Weights,
+    *patterns: str,
+    exclude: str | Iterable[str] = (),
+    limit: int | None = 16,
+    log: bool = True,
+) -> Figure:
+    """A grid of histograms of a checkpoint's tensors, picked by name.
+
+    The tensors are :meth:`Weights.select`'s (globs on the names; all with no
+    pattern), in file order, at most ``limit`` of them; each is described by
+    :func:`kiln_np.describe` (read a bounded chunk at a time) and drawn by
+    :func:`~kiln_np._explore.pictures.histogram_grid`, four panels to a row.
+    The figure's title says how many tensors matched and how many were left out.
+
+    Parameters
+    ----------
+    weights : Weights
+        An open checkpoint (:func:`kiln_np.open_weights`).
+    *patterns : str
+        Globs a name must match one of (``"*.mlp.*"``, ``"blk.0.*"``).
+    exclude : str or iterable of str
+        Globs whose names are dropped.
+    limit : int or None
+        Draw at most this many tensors (at least 1); None for all.
+    log : bool
+        Logarithmic count axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    KilnError
+        SHAPE for a ``limit`` that is not an integer >= 1; TYPE for a tensor
+        :func:`kiln_np.describe` cannot read (exclude it).
+    TypeError
+        When ``weights`` is not a :class:`Weights` or a pattern not a str.
+    ImportError
+        When matplotlib is not installed.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import shutil, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> tensors = {"a.0.w": np.ones(4, "f4"), "a.1.w": np.ones(4, "f2"), "b": np.ones(2)}
+    >>> _ = kiln_np.save_weights(d + "/w.safetensors", tensors, format="safetensors")
+    >>> with kiln_np.open_weights(d + "/w.safetensors") as w:
+    ...     print(plot_histograms(w, "a.*", limit=1).get_suptitle())
+    a.*: 1 of 2 tensors (1 more left out: limit=1)
+    >>> shutil.rmtree(d)
+    """
+    if not isinstance(weights, Weights):
+        raise TypeError(f"plot_histograms: expected Weights, found {type(weights).__name__}")
+    most = None if limit is None else check_int(limit, "limit", kind="SHAPE", minimum=1)
+    chosen = weights.select(*patterns, exclude=exclude)
+    names = list(chosen)[:most]
+    items = [(name, describe(chosen[name])) for name in names]
+    fig = histogram_grid(items, log=log)
+    picked = ", ".join(patterns) if patterns else os.path.basename(weights.path)
+    heading = f"{picked}: {len(names)} of {len(chosen)} tensors"
+    if len(chosen) > len(names):
+        heading += f" ({len(chosen) - len(names)} more left out: limit={limit})"
+    fig.suptitle(heading)
+    return fig

@@ -4,24 +4,23 @@
 of layers (rows) by roles (columns), from :func:`~kiln_np._explore.layers.layer_grid`,
 on a logarithmic colour scale.  :func:`histogram_grid` draws one panel per
 described tensor with the drawing of ``plot`` (by binary exponent for the floats,
-by bit pattern for the small types); :func:`plot_histograms` is its notebook door
-on a :class:`~kiln_np.Weights`.  Every figure lays itself out (constrained layout),
-so the saved picture keeps its labels; matplotlib is imported when one is drawn.
+by bit pattern for the small types); its notebook door on a :class:`~kiln_np.Weights`
+is :func:`~kiln_np._explore.entry.plot_histograms`, beside :func:`describe`, which
+it calls (``weight_stats`` draws its heatmap here, and ``entry`` imports it).  Every
+figure lays itself out (constrained layout), so the saved picture keeps its labels;
+matplotlib is imported when one is drawn.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kiln_np._core.checks import check_int, set_module
+from kiln_np._core.checks import check_int
 from kiln_np._core.errors import KilnError
-from kiln_np._weights.tensors import Weights
 
 from . import plot
 from .description import Description
-from .entry import describe
 from .layers import LayerGrid, layer_grid
 from .quantized import QuantizedDescription
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["heatmap_figure", "histogram_grid", "plot_histograms", "shorten"]
+__all__ = ["heatmap_figure", "histogram_grid", "shorten"]
 
 _LAYER_TICKS = 24  # at most this many layer numbers on a panel's axis
 _STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000)
@@ -265,75 +264,4 @@ def histogram_grid(
     fig, _ = plot.figure((3.9 * per_row, 3.1 * rows), 0)
     for i, (name, description) in enumerate(items):
         _draw_panel(fig.add_subplot(rows, per_row, i + 1), name, description, log)
-    return fig
-
-
-@set_module("kiln_np")
-def plot_histograms(
-    weights: Weights,
-    *patterns: str,
-    exclude: str | Iterable[str] = (),
-    limit: int | None = 16,
-    log: bool = True,
-) -> Figure:
-    """A grid of histograms of a checkpoint's tensors, picked by name.
-
-    The tensors are :meth:`Weights.select`'s (globs on the names; all with no
-    pattern), in file order, at most ``limit`` of them; each is described by
-    :func:`kiln_np.describe` (read a bounded chunk at a time) and drawn by
-    :func:`~kiln_np._explore.pictures.histogram_grid`, four panels to a row.
-    The figure's title says how many tensors matched and how many were left out.
-
-    Parameters
-    ----------
-    weights : Weights
-        An open checkpoint (:func:`kiln_np.open_weights`).
-    *patterns : str
-        Globs a name must match one of (``"*.mlp.*"``, ``"blk.0.*"``).
-    exclude : str or iterable of str
-        Globs whose names are dropped.
-    limit : int or None
-        Draw at most this many tensors (at least 1); None for all.
-    log : bool
-        Logarithmic count axes.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-
-    Raises
-    ------
-    KilnError
-        SHAPE for a ``limit`` that is not an integer >= 1; TYPE for a tensor
-        :func:`kiln_np.describe` cannot read (exclude it).
-    TypeError
-        When ``weights`` is not a :class:`Weights` or a pattern not a str.
-    ImportError
-        When matplotlib is not installed.
-
-    Examples
-    --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
-    >>> import shutil, tempfile, numpy as np, kiln_np
-    >>> d = tempfile.mkdtemp()
-    >>> tensors = {"a.0.w": np.ones(4, "f4"), "a.1.w": np.ones(4, "f2"), "b": np.ones(2)}
-    >>> _ = kiln_np.save_weights(d + "/w.safetensors", tensors, format="safetensors")
-    >>> with kiln_np.open_weights(d + "/w.safetensors") as w:
-    ...     print(plot_histograms(w, "a.*", limit=1).get_suptitle())
-    a.*: 1 of 2 tensors (1 more left out: limit=1)
-    >>> shutil.rmtree(d)
-    """
-    if not isinstance(weights, Weights):
-        raise TypeError(f"plot_histograms: expected Weights, found {type(weights).__name__}")
-    most = None if limit is None else check_int(limit, "limit", kind="SHAPE", minimum=1)
-    chosen = weights.select(*patterns, exclude=exclude)
-    names = list(chosen)[:most]
-    items = [(name, describe(chosen[name])) for name in names]
-    fig = histogram_grid(items, log=log)
-    picked = ", ".join(patterns) if patterns else os.path.basename(weights.path)
-    heading = f"{picked}: {len(names)} of {len(chosen)} tensors"
-    if len(chosen) > len(names):
-        heading += f" ({len(chosen) - len(names)} more left out: limit={limit})"
-    fig.suptitle(heading)
     return fig

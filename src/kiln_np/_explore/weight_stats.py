@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -55,9 +55,20 @@ from kiln_np._weights.tensors import Weights, WeightTensor
 from .chunks import COUNT_CHUNK, Quantized, quantized, source
 from .description import Number, html_table, share
 from .patterns import bit_values
+from .pictures import heatmap_figure
 from .stats import Summary
 
-__all__ = ["ROUND", "TensorStats", "WeightStats", "describe_weights", "tensor_stats"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "HEATMAP_STATS",
+    "ROUND",
+    "TensorStats",
+    "WeightStats",
+    "describe_weights",
+    "tensor_stats",
+]
 
 ROUND = 1 << 24
 """Elements read per round of a large tensor (64 MiB of f32): between rounds the
@@ -70,6 +81,10 @@ Progress = Callable[[int, int], None]
 
 WIDTH = 100
 """The text form's columns."""
+
+HEATMAP_STATS = ("std", "absmax", "max", "mean", "zero_fraction", "nan", "posinf", "neginf")
+"""What :meth:`WeightStats.heatmap` can colour by (a log scale: cells of values
+<= 0 are blank)."""
 
 
 @set_module("kiln_np")
@@ -343,6 +358,48 @@ class WeightStats(Sequence[TensorStats]):
                 ]
             )
         return titles, rows
+
+    def heatmap(self, stat: str = "std", *, stack: str | None = None) -> Figure:
+        """A per-layer heatmap of ``stat``: rows are layers, columns each
+        tensor's role in its layer (``self_attn.q_proj``, ``ffn_down``), the
+        colour ``stat`` on a log scale with a labelled colour bar; one panel per
+        stack of layers (or only ``stack``).  Names are read as
+        ``kiln_np._explore.layers.layer_role`` reads them; experts fold into
+        one role, as their largest value; cells with no tensor or a value <= 0,
+        NaN or None are blank.  Needs matplotlib.
+
+        Parameters
+        ----------
+        stat : str
+            One of :data:`HEATMAP_STATS`: ``'std'`` (the default), ``'absmax'``,
+            ``'max'``, ``'mean'``, ``'zero_fraction'``, ``'nan'``, ``'posinf'``,
+            ``'neginf'``.
+        stack : str, optional
+            Only this stack of layers (``'model.layers'``, ``'blk'``).
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> rows = [TensorStats(f"blk.{i}.{r}.weight", "F32", 2, (4,), 4, 16, std=0.5 + i)
+        ...         for i in range(3) for r in ("attn_q", "ffn_up")]
+        >>> fig = WeightStats(rows, format="gguf", path="m.gguf").heatmap("std")
+        >>> fig.axes[0].images[0].get_array().shape, fig.axes[1].get_ylabel()
+        ((3, 2), 'std (log scale)')
+        """
+        if stat not in HEATMAP_STATS:
+            raise KilnError(
+                "SHAPE",
+                f"heatmap: expected a stat among {', '.join(HEATMAP_STATS)}, found {stat!r}",
+            )
+        values = [getattr(t, stat) for t in self.tensors]
+        return heatmap_figure(
+            [t.name for t in self.tensors],
+            [None if v is None else float(v) for v in values],
+            label=f"{stat} (log scale)",
+            title=f"{stat} of each tensor",
+            stack=stack,
+        )
 
     def _repr_html_(self) -> str:
         import html  # its entity table loads only when a notebook renders HTML
