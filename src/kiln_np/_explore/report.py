@@ -740,7 +740,9 @@ def report(
     ------
     KilnError
         TYPE when ``path`` is one of the checkpoint's own files, or exists and
-        is not a regular file; as :func:`kiln_np.open_weights` raises.
+        is not a regular file; as :func:`kiln_np.open_weights` raises, and as
+        :func:`kiln_np.describe` raises for a tensor whose bytes are malformed
+        (nothing is written then).
     OSError
         When ``path`` cannot be written.
 
