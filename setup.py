@@ -45,9 +45,10 @@ setup(
                     "ggml_quant_iq4.c",
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
+                    "moments.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h"],
+            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h"],
             optional=True,
         )
     ],

@@ -502,6 +502,14 @@ def every_kernel(kernels: Any) -> list[bytes]:
         encoded = np.zeros(count * nbytes, np.uint8)
         out += [str(kernels.ggml_from_float32(type_id, x, encoded, 0, count)).encode()]
         out.append(encoded.tobytes())
+    # The statistics kernel on every 16-bit pattern and on float32 bits, normal and random.
+    halves = np.concatenate([np.arange(1 << 16, dtype=np.uint16), packed[:-1].view(np.uint16)])
+    singles = np.concatenate(
+        [rng.standard_normal(3 * 2048 + 37).astype(np.float32).view(np.uint32), x.view(np.uint32)]
+    )
+    for kind, src in ((0, singles), (1, halves), (2, halves)):
+        for lo, hi in ((0, src.size), (5, src.size - 3), (1, 40), (src.size - 2100, src.size)):
+            out.append(str(kernels.moments(kind, src, lo, hi)).encode())
     return out
 
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ggml.h"
+#include "moments.h"
 
 #if defined(_MSC_VER) && !defined(__clang__)
 #define restrict __restrict /* MSVC's C mode before C11 knows only its own spelling */
@@ -956,6 +957,50 @@ static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUS
     return as_tuple(list);
 }
 
+/* ---- the statistics kernel (moments.h; the loops are in moments.c) --------------- */
+
+PyDoc_STRVAR(moments_doc,
+    "moments(kind, src, lo, hi) -> tuple\n--\n\n"
+    "(finite, min, max, mean, m2, zeros, nan, posinf, neginf) of elements [lo, hi) of the\n"
+    "host-order float buffer src, kind 0 float32, 1 bfloat16, 2 IEEE float16: the count\n"
+    "of finite elements, their minimum and maximum (+inf and -inf when there is none),\n"
+    "mean and sum of squared deviations from it (0.0 and 0.0 when there is none), and the\n"
+    "counts of zeros (either sign), NaNs (any pattern), +inf and -inf.");
+
+static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t kind, lo, hi;
+    if (check_nargs("moments", nargs, 4) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[2], &lo) < 0 || get_index(args[3], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (kind < KILN_MOMENTS_F32 || kind > KILN_MOMENTS_F16) {
+        PyErr_Format(PyExc_ValueError, "kind must be 0 (float32), 1 (bfloat16) or 2 (float16), "
+                     "got %zd", kind);
+        return NULL;
+    }
+    const Py_ssize_t size = kind == KILN_MOMENTS_F32 ? 4 : 2;
+    if (hi > PY_SSIZE_T_MAX / size) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_buffers(args + 1, 1, (const int[]){0}, &view) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("src", hi * size, view.len) == 0) {
+        KilnMoments m;
+        const uint8_t *s = (const uint8_t *)view.buf + lo * size;
+        RUN_LOOP((hi - lo) * size, kiln_moments((int)kind, s, hi - lo, &m));
+        result = Py_BuildValue("(LddddLLLL)", (long long)m.finite, m.min, m.max, m.mean, m.m2,
+                               (long long)m.zeros, (long long)m.nan, (long long)m.posinf,
+                               (long long)m.neginf);
+    }
+    release_buffers(&view, 1);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
@@ -973,6 +1018,7 @@ static PyMethodDef methods[] = {
     {"ggml_from_float32", (PyCFunction)(void (*)(void))ggml_from_float32, METH_FASTCALL,
      ggml_from_float32_doc},
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
+    {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
     {NULL, NULL, 0, NULL},
 };
 
