@@ -26,6 +26,8 @@ __all__ = [
     "gguf_kv",
     "gguf_py_file",
     "kiln_np_exe",
+    "llama_safetensors",
+    "quantized_gguf",
     "run_command",
 ]
 
@@ -149,3 +151,54 @@ def gguf_py_file(path: Path, tensors: dict[str, tuple[np.ndarray, Any]]) -> Path
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+LLAMA_ROLES = {
+    "self_attn.q_proj": (64, 64),
+    "self_attn.k_proj": (32, 64),
+    "self_attn.v_proj": (32, 64),
+    "self_attn.o_proj": (64, 64),
+    "mlp.gate_proj": (128, 64),
+    "mlp.up_proj": (128, 64),
+    "mlp.down_proj": (64, 128),
+}
+"""The matrices of one layer of :func:`llama_safetensors`, by role."""
+
+
+def llama_safetensors(path: Path, layers: int = 3, metadata: dict[str, str] | None = None) -> Path:
+    """A small llama-like bf16 safetensors checkpoint, seeded: an embedding
+    (320 x 64), ``layers`` layers of :data:`LLAMA_ROLES` plus two norms (layer
+    ``i`` scaled by ``0.02 * (i + 1)``), the final norm and ``lm_head``."""
+    import ml_dtypes
+
+    import kiln_np
+
+    rng = np.random.default_rng(22)
+    bf16 = ml_dtypes.bfloat16
+    tensors: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": (rng.standard_normal((320, 64)) * 0.02).astype(bf16)
+    }
+    for i in range(layers):
+        for role, shape in LLAMA_ROLES.items():
+            values = rng.standard_normal(shape) * 0.02 * (i + 1)
+            tensors[f"model.layers.{i}.{role}.weight"] = values.astype(bf16)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            tensors[f"model.layers.{i}.{norm}.weight"] = np.ones(64, bf16)
+    tensors["model.norm.weight"] = np.ones(64, bf16)
+    tensors["lm_head.weight"] = (rng.standard_normal((320, 64)) * 0.02).astype(bf16)
+    kiln_np.save_weights(path, tensors, format="safetensors", metadata=metadata)
+    return path
+
+
+def quantized_gguf(path: Path) -> Path:
+    """A GGUF file (gguf-py's writer) of two llama blocks: Q8_0 ``attn_q``, F32
+    ``attn_norm``, then an F32 ``output_norm``; seeded."""
+    rng = np.random.default_rng(23)
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
+    tensors: dict[str, tuple[np.ndarray, Any]] = {}
+    for i in range(2):
+        weights = (rng.standard_normal((64, 64)) * 0.05 * (i + 1)).astype(np.float32)
+        tensors[f"blk.{i}.attn_q.weight"] = (gguf.quants.quantize(weights, q8_0), q8_0)
+        tensors[f"blk.{i}.attn_norm.weight"] = (np.ones(64, np.float32), None)
+    tensors["output_norm.weight"] = (np.ones(64, np.float32), None)
+    return gguf_py_file(path, tensors)

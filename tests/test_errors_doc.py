@@ -403,6 +403,7 @@ EXPLORE: list[Entry] = [
     ("bit_histogram", "not array-like", lambda: kiln_np.bit_histogram([[1], [1, 2]])),
     ("bit_histogram", "opaque payload", lambda: kiln_np.bit_histogram(kiln_np.Payload(4096, memoryview(bytes(2)), (1,), Layout("pair", 2)))),
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
+    ("report", "the output is a file of the checkpoint", lambda: kiln_np.report(path := _weights_file(), path)),
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
     ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
     ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]

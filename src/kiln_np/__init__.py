@@ -41,6 +41,7 @@ if _typing.TYPE_CHECKING:
         describe,
         plot_histograms,
     )
+    from ._explore.report import report
     from ._weights.policy import QuantizePolicy
     from ._weights.tensors import Weights, WeightTensor
     from .formats import open_weights, save_weights
@@ -62,6 +63,7 @@ _LAZY = {
         ),
         "._explore",
     ),
+    "report": "._explore.report",
     **dict.fromkeys(("Weights", "WeightTensor"), "._weights.tensors"),
     "QuantizePolicy": "._weights.policy",
     **dict.fromkeys(("open_weights", "save_weights"), ".formats"),
@@ -120,6 +122,7 @@ __all__ = [
     "pack_nibbles",
     "payload_info",
     "plot_histograms",
+    "report",
     "save_payload",
     "save_weights",
     "to_numpy",

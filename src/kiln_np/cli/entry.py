@@ -22,6 +22,7 @@ from .golden import add_golden
 from .meta import add_meta
 from .onnx import add_onnx
 from .payloads import add_decode, add_encode, add_inspect
+from .report import add_report
 from .stats import add_stats
 from .weights import add_convert, add_ls
 
@@ -46,6 +47,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     add_convert,
     add_diff,
     add_stats,
+    add_report,
 ]
 """One subparser function per command, in the order ``--help`` lists them."""
 
