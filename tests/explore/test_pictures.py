@@ -459,3 +459,21 @@ def test_the_inside_check_finds_a_label_outside() -> None:
     ax.text(0.5, 0.5, "in here", transform=ax.transAxes)
     ax.text(1.5, 0.5, "out here", transform=ax.transAxes)
     assert texts_outside(fig) == ["out here"]
+
+
+def test_hostile_names_are_drawn_as_their_escapes(tmp_path: Path) -> None:
+    """A name with bytes that are not UTF-8 (a lone surrogate) or a control
+    character: matplotlib cannot draw them (TypeError, a missing-glyph warning,
+    which the suite's filterwarnings=error fails on); the pictures show escapes."""
+    bad = ["blk.0.\udcff.weight", "blk.0.a\x1bb.weight", "blk.1.\udcff.weight"]
+    fig = heatmap_figure(bad, [1.0, 2.0, 3.0], label="std")
+    fig.savefig(tmp_path / "h.png")
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == ["\\udcff", "a\\x1bb"]
+    d = kiln_np.describe(np.ones(4, np.float32))
+    grid = histogram_grid([(bad[0], d), (bad[1], d)])
+    grid.savefig(tmp_path / "g.png")
+    assert [ax.get_title().split("\n")[0] for ax in grid.axes] == [
+        "blk.0.\\udcff.weight",
+        "blk.0.a\\x1bb.weight",
+    ]

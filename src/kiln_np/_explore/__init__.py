@@ -28,12 +28,13 @@ Modules, bottom up: ``chunks`` (what is read, in C-order chunks), ``patterns``
 dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
-``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``entry``
-(:func:`describe`), ``weight_stats`` (:class:`WeightStats`: every tensor of a checkpoint),
-``comparison`` (:func:`compare`: two checkpoints, name by name), ``layers`` (tensor
-names read as stack, layer and role), ``pictures`` (the per-layer heatmap and the
-histogram grid, :func:`plot_histograms`);
-``golden`` runs the golden case files.
+``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``layers``
+(tensor names read as stack, layer and role), ``pictures`` (the per-layer heatmap and
+the histogram grid), ``weight_stats`` (:class:`WeightStats`: every tensor of a
+checkpoint), ``entry`` (:func:`describe`, :func:`plot_histograms`), ``comparison``
+(:func:`compare`: two checkpoints, name by name), ``metadata`` (a weight file's
+metadata key by key with its type), ``report`` (:func:`report`: one self-contained
+HTML page of a checkpoint); ``golden`` runs the golden case files.
 """
 
 from .chunks import CHUNK, flat_chunks

@@ -13,6 +13,7 @@ matplotlib is imported when one is drawn.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["heatmap_figure", "histogram_grid", "shorten"]
+__all__ = ["CONTROL", "heatmap_figure", "histogram_grid", "picture_label", "shorten"]
 
 _LAYER_TICKS = 24  # at most this many layer numbers on a panel's axis
 _STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000)
@@ -51,6 +52,22 @@ def shorten(text: str, width: int, *, keep: str = "middle") -> str:
         return "…" + text[len(text) - kept :]
     head = (kept + 1) // 2
     return text[:head] + "…" + text[len(text) - (kept - head) :]
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""The control characters a page or a picture shows as their ``\\xNN`` escapes."""
+
+
+def picture_label(name: str) -> str:
+    """A tensor name as a picture can draw it: a lone surrogate (bytes that are
+    not UTF-8) and a control character as their escapes, which matplotlib's
+    fonts cannot draw (it raises, or warns of a missing glyph).
+
+    >>> picture_label("blk.\\udcff.w"), picture_label("a\\x1bb")
+    ('blk.\\\\udcff.w', 'a\\\\x1bb')
+    """
+    readable = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", readable)
 
 
 def _message(ax: Axes, text: str) -> None:
@@ -130,7 +147,7 @@ def heatmap_figure(
     """
     from matplotlib.colors import LogNorm
 
-    grids = layer_grid(names, values, positive=True)
+    grids = layer_grid([picture_label(n) for n in names], values, positive=True)
     if stack is not None:
         if stack not in grids:
             known = ", ".join(repr(s) for s in grids) or "none"
@@ -263,5 +280,6 @@ def histogram_grid(
     rows = -(-count // per_row)
     fig, _ = plot.figure((3.9 * per_row, 3.1 * rows), 0)
     for i, (name, description) in enumerate(items):
-        _draw_panel(fig.add_subplot(rows, per_row, i + 1), name, description, log)
+        panel = fig.add_subplot(rows, per_row, i + 1)
+        _draw_panel(panel, picture_label(name), description, log)
     return fig

@@ -34,7 +34,6 @@ import html
 import io
 import math
 import os
-import re
 import struct
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,7 +50,7 @@ from kiln_np.formats import open_weights
 from .entry import describe
 from .layers import layer_role
 from .metadata import metadata_rows
-from .pictures import heatmap_figure, histogram_grid
+from .pictures import CONTROL, heatmap_figure, histogram_grid
 from .weight_stats import Progress, WeightStats, describe_weights
 
 if TYPE_CHECKING:
@@ -61,8 +60,6 @@ __all__ = ["MAX_ROWS", "input_files", "report", "report_html"]
 
 MAX_ROWS = 2000
 """The rows each table of the report shows at most, by default."""
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def text(value: object) -> str:
@@ -74,7 +71,7 @@ def text(value: object) -> str:
     >>> text("<script>alert(1)</script>"), text("a\\x1bb")
     ('&lt;script&gt;alert(1)&lt;/script&gt;', 'a\\\\x1bb')
     """
-    shown = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(value))
+    shown = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(value))
     return html.escape(shown, quote=True)
 
 
@@ -464,18 +461,6 @@ def picture(fig: Figure, alt: str, dpi: int = 110) -> str:
     )
 
 
-def picture_label(name: str) -> str:
-    """A tensor name as a picture can draw it: a lone surrogate (bytes that are
-    not UTF-8) and a control character as their escapes, which matplotlib's
-    fonts cannot draw.
-
-    >>> picture_label("blk.\\udcff.w"), picture_label("a\\x1bb")
-    ('blk.\\\\udcff.w', 'a\\\\x1bb')
-    """
-    readable = name.encode("utf-8", "backslashreplace").decode("utf-8")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", readable)
-
-
 def _first_layers(names: Sequence[str]) -> list[str]:
     """The tensors a report's histograms show: those with no layer index and
     those of the first layer of each stack, in file order.
@@ -507,7 +492,7 @@ def heatmap_section(stats: WeightStats) -> str:
     role within the layer; log colour scale), or a note when no name has a
     layer index or matplotlib is missing."""
     heading = "Heatmap"
-    names = [picture_label(t.name) for t in stats]
+    names = [t.name for t in stats]
     if not any(layer_role(n) is not None for n in names):
         return (
             f'<section id="heatmap"><h2>{heading}</h2><p class="note">No tensor name has a '
@@ -551,7 +536,7 @@ def histograms_section(weights: Weights, stats: WeightStats, limit: int = 16) ->
     readable = [t.name for t in stats if t.note is None and t.count]
     chosen = _first_layers(readable)
     shown = chosen[:limit]
-    items = [(picture_label(name), describe(weights[name])) for name in shown]
+    items = [(name, describe(weights[name])) for name in shown]
     fig = histogram_grid(items)
     left = f" ({len(chosen) - len(shown)} more left out)" if len(chosen) > len(shown) else ""
     return (
