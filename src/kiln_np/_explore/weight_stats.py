@@ -56,7 +56,6 @@ from kiln_np._weights.tensors import Weights, WeightTensor
 
 from .chunks import Quantized, quantized, source
 from .description import Number, html_table, share
-from .patterns import bit_values
 from .pictures import heatmap_figure
 from .stats import Summary
 
@@ -614,25 +613,21 @@ def _quantized_moments(
 
 
 def _from_summary(head: dict[str, Any], summary: Summary) -> TensorStats:
-    """A row from the statistics engine's pass (the types the kernel does not take)."""
-    stats = summary.stats
-    if summary.patterns is not None:
-        stats.add(stats.widen(bit_values(summary.row.dtype)), summary.patterns.counts)
-    mean = std = absmax = None
-    if stats.lo is not None and stats.hi is not None:
-        mean, std = stats.moments.results(stats.lo, stats.hi)
-        absmax = max(abs(stats.lo), abs(stats.hi))
+    """A row from the statistics engine's pass (the types the kernel does not take):
+    its :class:`Description`, with the infinities split by sign."""
+    d = summary.result()
+    posinf = summary.stats.posinf
     return TensorStats(
         **head,
-        count=summary.count,
-        finite=stats.moments.n,
-        min=stats.lo,
-        max=stats.hi,
-        absmax=absmax,
-        mean=mean,
-        std=std,
-        zeros=stats.zero,
-        nan=stats.nan,
-        posinf=stats.posinf,
-        neginf=stats.inf - stats.posinf,
+        count=d.count,
+        finite=d.count - d.nan - d.inf,
+        min=d.min,
+        max=d.max,
+        absmax=d.absmax,
+        mean=d.mean,
+        std=d.std,
+        zeros=d.zero,
+        nan=d.nan,
+        posinf=posinf,
+        neginf=d.inf - posinf,
     )
