@@ -474,12 +474,10 @@ def tensor_stats(t: WeightTensor, step: Callable[[int], None] | None = None) -> 
         "byte_length": t.byte_length,
     }
     if t.layout is None and int(t.code) in _KERNEL_KINDS:
-        m = _kernel_moments(t, _KERNEL_KINDS[int(t.code)], step)
-        return _row(head, m, m.min, m.max)
+        return _row(head, _kernel_moments(t, _KERNEL_KINDS[int(t.code)], step))
     q = quantized(t)
     if q is not None:
-        m, scales = _quantized_moments(q, step)
-        return _row(head, m, m.min, m.max, scales)
+        return _row(head, *_quantized_moments(q, step))
     try:
         row, shape, chunks = source(t.payload())
     except KilnError as exc:
@@ -496,13 +494,13 @@ def tensor_stats(t: WeightTensor, step: Callable[[int], None] | None = None) -> 
 def _row(
     head: dict[str, Any],
     m: Moments,
-    lo: Number | None,
-    hi: Number | None,
     scales: Mapping[str, tuple[Number, Number] | None] | None = None,
 ) -> TensorStats:
-    std = m.std
-    absmax = None if lo is None or hi is None else max(abs(lo), abs(hi))
-    mean = None if not m.finite else min(max(m.mean, float(lo)), float(hi))  # type: ignore[arg-type]
+    lo, hi = m.min, m.max
+    absmax = mean = None
+    if lo is not None and hi is not None:
+        absmax = max(abs(lo), abs(hi))
+        mean = min(max(m.mean, lo), hi)  # rounding never leaves the values' range
     return TensorStats(
         **head,
         count=m.count,
@@ -511,7 +509,7 @@ def _row(
         max=hi,
         absmax=absmax,
         mean=mean,
-        std=std,
+        std=m.std,
         zeros=m.zeros,
         nan=m.nan,
         posinf=m.posinf,
@@ -526,13 +524,11 @@ def _kernel_moments(t: WeightTensor, kind: str, step: Callable[[int], None] | No
     itemsize = 4 if kind == "f32" else 2
     t.info.check_length(memoryview(data).nbytes)
     flat = np.frombuffer(data, np.dtype(f"<u{itemsize}"))
-    total: Moments | None = None
+    total = Moments.empty()
     for lo in range(0, max(flat.size, 1), ROUND):
-        part = moments(flat[lo : lo + ROUND], kind)
-        total = part if total is None else total.merge(part)
+        total = total.merge(moments(flat[lo : lo + ROUND], kind))
         if step is not None:
             step(min(lo + ROUND, flat.size) * itemsize)
-    assert total is not None
     return total
 
 
@@ -565,7 +561,7 @@ class _Ranges:
             self.add(name, *(found or (None, None)))
 
 
-def _quantized_part(q: Quantized, b0: int, b1: int) -> tuple[Moments | None, _Ranges]:
+def _quantized_part(q: Quantized, b0: int, b1: int) -> tuple[Moments, _Ranges]:
     """Blocks ``[b0, b1)`` of ``q``: dequantized a run at a time into one scratch
     buffer, their moments; the scale ranges of all of them at once (a few numpy
     calls on a strided field: per run they would cost as much as decoding, and
@@ -575,13 +571,12 @@ def _quantized_part(q: Quantized, b0: int, b1: int) -> tuple[Moments | None, _Ra
     step = max(1, RUN // block.elements)
     scratch = np.empty(min(step, max(b1 - b0, 1)) * block.elements, np.float32)
     ranges = _Ranges()
-    total: Moments | None = None
+    total = Moments.empty()
     for c0 in range(b0, b1, step):
         c1 = min(c0 + step, b1)
         part = scratch[: (c1 - c0) * block.elements]
         dequantize_into(block.name, q.data[c0 * block.bytes : c1 * block.bytes], part)
-        m = moments(part, "f32")
-        total = m if total is None else total.merge(m)
+        total = total.merge(moments(part, "f32"))
     ranges.add_fields(float_scales(decoder, q.data.reshape(-1, block.bytes)[b0:b1]))
     return total, ranges
 
@@ -594,18 +589,17 @@ def _quantized_moments(
     block = q.block
     blocks = q.data.size // block.bytes
     per_round = max(1, ROUND // block.elements)
-    total = moments(np.empty(0, np.float32), "f32")
+    total = Moments.empty()
     ranges = _Ranges()
     for r0 in range(0, blocks, per_round):
         r1 = min(r0 + per_round, blocks)
 
-        def part(lo: int, hi: int, r0: int = r0) -> tuple[Moments | None, _Ranges]:
+        def part(lo: int, hi: int, r0: int = r0) -> tuple[Moments, _Ranges]:
             return _quantized_part(q, r0 + lo, r0 + hi)
 
         parts = pool.run_ranges(part, r1 - r0, least=max(1, RUN // block.elements))
         for m, found in parts:
-            if m is not None:
-                total = total.merge(m)
+            total = total.merge(m)
             ranges.merge(found)
         if step is not None:
             step(r1 * block.bytes)
