@@ -43,7 +43,7 @@ from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing
 from kiln_np._version import __version__
-from kiln_np._weights.summary import NOTE, Summary, human_bytes, human_count
+from kiln_np._weights.summary import NOTE, Summary, human_bytes, human_count, shown_bits
 from kiln_np._weights.tensors import Weights
 from kiln_np.formats import open_weights
 
@@ -201,10 +201,6 @@ def _fact(label: str, value: str, detail: str = "", *, ident: str = "", kind: st
     )
 
 
-def _bits(bits: float | None) -> str:
-    return "-" if bits is None else f"{bits:.2f}"
-
-
 def _number_cell(value: float | int | None, shown: str | None = None) -> str:
     """A numeric cell: ``data-v`` is what sorts (empty for none or NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -256,7 +252,7 @@ def summary_section(summary: Summary) -> str:
             ident="parameter-count",
         ),
         _fact("bytes", human_bytes(summary.byte_length), f"{summary.byte_length:,}"),
-        _fact("bits / weight", _bits(summary.bits_per_weight)),
+        _fact("bits / weight", shown_bits(summary.bits_per_weight)),
         _fact("as bf16", human_bytes(memory["bf16"])),
         _fact("as f32", human_bytes(memory["f32"])),
     ]
@@ -276,7 +272,7 @@ def summary_section(summary: Summary) -> str:
         f'<tr><td class="text">{text(r.type)}</td>{_number_cell(r.tensors, f"{r.tensors:,}")}'
         f"{_number_cell(r.parameters, f'{r.parameters:,}')}"
         f"{_number_cell(r.byte_length, human_bytes(r.byte_length))}"
-        f"{_number_cell(r.bits_per_weight, _bits(r.bits_per_weight))}</tr>"
+        f"{_number_cell(r.bits_per_weight, shown_bits(r.bits_per_weight))}</tr>"
         for r in summary.types
     )
     return (

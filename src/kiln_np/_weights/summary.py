@@ -32,7 +32,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Listed", "Summary", "TreeRow", "TypeRow", "human_bytes", "human_count", "summarize"]
+__all__ = [
+    "Listed",
+    "Summary",
+    "TreeRow",
+    "TypeRow",
+    "human_bytes",
+    "human_count",
+    "shown_bits",
+    "summarize",
+]
 
 WIDTH = 100
 """The text form's columns."""
@@ -79,7 +88,12 @@ def _bits(byte_length: int, parameters: int) -> float | None:
     return 8 * byte_length / parameters if parameters else None
 
 
-def _shown_bits(bits: float | None) -> str:
+def shown_bits(bits: float | None) -> str:
+    """Bits per weight as the summary shows them.
+
+    >>> shown_bits(4.5), shown_bits(None)
+    ('4.50', '-')
+    """
     return "-" if bits is None else f"{bits:.2f}"
 
 
@@ -183,7 +197,7 @@ class Summary:
             ("tensors", f"{self.tensors:,}"),
             ("parameters", f"{self.parameters:,} ({human_count(self.parameters)})"),
             ("bytes", f"{self.byte_length:,} ({human_bytes(self.byte_length)})"),
-            ("bits/weight", _shown_bits(self.bits_per_weight)),
+            ("bits/weight", shown_bits(self.bits_per_weight)),
         ]
         if self.largest is not None:
             rows.append(
@@ -209,7 +223,7 @@ class Summary:
                 f"{r.tensors:,}",
                 f"{r.parameters:,}",
                 f"{r.byte_length:,}",
-                _shown_bits(r.bits_per_weight),
+                shown_bits(r.bits_per_weight),
             )
             for r in self.types
         ]
