@@ -10,14 +10,14 @@ import os
 import sys
 from typing import Any
 
-from kiln_np._explore.report import input_files, matplotlib_missing, report
+from kiln_np._explore.report import matplotlib_missing, report
 from kiln_np._weights.summary import human_bytes
 
 from .args import subparser
 from .errors import file_error
-from .files import identity, refuse_overwrite, stat_or_none
+from .files import refuse_overwrite
 from .output import Progress
-from .weights import open_weights_file, select_args, select_tensors
+from .weights import open_weights_file, select_args, select_tensors, weights_inputs
 
 __all__ = ["add_report"]
 
@@ -25,10 +25,7 @@ __all__ = ["add_report"]
 def _cmd_report(args: argparse.Namespace) -> int:
     with open_weights_file(args.path) as weights:
         chosen = select_tensors(weights, args, args.path)
-        stats = {path: stat_or_none(path) for path in input_files(weights)}
-        refuse_overwrite(
-            args.output, {identity(st): path for path, st in stats.items() if st is not None}
-        )
+        refuse_overwrite(args.output, weights_inputs(weights))
         if matplotlib_missing():
             print(
                 "kiln-np: note: the report leaves its pictures out: they need matplotlib "

@@ -18,6 +18,7 @@ from typing import Any
 
 from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
+from kiln_np._explore.report import input_files
 from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import DEQUANTIZE_TYPES, tensor_sources
 from kiln_np._weights.tensors import Weights, WeightTensor
@@ -58,6 +59,7 @@ __all__ = [
     "select_args",
     "select_tensors",
     "selection_record",
+    "weights_inputs",
 ]
 
 
@@ -207,10 +209,10 @@ def _count_text(selected: int, total: int, selection: object) -> str:
     return f"{selected} tensor{'s' * (selected != 1)}"
 
 
-def _inputs(weights: Weights) -> Inputs:
-    """Every file a conversion reads: the tensors' files and what was opened."""
-    paths = dict.fromkeys([weights.path, *(t.path for t in weights.values() if t.path)])
-    stats = {path: stat_or_none(path) for path in paths}
+def weights_inputs(weights: Weights) -> Inputs:
+    """Every file a command reads of ``weights`` (what was opened and the
+    tensors' files, :func:`~kiln_np._explore.report.input_files`) by identity."""
+    stats = {path: stat_or_none(path) for path in input_files(weights)}
     return {identity(st): path for path, st in stats.items() if st is not None}
 
 
@@ -357,7 +359,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     with open_weights_file(args.src) as weights:
         chosen = select_tensors(weights, args, args.src)
         selection = selection_record(args, len(chosen), len(weights))
-        inputs = _inputs(weights)
+        inputs = weights_inputs(weights)
         refuse_overwrite(args.dst, inputs)
         check_blocks(chosen, format=to, dequantize=dequantize, option="--dequantize")
         outputs = save_weights_paths(
