@@ -38,6 +38,7 @@ FLOORS: dict[str, int] = {
     "_kernels": 1,
     "_codec": 2,
     "_quants": 2,
+    "_schemes": 2,
     "_files": 3,
     "_weights": 4,
     "onnx": 5,
