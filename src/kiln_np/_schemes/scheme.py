@@ -7,16 +7,20 @@ A :class:`Scheme` is data plus two functions:
   types it may have.  The first part is the *key*: a tensor of that name
   and type starts a group.
 - ``plan(name, facts, config) -> Plan``: checks the parts' types and shapes
-  against each other (from headers alone: nothing is read) and gives the
+  against each other (from headers, reading at most a small part such as a
+  JSON quant state) and gives the
   logical shape, the reference's own output dtype and whatever ``decode``
   needs; a part that does not fit is a :class:`KilnError` naming the
   logical tensor and the rule broken.
 - ``decode(plan, arrays, r0, r1, dtype) -> ndarray``: rows ``[r0, r1)`` of the
-  logical tensor's first axis, of ``dtype``, computed from the parts' arrays
-  (zero-copy views of the file, by role) exactly as the reference does: its
-  compute dtype and its order of operations, its rounding at each step, then
-  one final rounding (to nearest even) from the reference's own output dtype
-  to ``dtype`` when they differ.
+  logical tensor's first axis, of ``dtype`` (float32, bfloat16 or float16),
+  computed from the parts' arrays (zero-copy views of the file, by role)
+  exactly as the reference does: its compute dtype and its order of
+  operations, its rounding at each step.  Where the reference takes an
+  output dtype (DeepSeek's ``weight_dequant`` writes the default dtype,
+  compressed-tensors and ModelOpt take ``dtype``), it is given ``dtype``;
+  where it has none, its own output (``plan.native``) is rounded once, to
+  nearest even, to ``dtype`` (:func:`final`).
 
 Examples
 --------
@@ -49,11 +53,16 @@ class Part(NamedTuple):
 
 
 class Facts(NamedTuple):
-    """What the header says of one part: its name, Kiln short type name, shape."""
+    """What the header says of one part: its name, Kiln short type name and
+    shape, and ``read()``, its elements (a zero-copy view of the file, as
+    ``WeightTensor.numpy()``): for the small parts a plan must read (a
+    bitsandbytes quant state, a compressed-tensors ``weight_shape``), never
+    for the large ones."""
 
     name: str
     type: str
     shape: tuple[int, ...]
+    read: Callable[[], np.ndarray]
 
 
 class Plan(NamedTuple):
