@@ -405,3 +405,17 @@ def test_the_command_line_reads_the_logical_view_unless_parts(
     assert "(--parts reads the tensors as stored)" in err
     code, _, err = run_cli("stats", str(broken), "--parts")
     assert code == 0, err
+
+
+def test_describe_and_bit_histogram_of_one_logical_tensor(tmp_path: Path) -> None:
+    folder, w, s = _checkpoint(tmp_path / "m", config=_CONFIG)
+    want = _expected(w, s)
+    with kiln_np.open_weights(folder) as plain:
+        t = plain.logical()["q.weight"]
+        d = kiln_np.describe(t)
+        assert (d.dtype.name, d.shape, d.count, d.nan) == ("bfloat16", (5, 3), 15, 1)
+        finite = want.astype(np.float64)[~np.isnan(want.astype(np.float64))]
+        assert (d.min, d.max) == (finite.min(), finite.max())
+        counts = kiln_np.bit_histogram(t)  # one count per 16-bit pattern
+        assert counts.sum() == 15
+        assert np.array_equal(counts, np.bincount(want.view(np.uint16).ravel(), minlength=65536))
