@@ -857,6 +857,22 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
 ]  # fmt: skip
 
+def _configured(config: bytes) -> Any:
+    """A one-tensor checkpoint with ``config`` as its ``config.json``, opened."""
+    weights = _small_weights()
+    Path(weights.path).with_name("config.json").write_bytes(config)
+    return weights
+
+
+LOGICAL: list[Entry] = [
+    ("Weights.logical", "config.json not JSON", lambda: _configured(b"{").logical()),
+    ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
+    ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
+    ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
+    ("Weights.logical", "config.json a directory", lambda: (Path((w := _small_weights()).path).with_name("config.json").mkdir(), w.logical())),
+    ("Weights.logical", "a quant_method no scheme reads", lambda: _configured(b'{"quantization_config": {"quant_method": "hqq"}}').logical()),
+]  # fmt: skip
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -865,6 +881,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Command line (`kiln-np`)", CLI),
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
+    ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
