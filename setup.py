@@ -49,8 +49,12 @@ setup(
                     "fp8.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h",
-                     KERNELS + "fp8.h"],
+            depends=[
+                KERNELS + "ggml.h",
+                KERNELS + "ggml_grids.h",
+                KERNELS + "moments.h",
+                KERNELS + "fp8.h",
+            ],
             optional=True,
         )
     ],

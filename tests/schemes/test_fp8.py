@@ -9,6 +9,7 @@ the reference has one (torch's own NaN bits differ between its vectorized and sc
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,8 @@ import pytest
 import kiln_np
 from kiln_np import KilnError
 from kiln_np._core.table import dtype_info, spec_dtype
-from kiln_np._kernels import backend
+from kiln_np._kernels import backend, pool
 from kiln_np._kernels import fp8 as kernel
-from kiln_np._kernels import pool
 from kiln_np._schemes.fp8 import FP8_BLOCK, FP8_SCALED
 from kiln_np._schemes.scheme import Facts, Scheme
 from kiln_np._schemes.table import SCHEMES, scheme_named
@@ -35,7 +35,8 @@ SUFFIXES = {FP8_BLOCK.name: ".weight_scale_inv", FP8_SCALED.name: ".weight_scale
 
 def same(got: np.ndarray, want: np.ndarray) -> None:
     """Bits equal where ``want`` is not NaN; NaN exactly where ``want`` is NaN."""
-    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
     nan = np.isnan(want.astype(np.float32))
     np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan)
     width = {4: np.uint32, 2: np.uint16}[want.dtype.itemsize]
@@ -94,7 +95,8 @@ def test_fixture_bits(case: str, dtype: str, kernels: str) -> None:
     config = config_of(case)
     for name, scheme, facts, arrays in groups(case):
         if config:
-            assert scheme.configured(config) and config["quant_method"] in scheme.methods
+            assert scheme.configured(config)
+            assert config["quant_method"] in scheme.methods
         plan = scheme.plan(name, facts, config)
         got = scheme.decode(plan, arrays, 0, plan.shape[0], DTYPES[dtype])
         same(got, expected[f"{name}@{dtype}"].numpy())
@@ -109,7 +111,7 @@ def test_row_chunks(case: str, kernels: str) -> None:
         rows = plan.shape[0]
         whole = scheme.decode(plan, arrays, 0, rows, BF16)
         cuts = sorted({0, 1, 3, rows // 2, rows - 1, rows} & set(range(rows + 1)))
-        parts = [scheme.decode(plan, arrays, a, b, BF16) for a, b in zip(cuts, cuts[1:])]
+        parts = [scheme.decode(plan, arrays, a, b, BF16) for a, b in itertools.pairwise(cuts)]
         assert whole.shape == plan.shape
         np.testing.assert_array_equal(np.concatenate(parts).view(np.uint16), whole.view(np.uint16))
 
@@ -127,7 +129,13 @@ RNG = np.random.default_rng(23)
 @pytest.mark.parametrize("threaded", [False, True])
 @pytest.mark.parametrize(
     ("rows", "cols", "block"),
-    [(300, 700, (128, 128)), (37, 1000, (1, 1000)), (50, 9, (4, 3)), (5, 5, (5, 5)), (0, 4, (1, 4))],
+    [
+        (300, 700, (128, 128)),
+        (37, 1000, (1, 1000)),
+        (50, 9, (4, 3)),
+        (5, 5, (5, 5)),
+        (0, 4, (1, 4)),
+    ],
 )
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_compiled_equals_numpy(
@@ -165,31 +173,44 @@ def test_rounding_values(kernels: str) -> None:
     assert bf.astype(np.float32).tolist()[0][:3] == [1.0, 450.0, 2.0**-9]
     big = kernel.dequantize(codes, np.array([[1e35]], np.float32), (1, 7), np.dtype(np.float16))
     assert np.isinf(big[0, :3]).tolist() == [True, True, True]
-    assert np.isnan(big[0, 3:5]).all() and big.view(np.uint16)[0, 5:].tolist() == [0, 0x8000]
+    assert np.isnan(big[0, 3:5]).all()
+    assert big.view(np.uint16)[0, 5:].tolist() == [0, 0x8000]
     tiny = kernel.dequantize(codes, np.array([[2.0**-16]], np.float32), (1, 7), np.dtype("f2"))
     assert tiny.view(np.uint16)[0, 2] == 0  # 2**-25: the tie rounds to the even zero
 
 
+def unread() -> np.ndarray:
+    raise AssertionError("a plan must not read the weight or its scales")
+
+
 def f(name: str, kind: str, shape: tuple[int, ...]) -> Facts:
-    return Facts(name, kind, shape, list)
+    return Facts(name, kind, shape, unread)
 
 
 BLOCK_FACTS = {"weight": f("w.weight", "f8e4m3", (300, 130)), "scale": f("w.s", "f32", (3, 2))}
 
 
 def test_block_plan_default_and_config() -> None:
+    assert FP8_BLOCK.configured({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    assert not FP8_BLOCK.configured({"quant_method": "compressed-tensors"})
     assert FP8_BLOCK.plan("w.weight", BLOCK_FACTS, {}).params["block"] == (128, 128)
-    plan = FP8_BLOCK.plan("w.weight", dict(BLOCK_FACTS, scale=f("s", "f32", (75, 17))),
-                          {"weight_block_size": [4, 8]})
-    assert plan.params["block"] == (4, 8) and plan.shape == (300, 130)
+    plan = FP8_BLOCK.plan(
+        "w.weight", dict(BLOCK_FACTS, scale=f("s", "f32", (75, 17))), {"weight_block_size": [4, 8]}
+    )
+    assert plan.params["block"] == (4, 8)
+    assert plan.shape == (300, 130)
 
 
 @pytest.mark.parametrize(
     ("facts", "config", "kind", "words"),
     [
         ({"scale": f("w.s", "f32", (2, 2))}, {}, "SHAPE", "expected (3, 2), found (2, 2)"),
-        ({"scale": f("w.s", "f32", (3, 2))}, {"weight_block_size": [64, 128]}, "SHAPE",
-         "one per 64x128 block of 300x130: expected (5, 2)"),
+        (
+            {"scale": f("w.s", "f32", (3, 2))},
+            {"weight_block_size": [64, 128]},
+            "SHAPE",
+            "one per 64x128 block of 300x130: expected (5, 2)",
+        ),
         ({"scale": f("w.s", "bf16", (3, 2))}, {}, "TYPE", "expected f32, found bf16"),
         ({"weight": f("w.weight", "u8", (300, 130))}, {}, "TYPE", "expected f8e4m3, found u8"),
         ({"weight": f("w.weight", "f8e4m3", (3, 10, 13))}, {}, "SHAPE", "expected 2 dimensions"),
@@ -202,7 +223,8 @@ def test_block_plan_errors(
 ) -> None:
     with pytest.raises(KilnError) as info:
         FP8_BLOCK.plan("w.weight", {**BLOCK_FACTS, **facts}, config)
-    assert info.value.kind == kind and info.value.message.startswith("w.weight: ")
+    assert info.value.kind == kind
+    assert info.value.message.startswith("w.weight: ")
     assert words in info.value.message
 
 
@@ -212,20 +234,38 @@ CT_BLOCK = {"config_groups": {"g": {"weights": {"strategy": "block", "block_stru
 
 @pytest.mark.parametrize(
     ("shape", "config", "block"),
-    [((), {}, (10, 20)), ((1,), {}, (10, 20)), ((10, 1), {}, (1, 20)), ((10,), {}, (1, 20)),
-     ((3, 3), CT_BLOCK, (4, 8))],
+    [
+        ((), {}, (10, 20)),
+        ((1,), {}, (10, 20)),
+        ((10, 1), {}, (1, 20)),
+        ((10,), {}, (1, 20)),
+        ((3, 3), CT_BLOCK, (4, 8)),
+    ],
 )
-def test_scaled_plan(shape: tuple[int, ...], config: dict[str, Any], block: tuple[int, int]) -> None:
-    plan = FP8_SCALED.plan("q.weight", dict(SCALED, scale=f("q.weight_scale", "bf16", shape)), config)
-    assert plan.params["block"] == block and plan.native == "bfloat16"
+def test_scaled_plan(
+    shape: tuple[int, ...], config: dict[str, Any], block: tuple[int, int]
+) -> None:
+    plan = FP8_SCALED.plan(
+        "q.weight", dict(SCALED, scale=f("q.weight_scale", "bf16", shape)), config
+    )
+    assert plan.params["block"] == block
+    assert plan.native == "bfloat16"
 
 
 def test_scaled_per_tensor_scalar(kernels: str) -> None:
     # ModelOpt's layout: an F32 scalar scale
-    plan = FP8_SCALED.plan("q.weight", dict(SCALED, scale=f("s", "f32", ())), {"quant_method": "modelopt", "quant_algo": "FP8"})
-    arrays = {"weight": np.full((10, 20), 0x44, np.uint8), "scale": np.array(0.25, np.float32)}
+    plan = FP8_SCALED.plan(
+        "q.weight",
+        dict(SCALED, scale=f("s", "f32", ())),
+        {"quant_method": "modelopt", "quant_algo": "FP8"},
+    )
+    arrays: dict[str, np.ndarray] = {
+        "weight": np.full((10, 20), 0x44, np.uint8),
+        "scale": np.array(0.25, np.float32),
+    }
     got = FP8_SCALED.decode(plan, arrays, 2, 4, BF16)
-    assert got.shape == (2, 20) and got.astype(np.float32).ravel().tolist() == [0.75] * 40
+    assert got.shape == (2, 20)
+    assert got.astype(np.float32).ravel().tolist() == [0.75] * 40
     assert FP8_SCALED.configured({"quant_method": "modelopt", "quant_algo": "FP8"})
     assert not FP8_SCALED.configured({"quant_method": "modelopt", "quant_algo": "NVFP4"})
 
@@ -233,14 +273,26 @@ def test_scaled_per_tensor_scalar(kernels: str) -> None:
 @pytest.mark.parametrize(
     ("facts", "config", "kind", "words"),
     [
-        ({"scale": f("q.s", "f32", (3, 3))}, {}, "SHAPE", "expected (), (1,), (10, 1), found (3, 3)"),
+        (
+            {"scale": f("q.s", "f32", (3, 3))},
+            {},
+            "SHAPE",
+            "expected (), (1,), (10, 1), found (3, 3)",
+        ),
         ({"scale": f("q.s", "f32", (2, 3))}, CT_BLOCK, "SHAPE", "(10, 1) or (3, 3), found (2, 3)"),
         ({"scale": f("q.s", "i32", ())}, {}, "TYPE", "expected f32, bf16 or f16, found i32"),
-        ({"scale": f("q.s", "f32", ()), "weight": f("q.weight", "f8e4m3", (200,))}, {}, "SHAPE",
-         "expected 2 dimensions, found (200,)"),
-        ({"scale": f("q.s", "f32", ())},
-         {"config_groups": {"g": {"weights": {"strategy": "block", "block_structure": None}}}},
-         "TYPE", "config_groups.g.weights.block_structure: expected two positive integers"),
+        (
+            {"scale": f("q.s", "f32", ()), "weight": f("q.weight", "f8e4m3", (200,))},
+            {},
+            "SHAPE",
+            "expected 2 dimensions, found (200,)",
+        ),
+        (
+            {"scale": f("q.s", "f32", ())},
+            {"config_groups": {"g": {"weights": {"strategy": "block", "block_structure": None}}}},
+            "TYPE",
+            "config_groups.g.weights.block_structure: expected two positive integers",
+        ),
     ],
 )
 def test_scaled_plan_errors(
@@ -248,5 +300,6 @@ def test_scaled_plan_errors(
 ) -> None:
     with pytest.raises(KilnError) as info:
         FP8_SCALED.plan("q.weight", {**SCALED, **facts}, config)
-    assert info.value.kind == kind and info.value.message.startswith("q.weight: ")
+    assert info.value.kind == kind
+    assert info.value.message.startswith("q.weight: ")
     assert words in info.value.message

@@ -44,7 +44,11 @@ def values() -> np.ndarray:
     >>> values()[[0x00, 0x08, 0x7E, 0xFE]].tolist()
     [0.0, 0.015625, 448.0, -448.0]
     """
-    table = np.arange(256, dtype=np.uint8).view(spec_dtype("ml_dtypes.float8_e4m3fn")).astype(np.float32)
+    table = (
+        np.arange(256, dtype=np.uint8)
+        .view(spec_dtype("ml_dtypes.float8_e4m3fn"))
+        .astype(np.float32)
+    )
     table.flags.writeable = False
     return table
 

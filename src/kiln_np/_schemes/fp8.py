@@ -32,7 +32,7 @@ Both decode through :func:`kiln_np._kernels.fp8.dequantize`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -47,7 +47,9 @@ DEFAULT_BLOCK = (128, 128)
 """DeepSeek's block when no config says otherwise."""
 
 
-def _bad(kind: str, name: str, rule: str, expected: str, found: object) -> KilnError:
+def _bad(
+    kind: Literal["TYPE", "SHAPE"], name: str, rule: str, expected: str, found: object
+) -> KilnError:
     return KilnError(kind, f"{name}: {rule}: expected {expected}, found {found}")
 
 
@@ -61,11 +63,11 @@ def _matrix(name: str, scheme: str, weight: Facts) -> tuple[int, int]:
 
 
 def _block(name: str, where: str, value: object) -> tuple[int, int]:
-    ok = isinstance(value, list | tuple) and len(value) == 2
-    if not ok or not all(type(v) is int and v > 0 for v in value):  # type: ignore[union-attr]
-        raise _bad("TYPE", name, where, "two positive integers", repr(value))
-    b0, b1 = value  # type: ignore[misc]
-    return int(b0), int(b1)
+    if isinstance(value, list | tuple) and len(value) == 2:
+        b0, b1 = value
+        if type(b0) is int and type(b1) is int and b0 > 0 and b1 > 0:
+            return b0, b1
+    raise _bad("TYPE", name, where, "two positive integers", repr(value))
 
 
 def _blocks(rows: int, cols: int, block: tuple[int, int]) -> tuple[int, int]:
