@@ -277,7 +277,7 @@ def test_scaled_per_tensor_scalar(kernels: str) -> None:
             {"scale": f("q.s", "f32", (3, 3))},
             {},
             "SHAPE",
-            "expected (), (1,), (10, 1), found (3, 3)",
+            "(10, 1) or one per block of a config's block_structure, found (3, 3)",
         ),
         ({"scale": f("q.s", "f32", (2, 3))}, CT_BLOCK, "SHAPE", "(10, 1) or (3, 3), found (2, 3)"),
         ({"scale": f("q.s", "i32", ())}, {}, "TYPE", "expected f32, bf16 or f16, found i32"),
@@ -303,3 +303,47 @@ def test_scaled_plan_errors(
     assert info.value.kind == kind
     assert info.value.message.startswith("q.weight: ")
     assert words in info.value.message
+
+
+NEED_CONFIG = {"block4x8", "ct-block-bf16"}
+"""The fixtures whose blocks no header tells: not DeepSeek's default 128 x 128, not per
+tensor or per row."""
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("by_config", [True, False])
+def test_logical_view(case: str, by_config: bool, kernels: str) -> None:
+    """End to end: open_weights(dir).logical() groups the parts (by config.json or, with
+    config=False, by names and types alone) and dequantizes each as the reference does."""
+    weights = kiln_np.open_weights(FIXTURES / case / "model.safetensors")
+    if not by_config and case in NEED_CONFIG:  # its blocks are only in its config
+        with pytest.raises(KilnError, match="block") as info:
+            weights.logical(config=False)
+        assert info.value.kind == "SHAPE"
+        return
+    view = weights.logical() if by_config else weights.logical(config=False)
+    expected = kiln_np.open_weights(FIXTURES / case / "expected.safetensors")
+    names = {key.split("@")[0] for key in expected}
+    plain = [n for n in weights if n not in names and not n.endswith(("_scale", "_scale_inv"))]
+    assert sorted(view) == sorted(names | set(plain))
+    for name in names:
+        t = view[name]
+        assert isinstance(t, kiln_np.LogicalTensor)
+        assert t.shape == weights[name].shape
+        for dtype in DTYPES:
+            same(t.dequantize(dtype), expected[f"{name}@{dtype}"].numpy())
+    for name in plain:  # the unquantized tensors pass through, bytes untouched
+        np.testing.assert_array_equal(view[name].numpy(), weights[name].numpy())
+
+
+def test_logical_view_rejects_a_bad_scale(tmp_path: Path) -> None:
+    source = FIXTURES / "block128"
+    tensors = {n: t.numpy() for n, t in kiln_np.open_weights(source / "model.safetensors").items()}
+    name = "model.layers.0.self_attn.q_proj.weight"
+    tensors[name + "_scale_inv"] = np.ones((1, 1), np.float32)  # 129 rows need 2 row blocks
+    kiln_np.save_weights(tmp_path / "model.safetensors", tensors, format="safetensors")
+    (tmp_path / "config.json").write_text((source / "config.json").read_text())
+    with pytest.raises(KilnError) as info:
+        kiln_np.open_weights(tmp_path / "model.safetensors").logical()
+    assert info.value.kind == "SHAPE"
+    assert f"{name}: fp8-block scale {name}_scale_inv, one per 128x128 block" in info.value.message

@@ -131,7 +131,8 @@ def _plan_scaled(name: str, facts: Mapping[str, Facts], config: Mapping[str, Any
         fits = [b for b in structures if _blocks(rows, cols, b) == scale.shape]
         if not fits:
             shown = ", ".join(str(_blocks(rows, cols, b)) for b in structures)
-            expected = f"(), (1,), ({rows}, 1)" + (f" or {shown}" if shown else "")
+            blocks = shown or "one per block of a config's block_structure"
+            expected = f"(), (1,), ({rows}, 1) or {blocks}"
             rule = f"fp8-scaled scale {scale.name} of a {rows}x{cols} weight"
             raise _bad("SHAPE", name, rule, expected, scale.shape)
         block = fits[0]
