@@ -755,7 +755,9 @@ def _onnx_model(*names: str) -> str:
     return str(path)
 
 
-def _fp8_logical(shape: tuple[int, ...], scale: tuple[int, ...], suffix: str, config: object) -> Any:
+def _fp8_logical(
+    shape: tuple[int, ...], scale: tuple[int, ...], suffix: str, config: object
+) -> Any:
     """The logical view of an FP8 checkpoint (weight ``shape``, scale part ``suffix`` of
     shape ``scale``) with ``config`` as its quantization_config."""
     f8 = ml_dtypes.float8_e4m3fn
