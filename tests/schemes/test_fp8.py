@@ -22,7 +22,7 @@ from kiln_np import KilnError
 from kiln_np._core.table import dtype_info, spec_dtype
 from kiln_np._kernels import backend, pool
 from kiln_np._kernels import fp8 as kernel
-from kiln_np._schemes.fp8 import FP8_BLOCK, FP8_SCALED
+from kiln_np._schemes.fp8 import FP8_BLOCK, FP8_MODELOPT, FP8_SCALED
 from kiln_np._schemes.scheme import Facts, Scheme
 from kiln_np._schemes.table import SCHEMES, scheme_named
 
@@ -30,7 +30,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "schemes" / "fp8"
 CASES = sorted(p.name for p in FIXTURES.iterdir())
 BF16 = spec_dtype("ml_dtypes.bfloat16")
 DTYPES = {"float32": np.dtype(np.float32), "bfloat16": BF16, "float16": np.dtype(np.float16)}
-SUFFIXES = {FP8_BLOCK.name: ".weight_scale_inv", FP8_SCALED.name: ".weight_scale"}
+SUFFIXES = {
+    FP8_BLOCK.name: ".weight_scale_inv",
+    FP8_SCALED.name: ".weight_scale",
+    FP8_MODELOPT.name: ".weight_scale",
+}
 
 
 def same(got: np.ndarray, want: np.ndarray) -> None:
@@ -57,6 +61,8 @@ def groups(case: str) -> list[tuple[str, Scheme, dict[str, Facts], dict[str, np.
             continue
         base = name.removesuffix(".weight")
         scheme = FP8_BLOCK if base + ".weight_scale_inv" in weights else FP8_SCALED
+        if case.startswith("modelopt"):
+            scheme = FP8_MODELOPT
         names = {"weight": name, "scale": base + SUFFIXES[scheme.name]}
         facts = {role: facts_of(weights, n) for role, n in names.items()}
         arrays = {role: weights[n].numpy() for role, n in names.items()}
@@ -102,6 +108,7 @@ def test_fixture_bits(case: str, dtype: str, kernels: str) -> None:
         same(got, expected[f"{name}@{dtype}"].numpy())
         # the reference's own dtype: compressed-tensors gives the scale's
         assert plan.native == ("float32" if scheme is FP8_BLOCK else arrays["scale"].dtype.name)
+        assert scheme.name in {"fp8-block", "fp8-scaled", "fp8-modelopt"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -253,12 +260,7 @@ def test_scaled_plan(
 
 
 def test_scaled_per_tensor_scalar(kernels: str) -> None:
-    # ModelOpt's layout: an F32 scalar scale
-    plan = FP8_SCALED.plan(
-        "q.weight",
-        dict(SCALED, scale=f("s", "f32", ())),
-        {"quant_method": "modelopt", "quant_algo": "FP8"},
-    )
+    plan = FP8_SCALED.plan("q.weight", dict(SCALED, scale=f("s", "f32", ())), {})
     arrays: dict[str, np.ndarray] = {
         "weight": np.full((10, 20), 0x44, np.uint8),
         "scale": np.array(0.25, np.float32),
@@ -266,8 +268,20 @@ def test_scaled_per_tensor_scalar(kernels: str) -> None:
     got = FP8_SCALED.decode(plan, arrays, 2, 4, BF16)
     assert got.shape == (2, 20)
     assert got.astype(np.float32).ravel().tolist() == [0.75] * 40
-    assert FP8_SCALED.configured({"quant_method": "modelopt", "quant_algo": "FP8"})
-    assert not FP8_SCALED.configured({"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    assert FP8_MODELOPT.configured({"quant_method": "modelopt", "quant_algo": "FP8"})
+    assert not FP8_MODELOPT.configured({"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    assert not FP8_SCALED.configured({"quant_method": "compressed-tensors", "format": "nvfp4"})
+
+
+def test_modelopt_rounds_the_scale_first(kernels: str) -> None:
+    # 1 + 2**-8 is a bfloat16 tie: ModelOpt rounds it to 1.0 before the product,
+    # compressed-tensors multiplies by it in float32 and rounds 1.5 * (1 + 2**-8) up.
+    facts = dict(SCALED, scale=f("s", "f32", ()))
+    arrays = {"weight": np.full((10, 20), 0x3C, np.uint8), "scale": np.array(1 + 2**-8, "f4")}
+    ours = FP8_MODELOPT.decode(FP8_MODELOPT.plan("q.weight", facts, {}), arrays, 0, 1, BF16)
+    theirs = FP8_SCALED.decode(FP8_SCALED.plan("q.weight", facts, {}), arrays, 0, 1, BF16)
+    assert ours.astype(np.float32)[0, 0] == 1.5
+    assert theirs.astype(np.float32)[0, 0] == 1.5078125
 
 
 @pytest.mark.parametrize(
@@ -327,11 +341,15 @@ def test_logical_view(case: str, by_config: bool, kernels: str) -> None:
     parts = {n + s for n in names for s in ("_scale", "_scale_inv")}
     plain = [n for n in weights if n not in names | parts]  # input_scale among them
     assert sorted(view) == sorted(names | set(plain))
+    # Without its config a ModelOpt checkpoint reads as compressed-tensors' (same names and
+    # types), whose float32 output is ModelOpt's too.
+    lost = case.startswith("modelopt") and not by_config
     for name in names:
         t = view[name]
         assert isinstance(t, kiln_np.LogicalTensor)
         assert t.shape == weights[name].shape
-        for dtype in DTYPES:
+        assert t.scheme == ("fp8-scaled" if lost else groups(case)[0][1].name)
+        for dtype in ("float32",) if lost else DTYPES:
             same(t.dequantize(dtype), expected[f"{name}@{dtype}"].numpy())
     for name in plain:  # the unquantized tensors pass through, bytes untouched
         np.testing.assert_array_equal(view[name].numpy(), weights[name].numpy())

@@ -8,13 +8,21 @@ last block of a row or column may be partial).  The reference, DeepSeek-V3
 times its block's scale (one float32 rounding) and stores it in the default dtype: ``dtype``
 here, one more rounding to nearest even for bfloat16 and float16.
 
-``fp8-scaled`` (compressed-tensors ``float-quantized``, strategy tensor, channel or block;
-NVIDIA ModelOpt FP8): ``X.weight`` F8_E4M3 ``(R, C)`` and ``X.weight_scale`` F32, BF16 or
+``fp8-scaled`` (compressed-tensors ``float-quantized``, strategy tensor, channel or block):
+``X.weight`` F8_E4M3 ``(R, C)`` and ``X.weight_scale`` F32, BF16 or
 F16 of shape ``()`` or ``(1,)`` (per tensor), ``(R, 1)`` (per row) or, with a config's
 ``block_structure``, ``(ceil(R / b0), ceil(C / b1))``.  compressed-tensors 0.20.1's
 decompressor (``quantization.lifecycle.forward_helpers._dequantize``) casts the FP8 values
 to the scale's dtype and multiplies in that dtype (torch computes it in float32 and rounds
-once), so its output dtype is the scale's; other dtypes are that output rounded once.
+once), so its output dtype is the scale's (its ``dtype`` argument is not passed on for these
+strategies); other dtypes are that output rounded once.
+
+``fp8-modelopt`` (NVIDIA ModelOpt FP8, ``quant_method: modelopt``, ``quant_algo: FP8``): the
+same names, an F32 ``X.weight_scale`` per tensor (``()``, ``(1,)``) or per row.  ModelOpt's
+``FP8QTensor.dequantize(dtype)`` computes ``weight.to(dtype) * scale.to(dtype)``: the scale is
+rounded to ``dtype`` before the product.  Without a config the names and types are
+compressed-tensors' (``fp8-scaled``, listed first); the two agree for float32 output and for
+scales that ``dtype`` holds exactly.
 
 Both decode through :func:`kiln_np._kernels.fp8.dequantize`.
 
@@ -41,7 +49,7 @@ from kiln_np._kernels import fp8
 
 from .scheme import Facts, Part, Plan, Scheme, final
 
-__all__ = ["FP8_BLOCK", "FP8_SCALED"]
+__all__ = ["FP8_BLOCK", "FP8_MODELOPT", "FP8_SCALED"]
 
 DEFAULT_BLOCK = (128, 128)
 """DeepSeek's block when no config says otherwise."""
@@ -104,6 +112,24 @@ def _decode(
         return final(native, plan.native, dtype)
 
 
+def _plan_modelopt(name: str, facts: Mapping[str, Facts], config: Mapping[str, Any]) -> Plan:
+    plan = _plan_scaled(name, facts, {})  # per tensor or per row: ModelOpt's FP8 layouts
+    return Plan(plan.shape, "float32", plan.params)
+
+
+def _decode_modelopt(
+    plan: Plan, arrays: Mapping[str, np.ndarray], r0: int, r1: int, dtype: np.dtype[Any]
+) -> np.ndarray:
+    """ModelOpt's ``weight.to(dtype) * scale.to(dtype)``: the scale rounded to ``dtype``
+    first, the product (exact in float32) rounded once to ``dtype``."""
+    rows, cols = plan.shape
+    block: tuple[int, int] = plan.params["block"]
+    codes = np.ascontiguousarray(arrays["weight"].view(np.uint8).reshape(rows, cols)[r0:r1])
+    with np.errstate(over="ignore"):  # a scale past the dtype's range is its infinity
+        scales = np.asarray(arrays["scale"], np.float32).astype(dtype).astype(np.float32)
+    return fp8.dequantize(codes, scales.reshape(_blocks(rows, cols, block)), block, dtype, row0=r0)
+
+
 def _structures(name: str, config: Mapping[str, Any]) -> list[tuple[int, int]]:
     """The weights' ``block_structure`` of each config group of strategy ``block``."""
     found = []
@@ -144,12 +170,15 @@ def _fp8_block_config(config: Mapping[str, Any]) -> bool:
 
 
 def _fp8_scaled_config(config: Mapping[str, Any]) -> bool:
-    if config.get("quant_method") == "modelopt":
-        return config.get("quant_algo") == "FP8"
     groups = config.get("config_groups")
     formats = {config.get("format")}
-    formats |= {g.get("format") for g in (groups or {}).values() if isinstance(g, dict)}
+    if isinstance(groups, dict):
+        formats |= {g.get("format") for g in groups.values() if isinstance(g, dict)}
     return "float-quantized" in formats
+
+
+def _fp8_modelopt_config(config: Mapping[str, Any]) -> bool:
+    return config.get("quant_algo") == "FP8"
 
 
 FP8_BLOCK = Scheme(
@@ -176,8 +205,23 @@ FP8_SCALED = Scheme(
     ),
     plan=_plan_scaled,
     decode=_decode,
-    methods=frozenset({"compressed-tensors", "modelopt"}),
+    methods=frozenset({"compressed-tensors"}),
     configured=_fp8_scaled_config,
     formula="s.dtype(f32(weight) * f32(weight_scale)) (per tensor, row or block), then dtype",
     reference="compressed-tensors 0.20.1 FloatQuantizationCompressor.decompress",
+)
+
+FP8_MODELOPT = Scheme(
+    name="fp8-modelopt",
+    logical=".weight",
+    parts=(
+        Part("weight", ".weight", frozenset({"f8e4m3"})),
+        Part("scale", ".weight_scale", frozenset({"f32"})),
+    ),
+    plan=_plan_modelopt,
+    decode=_decode_modelopt,
+    methods=frozenset({"modelopt"}),
+    configured=_fp8_modelopt_config,
+    formula="dtype(f32(weight) * f32(dtype(weight_scale))): the scale rounded first",
+    reference="NVIDIA ModelOpt qtensor/fp8_tensor.py FP8QTensor.dequantize (torch re-impl.)",
 )
