@@ -141,6 +141,7 @@ RNG = np.random.default_rng(23)
         (37, 1000, (1, 1000)),
         (50, 9, (4, 3)),
         (5, 5, (5, 5)),
+        (600, 70, (16, 32)),  # narrow blocks: multiplied, not looked up
         (0, 4, (1, 4)),
     ],
 )

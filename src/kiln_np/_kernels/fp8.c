@@ -6,7 +6,8 @@
  * infinity, a NaN kept a NaN (bfloat16: sign | 0x7FC0, as ml_dtypes; float16: the top payload
  * bits kept, as numpy).  Where one scale covers at least TABLE_MIN elements the 256 possible
  * results of each scale are computed first and the codes looked up in that table: the same
- * function of (code, scale), so the same bits, at one byte load and one store per element.
+ * function of (code, scale), so the same bits, at one byte load and one store per element
+ * (for blocks at least TABLE_WIDTH columns wide, so the tables stay small).
  */
 #include "fp8.h"
 
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #define TABLE_MIN 512
+#define TABLE_WIDTH 128
 
 static inline uint32_t bits_of(float f) {
     uint32_t u;
@@ -104,7 +106,9 @@ int kiln_fp8_dequant(int kind, const uint8_t *codes, const float *lut, const flo
     const size_t size = kind == KILN_FP8_F32 ? 4 : 2;
     const ptrdiff_t nblocks = cols ? (cols - 1) / b1 + 1 : 0;
     const ptrdiff_t width = b1 < cols ? b1 : cols;
-    const int tabled = b0 * width >= TABLE_MIN;
+    /* Tables pay for their 256 products from TABLE_MIN elements per scale, and cost at most
+     * 8 bytes per column for blocks TABLE_WIDTH wide or wider. */
+    const int tabled = width >= TABLE_WIDTH && b0 * width >= TABLE_MIN;
     uint32_t *tables = NULL;
     if (tabled && nblocks) {
         tables = (uint32_t *)malloc((size_t)nblocks * 256 * sizeof *tables);
