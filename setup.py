@@ -46,9 +46,15 @@ setup(
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
                     "moments.c",
+                    "fp8.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h"],
+            depends=[
+                KERNELS + "ggml.h",
+                KERNELS + "ggml_grids.h",
+                KERNELS + "moments.h",
+                KERNELS + "fp8.h",
+            ],
             optional=True,
         )
     ],

@@ -755,7 +755,28 @@ def _onnx_model(*names: str) -> str:
     return str(path)
 
 
+def _fp8_logical(
+    shape: tuple[int, ...], scale: tuple[int, ...], suffix: str, config: object
+) -> Any:
+    """The logical view of an FP8 checkpoint (weight ``shape``, scale part ``suffix`` of
+    shape ``scale``) with ``config`` as its quantization_config."""
+    f8 = ml_dtypes.float8_e4m3fn
+    directory = _scratch()
+    tensors = {"w.weight": np.zeros(shape, f8), "w" + suffix: np.ones(scale, np.float32)}
+    kiln_np.save_weights(directory / "model.safetensors", tensors, format="safetensors")
+    (directory / "config.json").write_text(json.dumps({"quantization_config": config}))
+    return kiln_np.open_weights(directory / "model.safetensors").logical()
+
+
+_DEEPSEEK = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+_CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+
+
 WEIGHTS: list[Entry] = [
+    ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
+    ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
     ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"\x00\x01 not a weight file"))),
     ("open_weights", "a torch.save checkpoint (a zip of pickles)", lambda: kiln_np.open_weights(_torch_zip())),
     ("open_weights", "a pickle (torch.save's legacy format)", lambda: kiln_np.open_weights(_file("old.pt", pickle.dumps({"w": [1.0]}, protocol=2)))),
