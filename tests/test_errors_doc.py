@@ -878,6 +878,30 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
 ]  # fmt: skip
 
+def _logical_of(tensors: dict[str, np.ndarray], config: object) -> Any:
+    """The logical view of a checkpoint of ``tensors`` (with ``config`` as its
+    quantization_config unless None)."""
+    directory = _scratch()
+    kiln_np.save_weights(directory / "model.safetensors", tensors, format="safetensors")
+    if config is not None:
+        (directory / "config.json").write_text(json.dumps({"quantization_config": config}))
+    return kiln_np.open_weights(directory / "model.safetensors").logical()
+
+
+_F8_2X2 = np.zeros((2, 2), ml_dtypes.float8_e4m3fn)
+
+
+def _fp8_tensor() -> Any:
+    """A DeepSeek FP8 weight of the logical view."""
+    return _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK)["w.weight"]
+
+
+def _beside_source_config() -> Any:
+    t = _fp8_tensor()
+    view = kiln_np.open_weights(t.path).logical()
+    return kiln_np.save_weights(Path(t.path).with_name("bf16.safetensors"), view, format="safetensors", dequantize="bf16")
+
+
 def _configured(config: bytes) -> Any:
     """A one-tensor checkpoint with ``config`` as its ``config.json``, opened."""
     weights = _small_weights()
@@ -890,8 +914,16 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
     ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
     ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
+    ("Weights.logical", "config.json a dangling symlink", lambda: (Path((w := _small_weights()).path).with_name("config.json").symlink_to("nowhere.json"), w.logical())),
     ("Weights.logical", "config.json a directory", lambda: (Path((w := _small_weights()).path).with_name("config.json").mkdir(), w.logical())),
     ("Weights.logical", "a quant_method no scheme reads", lambda: _configured(b'{"quantization_config": {"quant_method": "hqq"}}').logical()),
+    ("Weights.logical", "a configured scheme's key part without its other parts", lambda: _logical_of({"w.weight": _F8_2X2}, _DEEPSEEK)),
+    ("Weights.logical", "a part of the wrong type", lambda: _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float16)}, _DEEPSEEK)),
+    ("Weights.logical", "a configured scheme's part without its key", lambda: _logical_of({"w.weight": np.ones(2, np.float32), "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK)),
+    ("LogicalTensor.payload", "a logical tensor has no one payload", lambda: _fp8_tensor().payload()),
+    ("LogicalTensor.dequantize", "a dtype other than float32, bfloat16, float16", lambda: _fp8_tensor().dequantize(np.float64)),
+    ("save_weights", "a logical tensor without dequantize", lambda: _save({"w": _fp8_tensor()}, "safetensors")),
+    ("save_weights", "dequantized beside the source's own config.json", _beside_source_config),
 ]  # fmt: skip
 
 SECTIONS: list[tuple[str, list[Entry]]] = [
