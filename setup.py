@@ -46,9 +46,11 @@ setup(
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
                     "moments.c",
+                    "bnb.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h"],
+            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h",
+                     KERNELS + "bnb.h"],
             optional=True,
         )
     ],

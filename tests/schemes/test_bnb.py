@@ -23,6 +23,8 @@ import pytest
 import kiln_np
 from kiln_np import KilnError
 from kiln_np._core.table import dtype_info
+from kiln_np._kernels import backend, pool
+from kiln_np._kernels.bnb import decode_4bit
 from kiln_np._schemes.bnb import BNB_FP4, BNB_NF4, FP4, NF4
 from kiln_np._schemes.scheme import Facts, Plan, Scheme
 from kiln_np._schemes.table import SCHEMES, scheme_named
@@ -548,3 +550,52 @@ def test_empty_weight_decodes() -> None:
     facts, arrays = _synthetic({"shape": [0, 32]})
     plan = BNB_NF4.plan("w.weight", facts, {})
     assert BNB_NF4.decode(plan, arrays, 0, 0, DTYPES["bfloat16"]).shape == (0, 32)
+
+
+# -- the kernel: compiled and numpy, the same bits ----------------------------------
+
+_SPECIAL = np.array(
+    [0x7FC00000, 0xFFC00000, 0x7FA00001, 0xFFE00001, 0x7F800000, 0xFF800000, 0x7F7FFFFF,
+     0x00000001, 0x80800000, 0x00000000, 0x80000000, 0x3F800000, 0x477FF000, 0x33800000,
+     0x38800000, 0x387FFFFF],
+    np.uint32,
+).view(np.float32)  # fmt: skip
+
+
+def _want(
+    codes: np.ndarray, table: np.ndarray, scales: np.ndarray, size: int, dtype: str
+) -> np.ndarray:
+    """The kernel's definition, element by element in numpy (every element, from 0)."""
+    nibbles = np.stack([codes >> 4, codes & 15], axis=1).reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        product = table[nibbles] * scales[np.arange(nibbles.size) // size]
+        out: np.ndarray = product.astype(DTYPES[dtype])
+    if dtype != "float32":
+        nan = np.isnan(product)
+        quiet = 0x7FC0 if dtype == "bfloat16" else 0x7E00
+        out.view(np.uint16)[nan] = ((product.view(np.uint32)[nan] >> 16) & 0x8000) | quiet
+    return out
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_kernel_bits(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every code times hostile scales (NaN payloads, infinities, subnormals, the
+    float16 and bfloat16 rounding edges), every start and end alignment, the
+    ranges split over threads: compiled and numpy give the definition's bits."""
+    rng = np.random.default_rng(5)
+    table = np.concatenate([NF4[:8], _SPECIAL[:8]])  # NaN and inf table entries too
+    size = 32
+    codes = rng.integers(0, 256, 40 * size // 2, dtype=np.uint8)
+    codes[:256] = np.arange(256)
+    scales = np.concatenate([_SPECIAL, rng.uniform(-3, 3, 40 - _SPECIAL.size).astype(np.float32)])
+    want = _want(codes, table, scales, size, dtype)
+    monkeypatch.setattr(pool, "COMPILED_THREAD_MIN_LANES", 8)
+    monkeypatch.setattr(pool, "THREAD_MIN_LANES", 8)
+    for compiled in (True, False) if backend.COMPILED else (False,):
+        monkeypatch.setattr(backend, "COMPILED", compiled)
+        for a, b in [(0, want.size), (1, want.size), (0, 33), (31, 65), (63, 64), (5, 5)]:
+            got = decode_4bit(codes, table, scales, size, a, b, DTYPES[dtype])
+            assert got.dtype == DTYPES[dtype]
+            np.testing.assert_array_equal(
+                _bits(got), _bits(want[a:b]), err_msg=f"{compiled} {a} {b}"
+            )

@@ -61,3 +61,17 @@ def ggml_quant_types() -> tuple[tuple[int, int, int], ...]: ...
 def moments(
     kind: int, src: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> tuple[int, float, float, float, float, int, int, int, int]: ...
+
+# bitsandbytes 4-bit decode (kiln_np._kernels.bnb): elements [lo, hi) to out[i - off].
+def bnb4(
+    kind: int,
+    codes: np.ndarray,
+    lut: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    blocksize: int,
+    off: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...

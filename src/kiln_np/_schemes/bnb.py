@@ -49,7 +49,8 @@ arithmetic and its own quantizer): its AVX512 kernel reads ``absmax`` per row
 when a row is a multiple of 16 elements but not of ``blocksize``, its
 AVX512-BF16 conversion flushes bfloat16 results below 2**-126 to zero, its
 scalar kernel has -0.0 for FP4 code 8; NaN bits differ from kernel to kernel
-(here: the float32 NaN rounded by numpy / ml_dtypes, sign kept).
+(here: float32 keeps the product's NaN, bfloat16 and float16 write the quiet
+NaN of its sign, :mod:`kiln_np._kernels.bnb`).
 
 >>> FP4[[2, 3, 8]].tolist()
 [0.6666666865348816, 1.0, 0.0]
@@ -66,6 +67,7 @@ import numpy as np
 
 from kiln_np._core.errors import ErrorKind, KilnError
 from kiln_np._core.table import check_shape, spec_dtype
+from kiln_np._kernels.bnb import decode_4bit
 
 from .scheme import Facts, Part, Plan, Scheme, final
 
@@ -100,14 +102,6 @@ FP4 = np.array(
 """bitsandbytes' FP4 table (``get_4bit_type("fp4")``): code -> value / 12, in float32."""
 
 _TABLES = {"nf4": NF4, "fp4": FP4}
-# Byte b -> (value of its high nibble, value of its low nibble) as one 8-byte word:
-# a byte decodes to its two values with one gather.
-_PAIRS = {
-    kind: np.stack([table[np.arange(256) >> 4], table[np.arange(256) & 15]], axis=1)
-    .view(np.uint64)
-    .reshape(256)
-    for kind, table in _TABLES.items()
-}
 _BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 _SPECS = {"float32": "<f4", "bfloat16": "ml_dtypes.bfloat16", "float16": "<f2"}
 _DTYPES = tuple(_SPECS)
@@ -341,20 +335,19 @@ def decode(
     row = math.prod(plan.shape[1:])
     e0, e1, size = r0 * row, r1 * row, p["blocksize"]
     b0, b1 = e0 // size, -(-e1 // size)
-    start, stop = b0 * size, min(b1 * size, p["count"])  # start is even: blocksizes are
-    codes = arrays["weight"].reshape(-1)[start // 2 : (stop + 1) // 2]
-    values = _PAIRS[p["kind"]].take(codes).view(np.float32)[: stop - start]
-    whole = (stop - start) // size
-    # inf x 0 is NaN and a product may overflow its dtype: values, not warnings
-    with np.errstate(over="ignore", invalid="ignore"):
+    start = b0 * size  # even: every blocksize is
+    codes = arrays["weight"].reshape(-1)[start // 2 : (min(b1 * size, p["count"]) + 1) // 2]
+    with np.errstate(over="ignore", invalid="ignore"):  # inf x 0, overflow: values
         scales = _scales(plan, arrays, b0, b1)
-        blocked = values[: whole * size].reshape(whole, size)
-        blocked *= scales[:whole, None]
-        if whole < scales.size:  # the last, partial block
-            values[whole * size :] *= scales[whole]
-        native = values[e0 - start : e1 - start]
-        if plan.native != "float32":
-            native = native.astype(spec_dtype(_SPECS[plan.native]))
+        native = decode_4bit(
+            codes,
+            _TABLES[p["kind"]],
+            scales,
+            size,
+            e0 - start,
+            e1 - start,
+            spec_dtype(_SPECS[plan.native]),
+        )
         out = final(native, plan.native, dtype)
     return out.reshape(r1 - r0, *plan.shape[1:])
 
