@@ -599,3 +599,35 @@ def test_kernel_bits(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
             np.testing.assert_array_equal(
                 _bits(got), _bits(want[a:b]), err_msg=f"{compiled} {a} {b}"
             )
+
+
+# -- end to end: the logical view of each fixture checkpoint ----------------------
+
+
+@pytest.mark.parametrize("config", [None, False], ids=["config.json", "names-alone"])
+@pytest.mark.parametrize("case", CASES)
+def test_logical_view(case: str, config: bool | None) -> None:
+    expected = kiln_np.open_weights(FIXTURES / case / "expected.safetensors")
+    logical_names = sorted({n.split("@")[0] for n in expected})
+    with kiln_np.open_weights(FIXTURES / case / "model.safetensors") as plain:
+        view = plain.logical(config)
+        assert sorted(view) == sorted([*logical_names, "model.norm.weight"])
+        norm = view["model.norm.weight"]
+        assert not isinstance(norm, kiln_np.LogicalTensor)
+        np.testing.assert_array_equal(
+            _bits(norm.numpy()), _bits(plain["model.norm.weight"].numpy())
+        )
+        for name in logical_names:
+            t = view[name]
+            assert isinstance(t, kiln_np.LogicalTensor)
+            assert t.scheme == ("bnb-nf4" if case.startswith("nf4") else "bnb-fp4")
+            assert t.shape == expected[f"{name}@float32"].shape
+            assert set(t.parts) >= {"weight", "absmax", "quant_map", "quant_state"}
+            assert ("nested_absmax" in t.parts) is case.endswith("_dq")
+            for dtype in DTYPES:
+                _same(
+                    t.dequantize(dtype),
+                    expected[f"{name}@{dtype}"].numpy(),
+                    nan_bits=t.dtype.name == dtype == "float32",
+                )
+            assert t.numpy().dtype == t.dtype
