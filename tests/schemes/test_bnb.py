@@ -583,7 +583,9 @@ def test_kernel_bits(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     float16 and bfloat16 rounding edges), every start and end alignment, the
     ranges split over threads: compiled and numpy give the definition's bits."""
     rng = np.random.default_rng(5)
-    table = np.concatenate([NF4[:8], _SPECIAL[:8]])  # NaN and inf table entries too
+    # infinite, huge, subnormal and signed-zero table entries too; never a NaN (neither
+    # table has one, and which NaN a NaN x NaN gives is the compiler's choice in C)
+    table = np.concatenate([NF4[:8], _SPECIAL[4:12]])
     size = 32
     codes = rng.integers(0, 256, 40 * size // 2, dtype=np.uint8)
     codes[:256] = np.arange(256)

@@ -16,30 +16,34 @@ static inline uint16_t bnb_f32_to_bf16(float f) {
     return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
-/* One loop per output type: the type is fixed inside it, so nothing branches per element. */
+/* One loop per output type: the type is fixed inside it, so nothing branches per element.
+ * A block's 16 possible outputs are computed first (the same product and rounding as
+ * element by element, so the same bits); each byte is then two lookups. */
 #define BNB_LOOP(NAME, T, CONVERT)                                                         \
     static void NAME(const uint8_t *restrict codes, const float *restrict lut,            \
                      const float *restrict scales, T *restrict out, ptrdiff_t blocksize,   \
                      ptrdiff_t lo, ptrdiff_t hi) {                                         \
+        T t[16];                                                                           \
         for (ptrdiff_t k = lo / blocksize; k * blocksize < hi; k++) {                      \
             const ptrdiff_t i0 = k * blocksize > lo ? k * blocksize : lo;                  \
             const ptrdiff_t i1 = (k + 1) * blocksize < hi ? (k + 1) * blocksize : hi;      \
             const float s = scales[k];                                                     \
+            for (int c = 0; c < 16; c++) {                                                 \
+                const float v = lut[c] * s;                                                \
+                t[c] = CONVERT(v);                                                         \
+            }                                                                              \
             ptrdiff_t i = i0;                                                              \
             if (i & 1) { /* a range that starts on a low nibble */                         \
-                const float v = lut[codes[i >> 1] & 15] * s;                               \
-                out[i - lo] = CONVERT(v);                                                  \
+                out[i - lo] = t[codes[i >> 1] & 15];                                       \
                 i++;                                                                       \
             }                                                                              \
             for (; i + 2 <= i1; i += 2) {                                                  \
                 const uint8_t b = codes[i >> 1];                                           \
-                const float v0 = lut[b >> 4] * s, v1 = lut[b & 15] * s;                    \
-                out[i - lo] = CONVERT(v0);                                                 \
-                out[i + 1 - lo] = CONVERT(v1);                                             \
+                out[i - lo] = t[b >> 4];                                                   \
+                out[i + 1 - lo] = t[b & 15];                                               \
             }                                                                              \
             if (i < i1) {                                                                  \
-                const float v = lut[codes[i >> 1] >> 4] * s;                               \
-                out[i - lo] = CONVERT(v);                                                  \
+                out[i - lo] = t[codes[i >> 1] >> 4];                                       \
             }                                                                              \
         }                                                                                  \
     }

@@ -7,9 +7,12 @@ float32 (a no-op: NaN payloads kept), bfloat16 or IEEE float16, where a NaN
 becomes the quiet NaN of its sign (0x7fc0 / 0x7e00 and the sign bit).
 
 Two implementations, the same bits (``tests/schemes/test_bnb.py``): the compiled
-loop (``bnb.c``, one pass, split over the thread pool) and the numpy twin (one
-gather of both values of a byte, a multiplication per block, ``astype``), which
-runs when the extension is absent or ``KILN_NP_PURE=1``.
+loop (``bnb.c``: per block, its 16 possible outputs, each the same product and
+rounding; then two lookups a byte; one pass, split over the thread pool) and
+the numpy twin (one gather of both values of a byte, a multiplication per
+block, ``astype``), which runs when the extension is absent or ``KILN_NP_PURE=1``.
+Neither table has a NaN, so which NaN a NaN times a NaN gives (C leaves the
+operand order to the compiler) never arises.
 
 >>> import numpy as np
 >>> table = np.arange(16, dtype=np.float32)
