@@ -49,8 +49,12 @@ setup(
                     "bnb.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h",
-                     KERNELS + "bnb.h"],
+            depends=[
+                KERNELS + "ggml.h",
+                KERNELS + "ggml_grids.h",
+                KERNELS + "moments.h",
+                KERNELS + "bnb.h",
+            ],
             optional=True,
         )
     ],
