@@ -37,6 +37,9 @@ import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
+from kiln_np._schemes.bnb import NF4
+from kiln_np._schemes.scheme import Facts
+from kiln_np._schemes.table import scheme_named
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -926,6 +929,44 @@ LOGICAL: list[Entry] = [
     ("save_weights", "dequantized beside the source's own config.json", _beside_source_config),
 ]  # fmt: skip
 
+
+def _bnb_plan(state: dict[str, Any] | bytes, **parts: np.ndarray) -> Any:
+    """The bnb-nf4 plan of a group of 64 elements in blocks of 32: ``state`` updates
+    its JSON (None removes a key) or replaces it (bytes), ``parts`` replace parts."""
+    if not isinstance(state, bytes):
+        full = {"quant_type": "nf4", "blocksize": 32, "dtype": "float32", "shape": [2, 32]}
+        full = {k: v for k, v in {**full, **state}.items() if v is not None}
+        state = json.dumps(full).encode()
+    arrays: dict[str, np.ndarray] = {
+        "quant_state": np.frombuffer(state, np.uint8),
+        "weight": np.zeros((32, 1), np.uint8),
+        "absmax": np.ones(2, np.float32),
+        "quant_map": NF4,
+        **parts,
+    }
+    scheme = scheme_named("bnb-nf4")
+    suffixes = {part.role: part.suffix for part in scheme.parts}
+
+    def facts(role: str, array: np.ndarray) -> Facts:
+        kind = {"uint8": "u8", "float32": "f32"}[array.dtype.name]
+        return Facts("w" + suffixes[role], kind, array.shape, lambda: array)
+
+    return scheme.plan("w.weight", {r: facts(r, a) for r, a in arrays.items()}, {})
+
+
+SCHEMES = [
+    ("bnb-nf4 / bnb-fp4 plan", "quant state not 1 to 4096 bytes", lambda: _bnb_plan({}, quant_state=np.zeros(4097, np.uint8))),
+    ("bnb-nf4 / bnb-fp4 plan", "quant state not JSON", lambda: _bnb_plan(b"{nf4}")),
+    ("bnb-nf4 / bnb-fp4 plan", "quant state key missing or unexpected", lambda: _bnb_plan({"blocksize": None})),
+    ("bnb-nf4 / bnb-fp4 plan", "quant_type not the part name's", lambda: _bnb_plan({"quant_type": "fp4"})),
+    ("bnb-nf4 / bnb-fp4 plan", "blocksize not 32, 64, ..., 4096", lambda: _bnb_plan({"blocksize": 48})),
+    ("bnb-nf4 / bnb-fp4 plan", "dtype not float32, bfloat16, float16", lambda: _bnb_plan({"dtype": "float64"})),
+    ("bnb-nf4 / bnb-fp4 plan", "shape whose product disagrees with the packed weight", lambda: _bnb_plan({"shape": [2, 30]})),
+    ("bnb-nf4 / bnb-fp4 plan", "absmax count not ceil(n / blocksize)", lambda: _bnb_plan({}, absmax=np.ones(3, np.float32))),
+    ("bnb-nf4 / bnb-fp4 plan", "quant_map not bitsandbytes' table", lambda: _bnb_plan({}, quant_map=np.zeros(16, np.float32))),
+]  # fmt: skip
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -936,6 +977,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
+    ("Quantization schemes (`kiln_np._schemes`)", SCHEMES),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -23,6 +23,7 @@
 #include "ggml.h"
 #include "moments.h"
 #include "fp8.h"
+#include "bnb.h"
 
 #if defined(_MSC_VER) && !defined(__clang__)
 #define restrict __restrict /* MSVC's C mode before C11 knows only its own spelling */
@@ -1179,6 +1180,53 @@ static PyObject *fp8_dequant(PyObject *Py_UNUSED(module), PyObject *const *args,
     return result;
 }
 
+/* ---- bitsandbytes 4-bit decode (bnb.h; the loops are in bnb.c) -------------------- */
+
+PyDoc_STRVAR(bnb4_doc,
+    "bnb4(kind, codes, lut, scales, out, blocksize, off, lo, hi)\n--\n\n"
+    "Elements [lo, hi) of the packed 4-bit codes (element 2k the high nibble of byte k):\n"
+    "lut[code] * scales[i // blocksize] in float32 (lut: 16 float32, scales: float32),\n"
+    "rounded to nearest even to kind 0 float32, 1 bfloat16 or 2 IEEE float16 (a NaN to\n"
+    "the quiet NaN of its sign), written to out[i - off] (host byte order), off <= lo.");
+
+static PyObject *bnb4(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t kind, blocksize, off, lo, hi;
+    if (check_nargs("bnb4", nargs, 9) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[5], &blocksize) < 0 || get_index(args[6], &off) < 0 ||
+        get_index(args[7], &lo) < 0 || get_index(args[8], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (kind < KILN_BNB_F32 || kind > KILN_BNB_F16 || blocksize < 1 || off < 0 || off > lo) {
+        PyErr_Format(PyExc_ValueError, "bad kind %zd, blocksize %zd or offset %zd", kind,
+                     blocksize, off);
+        return NULL;
+    }
+    const Py_ssize_t size = kind == KILN_BNB_F32 ? 4 : 2;
+    if (hi > PY_SSIZE_T_MAX / size - 1) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[4]; /* codes, lut, scales, out */
+    if (get_buffers(args + 1, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t blocks = hi > lo ? (hi - 1) / blocksize + 1 : 0;
+    if (check_fits("codes", (hi + 1) / 2, views[0].len) == 0 &&
+        check_fits("lut", 16 * (Py_ssize_t)sizeof(float), views[1].len) == 0 &&
+        check_fits("scales", blocks * (Py_ssize_t)sizeof(float), views[2].len) == 0 &&
+        check_fits("out", (hi - off) * size, views[3].len) == 0) {
+        uint8_t *out = (uint8_t *)views[3].buf + (lo - off) * size;
+        RUN_LOOP((hi - lo) * size,
+                 kiln_bnb4((int)kind, (const uint8_t *)views[0].buf, (const float *)views[1].buf,
+                           (const float *)views[2].buf, out, blocksize, lo, hi));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 4);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
@@ -1200,6 +1248,7 @@ static PyMethodDef methods[] = {
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
     {"fp8_dequant", (PyCFunction)(void (*)(void))fp8_dequant, METH_FASTCALL, fp8_dequant_doc},
+    {"bnb4", (PyCFunction)(void (*)(void))bnb4, METH_FASTCALL, bnb4_doc},
     {NULL, NULL, 0, NULL},
 };
 

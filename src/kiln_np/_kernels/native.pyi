@@ -79,3 +79,17 @@ def fp8_dequant(
     hi: int,
     /,
 ) -> None: ...
+
+# bitsandbytes 4-bit decode (kiln_np._kernels.bnb): elements [lo, hi) to out[i - off].
+def bnb4(
+    kind: int,
+    codes: np.ndarray,
+    lut: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    blocksize: int,
+    off: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...

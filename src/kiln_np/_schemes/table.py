@@ -4,17 +4,18 @@ Adding a scheme is a row here plus its module's :class:`~.scheme.Scheme`
 (data, a ``plan`` rule and one exact ``decode``).
 
 >>> [s.name for s in SCHEMES]
-['fp8-block', 'fp8-scaled', 'fp8-modelopt']
+['fp8-block', 'fp8-scaled', 'fp8-modelopt', 'bnb-nf4', 'bnb-fp4']
 """
 
 from __future__ import annotations
 
+from .bnb import BNB_FP4, BNB_NF4
 from .fp8 import FP8_BLOCK, FP8_MODELOPT, FP8_SCALED
 from .scheme import Scheme
 
 __all__ = ["SCHEMES", "scheme_named"]
 
-SCHEMES: tuple[Scheme, ...] = (FP8_BLOCK, FP8_SCALED, FP8_MODELOPT)
+SCHEMES: tuple[Scheme, ...] = (FP8_BLOCK, FP8_SCALED, FP8_MODELOPT, BNB_NF4, BNB_FP4)
 """The schemes, the more specific first: ModelOpt's NVFP4 ``weight`` is U8,
 compressed-tensors' FP8 ``weight`` is F8_E4M3, and both have a
 ``weight_scale``; types tell them apart, the order settles the rest."""
