@@ -881,6 +881,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
 ]  # fmt: skip
 
+
 def _logical_of(tensors: dict[str, np.ndarray], config: object) -> Any:
     """The logical view of a checkpoint of ``tensors`` (with ``config`` as its
     quantization_config unless None)."""
@@ -896,13 +897,24 @@ _F8_2X2 = np.zeros((2, 2), ml_dtypes.float8_e4m3fn)
 
 def _fp8_tensor() -> Any:
     """A DeepSeek FP8 weight of the logical view."""
-    return _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK)["w.weight"]
+    return _logical_of(
+        {"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK
+    )["w.weight"]
 
 
 def _beside_source_config() -> Any:
     t = _fp8_tensor()
     view = kiln_np.open_weights(t.path).logical()
-    return kiln_np.save_weights(Path(t.path).with_name("bf16.safetensors"), view, format="safetensors", dequantize="bf16")
+    return kiln_np.save_weights(
+        Path(t.path).with_name("bf16.safetensors"), view, format="safetensors", dequantize="bf16"
+    )
+
+
+def _config_made(make: Callable[[Path], None]) -> Any:
+    """The logical view of a one-tensor checkpoint whose ``config.json`` ``make`` made."""
+    weights = _small_weights()
+    make(Path(weights.path).with_name("config.json"))
+    return weights.logical()
 
 
 def _configured(config: bytes) -> Any:
@@ -917,8 +929,8 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
     ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
     ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
-    ("Weights.logical", "config.json a dangling symlink", lambda: (Path((w := _small_weights()).path).with_name("config.json").symlink_to("nowhere.json"), w.logical())),
-    ("Weights.logical", "config.json a directory", lambda: (Path((w := _small_weights()).path).with_name("config.json").mkdir(), w.logical())),
+    ("Weights.logical", "config.json a dangling symlink", lambda: _config_made(lambda p: p.symlink_to("nowhere.json"))),
+    ("Weights.logical", "config.json a directory", lambda: _config_made(Path.mkdir)),
     ("Weights.logical", "a quant_method no scheme reads", lambda: _configured(b'{"quantization_config": {"quant_method": "hqq"}}').logical()),
     ("Weights.logical", "a configured scheme's key part without its other parts", lambda: _logical_of({"w.weight": _F8_2X2}, _DEEPSEEK)),
     ("Weights.logical", "a part of the wrong type", lambda: _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float16)}, _DEEPSEEK)),

@@ -40,7 +40,8 @@ def test_rows_are_unique_and_keyed() -> None:
     names = [s.name for s in SCHEMES]
     assert len(set(names)) == len(names)
     for scheme in SCHEMES:
-        assert scheme.parts and not scheme.parts[0].optional, scheme.name
+        assert scheme.parts, scheme.name
+        assert not scheme.parts[0].optional, scheme.name
         assert scheme.methods, scheme.name
         assert len({p.role for p in scheme.parts}) == len(scheme.parts), scheme.name
         assert len({p.suffix for p in scheme.parts}) == len(scheme.parts), scheme.name
