@@ -46,9 +46,15 @@ setup(
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
                     "moments.c",
+                    "fp4.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h"],
+            depends=[
+                KERNELS + "ggml.h",
+                KERNELS + "ggml_grids.h",
+                KERNELS + "moments.h",
+                KERNELS + "fp4.h",
+            ],
             optional=True,
         )
     ],

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp4.h"
 #include "ggml.h"
 #include "moments.h"
 
@@ -1124,6 +1125,55 @@ static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     return result;
 }
 
+/* ---- the e2m1 scaled decode (fp4.h; the loops are in fp4.c) ---------------------- */
+
+PyDoc_STRVAR(fp4_scaled_doc,
+    "fp4_scaled(kind, packed, scales, out, block, post, lo, hi)\n--\n\n"
+    "Blocks [lo, hi) of block (even) elements: e2m1 codes, two a packed byte (the even\n"
+    "element in the low nibble), times the block's float32 scales[k], times post, in\n"
+    "float32, rounded to nearest even into out of kind 0 float32, 1 bfloat16, 2 float16.");
+
+static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
+                            Py_ssize_t nargs) {
+    Py_ssize_t kind, block, lo, hi;
+    if (check_nargs("fp4_scaled", nargs, 8) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[4], &block) < 0 || get_index(args[6], &lo) < 0 ||
+        get_index(args[7], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    const double post = PyFloat_AsDouble(args[5]);
+    if (post == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (kind < KILN_FP4_F32 || kind > KILN_FP4_F16) {
+        PyErr_Format(PyExc_ValueError, "kind must be 0 (float32), 1 (bfloat16) or 2 (float16), "
+                     "got %zd", kind);
+        return NULL;
+    }
+    if (block < 2 || (block & 1) || block > PY_SSIZE_T_MAX / 4 / (hi ? hi : 1)) {
+        PyErr_Format(PyExc_ValueError, "bad block size %zd", block);
+        return NULL;
+    }
+    const Py_ssize_t size = kind == KILN_FP4_F32 ? 4 : 2;
+    Py_buffer views[3]; /* packed, scales, out */
+    if (get_buffers(args + 1, 3, (const int[]){0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("packed", hi * (block / 2), views[0].len) == 0 &&
+        check_fits("scales", 4 * hi, views[1].len) == 0 &&
+        check_fits("out", size * hi * block, views[2].len) == 0) {
+        const uint8_t *p = (const uint8_t *)views[0].buf + lo * (block / 2);
+        const float *s = (const float *)views[1].buf + lo;
+        uint8_t *o = (uint8_t *)views[2].buf + size * lo * block;
+        RUN_LOOP((hi - lo) * block,
+                 kiln_fp4_scaled((int)kind, p, s, (float)post, hi - lo, block, o));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 3);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
@@ -1144,6 +1194,7 @@ static PyMethodDef methods[] = {
      ggml_from_float32_doc},
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
+    {"fp4_scaled", (PyCFunction)(void (*)(void))fp4_scaled, METH_FASTCALL, fp4_scaled_doc},
     {NULL, NULL, 0, NULL},
 };
 

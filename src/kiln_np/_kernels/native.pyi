@@ -61,3 +61,17 @@ def ggml_quant_types() -> tuple[tuple[int, int, int], ...]: ...
 def moments(
     kind: int, src: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> tuple[int, float, float, float, float, int, int, int, int]: ...
+
+# The e2m1 scaled decode (kiln_np._kernels.fp4): blocks [lo, hi) of block elements, code
+# value * scales[k] * post in float32, rounded into out of kind 0 f32, 1 bf16, 2 f16.
+def fp4_scaled(
+    kind: int,
+    packed: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    block: int,
+    post: float,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...

@@ -1,0 +1,104 @@
+"""The e2m1 scaled decode: packed FP4 E2M1 codes times a float32 scale a block.
+
+:func:`scaled_into` writes, for element ``i`` of block ``k`` (``block``
+consecutive elements, two codes a byte, the even element in the low nibble),
+``round((value(code) * scales[k]) * post)``: two float32 products, each rounded
+once to nearest even, then one rounding to nearest even to the output's dtype
+(float32, bfloat16 or float16).  NaN stays NaN (bfloat16 ``sign | 0x7fc0`` as
+ml_dtypes converts, float16 with its top payload bits as numpy converts);
+products beyond the output's range are infinities.
+
+``post`` is 1.0 for a scale that is one float32 number (NVFP4: the block's FP8
+scale already times the tensor's); gpt-oss's ``2**(e - 127)`` reaches
+``2**128``, beyond float32, so its scale goes in as ``2**(e - 128)`` with
+``post`` 2.0, every product exact until the last.
+
+The compiled kernel (``native.fp4_scaled``, src/kiln_np/_kernels/fp4.c) and the
+numpy one (:func:`scaled_numpy`, used when the extension is absent or
+``KILN_NP_PURE=1``) give the same bits; large inputs are split over the thread
+pool by whole blocks.
+
+>>> import numpy as np
+>>> packed = np.array([0x21, 0xF9], np.uint8)  # codes 1, 2, 9, 15: 0.5, 1.0, -0.5, -6.0
+>>> out = np.empty(4, np.float32)
+>>> scaled_into(packed, np.array([3.0], np.float32), out, 4, 1.0)
+>>> out.tolist()
+[1.5, 3.0, -1.5, -18.0]
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from kiln_np._core.checks import U8
+from kiln_np._kernels import backend, pool
+
+with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+    from kiln_np._kernels import native
+
+__all__ = ["E2M1", "KINDS", "scaled_into", "scaled_numpy"]
+
+E2M1 = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+    np.float32,
+)
+"""The 16 e2m1 codes' values (OCP MX v1.0: sign bit 3, exponent bits 2-1, mantissa bit 0)."""
+
+KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
+"""The output dtypes and the compiled kernel's code for each."""
+
+_CHUNK_BLOCKS = 1 << 13
+"""Blocks per step of the numpy kernel (128 Ki elements of 16)."""
+
+
+def scaled_numpy(
+    packed: np.ndarray, scales: np.ndarray, out: np.ndarray, block: int, post: float
+) -> None:
+    """The numpy kernel of :func:`scaled_into` (same arguments, same bits)."""
+    half = block // 2
+    lows, highs = packed.reshape(-1, half) & 0x0F, packed.reshape(-1, half) >> 4
+    flat = out.reshape(-1, block)
+    factor = np.float32(post)
+    with np.errstate(all="ignore"):  # infinities and NaNs are values here
+        _chunks(lows, highs, scales, flat, block, factor)
+
+
+def _chunks(
+    lows: np.ndarray,
+    highs: np.ndarray,
+    scales: np.ndarray,
+    flat: np.ndarray,
+    block: int,
+    factor: np.float32,
+) -> None:
+    for k0 in range(0, scales.size, _CHUNK_BLOCKS):
+        k1 = min(k0 + _CHUNK_BLOCKS, scales.size)
+        values = np.empty((k1 - k0, block), np.float32)
+        values[:, 0::2] = E2M1[lows[k0:k1]]
+        values[:, 1::2] = E2M1[highs[k0:k1]]
+        values *= scales[k0:k1, None]
+        values *= factor
+        flat[k0:k1] = values.astype(flat.dtype)
+
+
+def scaled_into(
+    packed: np.ndarray, scales: np.ndarray, out: np.ndarray, block: int, post: float
+) -> None:
+    """Write ``out`` (C-contiguous float32, bfloat16 or float16, ``scales.size *
+    block`` elements) from ``packed`` (uint8, ``scales.size * block // 2``
+    bytes, C-contiguous) and ``scales`` (float32, C-contiguous, one a block;
+    ``block`` even), as the module's docstring says."""
+    if not backend.COMPILED:
+        scaled_numpy(packed, scales, out, block, post)
+        return
+    kind = KINDS[out.dtype.name]
+    raw = packed.view(U8).reshape(-1)
+    flat_scales = scales.reshape(-1)
+    flat_out = out.reshape(-1).view(U8)
+    pool.run_blocks(
+        lambda b0, b1: native.fp4_scaled(kind, raw, flat_scales, flat_out, block, post, b0, b1),
+        scales.size,
+        block,
+    )
