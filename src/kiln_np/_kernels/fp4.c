@@ -29,12 +29,14 @@ static ALWAYS_INLINE uint32_t pick(uint32_t yes, uint32_t a, uint32_t b) {
     return b ^ ((a ^ b) & (0u - yes));
 }
 
-static ALWAYS_INLINE float e2m1(uint32_t code) {
+/* `zero_sign` is 0x80000000 where code 8 is -0.0, 0 where it is +0.0 (ModelOpt's table). */
+static ALWAYS_INLINE float e2m1(uint32_t code, uint32_t zero_sign) {
     const uint32_t m = code & 7u;
-    const uint32_t nonzero = (m + 7u) >> 3;   /* m != 0 */
-    const uint32_t one = 1u - (((m ^ 1u) + 7u) >> 3); /* m == 1 */
+    const uint32_t nonzero = 0u - ((m + 7u) >> 3);          /* m != 0: all ones */
+    const uint32_t one = 1u - (((m ^ 1u) + 7u) >> 3);        /* m == 1 */
     const uint32_t bits = ((m - one) << 22) + (126u << 23); /* m == 1: 0.5 */
-    return from_bits((bits & (0u - nonzero)) | ((code & 8u) << 28));
+    const uint32_t sign = ((code & 8u) << 28) & (nonzero | zero_sign);
+    return from_bits((bits & nonzero) | sign);
 }
 
 static ALWAYS_INLINE uint16_t to_bf16(float f) {
@@ -73,15 +75,15 @@ static ALWAYS_INLINE uint16_t to_f16(float f) {
 /* Eight bytes (16 elements) of one block: the float32 products first, a loop of eight
  * lanes (one AVX2 register), then their rounding and pairing, another. */
 static ALWAYS_INLINE void chunk_out(int kind, const uint8_t *restrict b, float scale, float post,
-                                    uint8_t *restrict out) {
+                                    uint32_t zero_sign, uint8_t *restrict out) {
     uint32_t w[8];
     float lo[8], hi[8];
     for (int j = 0; j < 8; j++) {
         w[j] = b[j];
     }
     for (int j = 0; j < 8; j++) {
-        lo[j] = (e2m1(w[j] & 0x0Fu) * scale) * post;
-        hi[j] = (e2m1(w[j] >> 4) * scale) * post;
+        lo[j] = (e2m1(w[j] & 0x0Fu, zero_sign) * scale) * post;
+        hi[j] = (e2m1(w[j] >> 4, zero_sign) * scale) * post;
     }
     if (kind == KILN_FP4_F32) {
         uint64_t pairs[8];
@@ -106,13 +108,13 @@ static ALWAYS_INLINE void chunk_out(int kind, const uint8_t *restrict b, float s
 
 /* Blocks of `chunks` eight-byte chunks each. */
 static ALWAYS_INLINE void blocks_out(int kind, const uint8_t *restrict p, const float *restrict s,
-                                     float post, ptrdiff_t blocks, ptrdiff_t chunks,
-                                     uint8_t *restrict o) {
+                                     float post, uint32_t zero_sign, ptrdiff_t blocks,
+                                     ptrdiff_t chunks, uint8_t *restrict o) {
     const ptrdiff_t step = kind == KILN_FP4_F32 ? 64 : 32; /* output bytes a chunk */
     for (ptrdiff_t k = 0; k < blocks; k++) {
         for (ptrdiff_t c = 0; c < chunks; c++) {
             const ptrdiff_t at = k * chunks + c;
-            chunk_out(kind, p + 8 * at, s[k], post, o + step * at);
+            chunk_out(kind, p + 8 * at, s[k], post, zero_sign, o + step * at);
         }
     }
 }
@@ -120,8 +122,9 @@ static ALWAYS_INLINE void blocks_out(int kind, const uint8_t *restrict p, const 
 #define KIND_LOOP(kind, suffix)                                                              \
     VECTOR_CLONES                                                                            \
     static void loop_##suffix(const uint8_t *restrict p, const float *restrict s, float post, \
-                              ptrdiff_t blocks, ptrdiff_t chunks, uint8_t *restrict o) {     \
-        blocks_out(kind, p, s, post, blocks, chunks, o);                                     \
+                              uint32_t zero_sign, ptrdiff_t blocks, ptrdiff_t chunks,        \
+                              uint8_t *restrict o) {                                         \
+        blocks_out(kind, p, s, post, zero_sign, blocks, chunks, o);                          \
     }
 
 KIND_LOOP(KILN_FP4_F32, f32)
@@ -129,13 +132,14 @@ KIND_LOOP(KILN_FP4_BF16, bf16)
 KIND_LOOP(KILN_FP4_F16, f16)
 
 void kiln_fp4_scaled(int kind, const uint8_t *packed, const float *scales, float post,
-                     ptrdiff_t blocks, ptrdiff_t block, void *out) {
+                     int minus_zero, ptrdiff_t blocks, ptrdiff_t block, void *out) {
     uint8_t *o = (uint8_t *)out;
+    const uint32_t zero_sign = minus_zero ? 0x80000000u : 0u;
     if (kind == KILN_FP4_F32) {
-        loop_f32(packed, scales, post, blocks, block / 16, o);
+        loop_f32(packed, scales, post, zero_sign, blocks, block / 16, o);
     } else if (kind == KILN_FP4_BF16) {
-        loop_bf16(packed, scales, post, blocks, block / 16, o);
+        loop_bf16(packed, scales, post, zero_sign, blocks, block / 16, o);
     } else {
-        loop_f16(packed, scales, post, blocks, block / 16, o);
+        loop_f16(packed, scales, post, zero_sign, blocks, block / 16, o);
     }
 }

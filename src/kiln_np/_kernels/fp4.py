@@ -19,10 +19,10 @@ numpy one (:func:`scaled_numpy`, used when the extension is absent or
 pool by whole blocks.
 
 >>> import numpy as np
->>> packed = np.array([0x21, 0xF9], np.uint8)  # codes 1, 2, 9, 15: 0.5, 1.0, -0.5, -6.0
->>> out = np.empty(4, np.float32)
->>> scaled_into(packed, np.array([3.0], np.float32), out, 4, 1.0)
->>> out.tolist()
+>>> packed = np.array([0x21, 0xF9] * 4, np.uint8)  # codes 1, 2, 9, 15: 0.5, 1, -0.5, -6
+>>> out = np.empty(16, np.float32)
+>>> scaled_into(packed, np.array([3.0], np.float32), out, 16, 1.0)
+>>> out[:4].tolist()
 [1.5, 3.0, -1.5, -18.0]
 """
 
@@ -46,6 +46,9 @@ E2M1 = np.array(
 )
 """The 16 e2m1 codes' values (OCP MX v1.0: sign bit 3, exponent bits 2-1, mantissa bit 0)."""
 
+_E2M1_PLUS_ZERO = np.where(E2M1 == 0, np.float32(0.0), E2M1).astype(np.float32)
+"""The same with code 8 +0.0, as ModelOpt's ``e2m1_values`` has it."""
+
 KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
 """The output dtypes and the compiled kernel's code for each."""
 
@@ -54,51 +57,59 @@ _CHUNK_BLOCKS = 1 << 13
 
 
 def scaled_numpy(
-    packed: np.ndarray, scales: np.ndarray, out: np.ndarray, block: int, post: float
+    packed: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    block: int,
+    post: float,
+    *,
+    minus_zero: bool = True,
 ) -> None:
     """The numpy kernel of :func:`scaled_into` (same arguments, same bits)."""
     half = block // 2
-    lows, highs = packed.reshape(-1, half) & 0x0F, packed.reshape(-1, half) >> 4
+    rows = packed.reshape(-1, half)
+    table = E2M1 if minus_zero else _E2M1_PLUS_ZERO
+    flat_scales = scales.reshape(-1)
     flat = out.reshape(-1, block)
     factor = np.float32(post)
     with np.errstate(all="ignore"):  # infinities and NaNs are values here
-        _chunks(lows, highs, scales, flat, block, factor)
-
-
-def _chunks(
-    lows: np.ndarray,
-    highs: np.ndarray,
-    scales: np.ndarray,
-    flat: np.ndarray,
-    block: int,
-    factor: np.float32,
-) -> None:
-    for k0 in range(0, scales.size, _CHUNK_BLOCKS):
-        k1 = min(k0 + _CHUNK_BLOCKS, scales.size)
-        values = np.empty((k1 - k0, block), np.float32)
-        values[:, 0::2] = E2M1[lows[k0:k1]]
-        values[:, 1::2] = E2M1[highs[k0:k1]]
-        values *= scales[k0:k1, None]
-        values *= factor
-        flat[k0:k1] = values.astype(flat.dtype)
+        for k0 in range(0, flat_scales.size, _CHUNK_BLOCKS):
+            k1 = min(k0 + _CHUNK_BLOCKS, flat_scales.size)
+            values = np.empty((k1 - k0, block), np.float32)
+            values[:, 0::2] = table[rows[k0:k1] & 0x0F]
+            values[:, 1::2] = table[rows[k0:k1] >> 4]
+            values *= flat_scales[k0:k1, None]
+            values *= factor
+            flat[k0:k1] = values.astype(flat.dtype)
 
 
 def scaled_into(
-    packed: np.ndarray, scales: np.ndarray, out: np.ndarray, block: int, post: float
+    packed: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    block: int,
+    post: float,
+    *,
+    minus_zero: bool = True,
 ) -> None:
     """Write ``out`` (C-contiguous float32, bfloat16 or float16, ``scales.size *
     block`` elements) from ``packed`` (uint8, ``scales.size * block // 2``
     bytes, C-contiguous) and ``scales`` (float32, C-contiguous, one a block;
-    ``block`` even), as the module's docstring says."""
-    if not backend.COMPILED:
-        scaled_numpy(packed, scales, out, block, post)
+    ``block`` even; the compiled kernel takes multiples of 16, the numpy one
+    the rest), as the module's docstring says; code 8 is -0.0, or +0.0 when
+    not ``minus_zero`` (ModelOpt's table)."""
+    if not backend.COMPILED or block % 16:
+        scaled_numpy(packed, scales, out, block, post, minus_zero=minus_zero)
         return
     kind = KINDS[out.dtype.name]
     raw = packed.view(U8).reshape(-1)
     flat_scales = scales.reshape(-1)
     flat_out = out.reshape(-1).view(U8)
+    sign = int(minus_zero)
     pool.run_blocks(
-        lambda b0, b1: native.fp4_scaled(kind, raw, flat_scales, flat_out, block, post, b0, b1),
+        lambda b0, b1: native.fp4_scaled(
+            kind, raw, flat_scales, flat_out, block, post, sign, b0, b1
+        ),
         scales.size,
         block,
     )

@@ -1128,17 +1128,19 @@ static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
 /* ---- the e2m1 scaled decode (fp4.h; the loops are in fp4.c) ---------------------- */
 
 PyDoc_STRVAR(fp4_scaled_doc,
-    "fp4_scaled(kind, packed, scales, out, block, post, lo, hi)\n--\n\n"
-    "Blocks [lo, hi) of block (even) elements: e2m1 codes, two a packed byte (the even\n"
+    "fp4_scaled(kind, packed, scales, out, block, post, minus_zero, lo, hi)\n--\n\n"
+    "Blocks [lo, hi) of block (a multiple of 16) elements: e2m1 codes, two a packed byte (the even\n"
     "element in the low nibble), times the block's float32 scales[k], times post, in\n"
-    "float32, rounded to nearest even into out of kind 0 float32, 1 bfloat16, 2 float16.");
+    "float32, rounded to nearest even into out of kind 0 float32, 1 bfloat16, 2 float16;\n"
+    "code 8 is -0.0 when minus_zero, else +0.0.");
 
 static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
                             Py_ssize_t nargs) {
-    Py_ssize_t kind, block, lo, hi;
-    if (check_nargs("fp4_scaled", nargs, 8) < 0 || get_index(args[0], &kind) < 0 ||
-        get_index(args[4], &block) < 0 || get_index(args[6], &lo) < 0 ||
-        get_index(args[7], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+    Py_ssize_t kind, block, minus_zero, lo, hi;
+    if (check_nargs("fp4_scaled", nargs, 9) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[4], &block) < 0 || get_index(args[6], &minus_zero) < 0 ||
+        get_index(args[7], &lo) < 0 || get_index(args[8], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
         return NULL;
     }
     const double post = PyFloat_AsDouble(args[5]);
@@ -1150,7 +1152,7 @@ static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
                      "got %zd", kind);
         return NULL;
     }
-    if (block < 2 || (block & 1) || block > PY_SSIZE_T_MAX / 4 / (hi ? hi : 1)) {
+    if (block < 16 || (block & 15) || block > PY_SSIZE_T_MAX / 4 / (hi ? hi : 1)) {
         PyErr_Format(PyExc_ValueError, "bad block size %zd", block);
         return NULL;
     }
@@ -1167,7 +1169,7 @@ static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
         const float *s = (const float *)views[1].buf + lo;
         uint8_t *o = (uint8_t *)views[2].buf + size * lo * block;
         RUN_LOOP((hi - lo) * block,
-                 kiln_fp4_scaled((int)kind, p, s, (float)post, hi - lo, block, o));
+                 kiln_fp4_scaled((int)kind, p, s, (float)post, minus_zero != 0, hi - lo, block, o));
         result = Py_NewRef(Py_None);
     }
     release_buffers(views, 3);
