@@ -36,7 +36,8 @@ def _bits(array: np.ndarray) -> np.ndarray:
 
 def _same(found: np.ndarray, expected: np.ndarray) -> None:
     """Bit for bit, except that any NaN matches any NaN."""
-    assert found.dtype == expected.dtype and found.shape == expected.shape
+    assert found.dtype == expected.dtype
+    assert found.shape == expected.shape
     nan = np.isnan(expected.astype(np.float32))
     assert np.array_equal(np.isnan(found.astype(np.float32)), nan)
     assert np.array_equal(_bits(found)[~nan], _bits(expected)[~nan])
@@ -62,7 +63,7 @@ class Checkpoint:
             if name.endswith(key.suffix) and self.facts(name).type in key.types:
                 base = name[: -len(key.suffix)]
                 roles = {p.role: base + p.suffix for p in scheme.parts}
-                assert all(stored in self.weights.keys() for stored in roles.values())
+                assert all(stored in self.weights for stored in roles.values())
                 out[base + scheme.logical] = roles
         return out
 
@@ -95,7 +96,10 @@ def test_fixture_names_and_groups() -> None:
         parts = {stored for roles in groups.values() for stored in roles.values()}
         rest = set(ckpt.weights.keys()) - parts
         assert "model.norm.weight" in rest or "norm" in rest
-        assert all(n.endswith(("norm.weight", "norm", "input_scale", "input_global_scale", "bias")) for n in rest)
+        assert all(
+            n.endswith(("norm.weight", "norm", "input_scale", "input_global_scale", "bias"))
+            for n in rest
+        )
         assert scheme.configured(ckpt.config)
         assert ckpt.config["quant_method"] in scheme.methods
 
@@ -162,7 +166,8 @@ def test_numpy_twin_equals_compiled(
 
 
 @pytest.mark.parametrize(
-    "block, post, minus_zero", [(16, 1.0, True), (16, 1.0, False), (32, 2.0, True), (48, 0.5, True)]
+    ("block", "post", "minus_zero"),
+    [(16, 1.0, True), (16, 1.0, False), (32, 2.0, True), (48, 0.5, True)],
 )
 def test_kernel_twin_bits(block: int, post: float, minus_zero: bool) -> None:
     """Random codes and scales of every float32 bit pattern class (NaN payloads,
@@ -359,7 +364,7 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("scheme, facts, config, kind, words", ERRORS)
+@pytest.mark.parametrize(("scheme", "facts", "config", "kind", "words"), ERRORS)
 def test_plan_errors(
     scheme: Scheme, facts: dict[str, Facts], config: dict[str, Any], kind: str, words: str
 ) -> None:
@@ -368,7 +373,9 @@ def test_plan_errors(
     assert caught.value.kind == kind
     message = str(caught.value)
     assert message.startswith(f"{kind}: m.logical: ")
-    assert words in message and "expected " in message and ", found " in message
+    assert words in message
+    assert "expected " in message
+    assert ", found " in message
 
 
 def test_valid_plans() -> None:

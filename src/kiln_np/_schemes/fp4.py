@@ -222,8 +222,7 @@ def _ct_configured(config: Mapping[str, Any]) -> bool:
         return True
     groups = config.get("config_groups")
     return isinstance(groups, Mapping) and any(
-        isinstance(group, Mapping) and group.get("format") == CT_FORMAT
-        for group in groups.values()
+        isinstance(group, Mapping) and group.get("format") == CT_FORMAT for group in groups.values()
     )
 
 
@@ -237,8 +236,7 @@ NVFP4_CT = Scheme(
     configured=_ct_configured,
     formula="bf16(e2m1 * (f32(weight_scale) / weight_global_scale)), in f32; then dtype",
     reference=(
-        "compressed-tensors 0.20.1, compressors/nvfp4/base.py, "
-        "NVFP4PackedCompressor.decompress"
+        "compressed-tensors 0.20.1, compressors/nvfp4/base.py, NVFP4PackedCompressor.decompress"
     ),
 )
 
