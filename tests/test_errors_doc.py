@@ -37,6 +37,8 @@ import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
+from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
+from kiln_np._schemes.scheme import Facts
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -857,6 +859,40 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
 ]  # fmt: skip
 
+
+def _fp4_plan(scheme: Any, parts: dict[str, Any], config: dict[str, Any] | None = None) -> Any:
+    """``scheme.plan`` of a group whose parts have the given (type, shape)."""
+    facts = {
+        role: Facts(f"m.{role}", kind, shape, lambda: np.zeros(0))
+        for role, (kind, shape) in parts.items()
+    }
+    return scheme.plan("m.weight", facts, config or {})
+
+
+_NVFP4 = {
+    "weight": ("u8", (4, 16)),
+    "weight_scale": ("f8e4m3", (4, 2)),
+    "weight_scale_2": ("f32", ()),
+}
+_NVFP4_CT = {
+    "weight_packed": ("u8", (4, 16)),
+    "weight_scale": ("f8e4m3", (4, 2)),
+    "weight_global_scale": ("f32", (1,)),
+}
+_MXFP4 = {"blocks": ("u8", (2, 4, 16)), "scales": ("u8", (2, 4))}
+
+SCHEMES_FP4: list[Entry] = [
+    ("nvfp4-modelopt plan", "a part of the wrong type", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight": ("i8", (4, 16))})),
+    ("nvfp4-modelopt plan", "a group_size other than 16", lambda: _fp4_plan(NVFP4_MODELOPT, _NVFP4, {"group_size": 32})),
+    ("nvfp4-modelopt plan", "a scalar weight", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight": ("u8", ())})),
+    ("nvfp4-modelopt plan", "columns not a whole number of 16-element blocks", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight": ("u8", (4, 12))})),
+    ("nvfp4-modelopt plan", "weight_scale not one per 16 columns", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight_scale": ("f8e4m3", (4, 1))})),
+    ("nvfp4-modelopt plan", "weight_scale_2 not one element", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight_scale_2": ("f32", (4,))})),
+    ("nvfp4-ct plan", "weight_packed not a matrix", lambda: _fp4_plan(NVFP4_CT, {**_NVFP4_CT, "weight_packed": ("u8", (2, 4, 16))})),
+    ("mxfp4-gpt-oss plan", "blocks not of 16 bytes", lambda: _fp4_plan(MXFP4_GPT_OSS, {**_MXFP4, "blocks": ("u8", (2, 4, 8))})),
+    ("mxfp4-gpt-oss plan", "scales not one per block", lambda: _fp4_plan(MXFP4_GPT_OSS, {**_MXFP4, "scales": ("u8", (2,))})),
+]  # fmt: skip
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -866,6 +902,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
+    ("Quantized checkpoints: the e2m1 schemes (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 
