@@ -404,3 +404,26 @@ def test_native_refuses_bad_calls() -> None:
     assert np.signbit(out).all()
     native.fp4_scaled(0, packed, scales, out, 16, 1.0, 0, 0, 1)
     assert not np.signbit(out).any()
+
+
+# --- end to end: the logical view ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [None, False])
+def test_logical_view(case: tuple[Scheme, Checkpoint], config: bool | None) -> None:
+    """``open_weights(model).logical()`` (config.json beside it, or names and types
+    alone) gives each group as one tensor whose dequantize is the reference's."""
+    scheme, ckpt = case
+    expected = kiln_np.open_weights(ckpt.dir / "expected.safetensors")
+    with kiln_np.open_weights(ckpt.dir / "model.safetensors") as weights:
+        view = weights.logical(config)
+        groups = ckpt.groups(scheme)
+        for logical, roles in groups.items():
+            tensor = view[logical]
+            assert isinstance(tensor, kiln_np.LogicalTensor)
+            assert tensor.shape == expected[f"{logical}@float32"].shape
+            for dtype in DTYPES:
+                _same(tensor.dequantize(dtype), expected[f"{logical}@{dtype}"].numpy())
+            assert not (set(roles.values()) - {logical}) & set(view.keys())
+        passing = set(view.keys()) - set(groups)
+        assert passing == set(weights.keys()) - {n for r in groups.values() for n in r.values()}
