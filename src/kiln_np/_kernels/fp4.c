@@ -4,8 +4,9 @@
  * An e2m1 code's value is built from its bits, never looked up, so the loops have no
  * gather and vectorize: magnitude m = code & 7 (exponent bits 2-1, mantissa bit 0)
  * placed at float32 bit 22 with 126 added to the exponent field is 2**(e - 1) * (1 +
- * mantissa / 2), the value of every m >= 2; m = 1 (0.5) and m = 0 (0) are selected in,
- * and the sign bit is or-ed in.  No subnormal operand appears (they are slow on x86). */
+ * mantissa / 2), the value of every m >= 2; m = 1 (0.5) and m = 0 (0) are masked in
+ * (no branch: the codes are random data), and the sign bit is or-ed in.  No code value
+ * is subnormal (x86 multiplies those slowly); only a subnormal scale would be. */
 #include "fp4.h"
 
 #include <string.h>
