@@ -170,37 +170,49 @@ def test_numpy_twin_equals_compiled(
     [(16, 1.0, True), (16, 1.0, False), (32, 2.0, True), (48, 0.5, True)],
 )
 def test_kernel_twin_bits(block: int, post: float, minus_zero: bool) -> None:
-    """Random codes and scales of every float32 bit pattern class (NaN payloads,
-    infinities, subnormals, rounding ties of every output type): same bits."""
+    """Random codes and scale tables of every float32 bit pattern class (NaN
+    payloads, infinities, subnormals, rounding ties of every output type): the
+    numpy and the compiled kernel give the same bits."""
     rng = np.random.default_rng(block)
     n = block * 4096
     packed = rng.integers(0, 256, n // 2, dtype=np.uint8)
-    scales = rng.integers(0, 2**32, n // block, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    scales[:1024] = rng.random(1024, np.float32) * np.exp2(rng.integers(-40, 40, 1024)).astype(
-        np.float32
-    )
+    codes = rng.integers(0, 256, n // block, dtype=np.uint8)
     special = [np.nan, -np.inf, 0.0, -0.0, 1e-45, 2**-24, 2**-25, 65520 / 6, 3e38, 2**-128]
-    scales[1024 : 1024 + len(special)] = special
-    for dtype in DTYPES:
-        a = np.empty(n, as_dtype(dtype))
-        b = np.empty(n, as_dtype(dtype))
-        fp4.scaled_numpy(packed, scales, a, block, post, minus_zero=minus_zero)
-        fp4.scaled_into(packed, scales, b, block, post, minus_zero=minus_zero)
-        assert np.array_equal(_bits(a), _bits(b)), dtype
+    for round_ in range(6):
+        bits = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
+        table = bits.view(np.float32)
+        if round_ % 2:  # sane magnitudes: the roundings, not the specials
+            table[:] = rng.random(256, np.float32) * np.exp2(rng.integers(-40, 40, 256))
+        table[: len(special)] = special
+        for dtype in DTYPES:
+            a = np.empty(n, as_dtype(dtype))
+            b = np.empty(n, as_dtype(dtype))
+            fp4.scaled_numpy(packed, codes, table, a, block, post, minus_zero=minus_zero)
+            fp4.scaled_into(packed, codes, table, b, block, post, minus_zero=minus_zero)
+            assert np.array_equal(_bits(a), _bits(b)), dtype
+
+
+def _one_scale(value: float) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(1, np.uint8), np.full(256, value, np.float32)
 
 
 def test_kernel_values() -> None:
     """Stated values: the codes, a scale, float16 rounding and overflow, bfloat16 NaN."""
     packed = np.array([0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE], np.uint8)
     out = np.empty(16, np.float32)
-    fp4.scaled_into(packed, np.array([1.0], np.float32), out, 16, 1.0)
+    fp4.scaled_into(packed, *_one_scale(1.0), out, 16, 1.0)
     assert out.tolist() == fp4.E2M1.tolist()
     half = np.empty(16, np.float16)
-    fp4.scaled_into(packed, np.array([65504 / 4], np.float32), half, 16, 1.0)
+    fp4.scaled_into(packed, *_one_scale(65504 / 4), half, 16, 1.0)
     assert half[6:8].tolist() == [65504.0, float("inf")]  # 4 and 6 times
     nan = np.empty(16, as_dtype("bfloat16"))
-    fp4.scaled_into(packed, np.array([np.nan], np.float32), nan, 16, 1.0)
+    fp4.scaled_into(packed, *_one_scale(np.nan), nan, 16, 1.0)
     assert (_bits(nan) & 0x7FFF).tolist() == [0x7FC0] * 16
+    codes = np.array([3], np.uint8)
+    table = np.zeros(256, np.float32)
+    table[3] = 0.25
+    fp4.scaled_into(packed, codes, table, out, 16, 2.0)
+    assert out[:4].tolist() == [0.0, 0.25, 0.5, 0.75]
 
 
 def test_gpt_oss_scale_extremes() -> None:
@@ -391,18 +403,20 @@ def test_native_refuses_bad_calls() -> None:
         return
     from kiln_np._kernels import native
 
-    packed, scales = np.zeros(16, np.uint8), np.ones(2, np.float32)
+    packed, codes, table = np.zeros(16, np.uint8), np.zeros(2, np.uint8), np.ones(256, np.float32)
     out = np.empty(16, np.float32)
     with pytest.raises(ValueError, match="bad block size 8"):
-        native.fp4_scaled(0, packed, scales, out, 8, 1.0, 1, 0, 1)
+        native.fp4_scaled(0, packed, codes, table, out, 8, 1.0, 1, 0, 1)
     with pytest.raises(ValueError, match="kind must be"):
-        native.fp4_scaled(3, packed, scales, out, 16, 1.0, 1, 0, 1)
+        native.fp4_scaled(3, packed, codes, table, out, 16, 1.0, 1, 0, 1)
     with pytest.raises(ValueError, match="out holds 64 bytes, the range needs 128"):
-        native.fp4_scaled(0, packed, scales, out, 16, 1.0, 1, 0, 2)
+        native.fp4_scaled(0, packed, codes, table, out, 16, 1.0, 1, 0, 2)
+    with pytest.raises(ValueError, match="table holds 512 bytes, the range needs 1024"):
+        native.fp4_scaled(0, packed, codes, table[:128], out, 16, 1.0, 1, 0, 1)
     packed[:] = 0x88  # -0.0, -0.0: kept, or +0.0 for ModelOpt's table
-    native.fp4_scaled(0, packed, scales, out, 16, 1.0, 1, 0, 1)
+    native.fp4_scaled(0, packed, codes, table, out, 16, 1.0, 1, 0, 1)
     assert np.signbit(out).all()
-    native.fp4_scaled(0, packed, scales, out, 16, 1.0, 0, 0, 1)
+    native.fp4_scaled(0, packed, codes, table, out, 16, 1.0, 0, 0, 1)
     assert not np.signbit(out).any()
 
 

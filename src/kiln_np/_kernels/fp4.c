@@ -108,39 +108,40 @@ static ALWAYS_INLINE void chunk_out(int kind, const uint8_t *restrict b, float s
 }
 
 /* Blocks of `chunks` eight-byte chunks each. */
-static ALWAYS_INLINE void blocks_out(int kind, const uint8_t *restrict p, const float *restrict s,
-                                     float post, uint32_t zero_sign, ptrdiff_t blocks,
-                                     ptrdiff_t chunks, uint8_t *restrict o) {
+static ALWAYS_INLINE void blocks_out(int kind, const uint8_t *restrict p, const uint8_t *restrict s,
+                                     const float *restrict table, float post, uint32_t zero_sign,
+                                     ptrdiff_t blocks, ptrdiff_t chunks, uint8_t *restrict o) {
     const ptrdiff_t step = kind == KILN_FP4_F32 ? 64 : 32; /* output bytes a chunk */
     for (ptrdiff_t k = 0; k < blocks; k++) {
         for (ptrdiff_t c = 0; c < chunks; c++) {
             const ptrdiff_t at = k * chunks + c;
-            chunk_out(kind, p + 8 * at, s[k], post, zero_sign, o + step * at);
+            chunk_out(kind, p + 8 * at, table[s[k]], post, zero_sign, o + step * at);
         }
     }
 }
 
 #define KIND_LOOP(kind, suffix)                                                              \
     VECTOR_CLONES                                                                            \
-    static void loop_##suffix(const uint8_t *restrict p, const float *restrict s, float post, \
-                              uint32_t zero_sign, ptrdiff_t blocks, ptrdiff_t chunks,        \
-                              uint8_t *restrict o) {                                         \
-        blocks_out(kind, p, s, post, zero_sign, blocks, chunks, o);                          \
+    static void loop_##suffix(const uint8_t *restrict p, const uint8_t *restrict s,           \
+                              const float *restrict table, float post, uint32_t zero_sign,   \
+                              ptrdiff_t blocks, ptrdiff_t chunks, uint8_t *restrict o) {     \
+        blocks_out(kind, p, s, table, post, zero_sign, blocks, chunks, o);                   \
     }
 
 KIND_LOOP(KILN_FP4_F32, f32)
 KIND_LOOP(KILN_FP4_BF16, bf16)
 KIND_LOOP(KILN_FP4_F16, f16)
 
-void kiln_fp4_scaled(int kind, const uint8_t *packed, const float *scales, float post,
+void kiln_fp4_scaled(int kind, const uint8_t *packed, const uint8_t *scales, const float *table,
+                     float post,
                      int minus_zero, ptrdiff_t blocks, ptrdiff_t block, void *out) {
     uint8_t *o = (uint8_t *)out;
     const uint32_t zero_sign = minus_zero ? 0x80000000u : 0u;
     if (kind == KILN_FP4_F32) {
-        loop_f32(packed, scales, post, zero_sign, blocks, block / 16, o);
+        loop_f32(packed, scales, table, post, zero_sign, blocks, block / 16, o);
     } else if (kind == KILN_FP4_BF16) {
-        loop_bf16(packed, scales, post, zero_sign, blocks, block / 16, o);
+        loop_bf16(packed, scales, table, post, zero_sign, blocks, block / 16, o);
     } else {
-        loop_f16(packed, scales, post, zero_sign, blocks, block / 16, o);
+        loop_f16(packed, scales, table, post, zero_sign, blocks, block / 16, o);
     }
 }

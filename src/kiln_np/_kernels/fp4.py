@@ -2,16 +2,19 @@
 
 :func:`scaled_into` writes, for element ``i`` of block ``k`` (``block``
 consecutive elements, two codes a byte, the even element in the low nibble),
-``round((value(code) * scales[k]) * post)``: two float32 products, each rounded
+``round((value(code) * table[scales[k]]) * post)``: the block's scale is one
+byte indexing a 256-entry float32 table, two float32 products, each rounded
 once to nearest even, then one rounding to nearest even to the output's dtype
 (float32, bfloat16 or float16).  NaN stays NaN (bfloat16 ``sign | 0x7fc0`` as
 ml_dtypes converts, float16 with its top payload bits as numpy converts);
 products beyond the output's range are infinities.
 
-``post`` is 1.0 for a scale that is one float32 number (NVFP4: the block's FP8
-scale already times the tensor's); gpt-oss's ``2**(e - 127)`` reaches
-``2**128``, beyond float32, so its scale goes in as ``2**(e - 128)`` with
-``post`` 2.0, every product exact until the last.
+A scale byte is an FP8 or e8m0 code, so each scheme's scale arithmetic
+(NVFP4's ``float32(e4m3) * tensor scale``, compressed-tensors' ``/ global
+scale``) is done once per code into the table, the same bits as per block.
+``post`` is 1.0 for NVFP4; gpt-oss's ``2**(e - 127)`` reaches ``2**128``,
+beyond float32, so its table holds ``2**(e - 128)`` and ``post`` is 2.0, every
+product exact until the last.
 
 The compiled kernel (``native.fp4_scaled``, src/kiln_np/_kernels/fp4.c) and the
 numpy one (:func:`scaled_numpy`, used when the extension is absent or
@@ -20,8 +23,9 @@ pool by whole blocks.
 
 >>> import numpy as np
 >>> packed = np.array([0x21, 0xF9] * 4, np.uint8)  # codes 1, 2, 9, 15: 0.5, 1, -0.5, -6
+>>> table = np.full(256, 3.0, np.float32)
 >>> out = np.empty(16, np.float32)
->>> scaled_into(packed, np.array([3.0], np.float32), out, 16, 1.0)
+>>> scaled_into(packed, np.zeros(1, np.uint8), table, out, 16, 1.0)
 >>> out[:4].tolist()
 [1.5, 3.0, -1.5, -18.0]
 """
@@ -59,6 +63,7 @@ _CHUNK_BLOCKS = 1 << 13
 def scaled_numpy(
     packed: np.ndarray,
     scales: np.ndarray,
+    table: np.ndarray,
     out: np.ndarray,
     block: int,
     post: float,
@@ -68,17 +73,17 @@ def scaled_numpy(
     """The numpy kernel of :func:`scaled_into` (same arguments, same bits)."""
     half = block // 2
     rows = packed.reshape(-1, half)
-    table = E2M1 if minus_zero else _E2M1_PLUS_ZERO
-    flat_scales = scales.reshape(-1)
+    values_of = E2M1 if minus_zero else _E2M1_PLUS_ZERO
+    codes = scales.view(U8).reshape(-1)
     flat = out.reshape(-1, block)
     factor = np.float32(post)
     with np.errstate(all="ignore"):  # infinities and NaNs are values here
-        for k0 in range(0, flat_scales.size, _CHUNK_BLOCKS):
-            k1 = min(k0 + _CHUNK_BLOCKS, flat_scales.size)
+        for k0 in range(0, codes.size, _CHUNK_BLOCKS):
+            k1 = min(k0 + _CHUNK_BLOCKS, codes.size)
             values = np.empty((k1 - k0, block), np.float32)
-            values[:, 0::2] = table[rows[k0:k1] & 0x0F]
-            values[:, 1::2] = table[rows[k0:k1] >> 4]
-            values *= flat_scales[k0:k1, None]
+            values[:, 0::2] = values_of[rows[k0:k1] & 0x0F]
+            values[:, 1::2] = values_of[rows[k0:k1] >> 4]
+            values *= table[codes[k0:k1], None]
             values *= factor
             flat[k0:k1] = values.astype(flat.dtype)
 
@@ -86,6 +91,7 @@ def scaled_numpy(
 def scaled_into(
     packed: np.ndarray,
     scales: np.ndarray,
+    table: np.ndarray,
     out: np.ndarray,
     block: int,
     post: float,
@@ -94,22 +100,22 @@ def scaled_into(
 ) -> None:
     """Write ``out`` (C-contiguous float32, bfloat16 or float16, ``scales.size *
     block`` elements) from ``packed`` (uint8, ``scales.size * block // 2``
-    bytes, C-contiguous) and ``scales`` (float32, C-contiguous, one a block;
-    ``block`` even; the compiled kernel takes multiples of 16, the numpy one
-    the rest), as the module's docstring says; code 8 is -0.0, or +0.0 when
-    not ``minus_zero`` (ModelOpt's table)."""
+    bytes, C-contiguous), ``scales`` (one byte a block, C-contiguous) and
+    ``table`` (256 float32, C-contiguous); ``block`` even (the compiled kernel
+    takes multiples of 16, the numpy one the rest); code 8 is -0.0, or +0.0
+    when not ``minus_zero`` (ModelOpt's table).  See the module's docstring."""
     if not backend.COMPILED or block % 16:
-        scaled_numpy(packed, scales, out, block, post, minus_zero=minus_zero)
+        scaled_numpy(packed, scales, table, out, block, post, minus_zero=minus_zero)
         return
     kind = KINDS[out.dtype.name]
     raw = packed.view(U8).reshape(-1)
-    flat_scales = scales.reshape(-1)
+    codes = scales.view(U8).reshape(-1)
     flat_out = out.reshape(-1).view(U8)
     sign = int(minus_zero)
     pool.run_blocks(
         lambda b0, b1: native.fp4_scaled(
-            kind, raw, flat_scales, flat_out, block, post, sign, b0, b1
+            kind, raw, codes, table, flat_out, block, post, sign, b0, b1
         ),
-        scales.size,
+        codes.size,
         block,
     )

@@ -1128,22 +1128,23 @@ static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
 /* ---- the e2m1 scaled decode (fp4.h; the loops are in fp4.c) ---------------------- */
 
 PyDoc_STRVAR(fp4_scaled_doc,
-    "fp4_scaled(kind, packed, scales, out, block, post, minus_zero, lo, hi)\n--\n\n"
-    "Blocks [lo, hi) of block (a multiple of 16) elements: e2m1 codes, two a packed byte (the even\n"
-    "element in the low nibble), times the block's float32 scales[k], times post, in\n"
-    "float32, rounded to nearest even into out of kind 0 float32, 1 bfloat16, 2 float16;\n"
-    "code 8 is -0.0 when minus_zero, else +0.0.");
+    "fp4_scaled(kind, packed, scales, table, out, block, post, minus_zero, lo, hi)\n--\n\n"
+    "Blocks [lo, hi) of block (a multiple of 16) elements: e2m1 codes, two a packed byte\n"
+    "(the even element in the low nibble), times the block's scale table[scales[k]] (one\n"
+    "byte a block into 256 float32), times post, in float32, rounded to nearest even into\n"
+    "out of kind 0 float32, 1 bfloat16, 2 float16; code 8 is -0.0 when minus_zero, else\n"
+    "+0.0.");
 
 static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
                             Py_ssize_t nargs) {
     Py_ssize_t kind, block, minus_zero, lo, hi;
-    if (check_nargs("fp4_scaled", nargs, 9) < 0 || get_index(args[0], &kind) < 0 ||
-        get_index(args[4], &block) < 0 || get_index(args[6], &minus_zero) < 0 ||
-        get_index(args[7], &lo) < 0 || get_index(args[8], &hi) < 0 ||
+    if (check_nargs("fp4_scaled", nargs, 10) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[5], &block) < 0 || get_index(args[7], &minus_zero) < 0 ||
+        get_index(args[8], &lo) < 0 || get_index(args[9], &hi) < 0 ||
         check_range(lo, hi, 0) < 0) {
         return NULL;
     }
-    const double post = PyFloat_AsDouble(args[5]);
+    const double post = PyFloat_AsDouble(args[6]);
     if (post == -1.0 && PyErr_Occurred()) {
         return NULL;
     }
@@ -1157,22 +1158,25 @@ static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
         return NULL;
     }
     const Py_ssize_t size = kind == KILN_FP4_F32 ? 4 : 2;
-    Py_buffer views[3]; /* packed, scales, out */
-    if (get_buffers(args + 1, 3, (const int[]){0, 0, 1}, views) < 0) {
+    Py_buffer views[4]; /* packed, scales, table, out */
+    if (get_buffers(args + 1, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
         return NULL;
     }
     PyObject *result = NULL;
     if (check_fits("packed", hi * (block / 2), views[0].len) == 0 &&
-        check_fits("scales", 4 * hi, views[1].len) == 0 &&
-        check_fits("out", size * hi * block, views[2].len) == 0) {
+        check_fits("scales", hi, views[1].len) == 0 &&
+        check_fits("table", 4 * 256, views[2].len) == 0 &&
+        check_fits("out", size * hi * block, views[3].len) == 0) {
         const uint8_t *p = (const uint8_t *)views[0].buf + lo * (block / 2);
-        const float *s = (const float *)views[1].buf + lo;
-        uint8_t *o = (uint8_t *)views[2].buf + size * lo * block;
+        const uint8_t *s = (const uint8_t *)views[1].buf + lo;
+        const float *t = (const float *)views[2].buf;
+        uint8_t *o = (uint8_t *)views[3].buf + size * lo * block;
         RUN_LOOP((hi - lo) * block,
-                 kiln_fp4_scaled((int)kind, p, s, (float)post, minus_zero != 0, hi - lo, block, o));
+                 kiln_fp4_scaled((int)kind, p, s, t, (float)post, minus_zero != 0, hi - lo, block,
+                                 o));
         result = Py_NewRef(Py_None);
     }
-    release_buffers(views, 3);
+    release_buffers(views, 4);
     return result;
 }
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import as_dtype
-from kiln_np._kernels import fp4
+from kiln_np._kernels import fp4, pool
 
 from .scheme import Facts, Part, Plan, Scheme, final
 
@@ -66,6 +66,13 @@ _MX_SCALE = np.ldexp(np.float32(1.0), np.arange(256) - 128).astype(np.float32)
 """``2**(e - 128)`` for every e8m0 byte, exact in float32 (``e`` 0 and 1 subnormal):
 with :func:`fp4.scaled_into`'s ``post`` 2.0 the product is ``v * 2**(e - 127)``,
 exact until the final doubling, which is where 255 overflows as ldexp does."""
+
+_CODES = np.arange(256, dtype=np.uint8)
+
+
+def _e4m3_table() -> np.ndarray:
+    """Every FP8 E4M3 code as float32 (exact; 0x7f and 0xff NaN)."""
+    return _CODES.view(as_dtype("float8_e4m3fn")).astype(_F32)
 
 
 def _bad(name: str, rule: str, expected: object, found: object, kind: str = "SHAPE") -> KilnError:
@@ -107,7 +114,8 @@ def _nvfp4_shape(name: str, packed: Facts, scale: Facts, group: int) -> tuple[in
 
 
 def _rows(plan: Plan, r0: int, r1: int, dtype: np.dtype[Any]) -> np.ndarray:
-    return np.empty((r1 - r0, *plan.shape[1:]), dtype)
+    shape = (r1 - r0, *plan.shape[1:])
+    return pool.empty(shape, dtype, prod(shape))
 
 
 # --- ModelOpt ----------------------------------------------------------------------------
@@ -148,13 +156,15 @@ def _modelopt_decode(
 ) -> np.ndarray:
     # NVFP4QTensor.dequantize: per_block_scale = scale.to(float32) * double_scale, then
     # (LUT values, float32) * per_block_scale, then .to(dtype): one rounding at the end.
+    # (per code: the same float32 product as per block)
     scale_2 = arrays["weight_scale_2"].reshape(()).astype(_F32)
     with np.errstate(all="ignore"):
-        scales = np.ascontiguousarray(arrays["weight_scale"][r0:r1]).astype(_F32) * scale_2
+        table = _e4m3_table() * scale_2
     out = _rows(plan, r0, r1, dtype)
     packed = np.ascontiguousarray(arrays["weight"][r0:r1])
+    scales = np.ascontiguousarray(arrays["weight_scale"][r0:r1])
     # ModelOpt's e2m1_values has +0.0 for code 8 (-0.0 only from a negative scale)
-    fp4.scaled_into(packed, scales, out, plan.params["group"], 1.0, minus_zero=False)
+    fp4.scaled_into(packed, scales, table, out, plan.params["group"], 1.0, minus_zero=False)
     return out
 
 
@@ -206,13 +216,14 @@ def _ct_decode(
     # decompress: unpack_fp4_from_uint8 (bfloat16), scale.to(bfloat16) (exact from
     # E4M3), _dequantize: scale / global_scale (float32, the global scale's type),
     # codes * scale (float32), .to(bfloat16).
+    # (per code: the same float32 quotient as per block)
     global_scale = arrays["weight_global_scale"].reshape(()).astype(_F32)
     with np.errstate(all="ignore"):
-        block = np.ascontiguousarray(arrays["weight_scale"][r0:r1]).astype(_F32)
-        scales = block / global_scale
+        table = _e4m3_table() / global_scale
     out = _rows(plan, r0, r1, as_dtype("bfloat16"))
     packed = np.ascontiguousarray(arrays["weight_packed"][r0:r1])
-    fp4.scaled_into(packed, scales, out, NVFP4_GROUP, 1.0)
+    scales = np.ascontiguousarray(arrays["weight_scale"][r0:r1])
+    fp4.scaled_into(packed, scales, table, out, NVFP4_GROUP, 1.0)
     with np.errstate(over="ignore"):  # bfloat16 beyond float16's range: infinities
         return final(out, plan.native, dtype)
 
@@ -278,9 +289,11 @@ def _gpt_oss_decode(
 
 def _mx_blocks(blocks: np.ndarray, scales: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """(..., G, 16) blocks and (..., G) scales as (..., G * 32) values."""
-    out = np.empty((*scales.shape[:-1], scales.shape[-1] * 2 * MX_BLOCK_BYTES), dtype)
+    shape = (*scales.shape[:-1], scales.shape[-1] * 2 * MX_BLOCK_BYTES)
+    out = pool.empty(shape, dtype, prod(shape))
     packed = np.ascontiguousarray(blocks)
-    fp4.scaled_into(packed, _MX_SCALE[scales], out, 2 * MX_BLOCK_BYTES, 2.0)
+    codes = np.ascontiguousarray(scales)
+    fp4.scaled_into(packed, codes, _MX_SCALE, out, 2 * MX_BLOCK_BYTES, 2.0)
     return out
 
 
