@@ -10,7 +10,8 @@ the arithmetic, each given here as its reference computes it:
     ``X.weight`` U8 (..., C/2), ``X.weight_scale`` F8_E4M3 (..., C/16),
     ``X.weight_scale_2`` F32 scalar: ``dtype(e2m1 * (float32(weight_scale) *
     weight_scale_2))``, every product in float32, one rounding to the output
-    dtype.  ``X.input_scale`` is an activation's and passes through.
+    dtype; ModelOpt's table has +0.0 for code 8 (the others, -0.0).
+    ``X.input_scale`` is an activation's and passes through.
 ``nvfp4-ct`` (compressed-tensors 0.20.1 ``nvfp4-pack-quantized``;
 NVFP4PackedCompressor.decompress)
     ``X.weight_packed`` U8 (R, C/2), ``X.weight_scale`` F8_E4M3 (R, C/16),
