@@ -47,6 +47,7 @@ setup(
                     "ggml_quant_k_sym.c",
                     "moments.c",
                     "fp4.c",
+                    "fp8.c",
                 )
             ],
             depends=[
@@ -54,6 +55,7 @@ setup(
                 KERNELS + "ggml_grids.h",
                 KERNELS + "moments.h",
                 KERNELS + "fp4.h",
+                KERNELS + "fp8.h",
             ],
             optional=True,
         )

@@ -757,7 +757,28 @@ def _onnx_model(*names: str) -> str:
     return str(path)
 
 
+def _fp8_logical(
+    shape: tuple[int, ...], scale: tuple[int, ...], suffix: str, config: object
+) -> Any:
+    """The logical view of an FP8 checkpoint (weight ``shape``, scale part ``suffix`` of
+    shape ``scale``) with ``config`` as its quantization_config."""
+    f8 = ml_dtypes.float8_e4m3fn
+    directory = _scratch()
+    tensors = {"w.weight": np.zeros(shape, f8), "w" + suffix: np.ones(scale, np.float32)}
+    kiln_np.save_weights(directory / "model.safetensors", tensors, format="safetensors")
+    (directory / "config.json").write_text(json.dumps({"quantization_config": config}))
+    return kiln_np.open_weights(directory / "model.safetensors").logical()
+
+
+_DEEPSEEK = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+_CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+
+
 WEIGHTS: list[Entry] = [
+    ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
+    ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
     ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"\x00\x01 not a weight file"))),
     ("open_weights", "a torch.save checkpoint (a zip of pickles)", lambda: kiln_np.open_weights(_torch_zip())),
     ("open_weights", "a pickle (torch.save's legacy format)", lambda: kiln_np.open_weights(_file("old.pt", pickle.dumps({"w": [1.0]}, protocol=2)))),
@@ -893,6 +914,59 @@ SCHEMES_FP4: list[Entry] = [
     ("mxfp4-gpt-oss plan", "scales not one per block", lambda: _fp4_plan(MXFP4_GPT_OSS, {**_MXFP4, "scales": ("u8", (2,))})),
 ]  # fmt: skip
 
+
+def _logical_of(tensors: dict[str, np.ndarray], config: object) -> Any:
+    """The logical view of a checkpoint of ``tensors`` (with ``config`` as its
+    quantization_config unless None)."""
+    directory = _scratch()
+    kiln_np.save_weights(directory / "model.safetensors", tensors, format="safetensors")
+    if config is not None:
+        (directory / "config.json").write_text(json.dumps({"quantization_config": config}))
+    return kiln_np.open_weights(directory / "model.safetensors").logical()
+
+
+_F8_2X2 = np.zeros((2, 2), ml_dtypes.float8_e4m3fn)
+
+
+def _fp8_tensor() -> Any:
+    """A DeepSeek FP8 weight of the logical view."""
+    return _logical_of(
+        {"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK
+    )["w.weight"]
+
+
+def _beside_source_config() -> Any:
+    t = _fp8_tensor()
+    view = kiln_np.open_weights(t.path).logical()
+    return kiln_np.save_weights(
+        Path(t.path).with_name("bf16.safetensors"), view, format="safetensors", dequantize="bf16"
+    )
+
+
+def _configured(config: bytes) -> Any:
+    """A one-tensor checkpoint with ``config`` as its ``config.json``, opened."""
+    weights = _small_weights()
+    Path(weights.path).with_name("config.json").write_bytes(config)
+    return weights
+
+
+LOGICAL: list[Entry] = [
+    ("Weights.logical", "config.json not JSON", lambda: _configured(b"{").logical()),
+    ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
+    ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
+    ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
+    ("Weights.logical", "config.json a dangling symlink", lambda: (Path((w := _small_weights()).path).with_name("config.json").symlink_to("nowhere.json"), w.logical())),
+    ("Weights.logical", "config.json a directory", lambda: (Path((w := _small_weights()).path).with_name("config.json").mkdir(), w.logical())),
+    ("Weights.logical", "a quant_method no scheme reads", lambda: _configured(b'{"quantization_config": {"quant_method": "hqq"}}').logical()),
+    ("Weights.logical", "a configured scheme's key part without its other parts", lambda: _logical_of({"w.weight": _F8_2X2}, _DEEPSEEK)),
+    ("Weights.logical", "a part of the wrong type", lambda: _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float16)}, _DEEPSEEK)),
+    ("Weights.logical", "a configured scheme's part without its key", lambda: _logical_of({"w.weight": np.ones(2, np.float32), "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK)),
+    ("LogicalTensor.payload", "a logical tensor has no one payload", lambda: _fp8_tensor().payload()),
+    ("LogicalTensor.dequantize", "a dtype other than float32, bfloat16, float16", lambda: _fp8_tensor().dequantize(np.float64)),
+    ("save_weights", "a logical tensor without dequantize", lambda: _save({"w": _fp8_tensor()}, "safetensors")),
+    ("save_weights", "dequantized beside the source's own config.json", _beside_source_config),
+]  # fmt: skip
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -901,6 +975,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Command line (`kiln-np`)", CLI),
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
+    ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
     ("Quantized checkpoints: the e2m1 schemes (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
 ]

@@ -78,3 +78,21 @@ def fp4_scaled(
     hi: int,
     /,
 ) -> None: ...
+
+# The FP8 kernel (kiln_np._kernels.fp8): rows [lo, hi) of FP8 codes times block scales,
+# rounded to kind 0 float32, 1 bfloat16, 2 float16, into dst.
+def fp8_dequant(
+    kind: int,
+    codes: np.ndarray,
+    lut: np.ndarray,
+    scales: np.ndarray,
+    dst: np.ndarray,
+    cols: int,
+    b0: int,
+    b1: int,
+    scols: int,
+    row0: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...

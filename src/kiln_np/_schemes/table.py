@@ -3,18 +3,19 @@
 Adding a scheme is a row here plus its module's :class:`~.scheme.Scheme`
 (data, a ``plan`` rule and one exact ``decode``).
 
->>> [s.name for s in SCHEMES][:3]
-['nvfp4-modelopt', 'nvfp4-ct', 'mxfp4-gpt-oss']
+>>> [s.name for s in SCHEMES]
+['nvfp4-modelopt', 'nvfp4-ct', 'mxfp4-gpt-oss', 'fp8-block', 'fp8-scaled', 'fp8-modelopt']
 """
 
 from __future__ import annotations
 
 from . import fp4
+from .fp8 import FP8_BLOCK, FP8_MODELOPT, FP8_SCALED
 from .scheme import Scheme
 
 __all__ = ["SCHEMES", "scheme_named"]
 
-SCHEMES: tuple[Scheme, ...] = (*fp4.SCHEMES,)
+SCHEMES: tuple[Scheme, ...] = (*fp4.SCHEMES, FP8_BLOCK, FP8_SCALED, FP8_MODELOPT)
 """The schemes, the more specific first: ModelOpt's NVFP4 ``weight`` is U8,
 compressed-tensors' FP8 ``weight`` is F8_E4M3, and both have a
 ``weight_scale``; types tell them apart, the order settles the rest."""
