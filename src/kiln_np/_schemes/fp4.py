@@ -307,7 +307,9 @@ MXFP4_GPT_OSS = Scheme(
     methods=frozenset({"mxfp4"}),
     configured=lambda config: True,
     formula="bf16(ldexp(e2m1, scales - 127)), exact or infinite; then dtype",
-    reference="openai/gpt-oss, gpt_oss/torch/weights.py, Checkpoint._get_mxfp4_tensor",
+    reference=(
+        "openai/gpt-oss, gpt_oss/torch/weights.py, Checkpoint._get_mxfp4_tensor (commit 7b58334)"
+    ),
 )
 
 SCHEMES = (NVFP4_MODELOPT, NVFP4_CT, MXFP4_GPT_OSS)
