@@ -46,6 +46,7 @@ setup(
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
                     "moments.c",
+                    "fp4.c",
                     "fp8.c",
                     "bnb.c",
                 )
@@ -54,6 +55,7 @@ setup(
                 KERNELS + "ggml.h",
                 KERNELS + "ggml_grids.h",
                 KERNELS + "moments.h",
+                KERNELS + "fp4.h",
                 KERNELS + "fp8.h",
                 KERNELS + "bnb.h",
             ],
