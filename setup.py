@@ -46,9 +46,10 @@ setup(
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
                     "moments.c",
+                    "int4.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h"],
+            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h", KERNELS + "int4.h"],
             optional=True,
         )
     ],

@@ -61,3 +61,20 @@ def ggml_quant_types() -> tuple[tuple[int, int, int], ...]: ...
 def moments(
     kind: int, src: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> tuple[int, float, float, float, float, int, int, int, int]: ...
+
+# The int4 dequantize kernel (kiln_np._kernels.int4): rows [lo, hi) of out.
+def int4_rows(
+    words: np.ndarray,
+    layout: int,
+    wcols: int,
+    r0: int,
+    gidx: np.ndarray,
+    scale: np.ndarray,
+    zero: np.ndarray,
+    native: int,
+    out: np.ndarray,
+    okind: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...
