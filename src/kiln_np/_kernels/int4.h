@@ -24,6 +24,7 @@ typedef struct {
     const float *scale;   /* (rows, groups): the scale of out's row r, group g */
     const int32_t *zero;  /* (rows, groups): its zero (codes minus it are multiplied) */
     ptrdiff_t groups;
+    ptrdiff_t group;      /* gidx[i] == i / group, or 0: no such rule */
     int native, okind;
     void *out;            /* (rows, in) of okind */
 } KilnInt4;

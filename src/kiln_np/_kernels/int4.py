@@ -19,7 +19,7 @@ ml_dtypes' ``astype`` for the roundings: the same bits.
 >>> words = np.array([[0x76543210], [0xFEDCBA98]], np.uint32).view(np.int32)  # (in/8, out)
 >>> out = np.empty((1, 16), np.float32)
 >>> scale, zero = np.array([[0.5]], np.float32), np.array([[8]], np.int32)
->>> int4_rows(words, "gptq", 0, np.zeros(16, np.int32), scale, zero, "float16", out)
+>>> int4_rows(words, "gptq", 0, np.zeros(16, np.int32), 16, scale, zero, "float16", out)
 >>> out[0].tolist()[:4], out[0].tolist()[-1]
 ([-4.0, -3.5, -3.0, -2.5], 3.5)
 """
@@ -62,6 +62,7 @@ def int4_rows(
     layout: str,
     r0: int,
     gidx: np.ndarray,
+    group: int,
     scale: np.ndarray,
     zero: np.ndarray,
     native_dtype: str,
@@ -70,7 +71,9 @@ def int4_rows(
     """Write ``out`` (``(rows, in)``, float32, bfloat16 or float16): logical rows
     ``[r0, r0 + rows)`` from the 2-D int32 ``words`` in ``layout``.
 
-    ``gidx`` (int32, ``in``) is each column's group; ``scale`` (float32) and
+    ``gidx`` (int32, ``in``) is each column's group, ``group`` > 0 when it is
+    ``i // group`` (the compiled kernel then finds a word's table once), else 0;
+    ``scale`` (float32) and
     ``zero`` (int32) are ``(rows, groups)``; ``native_dtype`` is the scales'
     dtype name, the one the product is rounded to first.  The caller has
     checked the shapes and that every ``gidx`` is below ``groups``."""
@@ -82,7 +85,9 @@ def int4_rows(
         wcols = words.shape[1]
 
         def task(lo: int, hi: int) -> None:
-            native.int4_rows(words, lay, wcols, r0, gidx, scale, zero, nat, out, okind, lo, hi)
+            native.int4_rows(
+                words, lay, wcols, r0, gidx, group, scale, zero, nat, out, okind, lo, hi
+            )
 
         least = -(-pool.COMPILED_THREAD_MIN_LANES // n_in)
         pool.run_ranges(task, rows, compiled=True, least=least)
@@ -122,7 +127,8 @@ def _numpy_rows(
     n_in = out.shape[1]
     codes = _codes(words, layout, np.arange(r0 + lo, r0 + hi), n_in)
     diff = np.arange(16, dtype=np.int32) - zero[lo:hi, :, None]  # (rows, groups, 16)
-    product = diff.astype(np.float32) * scale[lo:hi, :, None]
-    table: Any = product.astype(as_dtype(native_dtype)).astype(out.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf, as the reference
+        product = diff.astype(np.float32) * scale[lo:hi, :, None]
+        table: Any = product.astype(as_dtype(native_dtype)).astype(out.dtype)
     r = np.arange(hi - lo)[:, None]
     out[lo:hi] = table[r, gidx[None, :], codes]

@@ -1128,30 +1128,32 @@ static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
 /* ---- the int4 dequantize kernel (int4.h; the loops are in int4.c) ----------------- */
 
 PyDoc_STRVAR(int4_rows_doc,
-    "int4_rows(words, layout, wcols, r0, gidx, scale, zero, native, out, okind, lo, hi)\n--\n\n"
+    "int4_rows(words, layout, wcols, r0, gidx, group, scale, zero, native, out, okind, lo,\n"
+    "          hi)\n--\n\n"
     "Rows [lo, hi) of out (rows x in of kind okind: 0 float32, 1 bfloat16, 2 float16)\n"
     "from the int32 words (layout 0 GPTQ, 1 AWQ, 2 rows; wcols words a row) of logical\n"
     "rows r0 + row: (code - zero) * scale in float32, rounded to kind native, then to\n"
     "okind; gidx (int32, in) gives each column's group, scale (float32) and zero (int32)\n"
-    "are (rows, groups).");
+    "are (rows, groups); group > 0 says gidx[i] is i // group (0: no such rule).");
 
 static PyObject *int4_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t layout, wcols, r0, native, okind, lo, hi;
-    if (check_nargs("int4_rows", nargs, 12) < 0 || get_index(args[1], &layout) < 0 ||
+    Py_ssize_t layout, wcols, r0, group, native, okind, lo, hi;
+    if (check_nargs("int4_rows", nargs, 13) < 0 || get_index(args[1], &layout) < 0 ||
         get_index(args[2], &wcols) < 0 || get_index(args[3], &r0) < 0 ||
-        get_index(args[7], &native) < 0 || get_index(args[9], &okind) < 0 ||
-        get_index(args[10], &lo) < 0 || get_index(args[11], &hi) < 0 ||
-        check_range(lo, hi, 0) < 0) {
+        get_index(args[5], &group) < 0 || get_index(args[8], &native) < 0 ||
+        get_index(args[10], &okind) < 0 || get_index(args[11], &lo) < 0 ||
+        get_index(args[12], &hi) < 0 || check_range(lo, hi, 0) < 0) {
         return NULL;
     }
     if (layout < KILN_INT4_GPTQ || layout > KILN_INT4_ROWS || native < 0 || native > 2 ||
-        okind < 0 || okind > 2 || wcols < 1 || r0 < 0) {
-        PyErr_Format(PyExc_ValueError, "bad layout %zd, kinds %zd %zd, wcols %zd or r0 %zd",
-                     layout, native, okind, wcols, r0);
+        okind < 0 || okind > 2 || wcols < 1 || r0 < 0 || group < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "bad layout %zd, kinds %zd %zd, wcols %zd, r0 %zd or group %zd", layout,
+                     native, okind, wcols, r0, group);
         return NULL;
     }
     /* words, gidx, scale, zero, out */
-    PyObject *objs[5] = {args[0], args[4], args[5], args[6], args[8]};
+    PyObject *objs[5] = {args[0], args[4], args[6], args[7], args[9]};
     Py_buffer views[5];
     if (get_buffers(objs, 5, (const int[]){0, 0, 0, 0, 1}, views) < 0) {
         return NULL;
@@ -1176,7 +1178,7 @@ static PyObject *int4_rows(PyObject *Py_UNUSED(module), PyObject *const *args, P
               : layout == KILN_INT4_AWQ ? ((r0 + rows - 1) >> 3) < wcols
                                         : ((in - 1) >> 3) < wcols);
     for (Py_ssize_t i = 0; ok && i < in; i++) {
-        ok = gidx[i] >= 0 && gidx[i] < groups;
+        ok = gidx[i] >= 0 && gidx[i] < groups && (group == 0 || gidx[i] == i / group);
     }
     if (!ok) {
         PyErr_SetString(PyExc_ValueError,
@@ -1184,7 +1186,7 @@ static PyObject *int4_rows(PyObject *Py_UNUSED(module), PyObject *const *args, P
     } else {
         KilnInt4 k = {(const int32_t *)views[0].buf, (int)layout, wcols, r0, in, gidx,
                       (const float *)views[2].buf, (const int32_t *)views[3].buf, groups,
-                      (int)native, (int)okind, views[4].buf};
+                      group, (int)native, (int)okind, views[4].buf};
         int rc = 0;
         RUN_LOOP((hi - lo) * in * osize, rc = kiln_int4_rows(&k, lo, hi));
         result = rc == 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();

@@ -69,6 +69,7 @@ def int4_rows(
     wcols: int,
     r0: int,
     gidx: np.ndarray,
+    group: int,
     scale: np.ndarray,
     zero: np.ndarray,
     native: int,

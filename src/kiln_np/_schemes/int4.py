@@ -105,7 +105,18 @@ def _plan_q(name: str, facts: Mapping[str, Facts], config: Mapping[str, Any]) ->
             f"qzeros (groups, out/8) = ({groups}, {out / 8:g}), found {(zrows, zcols)}",
         )
     size = config.get("group_size")
+    configured = size if isinstance(size, int) and size > 0 else 0
+    group = configured or (n_in // groups if n_in % groups == 0 else 0)
+    consistent = bool(group) and -(-n_in // group) == groups
+    consistent = consistent and not (layout == "awq" and n_in % group)
     gidx = facts.get("g_idx")
+    if not consistent and (gidx is None or configured):
+        raise _shape_error(
+            name,
+            layout,
+            f"{n_in} columns in groups of {configured or 'in / groups'} columns: scales of "
+            f"{-(-n_in // group) if group else 'a divisor of ' + str(n_in)} rows, found {groups}",
+        )
     if gidx is not None:
         if layout == "awq":
             raise _shape_error(name, layout, f"no g_idx for AWQ, found {gidx.name!r}")
@@ -120,22 +131,8 @@ def _plan_q(name: str, facts: Mapping[str, Facts], config: Mapping[str, Any]) ->
                 f"g_idx values in [0, {groups}) (the groups of scales), found "
                 f"{int(values[bad[0]])} at {int(bad[0])}",
             )
-        group = 0
-    elif isinstance(size, int) and size > 0 and layout == "gptq":
-        group = size
-    else:
-        group = n_in // groups
-    if group and (-(-n_in // group) != groups or (layout == "awq" and n_in % group)):
-        raise _shape_error(
-            name,
-            layout,
-            f"{n_in} columns in groups of {group}: scales of {-(-n_in // group)} rows, "
-            f"found {groups}",
-        )
-    if isinstance(size, int) and size > 0 and group and size != group:
-        raise _shape_error(
-            name, layout, f"groups of group_size {size} columns, found groups of {group}"
-        )
+        if not consistent or not np.array_equal(values, np.arange(n_in) // group):
+            group = 0  # desc_act: each column's group from g_idx
     v1 = layout == "gptq" and _gptq_format(config) != "gptq_v2"
     params = {"layout": layout, "in": n_in, "group": group, "v1": v1}
     return Plan((out, n_in), _NATIVE[facts["scales"].type], params)
@@ -148,8 +145,9 @@ def _zeros_by_nibble(words: np.ndarray, o: np.ndarray, nibble: np.ndarray) -> np
 
 
 def _gidx(plan: Plan, arrays: Mapping[str, np.ndarray], key: str) -> np.ndarray:
+    """Each column's group: the stored ``key`` when the plan found no rule for it."""
     found = arrays.get(key)
-    if found is not None:
+    if found is not None and not plan.params["group"]:
         return np.ascontiguousarray(found, np.int32)
     n_in, group = plan.params["in"], plan.params["group"]
     return (np.arange(n_in, dtype=np.int32) // np.int32(group)).astype(np.int32)
@@ -172,9 +170,8 @@ def _decode_q(
     scale = np.ascontiguousarray(arrays["scales"][:, r0:r1].T, np.float32)
     out = _out(plan, r0, r1, dtype)
     words = arrays["qweight"]
-    int4_rows(
-        words, layout, r0, _gidx(plan, arrays, "g_idx"), scale, zero.T.copy(), plan.native, out
-    )
+    gidx, group = _gidx(plan, arrays, "g_idx"), plan.params["group"]
+    int4_rows(words, layout, r0, gidx, group, scale, zero.T.copy(), plan.native, out)
     return out
 
 
@@ -238,11 +235,9 @@ def _decode_packed(
         o = np.arange(r0, r1)
         picked = found.view(np.uint32)[o >> 3] >> (4 * (o & 7)).astype(np.uint32)[:, None]
         zero = (picked & np.uint32(15)).astype(np.int32)
-    gidx = (np.arange(plan.params["in"], dtype=np.int32) // np.int32(plan.params["group"])).astype(
-        np.int32
-    )
     out = _out(plan, r0, r1, dtype)
-    int4_rows(arrays["packed"], "rows", r0, gidx, scale, zero, plan.native, out)
+    gidx, group = _gidx(plan, {}, "g_idx"), plan.params["group"]
+    int4_rows(arrays["packed"], "rows", r0, gidx, group, scale, zero, plan.native, out)
     return out
 
 
