@@ -49,7 +49,12 @@ setup(
                     "int4.c",
                 )
             ],
-            depends=[KERNELS + "ggml.h", KERNELS + "ggml_grids.h", KERNELS + "moments.h", KERNELS + "int4.h"],
+            depends=[
+                KERNELS + "ggml.h",
+                KERNELS + "ggml_grids.h",
+                KERNELS + "moments.h",
+                KERNELS + "int4.h",
+            ],
             optional=True,
         )
     ],

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from kiln_np._schemes.scheme import Facts, Scheme
 def _facts(arrays: dict[str, np.ndarray]) -> dict[str, Facts]:
     kinds = {"int32": "i32", "float16": "f16", "int64": "i64"}
     return {
-        r: Facts(r, kinds[a.dtype.name], a.shape, lambda a=a: a) for r, a in arrays.items()
+        r: Facts(r, kinds[a.dtype.name], a.shape, partial(np.asarray, a)) for r, a in arrays.items()
     }
 
 
@@ -73,23 +75,19 @@ def main() -> None:
     print(describe_machine())
     bf16 = as_dtype("bfloat16")
     baseline = np.zeros((args.n, args.n), bf16)
-    functions = {"copy": lambda: np.copy(baseline)}
+    functions: dict[str, Callable[[], object]] = {"copy": partial(np.copy, baseline)}
     for label, (scheme, arrays) in _cases(args.n, args.group).items():
         config = {"quant_method": scheme.name} if scheme is not PACK_QUANTIZED else {}
         plan = scheme.plan("w.weight", _facts(arrays), config)
         rows = plan.shape[0]
-        functions[label] = (
-            lambda scheme=scheme, plan=plan, arrays=arrays, rows=rows: scheme.decode(
-                plan, arrays, 0, rows, bf16
-            )
-        )
+        functions[label] = partial(scheme.decode, plan, arrays, 0, rows, bf16)
     timing = time_interleaved(functions, "copy", args.rounds)
     print(f"{args.n} x {args.n} ({args.n * args.n / 2**20:g} Mi elements), groups of {args.group}")
     print(f"  np.copy of the bf16 output: {timing.median('copy') * 1e3:.2f} ms")
     for label in functions:
         if label != "copy":
-            ms = timing.median(label) * 1e3
-            print(f"  {label:<15} -> bf16: {ms:7.2f} ms, / np.copy {timing.ratio(label, 'copy'):.2f}")
+            ms, ratio = timing.median(label) * 1e3, timing.ratio(label, "copy")
+            print(f"  {label:<15} -> bf16: {ms:7.2f} ms, / np.copy {ratio:.2f}")
     print("  target (issue 23, GPTQ and AWQ): <= 3")
 
 

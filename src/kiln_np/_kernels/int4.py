@@ -109,7 +109,8 @@ def _codes(words: np.ndarray, layout: str, o: np.ndarray, n_in: int) -> np.ndarr
         picked, shift = w[:, o >> 3].T, (4 * nibble)[:, None]
     else:
         picked, shift = w[o][:, i >> 3], (4 * (i & 7))[None, :]
-    return (picked >> shift.astype(np.uint32)) & np.uint32(15)
+    codes: np.ndarray = (picked >> shift.astype(np.uint32)) & np.uint32(15)
+    return codes
 
 
 def _numpy_rows(

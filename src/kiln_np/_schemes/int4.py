@@ -89,7 +89,7 @@ def _plan_q(name: str, facts: Mapping[str, Facts], config: Mapping[str, Any]) ->
     zrows, zcols = _two_d(name, scheme, facts["qzeros"], "qzeros")
     layout = method if method in ("gptq", "awq") else ("gptq" if cols == out else "awq")
     n_in = 8 * rows if layout == "gptq" else rows
-    width = out if layout == "gptq" else 8 * cols
+    width = cols if layout == "gptq" else 8 * cols
     if width != out:
         packing = "(in/8, out)" if layout == "gptq" else "(in, out/8)"
         raise _shape_error(
