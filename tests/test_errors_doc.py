@@ -23,6 +23,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from functools import partial
 from types import FrameType
 from typing import Any, cast
 
@@ -37,6 +38,8 @@ import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
+from kiln_np._schemes.scheme import Facts
+from kiln_np._schemes.table import scheme_named
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -861,10 +864,6 @@ WEIGHTS: list[Entry] = [
 
 
 def _int4_plan(scheme: str, config: dict[str, Any], **arrays: np.ndarray) -> object:
-    from functools import partial
-
-    from kiln_np._schemes.scheme import Facts
-    from kiln_np._schemes.table import scheme_named
 
     kinds = {"int32": "i32", "float16": "f16", "int64": "i64"}
     facts = {
@@ -874,12 +873,12 @@ def _int4_plan(scheme: str, config: dict[str, Any], **arrays: np.ndarray) -> obj
     return scheme_named(scheme).plan("m.q_proj.weight", facts, config)
 
 
-_GPTQ = {
+_GPTQ: dict[str, np.ndarray] = {
     "qweight": np.zeros((16, 24), np.int32),
     "qzeros": np.zeros((4, 3), np.int32),
     "scales": np.ones((4, 24), np.float16),
 }
-_PACKED = {
+_PACKED: dict[str, np.ndarray] = {
     "packed": np.zeros((21, 13), np.int32),
     "scale": np.ones((21, 1), np.float16),
     "shape": np.array([21, 100], np.int64),
