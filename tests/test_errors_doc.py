@@ -22,8 +22,8 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
