@@ -235,7 +235,8 @@ def test_notebook_and_weight_names_load_on_first_use() -> None:
 
     code = (
         "import sys, kiln_np\n"
-        "lazy = ('kiln_np._explore', 'kiln_np._weights.tensors', 'kiln_np.formats')\n"
+        "lazy = ('kiln_np._explore', 'kiln_np._weights.tensors', 'kiln_np._weights.weights',\n"
+        "        'kiln_np.formats')\n"
         "before = {m for m in lazy if m in sys.modules}\n"
         "from kiln_np import *\n"
         "assert describe is kiln_np.describe and open_weights.__module__ == 'kiln_np'\n"

@@ -42,8 +42,10 @@ if _typing.TYPE_CHECKING:
         plot_histograms,
     )
     from ._explore.report import report
+    from ._weights.logical import LogicalTensor
     from ._weights.policy import QuantizePolicy
-    from ._weights.tensors import Weights, WeightTensor
+    from ._weights.tensors import WeightTensor
+    from ._weights.weights import Weights
     from .formats import open_weights, save_weights
 
 _LAZY = {
@@ -64,7 +66,9 @@ _LAZY = {
         "._explore",
     ),
     "report": "._explore.report",
-    **dict.fromkeys(("Weights", "WeightTensor"), "._weights.tensors"),
+    "Weights": "._weights.weights",
+    "LogicalTensor": "._weights.logical",
+    "WeightTensor": "._weights.tensors",
     "QuantizePolicy": "._weights.policy",
     **dict.fromkeys(("open_weights", "save_weights"), ".formats"),
 }
@@ -96,6 +100,7 @@ __all__ = [
     "KilnError",
     "Layout",
     "LazyPayload",
+    "LogicalTensor",
     "Payload",
     "PayloadInfo",
     "QuantizePolicy",

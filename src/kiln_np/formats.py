@@ -41,6 +41,7 @@ the Kiln directory and a checkpoint for a directory (one may hold both).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -51,7 +52,7 @@ from kiln_np._codec import Payload
 from kiln_np._core.checks import check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
-from kiln_np._files.io import open_regular_raw
+from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.decode import block_of
 from kiln_np._weights.policy import QuantizePolicy, as_policy
 from kiln_np._weights.sources import (
@@ -62,7 +63,8 @@ from kiln_np._weights.sources import (
     ggml_blocks,
     tensor_sources,
 )
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 from kiln_np.gguf import open_gguf, save_gguf
 from kiln_np.gguf._types import MAGIC as GGUF_MAGIC
 from kiln_np.gguf._writer import save_gguf_paths
@@ -571,7 +573,45 @@ def save_weights(
     row = _writer(format)
     policy = _policy_for(row, quantize)
     assert row.save is not None  # _writer finds only rows that write
-    return row.save(target, tensors, metadata, max_shard_size, progress, dequantize, policy)
+    config = _plain_config(target, tensors, row, max_shard_size, dequantize)
+    written = row.save(target, tensors, metadata, max_shard_size, progress, dequantize, policy)
+    if config is not None:
+        where, body = config
+        with replacing(where) as (_, f):
+            f.write(body)
+    return written
+
+
+PLAIN_CONFIG = "config.json"
+"""The Hugging Face config that :func:`save_weights` writes beside (or, sharded,
+inside) a safetensors checkpoint dequantized from a logical view that had one."""
+
+
+def _plain_config(
+    target: str, tensors: object, row: WeightFormat, shards: int | None, dequantize: object
+) -> tuple[str, bytes] | None:
+    """Where and what the plain checkpoint's ``config.json`` is: the source's,
+    without its ``quantization_config``, every other key kept; None unless a
+    logical view with a config is dequantized to safetensors.  TYPE when it
+    would replace the source's own config."""
+    if (
+        dequantize is None
+        or row.name != "safetensors"
+        or not isinstance(tensors, Weights)
+        or tensors.config is None
+    ):
+        return None
+    folder = target if shards is not None else os.path.dirname(target)
+    where = os.path.join(folder, PLAIN_CONFIG)
+    source = tensors.config_path
+    if source is not None and os.path.lexists(where) and os.path.samefile(where, source):
+        raise KilnError(
+            "TYPE",
+            f"{where!r}: expected to write the plain checkpoint's config beside it, found the "
+            "source checkpoint's own config there: write the output into another directory",
+        )
+    kept = {k: v for k, v in tensors.config.items() if k != "quantization_config"}
+    return where, (json.dumps(kept, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _policy_for(row: WeightFormat, quantize: object) -> QuantizePolicy | None:
@@ -634,7 +674,9 @@ def save_weights_paths(
     policy = _policy_for(row, quantize)
     assert row.paths is not None  # every format kiln_np writes names its files
     target = written_path(check_path(path))
-    return row.paths(target, tensors, max_shard_size, dequantize, policy)
+    paths = row.paths(target, tensors, max_shard_size, dequantize, policy)
+    config = _plain_config(target, tensors, row, max_shard_size, dequantize)
+    return paths if config is None else [*paths, config[0]]
 
 
 class KeptTensor(NamedTuple):

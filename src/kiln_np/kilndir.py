@@ -48,7 +48,8 @@ from kiln_np._weights.metadata import (
 )
 from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import Dequantize, Progress, sha256_file, tensor_sources
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor

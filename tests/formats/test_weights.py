@@ -1066,6 +1066,7 @@ def test_cli_ls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "block_shape": None,
         "byte_length": 24,
         "elements": 6,
+        "parts": None,
     }
 
 

@@ -38,6 +38,7 @@ from kiln_np._core.table import (
 from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import block_of, dequantize_blocks
+from kiln_np._weights.logical import LogicalTensor, row_chunks
 from kiln_np._weights.tensors import WeightTensor
 
 __all__ = [
@@ -227,12 +228,16 @@ def _payload_chunks(payload: Payload, row: DType, count: int) -> Iterator[np.nda
 def source(array: Source) -> tuple[DType, tuple[int, ...], Iterable[np.ndarray]]:
     """The row, shape and C-order 1-D chunks of what is described: a GGML
     quantized payload (or tensor) as its f32 values, an FNUZ float8 payload as
-    its float type.
+    its float type, a quantization scheme's weight (a logical tensor) as its
+    values in the reference's own output dtype.
 
     >>> row, shape, chunks = source(np.zeros((2, 3), np.uint8))
     >>> row.name, shape, [c.size for c in chunks]
     ('u8', (2, 3), [6])
     """
+    if isinstance(array, LogicalTensor):  # a scheme's weight: its values, whole rows a chunk
+        values = (c.reshape(-1) for c in row_chunks(array, None, COUNT_CHUNK))
+        return row_for_dtype(array.dtype), array.shape, values
     if isinstance(array, WeightTensor) and array.layout is not None:
         array = array.payload()  # opaque: read as a payload; closed codes as arrays
     if isinstance(array, Payload):

@@ -57,7 +57,9 @@ import numpy as np
 
 from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
-from kiln_np._weights.tensors import Weights, WeightTensor, mapped_file
+from kiln_np._weights.logical import LogicalTensor, row_chunks
+from kiln_np._weights.tensors import WeightTensor, mapped_file
+from kiln_np._weights.weights import Weights
 from kiln_np.formats import open_weights
 
 from .chunks import source
@@ -309,6 +311,8 @@ def _compare(wa: Weights, wb: Weights) -> Comparison:
 
 
 def _type(t: WeightTensor) -> str:
+    if isinstance(t, LogicalTensor):
+        return t.scheme
     return t.layout.name if t.layout is not None else t.info.element.name
 
 
@@ -327,8 +331,13 @@ def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:
         "type_a": _type(a),
         "type_b": _type(b),
     }
-    same_type = a.code == b.code and a.layout == b.layout and a.info.shape == b.info.shape
-    if same_type and _same_bytes(a, b):
+    if isinstance(a, LogicalTensor) or isinstance(b, LogicalTensor):
+        same_type = _same_parts(a, b)
+        same = same_type
+    else:
+        same_type = a.code == b.code and a.layout == b.layout and a.info.shape == b.info.shape
+        same = same_type and _same_bytes(a, b)
+    if same:
         return TensorComparison(**base, same_bytes=True, equal=True, compared=False)
     if a.shape != b.shape:
         return TensorComparison(
@@ -344,8 +353,22 @@ def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:
 
 
 def _values(t: WeightTensor) -> Iterator[np.ndarray]:
+    if isinstance(t, LogicalTensor):
+        return (chunk.reshape(-1) for chunk in row_chunks(t))
     _, _, chunks = source(t.payload())
     return iter(chunks)
+
+
+def _same_parts(a: WeightTensor, b: WeightTensor) -> bool:
+    """Whether two logical tensors are one scheme with the same parts' bytes."""
+    if not (isinstance(a, LogicalTensor) and isinstance(b, LogicalTensor)):
+        return False
+    if a.scheme != b.scheme or a.plan != b.plan or list(a.parts) != list(b.parts):
+        return False
+    return all(
+        pa.code == pb.code and pa.info.shape == pb.info.shape and _same_bytes(pa, pb)
+        for pa, pb in zip(a.parts.values(), b.parts.values(), strict=True)
+    )
 
 
 def _same_bytes(a: WeightTensor, b: WeightTensor) -> bool:

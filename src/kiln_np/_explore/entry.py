@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, overload
 from kiln_np._codec import Payload
 from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
 from kiln_np._core.errors import KilnError
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 
 from .chunks import Source, quantized, source
 from .description import Description

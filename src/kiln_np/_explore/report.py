@@ -44,7 +44,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing
 from kiln_np._version import __version__
 from kiln_np._weights.summary import NOTE, Summary, human_bytes, human_count, shown_bits
-from kiln_np._weights.tensors import Weights
+from kiln_np._weights.weights import Weights
 from kiln_np.formats import open_weights
 
 from .entry import describe
@@ -643,7 +643,8 @@ def _selection_text(include: Sequence[str], exclude: Sequence[str], kept: int, t
 
 
 def input_files(weights: Weights) -> list[str]:
-    """The files ``weights`` reads: what was opened and every tensor's file.
+    """The files ``weights`` reads: what was opened, every tensor's file (every
+    part's, for a logical view) and the ``config.json`` a logical view read.
 
     Examples
     --------
@@ -656,7 +657,9 @@ def input_files(weights: Weights) -> list[str]:
     ['m.safetensors']
     >>> import shutil; shutil.rmtree(d)
     """
-    paths = [weights.path, *(t.path for t in weights.values() if t.path)]
+    paths = [weights.path, *(t.path for t in weights.plain.values() if t.path)]
+    if weights.config_path is not None:  # a logical view read it
+        paths.append(weights.config_path)
     return list(dict.fromkeys(paths))
 
 

@@ -10,8 +10,12 @@ tensor.  The definitions, exactly:
   dequantized float32 values, as llama.cpp computes them, with the range of
   each of its blocks' float scale fields (``d``, ``dmin``, ``m``, MXFP4's
   ``e``; the integer sub-block scales are in ``describe(tensor)``).
-  A block-scaled scheme stored as two tensors (gpt-oss ``*_blocks`` and
-  ``*_scales``) is two rows, each as stored.  A tensor with no numeric reading
+  A weight a quantization scheme stores as several tensors is two or more
+  rows, each as stored, in the plain view, and one row in the
+  :meth:`~kiln_np.Weights.logical` view: its values as the scheme's
+  reference computes them (in the reference's own output dtype), with each
+  float part's range but the key's (``weight_scale_inv``, ``scales``) in
+  ``scales``.  A tensor with no numeric reading
   (complex, a GGML type with no decoder, any other opaque layout) is a row
   with its counts only and a ``note`` saying why.
 - **count** is the number of elements; **nan**, **posinf**, **neginf** and
@@ -51,8 +55,10 @@ from kiln_np._kernels import pool
 from kiln_np._kernels.moments import Moments, moments
 from kiln_np._quants.decode import DECODERS, dequantize_into
 from kiln_np._quants.decoder import float_scales
+from kiln_np._weights.logical import LogicalTensor, part_type, row_chunks
 from kiln_np._weights.summary import human_count
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 
 from .chunks import Quantized, quantized, source
 from .description import Number, html_table, share
@@ -473,6 +479,8 @@ def tensor_stats(t: WeightTensor, step: Callable[[int], None] | None = None) -> 
         "shape": t.shape,
         "byte_length": t.byte_length,
     }
+    if isinstance(t, LogicalTensor):
+        return _row(head, *_logical_moments(t, step))
     if t.layout is None and int(t.code) in _KERNEL_KINDS:
         return _row(head, _kernel_moments(t, _KERNEL_KINDS[int(t.code)], step))
     q = quantized(t)
@@ -530,6 +538,35 @@ def _kernel_moments(t: WeightTensor, kind: str, step: Callable[[int], None] | No
         if step is not None:
             step(min(lo + ROUND, flat.size) * itemsize)
     return total
+
+
+_LOGICAL_KINDS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_FLOAT_PARTS = frozenset({"f64", "f32", "f16", "bf16", "f8e4m3", "f8e5m2"})
+
+
+def _logical_moments(
+    t: LogicalTensor, step: Callable[[int], None] | None
+) -> tuple[Moments, Mapping[str, tuple[Number, Number] | None]]:
+    """A logical tensor's values (its reference's own output dtype), a round of
+    whole rows at a time, and the range of each float part but the key (its
+    scales)."""
+    kind = _LOGICAL_KINDS[t.dtype.name]
+    unsigned = np.dtype(f"u{t.dtype.itemsize}")
+    total = Moments.empty()
+    done = 0
+    for chunk in row_chunks(t, None, ROUND):
+        total = total.merge(moments(chunk.reshape(-1).view(unsigned), kind))
+        done += chunk.size
+        if step is not None and t.size:
+            step(t.byte_length * done // t.size)
+    ranges = _Ranges()
+    key = next(iter(t.parts))
+    for role, part in t.parts.items():
+        if role != key and part_type(part) in _FLOAT_PARTS:
+            flat = part.numpy().reshape(-1)
+            for lo in range(0, flat.size, RUN):
+                ranges.add_fields({role: flat[lo : lo + RUN].astype(np.float64)})
+    return total, MappingProxyType(ranges.ranges)
 
 
 class _Ranges:

@@ -2,8 +2,10 @@
 
 ``mapped`` (``MappedFile``: a file mapped read-only once, on first use),
 ``summary`` (``Summary``: a checkpoint at a glance, from headers alone),
-``tensors`` (``WeightTensor`` and ``Weights``, the mapping ``open_weights``
-returns, its ``select`` views and ``summary()``), ``policy``
+``tensors`` (``WeightTensor``), ``logical`` (``LogicalTensor``: one weight a
+quantization scheme stores as several tensors, recognised by the table of
+``kiln_np._schemes``), ``weights`` (``Weights``, the mapping ``open_weights``
+returns, its ``select`` and ``logical()`` views and ``summary()``), ``policy``
 (``QuantizePolicy``: which type each tensor is written as under ``quantize=``),
 ``sources`` (``TensorSource``: tensors to write, checked before anything is
 written, and copying their bytes) and ``metadata`` (strict JSON and

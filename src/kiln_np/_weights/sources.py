@@ -53,6 +53,7 @@ from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
 from kiln_np._quants.decode import block_of, dequantize_into
 from kiln_np._quants.quantize import not_finite, quantize_into
 
+from .logical import LogicalTensor, row_chunks
 from .mapped import MappedFile
 from .policy import QuantizePolicy, as_policy, decide
 from .tensors import WeightTensor, mapped_file
@@ -116,7 +117,10 @@ class TensorSource(NamedTuple):
     ``dequantized``, ``info`` describes the float tensor to write and ``data`` or
     ``file`` hold the GGML blocks it is decoded from; with ``quantized``, the float
     values it is quantized from.  ``kept`` says why a tensor that a quantize policy
-    names keeps its type (None otherwise).
+    names keeps its type (None otherwise).  With ``logical`` (a weight a
+    quantization scheme stores as parts, written as its values), ``info``
+    describes the float tensor to write, decoded from the parts a bounded run
+    of rows at a time.
     """
 
     name: str
@@ -127,6 +131,7 @@ class TensorSource(NamedTuple):
     dequantized: Dequantized | None = None
     quantized: Quantized | None = None
     kept: str | None = None
+    logical: LogicalTensor | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -139,6 +144,12 @@ class TensorSource(NamedTuple):
         modified since).  A dequantized tensor's blocks are read the same way,
         a chunk at a time, and each chunk's values written as decoded.
         """
+        if self.logical is not None:
+            for chunk in row_chunks(self.logical, self.info.dtype, _DEQUANTIZE_CHUNK):
+                write_all(fd, chunk.reshape(-1).view(U8).data)
+                if progress is not None:
+                    progress(chunk.nbytes)
+            return
         if self.dequantized is not None:
             self._write_dequantized(fd, self.dequantized, progress)
             return
@@ -490,6 +501,8 @@ def tensor_sources(
         if not isinstance(name, str):
             raise KilnError("TYPE", f"expected tensor names as str, found {show_value(name)}")
         source = _source(name, value)
+        if source.logical is not None and code is None:
+            raise _logical_refused(source.logical, name)
         if code is not None:
             source = _dequantized(source, code)
         elif policy is not None:
@@ -518,6 +531,8 @@ def _quantized(source: TensorSource, policy: QuantizePolicy) -> TensorSource:
 def _dequantized(source: TensorSource, code: Code) -> TensorSource:
     """``source`` as the ``code`` tensor of its values, when it holds decodable
     GGML blocks; else ``source`` itself."""
+    if source.logical is not None:
+        return source._replace(info=payload_info(code, source.logical.shape), format_dtype=None)
     blocks = source.info
     block = block_of(blocks.code, blocks.layout)
     if block is None:
@@ -528,8 +543,24 @@ def _dequantized(source: TensorSource, code: Code) -> TensorSource:
     return source._replace(info=info, dequantized=Dequantized(block, blocks))
 
 
+def _logical_refused(t: LogicalTensor, name: str) -> KilnError:
+    """The TYPE error for a logical tensor given to write without ``dequantize``."""
+    return KilnError(
+        "TYPE",
+        f"tensor {name!r}: expected a tensor with one payload, found a {t.scheme} weight "
+        f"stored as {len(t.parts)} tensors ({', '.join(t.parts)}): pass dequantize='bf16' "
+        "(or 'f16', 'f32') to write its values, or write the parts as stored from the plain "
+        "view (weights.plain)",
+    )
+
+
 def _source(name: str, value: object) -> TensorSource:
     where = f"tensor {name!r}: "
+    if isinstance(value, LogicalTensor):
+        key = next(iter(value.parts.values()))
+        held = mapped_file(key)
+        memory = key.payload().data if held is None else None
+        return TensorSource(name, key.info, memory, held, value.format_dtype, logical=value)
     if isinstance(value, WeightTensor):
         file = mapped_file(value)
         if file is None:

@@ -146,8 +146,8 @@ class TreeRow:
 
 
 NOTE = (
-    "parameters are elements as stored: a block-scaled scheme's scales count as their own "
-    "tensors; an opaque type with no numeric reading counts its blocks"
+    "parameters are elements as stored: a quantization scheme's scales count as their own "
+    "tensors (not in Weights.logical()); an opaque type with no numeric reading counts its blocks"
 )
 
 

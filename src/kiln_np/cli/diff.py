@@ -13,7 +13,13 @@ from kiln_np._explore.comparison import compare
 
 from .args import json_flag, subparser
 from .output import print_json
-from .weights import open_weights_file, select_args, select_tensors, selection_record
+from .weights import (
+    logical_view,
+    open_weights_file,
+    select_args,
+    select_tensors,
+    selection_record,
+)
 
 __all__ = ["add_diff"]
 
@@ -30,7 +36,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     0
     >>> import shutil; shutil.rmtree(d)
     """
-    with open_weights_file(args.a) as a, open_weights_file(args.b) as b:
+    with open_weights_file(args.a) as stored_a, open_weights_file(args.b) as stored_b:
+        a, b = logical_view(stored_a, args, args.a), logical_view(stored_b, args, args.b)
         va = a.select(*args.include, exclude=args.exclude) if args.include or args.exclude else a
         vb = b.select(*args.include, exclude=args.exclude) if args.include or args.exclude else b
         if len(va) == 0 and len(vb) == 0:

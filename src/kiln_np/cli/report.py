@@ -17,14 +17,21 @@ from .args import subparser
 from .errors import file_error
 from .files import refuse_overwrite
 from .output import Progress
-from .weights import open_weights_file, select_args, select_tensors, weights_inputs
+from .weights import (
+    logical_view,
+    open_weights_file,
+    select_args,
+    select_tensors,
+    weights_inputs,
+)
 
 __all__ = ["add_report"]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    with open_weights_file(args.path) as weights:
-        chosen = select_tensors(weights, args, args.path)
+    with open_weights_file(args.path) as stored:
+        weights = logical_view(stored, args, args.path)
+        chosen = select_tensors(weights, args, args.path, logical=False)
         refuse_overwrite(args.output, weights_inputs(weights))
         if matplotlib_missing():
             print(

@@ -12,7 +12,13 @@ from kiln_np._explore.weight_stats import describe_weights
 
 from .args import json_flag, subparser
 from .output import Progress, print_json
-from .weights import open_weights_file, select_args, select_tensors, selection_record
+from .weights import (
+    logical_view,
+    open_weights_file,
+    select_args,
+    select_tensors,
+    selection_record,
+)
 
 __all__ = ["add_stats"]
 
@@ -30,8 +36,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     0
     >>> import shutil; shutil.rmtree(d)
     """
-    with open_weights_file(args.path) as weights:
-        chosen = select_tensors(weights, args, args.path)
+    with open_weights_file(args.path) as stored:
+        weights = logical_view(stored, args, args.path)
+        chosen = select_tensors(weights, args, args.path, logical=False)
         with Progress(max(chosen.byte_length, 1), f"stats {args.path}") as bar:
             result = describe_weights(
                 chosen, progress=lambda done, total: bar.advance(done - bar.done)

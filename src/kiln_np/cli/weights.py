@@ -19,9 +19,11 @@ from typing import Any
 from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._explore.report import input_files
+from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.policy import QuantizePolicy
 from kiln_np._weights.sources import DEQUANTIZE_TYPES, tensor_sources
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 from kiln_np.formats import (
     FORMATS,
     check_blocks,
@@ -142,6 +144,13 @@ def select_args(parser: argparse.ArgumentParser) -> None:
         help="leave out the tensors whose name matches this glob, even when --include "
         "keeps them: '*norm*'; repeatable",
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="the tensors as stored: without it, a weight that a quantization scheme "
+        "(FP8 block-scaled, NVFP4, GPTQ, AWQ, bitsandbytes, gpt-oss MXFP4, ...) stores as "
+        "several tensors is one tensor of its values (docs/weights.md)",
+    )
 
 
 def _selection_text(args: argparse.Namespace) -> str:
@@ -156,10 +165,26 @@ def _selection_text(args: argparse.Namespace) -> str:
     return " ".join(f"{option} {pattern!r}" for option, pattern in given)
 
 
-def select_tensors(weights: Weights, args: argparse.Namespace, path: str) -> Weights:
+def logical_view(weights: Weights, args: argparse.Namespace, path: str) -> Weights:
+    """``weights.logical()`` unless ``--parts``; its errors name ``path`` and the
+    option that reads the tensors as stored."""
+    if getattr(args, "parts", False):
+        return weights
+    try:
+        return weights.logical()
+    except KilnError as exc:
+        raise exc.prefixed(f"{path!r} (--parts reads the tensors as stored): ") from None
+
+
+def select_tensors(
+    weights: Weights, args: argparse.Namespace, path: str, *, logical: bool = True
+) -> Weights:
     """The tensors of ``weights`` (opened from ``path``) that ``--include`` and
-    ``--exclude`` select, a :meth:`Weights.select` view; ``weights`` itself
+    ``--exclude`` select, a :meth:`Weights.select` view, of the logical view
+    (:func:`logical_view`) when ``logical``; the (logical) ``weights`` itself
     without them.  TYPE when they select none, showing the first names."""
+    if logical:
+        weights = logical_view(weights, args, path)
     if not args.include and not args.exclude:
         return weights
     view = weights.select(*args.include, exclude=args.exclude)
@@ -218,6 +243,19 @@ def weights_inputs(weights: Weights) -> Inputs:
 
 def _tensor_record(t: WeightTensor) -> dict[str, Any]:
     info = t.info
+    if isinstance(t, LogicalTensor):
+        return {
+            "name": t.name,
+            "format_dtype": t.format_dtype,
+            "code": None,
+            "kiln": t.scheme,
+            "layout": None,
+            "shape": list(t.shape),
+            "block_shape": None,
+            "byte_length": t.byte_length,
+            "elements": t.size,
+            "parts": {role: p.name for role, p in t.parts.items()},
+        }
     return {
         "name": t.name,
         "format_dtype": t.format_dtype,
@@ -228,12 +266,14 @@ def _tensor_record(t: WeightTensor) -> dict[str, Any]:
         "block_shape": None if info.layout is None else list(info.shape),
         "byte_length": info.byte_length,
         "elements": t.size,
+        "parts": None,
     }
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
-    with open_weights_file(args.path) as weights:
-        chosen = select_tensors(weights, args, args.path)
+    with open_weights_file(args.path) as stored:
+        weights = logical_view(stored, args, args.path)
+        chosen = select_tensors(weights, args, args.path, logical=False)
         tensors = [_tensor_record(t) for t in chosen.values()]
         selection = selection_record(args, len(chosen), len(weights))
         record = {
@@ -356,8 +396,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     to = _target_format(args)
     dequantize = args.dequantize
     policy = _policy(args, to)
-    with open_weights_file(args.src) as weights:
-        chosen = select_tensors(weights, args, args.src)
+    with open_weights_file(args.src) as stored:
+        weights = stored if dequantize is None else logical_view(stored, args, args.src)
+        chosen = select_tensors(weights, args, args.src, logical=False)
         selection = selection_record(args, len(chosen), len(weights))
         inputs = weights_inputs(weights)
         refuse_overwrite(args.dst, inputs)

@@ -19,7 +19,8 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import MappedFile
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 
 from ._proto import external_range, model_to_kiln
 from ._types import raw_type

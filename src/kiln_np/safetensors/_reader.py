@@ -14,7 +14,8 @@ from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
 from kiln_np._weights.mapped import FileIdentity, MappedFile
 from kiln_np._weights.metadata import parse_json, read_json
-from kiln_np._weights.tensors import Weights, WeightTensor
+from kiln_np._weights.tensors import WeightTensor
+from kiln_np._weights.weights import Weights
 
 from ._types import (
     BY_NAME,

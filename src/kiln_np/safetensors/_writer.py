@@ -252,12 +252,13 @@ def _index_files(directory: str) -> set[str] | None:
     None unless each is named as this writer names shards
     (``model-00001-of-00002.safetensors``; ``building_directory`` checks that
     each is a regular file).  An index naming someone's ``notes.txt`` is not
-    enough."""
+    enough.  A ``config.json`` there is one too: ``save_weights`` writes the
+    plain checkpoint's config into the directory of a dequantized logical view."""
     index = os.path.join(directory, _INDEX)
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # KilnError too
         shards = set(read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"].values())
         if all(isinstance(s, str) and _WRITTEN.fullmatch(s) for s in shards):
-            return {_INDEX, *shards}
+            return {_INDEX, "config.json", *shards}
     return None
 
 

@@ -1,0 +1,479 @@
+"""One weight stored as several tensors, read as the tensor it means.
+
+A quantized checkpoint keeps each weight as *parts* (DeepSeek's FP8
+``X.weight`` plus ``X.weight_scale_inv``, GPTQ's ``qweight``, ``qzeros``,
+``scales``, ...).  :func:`logical_tensors` groups a mapping's tensors by the
+scheme table of :mod:`kiln_np._schemes` and gives each group as one
+:class:`LogicalTensor` under its logical name, in file order; every other
+tensor passes through.  :func:`read_config` reads the ``config.json`` that
+stands beside a Hugging Face checkpoint, whose ``quantization_config`` names
+the scheme.
+
+How a group is found
+--------------------
+A tensor whose name ends in a scheme's *key* suffix and whose type is one of
+the key's starts a group; the other parts are the same base plus their
+suffixes.  With a ``quantization_config``, only the schemes it names are
+tried, and a key tensor without its required parts, or a part without its
+key, is a KilnError (the config says the checkpoint is quantized so: a
+missing part is damage, not a plain tensor).  Without one, every scheme is
+tried in the table's order: a group whose key has none of its other parts is
+a plain tensor (an F8_E4M3 ``weight`` with no scale is just FP8), one with
+some but not all of its required parts is a KilnError.  A part of the wrong
+type is TYPE, naming the tensor, the scheme and the types it may have.
+
+>>> import numpy as np
+>>> from kiln_np._core.payload import payload_info
+>>> t = WeightTensor("w", payload_info("f32", (2,)), None, "F32", data=memoryview(bytes(8)))
+>>> [x.name for x in logical_tensors({"w": t}, {})]
+['w']
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from kiln_np._codec import Payload
+from kiln_np._core.checks import set_module
+from kiln_np._core.errors import KilnError
+from kiln_np._core.table import as_dtype
+from kiln_np._files.io import open_regular_raw
+from kiln_np._schemes import table
+from kiln_np._schemes.scheme import Facts, Plan, Scheme
+from kiln_np._schemes.table import scheme_named
+
+from .summary import human_bytes
+from .tensors import WeightTensor
+
+__all__ = [
+    "CONFIG_LIMIT",
+    "OUTPUT_DTYPES",
+    "LogicalTensor",
+    "logical_tensors",
+    "part_type",
+    "read_config",
+    "row_chunks",
+]
+
+CONFIG_LIMIT = 16 << 20
+"""The largest ``config.json`` read (bytes): a model's config is a few KiB."""
+
+OUTPUT_DTYPES = ("float32", "bfloat16", "float16")
+"""The dtypes a logical tensor dequantizes to."""
+
+ROW_CHUNK = 1 << 22
+"""Elements decoded at a time by :func:`row_chunks` (whole rows, at least one)."""
+
+
+def part_type(t: WeightTensor) -> str:
+    """A part's Kiln type name: the short name of a closed code (``"f8e4m3"``,
+    ``"u8"``, ``"i32"``), or an opaque tensor's layout name."""
+    return t.layout.name if t.layout is not None else t.info.element.name
+
+
+@set_module("kiln_np")
+class LogicalTensor(WeightTensor):
+    """One weight a quantization scheme stores as several tensors (its *parts*),
+    under its logical name, with its logical shape.
+
+    Made by :meth:`kiln_np.Weights.logical`.  It reads as a GGML quantized
+    tensor does: :attr:`shape` is the element shape of the weight the scheme
+    stands for (``nn.Linear``'s ``(out_features, in_features)`` for GPTQ and
+    AWQ, whatever their storage); :meth:`dequantize` and :meth:`numpy` give
+    its values as the producer's reference computes them (see
+    docs/weights.md, "Quantization schemes"), a new array; the parts, each a
+    :class:`WeightTensor` of the file, stay in :attr:`parts`.
+
+    ``info``, ``code``, ``layout``, ``path`` and ``offset`` are those of the
+    key part (the scheme's first: ``weight``, ``qweight``, ``weight_packed``,
+    ``_blocks``); :meth:`payload` is TYPE, as there is no one payload.
+
+    Attributes
+    ----------
+    scheme : str
+        The scheme's name (``"fp8-block"``): also :attr:`format_dtype`.
+    parts : Mapping[str, WeightTensor]
+        The stored tensors, by role (``"weight"``, ``"weight_scale_inv"``).
+    plan : Plan
+        The checked facts ``decode`` uses: ``shape``, the reference's own output
+        dtype (``native``) and the scheme's parameters.
+    dtype : numpy.dtype
+        What :meth:`numpy` returns: the reference's own output dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kiln_np._core.payload import payload_info
+    >>> t = WeightTensor("w", payload_info("f32", (2,)), None, "F32", data=memoryview(bytes(8)))
+    >>> t.size
+    2
+    """
+
+    __slots__ = ("parts", "plan", "scheme")
+
+    def __init__(
+        self, name: str, scheme: Scheme, plan: Plan, parts: Mapping[str, WeightTensor]
+    ) -> None:
+        key = parts[scheme.parts[0].role]
+        file = key._file
+        super().__init__(
+            name, key.info, file, scheme.name, data=key._data if file is None else None
+        )
+        self.scheme = scheme.name
+        self.plan = plan
+        self.parts: Mapping[str, WeightTensor] = MappingProxyType(dict(parts))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The logical element shape."""
+        return self.plan.shape
+
+    @property
+    def byte_length(self) -> int:
+        """The bytes of every part together."""
+        return sum(p.byte_length for p in self.parts.values())
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The reference's own output dtype (what :meth:`numpy` returns)."""
+        return as_dtype(self.plan.native)
+
+    def _block(self) -> None:
+        return None
+
+    def _foreign(self) -> None:
+        return None
+
+    def payload(self) -> Payload:
+        """TYPE: a logical tensor has no one payload; its parts do."""
+        roles = ", ".join(self.parts)
+        raise KilnError(
+            "TYPE",
+            f"tensor {self.name!r}: expected one payload, found a {self.scheme} weight stored "
+            f"as {len(self.parts)} tensors ({roles}): its bytes are t.parts[role].payload(), "
+            "its values t.dequantize()",
+        )
+
+    def rows(self, r0: int, r1: int, dtype: Any = None) -> np.ndarray:
+        """Rows ``[r0, r1)`` of the first axis, dequantized to ``dtype`` (one of
+        :data:`OUTPUT_DTYPES`; None: :attr:`dtype`): a new array of shape
+        ``(r1 - r0, *shape[1:])``.  Bounded memory for any tensor size is
+        a loop over row ranges (:func:`row_chunks`)."""
+        out = self._output(dtype)
+        n = self.shape[0] if self.shape else 1
+        if not (0 <= r0 <= r1 <= n):
+            raise IndexError(f"rows [{r0}, {r1}) of a first axis of {n}")
+        arrays = {role: part.numpy() for role, part in self.parts.items()}
+        scheme = scheme_named(self.scheme)
+        try:
+            values = scheme.decode(self.plan, arrays, r0, r1, out)
+        except KilnError as exc:
+            raise exc.prefixed(f"tensor {self.name!r}: ") from None
+        want = (r1 - r0, *self.shape[1:]) if self.shape else ()
+        if values.dtype != out or values.shape != want:
+            raise AssertionError(
+                f"{self.scheme} decode gave {values.dtype} {values.shape}, expected {out} {want}"
+            )
+        return values
+
+    def dequantize(self, dtype: Any = None) -> np.ndarray:
+        """Every value, as :attr:`dtype` or as ``dtype`` (float32, bfloat16 or
+        float16), computed as the scheme's reference computes it: a new array.
+
+        Raises
+        ------
+        KilnError
+            TYPE for another dtype; the parts' own errors (a file replaced,
+            cut short) prefixed with the tensor's name.
+        """
+        return self.rows(0, self.shape[0] if self.shape else 1, dtype)
+
+    def numpy(self) -> np.ndarray:
+        """:meth:`dequantize` to the reference's own output dtype."""
+        return self.dequantize()
+
+    def _output(self, dtype: Any) -> np.dtype[Any]:
+        if dtype is None:
+            return self.dtype
+        found = as_dtype(dtype)
+        if found.name not in OUTPUT_DTYPES or not found.isnative:
+            raise KilnError(
+                "TYPE",
+                f"tensor {self.name!r}: expected a dtype of {', '.join(OUTPUT_DTYPES)} to "
+                f"dequantize {self.scheme} to, found {found.name}",
+            )
+        return found
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError(
+                f"a {self.scheme} weight dequantizes into a new array: copy=False is impossible"
+            )
+        if dtype is None or as_dtype(dtype).name in OUTPUT_DTYPES:
+            return self.dequantize(dtype)
+        return self.dequantize().astype(dtype)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_logical, (self.name, self.scheme, self.plan, dict(self.parts)))
+
+    def _described_parts(self) -> str:
+        return ", ".join(
+            f"{role} {p.format_dtype} {p.info.shape}" for role, p in self.parts.items()
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"LogicalTensor({self.name!r}, {self.scheme}, shape {self.shape}, "
+            f"{self.dtype.name}, parts: {self._described_parts()}; {self.byte_length} bytes)"
+        )
+
+    def _repr_html_(self) -> str:
+        import html  # its entity table loads only when a notebook renders HTML
+
+        rows = [
+            ("name", self.name),
+            ("scheme", self.scheme),
+            ("shape", str(self.shape)),
+            ("values", self.dtype.name),
+            *(
+                (f"part {role}", f"{p.name}: {p.format_dtype} {p.info.shape}")
+                for role, p in self.parts.items()
+            ),
+            ("bytes", f"{self.byte_length:,} ({human_bytes(self.byte_length)})"),
+        ]
+        cells = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in rows
+        )
+        return f"<table>{cells}</table>"
+
+
+def _logical(
+    name: str, scheme: str, plan: Plan, parts: Mapping[str, WeightTensor]
+) -> LogicalTensor:
+    return LogicalTensor(name, scheme_named(scheme), plan, parts)
+
+
+def row_chunks(
+    t: LogicalTensor, dtype: Any = None, elements: int = ROW_CHUNK
+) -> Iterator[np.ndarray]:
+    """``t``'s values, whole rows of its first axis at a time, about ``elements``
+    values a chunk (at least one row): what writers and statistics read.
+
+    >>> from kiln_np._core.payload import payload_info
+    >>> t = WeightTensor("w", payload_info("f32", (2,)), None, "F32", data=memoryview(bytes(8)))
+    >>> isinstance(t, LogicalTensor)
+    False
+    """
+    n = t.shape[0] if t.shape else 1
+    per_row = math.prod(t.shape[1:]) if t.shape else 1
+    step = max(1, elements // max(per_row, 1))
+    for r0 in range(0, n, step):
+        yield t.rows(r0, min(n, r0 + step), dtype)
+
+
+def read_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
+    """The ``config.json`` beside the checkpoint at ``path`` (in the directory
+    ``path``, or beside the file): ``(its path, its object)``, or ``(None, None)``
+    when there is none.
+
+    Raises
+    ------
+    KilnError
+        TYPE when it is not a regular file, is over :data:`CONFIG_LIMIT` bytes,
+        is not UTF-8 JSON, is not an object, or its ``quantization_config`` is
+        present and not an object.
+
+    >>> read_config("/nonexistent/model.safetensors")
+    (None, None)
+    """
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    where = os.path.join(folder, "config.json")
+    if not os.path.lexists(where):
+        return None, None
+    try:
+        with open_regular_raw(where) as f:
+            raw = f.read(CONFIG_LIMIT + 1)
+    except OSError as exc:
+        raise KilnError("TYPE", f"{where!r}: cannot read it: {exc.strerror or exc}") from None
+    if raw is None or len(raw) > CONFIG_LIMIT:
+        raise KilnError(
+            "TYPE", f"{where!r}: expected a config of at most {CONFIG_LIMIT} bytes, found more"
+        )
+    try:
+        found = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise KilnError("TYPE", f"{where!r}: expected UTF-8 JSON, found {str(exc)[:200]}") from None
+    if not isinstance(found, dict):
+        raise KilnError("TYPE", f"{where!r}: expected a JSON object, found {type(found).__name__}")
+    quantization = found.get("quantization_config")
+    if quantization is not None and not isinstance(quantization, dict):
+        raise KilnError(
+            "TYPE",
+            f"{where!r}: expected quantization_config to be an object, found "
+            f"{type(quantization).__name__}",
+        )
+    return where, found
+
+
+def configured_schemes(config: Mapping[str, Any]) -> tuple[Scheme, ...]:
+    """The schemes a ``quantization_config`` names (every scheme for ``{}``).
+
+    Raises
+    ------
+    KilnError
+        TYPE when it names a ``quant_method`` no scheme reads, or a scheme's
+        method with a configuration none of them reads.
+    """
+    schemes = table.SCHEMES  # read at call time: the table is data
+    if not config:
+        return schemes
+    method = config.get("quant_method")
+    named = tuple(s for s in schemes if method in s.methods)
+    chosen = tuple(s for s in named if s.configured(config))
+    if not chosen:
+        known = sorted({m for s in schemes for m in s.methods})
+        what = "whose configuration no scheme reads" if named else "which no scheme reads"
+        raise KilnError(
+            "TYPE",
+            f"expected a quantization_config of a known scheme (quant_method one of "
+            f"{', '.join(map(repr, known)) or 'none'}), found quant_method {method!r}, {what}; "
+            "pass config=False to recognise the parts by their names and types alone",
+        )
+    return chosen
+
+
+def _facts(t: WeightTensor) -> Facts:
+    return Facts(t.name, part_type(t), t.info.shape, t.numpy)
+
+
+def _group(
+    name: str,
+    t: WeightTensor,
+    scheme: Scheme,
+    tensors: Mapping[str, WeightTensor],
+    strict: bool,
+) -> dict[str, WeightTensor] | None:
+    """The parts of the group ``t`` keys for ``scheme``, by role; None when ``t``
+    is not such a key (or, not ``strict``, has none of the other parts)."""
+    key = scheme.parts[0]
+    if not name.endswith(key.suffix) or part_type(t) not in key.types:
+        return None
+    base = name[: len(name) - len(key.suffix)]
+    found = {key.role: t}
+    missing = []
+    for part in scheme.parts[1:]:
+        other = tensors.get(base + part.suffix)
+        if other is None:
+            if not part.optional:
+                missing.append(base + part.suffix)
+            continue
+        if part_type(other) not in part.types:
+            if not strict and len(found) == 1:
+                return None
+            raise KilnError(
+                "TYPE",
+                f"tensor {base + scheme.logical!r} ({scheme.name}): expected part "
+                f"{other.name!r} of type {' or '.join(sorted(part.types))}, found "
+                f"{part_type(other)}",
+            )
+        found[part.role] = other
+    if missing:
+        if not strict and len(found) == 1:
+            return None
+        raise KilnError(
+            "SHAPE",
+            f"tensor {base + scheme.logical!r} ({scheme.name}): expected its parts "
+            f"{', '.join(base + p.suffix for p in scheme.parts if not p.optional)}, "
+            f"found no {', '.join(map(repr, missing))}",
+        )
+    return found
+
+
+def logical_tensors(
+    tensors: Mapping[str, WeightTensor], config: Mapping[str, Any]
+) -> list[WeightTensor]:
+    """``tensors`` with each scheme's parts as one :class:`LogicalTensor`, in file
+    order (a logical tensor where its first part stood); the others as they
+    are.  ``config`` is the ``quantization_config`` (``{}`` for none).
+
+    Raises
+    ------
+    KilnError
+        A missing part, a part of the wrong type, a part with no key (with a
+        config), or the scheme's own rule (shapes that disagree, a block size
+        that does not divide), naming the logical tensor.
+    """
+    strict = bool(config)
+    schemes = configured_schemes(config)
+    member: dict[str, LogicalTensor] = {}
+    for name, t in tensors.items():
+        if name in member:
+            continue
+        for scheme in schemes:
+            parts = _group(name, t, scheme, tensors, strict)
+            if parts is None:
+                continue
+            taken = [p.name for p in parts.values() if p.name in member]
+            if taken:
+                raise KilnError(
+                    "TYPE",
+                    f"tensor {taken[0]!r}: expected it in one logical tensor, found it a part "
+                    f"of {member[taken[0]].name!r} and of a {scheme.name} weight keyed by "
+                    f"{name!r}",
+                )
+            base = name[: len(name) - len(scheme.parts[0].suffix)]
+            logical = base + scheme.logical
+            plan = scheme.plan(logical, {r: _facts(p) for r, p in parts.items()}, config)
+            if logical != name and logical in tensors and logical not in parts:
+                raise KilnError(
+                    "TYPE",
+                    f"tensor {logical!r}: expected one tensor of that name, found a stored "
+                    f"tensor and the {scheme.name} weight its parts make",
+                )
+            made = LogicalTensor(logical, scheme, plan, parts)
+            for p in parts.values():
+                member[p.name] = made
+            break
+    if strict:
+        _no_orphans(tensors, schemes, member)
+    out: list[WeightTensor] = []
+    seen: set[str] = set()
+    for name, t in tensors.items():
+        owner = member.get(name)
+        if owner is None:
+            out.append(t)
+        elif owner.name not in seen:
+            seen.add(owner.name)
+            out.append(owner)
+    return out
+
+
+def _no_orphans(
+    tensors: Mapping[str, WeightTensor],
+    schemes: tuple[Scheme, ...],
+    member: Mapping[str, LogicalTensor],
+) -> None:
+    """With a config: a tensor named and typed as a non-key part of a configured
+    scheme belongs to a group; SHAPE naming it when it does not."""
+    for name, t in tensors.items():
+        if name in member:
+            continue
+        for scheme in schemes:
+            for part in scheme.parts[1:]:
+                distinctive = part.suffix != scheme.parts[0].suffix
+                if distinctive and name.endswith(part.suffix) and part_type(t) in part.types:
+                    key = name[: len(name) - len(part.suffix)] + scheme.parts[0].suffix
+                    raise KilnError(
+                        "SHAPE",
+                        f"tensor {name!r}: expected the {part.role} of a {scheme.name} "
+                        f"weight keyed by {key!r}, found no such tensor",
+                    )

@@ -1,0 +1,329 @@
+"""The tensors of a weight file as one mapping: ``Weights`` (read-only, in file
+order, owning the files' maps), its ``select`` views and its ``logical()`` view.
+
+Opening reads headers only; each file is mapped on first use
+(:mod:`kiln_np._weights.tensors`).  A :class:`Weights` pickles as its path and
+the function of the format that opened it (handed down by that format, so this
+module names none); a view pickles as the same view of the reopened file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from kiln_np._core.checks import set_module
+from kiln_np._core.errors import KilnError
+
+from .logical import logical_tensors, read_config
+from .mapped import MappedFile
+from .summary import Summary, human_bytes, human_count, summarize
+from .tensors import WeightTensor
+
+__all__ = ["Weights"]
+
+
+@set_module("kiln_np")
+class Weights(Mapping[str, WeightTensor]):
+    """The tensors of a weight file: a read-only mapping of names, in file order.
+
+    Returned by :func:`kiln_np.open_weights`.  A context manager: leaving it (or
+    :meth:`close`) releases the file maps that no handed-out payload still
+    uses; payloads already handed out stay valid until they are dropped, and
+    no tensor hands out a new one.
+
+    Attributes
+    ----------
+    format : str
+        ``"safetensors"``, ``"gguf"``, ``"onnx"`` or ``"kiln"``.
+    metadata : Mapping
+        The file's metadata: safetensors' ``__metadata__`` (str to str); GGUF's
+        key/values (see ``kiln_np.gguf``); a Kiln directory's, typed as it was
+        saved; for ONNX the model's ``ir_version``, ``producer_name``,
+        ``producer_version``, ``domain``, ``model_version``, ``opset_import``
+        (domain to version) and ``metadata_props``.
+    path : str
+        What was opened (absolute).
+
+    Parameters
+    ----------
+    tensors : iterable of WeightTensor
+        In file order; names must be unique (TYPE otherwise).
+    format, metadata, path
+        As the attributes.
+    files : iterable of MappedFile
+        The files the tensors map, closed by :meth:`close`.
+    opener : callable
+        The format's function that opens ``path`` again: what the mapping
+        pickles as.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> tensors = {"b": np.zeros(2, np.int8), "a": np.ones((2, 2), np.float16)}
+    >>> _ = kiln_np.save_weights(d + "/w", tensors, format="kiln", metadata={"step": 3})
+    >>> with kiln_np.open_weights(d + "/w") as w:
+    ...     print(w.format, list(w), dict(w.metadata), w["a"].shape)
+    ...     print(list(w.select("a*", "b")), list(w.select(exclude="b")), w.parameters)
+    kiln ['b', 'a'] {'step': 3} (2, 2)
+    ['b', 'a'] ['a'] 6
+    >>> import shutil; shutil.rmtree(d)
+    """
+
+    def __init__(
+        self,
+        tensors: Iterable[WeightTensor],
+        *,
+        format: str,
+        metadata: Mapping[str, Any],
+        path: str,
+        files: Iterable[MappedFile] = (),
+        opener: Callable[[str], Weights],
+    ) -> None:
+        by_name: dict[str, WeightTensor] = {}
+        for tensor in tensors:
+            if tensor.name in by_name:
+                raise KilnError(
+                    "TYPE", f"{path!r}: expected unique tensor names, found {tensor.name!r} twice"
+                )
+            by_name[tensor.name] = tensor
+        self._tensors = by_name
+        self._files = tuple(files)
+        self.format = format
+        # A format's own read-only mapping (GGUF's parses values lazily) is kept.
+        self.metadata = MappingProxyType(metadata) if isinstance(metadata, dict) else metadata
+        self.path = os.path.realpath(path)
+        self._opener = opener
+        self._owns_files = True
+        self._selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+        self._plain: Weights | None = None  # set on a logical view: the stored tensors
+        self._logical_config: Mapping[str, Any] | bool | None = None
+        self.config: Mapping[str, Any] | None = None
+        self.config_path: str | None = None
+
+    def __getitem__(self, name: str) -> WeightTensor:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    @property
+    def byte_length(self) -> int:
+        """The payload bytes of every tensor together."""
+        return sum(t.byte_length for t in self._tensors.values())
+
+    @property
+    def parameters(self) -> int:
+        """The elements of every tensor together (:attr:`WeightTensor.size`)."""
+        return sum(t.size for t in self._tensors.values())
+
+    def summary(self) -> Summary:
+        """The checkpoint at a glance, from the headers alone: counts, bytes, bits
+        per weight, a table by stored type, the largest tensor, a memory
+        estimate and the tree of names (repeated layers folded).  Its ``str``
+        fits 100 columns; it renders as tables in a notebook; ``to_dict()`` is
+        JSON-ready.  See docs/explore.md, "Checkpoint summary"."""
+        return summarize(self._tensors.values(), format=self.format, path=self.path)
+
+    @property
+    def plain(self) -> Weights:
+        """The stored tensors: the mapping itself, or for a :meth:`logical` view the
+        mapping it was made from (every part by its own name)."""
+        return self if self._plain is None else self._plain
+
+    @property
+    def quantization(self) -> Mapping[str, Any]:
+        """The ``quantization_config`` a :meth:`logical` view was made with (``{}``
+        when none was used)."""
+        config = self._logical_config
+        if isinstance(config, Mapping):
+            return config
+        found = (self.config or {}).get("quantization_config")
+        return found if config is None and isinstance(found, Mapping) else {}
+
+    def logical(self, config: Mapping[str, Any] | bool | None = None) -> Weights:
+        """A view in which each quantization scheme's parts are one tensor.
+
+        A checkpoint quantized as DeepSeek's FP8 block-scaled, NVFP4 (ModelOpt or
+        compressed-tensors), compressed-tensors FP8 or int4, GPTQ, AWQ,
+        bitsandbytes NF4/FP4 or gpt-oss MXFP4 stores each weight as several
+        tensors; here each is a :class:`~kiln_np.LogicalTensor` under its
+        logical name (``...q_proj.weight``), of its logical shape, whose
+        ``dequantize(dtype)`` and ``numpy()`` compute its values as the
+        producer's reference does, and which ``kiln_np.describe``,
+        ``kiln_np.compare`` and ``save_weights(..., dequantize=...)`` read as
+        values.  Every other tensor passes through; the parts stay in
+        :attr:`plain`.  See docs/weights.md, "Quantization schemes".
+
+        Parameters
+        ----------
+        config : mapping, bool or None
+            None (the default): the ``quantization_config`` of the
+            ``config.json`` beside the checkpoint, when there is one, names the
+            scheme; else the parts are recognised by their names and types.
+            A mapping: that ``quantization_config``.  False: names and types
+            alone, whatever a ``config.json`` says.
+
+        Returns
+        -------
+        Weights
+            A view sharing this mapping's file maps, with ``config`` (the whole
+            ``config.json`` object, or None) and :attr:`quantization`.  The
+            view of a view is itself.
+
+        Raises
+        ------
+        KilnError
+            A group whose parts do not fit their scheme (a missing part, a
+            part of the wrong type, shapes that disagree, a block size that
+            does not divide): the message names the logical tensor and the
+            rule.  TYPE for a malformed ``config.json`` or a
+            ``quantization_config`` no scheme reads.
+        """
+        if self._plain is not None:
+            return self
+        if config is not None and not isinstance(config, (bool, Mapping)):
+            raise TypeError(
+                f"logical: expected config to be a mapping, False or None, found "
+                f"{type(config).__name__}"
+            )
+        where, found = (None, None) if config is False else read_config(self.path)
+        if config is True or config is None:
+            chosen = (found or {}).get("quantization_config") or {}
+        else:
+            chosen = config or {}
+        view = Weights(
+            logical_tensors(self._tensors, chosen),
+            format=self.format,
+            metadata=self.metadata,
+            path=self.path,
+            opener=self._opener,
+        )
+        view._files = self._files
+        view._owns_files = False
+        view._plain = self
+        view._logical_config = config
+        view.config = None if found is None else MappingProxyType(found)
+        view.config_path = where
+        return view
+
+    def select(self, *patterns: str, exclude: str | Iterable[str] = ()) -> Weights:
+        """A view of the tensors whose names match.
+
+        Parameters
+        ----------
+        *patterns : str
+            Globs (:func:`fnmatch.fnmatchcase`: case-sensitive, against the
+            whole name; ``*`` also crosses dots).  A name is kept when it
+            matches any of them; with none, every name is.
+        exclude : str or iterable of str
+            Globs whose names are dropped, even when a pattern kept them.
+
+        Returns
+        -------
+        Weights
+            The matching tensors, in file order, with this mapping's format,
+            metadata and path.  The view shares this mapping's tensors and
+            file maps (nothing is reopened): closing the view releases nothing,
+            and closing this mapping closes the view's tensors too.  It
+            pickles as the same selection of the reopened file.
+
+        Raises
+        ------
+        TypeError
+            When a pattern is not a str.
+        """
+        excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+        for pattern in (*patterns, *excluded):
+            if not isinstance(pattern, str):
+                raise TypeError(f"select: expected str patterns, found {type(pattern).__name__}")
+        kept = [
+            t
+            for name, t in self._tensors.items()
+            if (not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns))
+            and not any(fnmatch.fnmatchcase(name, p) for p in excluded)
+        ]
+        view = Weights(
+            kept, format=self.format, metadata=self.metadata, path=self.path, opener=self._opener
+        )
+        view._files = self._files
+        view._owns_files = False
+        view._selection = (*self._selection, (patterns, excluded))
+        view._plain = self._plain
+        view._logical_config = self._logical_config
+        view.config = self.config
+        view.config_path = self.config_path
+        return view
+
+    def close(self) -> None:
+        """Release the file maps (those still used by a handed-out payload are
+        released when it is dropped).  No tensor hands out a new payload after
+        this, whether its file was mapped or not: :meth:`~WeightTensor.payload`
+        raises ``ValueError``; payloads handed out before stay valid.  A view
+        made by :meth:`select` owns no maps: closing it does nothing."""
+        if self._owns_files:
+            for file in self._files:
+                file.close()
+
+    def __enter__(self) -> Weights:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._plain is not None:
+            return (_relogical, (self._plain, self._logical_config, self._selection))
+        if self._selection:
+            return (_reselect, (self._opener, self.path, self._selection))
+        return (self._opener, (self.path,))
+
+    def __repr__(self) -> str:
+        selected = (" logical" if self._plain is not None else "") + (
+            " selected" if self._selection else ""
+        )
+        return (
+            f"Weights({self.format!r}, {self.path!r}, {len(self)} tensors{selected}, "
+            f"{human_count(self.parameters)} parameters, {human_bytes(self.byte_length)})"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.summary()._repr_html_()
+
+
+def _reselect(
+    opener: Callable[[str], Weights],
+    path: str,
+    selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...],
+) -> Weights:
+    """A pickled view: the file reopened, the same selection made; the view
+    owns the reopened maps."""
+    view = opener(path)
+    for patterns, excluded in selection:
+        view = view.select(*patterns, exclude=excluded)
+    view._owns_files = True
+    return view
+
+
+def _relogical(
+    plain: Weights,
+    config: Mapping[str, Any] | bool | None,
+    selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...],
+) -> Weights:
+    """A pickled logical view: the same view of the unpickled plain mapping; the
+    view owns the reopened maps."""
+    view = plain.logical(config)
+    for patterns, excluded in selection:
+        view = view.select(*patterns, exclude=excluded)
+    view._owns_files = True
+    return view
