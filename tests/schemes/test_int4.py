@@ -50,6 +50,7 @@ class Case:
 
     def __init__(self, name: str) -> None:
         d = FIXTURES / name
+        self.base_dir = name
         self.config = json.loads((d / "config.json").read_text())["quantization_config"]
         self.scheme: Scheme = BY_NAME[self.config["quant_method"]]
         self.weights = kiln_np.open_weights(str(d / "model.safetensors"))
@@ -402,3 +403,37 @@ def test_configured() -> None:
 def test_kernel_doc_layouts() -> None:
     assert kernel.LAYOUTS == {"gptq": 0, "awq": 1, "rows": 2}
     assert sorted(kernel.AWQ_NIBBLE) == list(range(8))
+
+
+# -- through the logical view --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logical_view_end_to_end(case: Case, dtype: str) -> None:
+    path = FIXTURES / case.base_dir / "model.safetensors"
+    with kiln_np.open_weights(str(path)) as w:
+        view = w.logical()
+        logical = view[case.base + ".weight"]
+        assert isinstance(logical, kiln_np.LogicalTensor)
+        assert logical.scheme == case.scheme.name
+        assert logical.shape == case.want(dtype).shape
+        assert _bits(logical.dequantize(dtype=dtype)) == _bits(case.want(dtype))
+        plain = [n for n in w if not n.startswith(case.base + ".")]
+        plain += [n for n in w if n == case.base + ".bias"]
+        assert plain  # a tensor of no scheme passes through, bytes unchanged
+        for name in plain:
+            assert _bits(view[name].numpy()) == _bits(w[name].numpy())
+        parts = {case.base + p.suffix for p in case.scheme.parts} & set(w)
+        assert not parts & set(view)  # the parts are one tensor here
+        assert parts <= set(view.plain)
+
+
+def test_logical_view_without_a_config() -> None:
+    # Names, types and shapes alone: AWQ's parts are read by their shapes (the table's
+    # first qweight row names them), GPTQ's zeros as the v1 format stores them.
+    for name, same in (("awq_gemm", True), ("gptq_v1_asym", True), ("gptq_v2_all", False)):
+        c = Case(name)
+        with kiln_np.open_weights(str(FIXTURES / name / "model.safetensors")) as w:
+            logical = w.logical(config=False)[c.base + ".weight"]
+            got = logical.dequantize(dtype="bfloat16")
+        assert (_bits(got) == _bits(c.want("bfloat16"))) is same
