@@ -435,5 +435,6 @@ def test_logical_view_without_a_config() -> None:
         c = Case(name)
         with kiln_np.open_weights(str(FIXTURES / name / "model.safetensors")) as w:
             logical = w.logical(config=False)[c.base + ".weight"]
+            assert isinstance(logical, kiln_np.LogicalTensor)
             got = logical.dequantize(dtype="bfloat16")
         assert (_bits(got) == _bits(c.want("bfloat16"))) is same
