@@ -9,7 +9,13 @@
  * (round to nearest even, subnormals and overflow to infinity included), then the
  * row is a table look-up per code: the rounding code runs once per 16 table
  * entries, never per element, and the bits do not depend on the compiler's
- * floating-point flags beyond the one float32 multiply and add of each entry. */
+ * floating-point flags beyond the one float32 multiply and add of each entry.
+ * Rows go in bands of up to BAND (AWQ: the 8 rows of one word column), so the
+ * words a band shares are read once.  For 16-bit outputs with groups of a multiple
+ * of 32 columns (or one group) on x86, the look-ups run 16 at a time as SSSE3 byte
+ * shuffles of each table's two byte planes (band_shuffle); elsewhere, and for the
+ * columns past the last multiple of 32, the portable scalar loop does them.  Both
+ * read the same tables: the same bits. */
 #include "int4.h"
 
 #include <stdlib.h>
@@ -117,6 +123,17 @@ static void fill_table(const float *restrict s, const int32_t *restrict z, ptrdi
 
 static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
+/* The code of logical element (o, i). */
+static uint32_t code_at(const KilnInt4 *k, ptrdiff_t o, ptrdiff_t i) {
+    if (k->layout == KILN_INT4_GPTQ) {
+        return ((uint32_t)k->words[(i >> 3) * k->wcols + o] >> (4 * (i & 7))) & 15u;
+    }
+    if (k->layout == KILN_INT4_AWQ) {
+        return ((uint32_t)k->words[i * k->wcols + (o >> 3)] >> (4 * AWQ_NIBBLE[o & 7])) & 15u;
+    }
+    return ((uint32_t)k->words[o * k->wcols + (i >> 3)] >> (4 * (i & 7))) & 15u;
+}
+
 /* The 8 codes of word x, looked up in the 16-entry table t, to d[0, 8).  Where the
  * byte order allows, four 16-bit (two 32-bit) results go in one 64-bit store: a core
  * stores fewer values a cycle than it loads. */
@@ -216,18 +233,138 @@ static ALWAYS_INLINE void word_u32(uint32_t *restrict d, const uint32_t *restric
         }                                                                                \
     } while (0)
 
+/* The 16-bit outputs of a band, 32 columns (4 words) at a time, where a word run's
+ * 32 columns share a table (groups of a multiple of 32 columns, or one group) and the
+ * layout keeps a row's words apart by a fixed stride (GPTQ's wcols, the rows
+ * layout's 1).  On x86 with SSSE3 a table of 16 entries is two 16-byte planes (low
+ * and high bytes) and the look-up of 16 codes one byte shuffle per plane: the same
+ * table, the same bits as the scalar loop.  Returns the columns done (a multiple of
+ * 32), 0 where this path does not apply. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_SHUFFLE_PATH 1
+
+/* The 32 outputs of words w[0], w[stride], w[2 stride], w[3 stride] (already in v)
+ * through the planes at p. */
+__attribute__((target("ssse3"))) static inline void shuffle32(uint16_t *restrict d, __m128i v,
+                                                               const uint8_t *p) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i tlo = _mm_loadu_si128((const __m128i *)p);
+    const __m128i thi = _mm_loadu_si128((const __m128i *)(p + 16));
+    const __m128i lo = _mm_and_si128(v, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+    const __m128i c0 = _mm_unpacklo_epi8(lo, hi), c1 = _mm_unpackhi_epi8(lo, hi);
+    const __m128i l0 = _mm_shuffle_epi8(tlo, c0), h0 = _mm_shuffle_epi8(thi, c0);
+    const __m128i l1 = _mm_shuffle_epi8(tlo, c1), h1 = _mm_shuffle_epi8(thi, c1);
+    _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi8(l0, h0));
+    _mm_storeu_si128((__m128i *)(d + 8), _mm_unpackhi_epi8(l0, h0));
+    _mm_storeu_si128((__m128i *)(d + 16), _mm_unpacklo_epi8(l1, h1));
+    _mm_storeu_si128((__m128i *)(d + 24), _mm_unpackhi_epi8(l1, h1));
+}
+
+__attribute__((target("ssse3"))) static ptrdiff_t band_shuffle(
+    const KilnInt4 *k, const uint16_t *restrict tab, uint8_t *restrict planes, ptrdiff_t b0,
+    ptrdiff_t nb) {
+    const ptrdiff_t in = k->in, groups = k->groups, done = in / 32 * 32;
+    const ptrdiff_t group = k->group < in ? k->group : in; /* a multiple of 32, or all */
+    for (ptrdiff_t e = 0; e < nb * groups; e++) { /* each table as its two byte planes */
+        for (int u = 0; u < 16; u++) {
+            planes[32 * e + u] = (uint8_t)(tab[16 * e + u] & 0xFFu);
+            planes[32 * e + 16 + u] = (uint8_t)(tab[16 * e + u] >> 8);
+        }
+    }
+    uint16_t *out = (uint16_t *)k->out;
+    if (k->layout == KILN_INT4_GPTQ) { /* a band's words of one word row are adjacent */
+        const ptrdiff_t s = k->wcols;
+        for (ptrdiff_t i = 0; i < done; i += 32) {
+            const int32_t *w = k->words + (i >> 3) * s + k->r0 + b0;
+            const uint8_t *p = planes + 32 * (i / group);
+            ptrdiff_t b = 0;
+            for (; b + 4 <= nb; b += 4) { /* 4 rows' 4 words: a 4 x 4 transpose */
+                const __m128i r0 = _mm_loadu_si128((const __m128i *)(w + b));
+                const __m128i r1 = _mm_loadu_si128((const __m128i *)(w + s + b));
+                const __m128i r2 = _mm_loadu_si128((const __m128i *)(w + 2 * s + b));
+                const __m128i r3 = _mm_loadu_si128((const __m128i *)(w + 3 * s + b));
+                const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpackhi_epi32(r0, r1);
+                const __m128i t2 = _mm_unpacklo_epi32(r2, r3), t3 = _mm_unpackhi_epi32(r2, r3);
+                uint16_t *d = out + (b0 + b) * in + i;
+                const uint8_t *q = p + 32 * b * groups;
+                shuffle32(d, _mm_unpacklo_epi64(t0, t2), q);
+                shuffle32(d + in, _mm_unpackhi_epi64(t0, t2), q + 32 * groups);
+                shuffle32(d + 2 * in, _mm_unpacklo_epi64(t1, t3), q + 64 * groups);
+                shuffle32(d + 3 * in, _mm_unpackhi_epi64(t1, t3), q + 96 * groups);
+            }
+            for (; b < nb; b++) {
+                const __m128i v = _mm_set_epi32(w[3 * s + b], w[2 * s + b], w[s + b], w[b]);
+                shuffle32(out + (b0 + b) * in + i, v, p + 32 * b * groups);
+            }
+        }
+    } else if (k->layout == KILN_INT4_AWQ) { /* a band is one word column's 8 rows */
+        const ptrdiff_t s = k->wcols, o0 = k->r0 + b0;
+        const int32_t *w = k->words + (o0 >> 3);
+        const __m128i m15 = _mm_set1_epi32(15);
+        for (ptrdiff_t i = 0; i < done; i += 16) {
+            const int32_t *x = w + i * s;
+            const __m128i v0 = _mm_set_epi32(x[3 * s], x[2 * s], x[s], x[0]);
+            const __m128i v1 = _mm_set_epi32(x[7 * s], x[6 * s], x[5 * s], x[4 * s]);
+            const __m128i v2 = _mm_set_epi32(x[11 * s], x[10 * s], x[9 * s], x[8 * s]);
+            const __m128i v3 = _mm_set_epi32(x[15 * s], x[14 * s], x[13 * s], x[12 * s]);
+            const uint8_t *p = planes + 32 * (i / group);
+            for (ptrdiff_t b = 0; b < nb; b++) {
+                const __m128i sh = _mm_cvtsi32_si128(4 * AWQ_NIBBLE[(o0 + b) & 7]);
+                const __m128i a0 = _mm_and_si128(_mm_srl_epi32(v0, sh), m15);
+                const __m128i a1 = _mm_and_si128(_mm_srl_epi32(v1, sh), m15);
+                const __m128i a2 = _mm_and_si128(_mm_srl_epi32(v2, sh), m15);
+                const __m128i a3 = _mm_and_si128(_mm_srl_epi32(v3, sh), m15);
+                const __m128i c =
+                    _mm_packus_epi16(_mm_packs_epi32(a0, a1), _mm_packs_epi32(a2, a3));
+                const uint8_t *q = p + 32 * b * groups;
+                const __m128i tlo = _mm_loadu_si128((const __m128i *)q);
+                const __m128i thi = _mm_loadu_si128((const __m128i *)(q + 16));
+                const __m128i l = _mm_shuffle_epi8(tlo, c), h = _mm_shuffle_epi8(thi, c);
+                uint16_t *d = out + (b0 + b) * in + i;
+                _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi8(l, h));
+                _mm_storeu_si128((__m128i *)(d + 8), _mm_unpackhi_epi8(l, h));
+            }
+        }
+    } else {
+        for (ptrdiff_t b = 0; b < nb; b++) {
+            const int32_t *w = k->words + (k->r0 + b0 + b) * k->wcols;
+            for (ptrdiff_t i = 0; i < done; i += 32) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(w + (i >> 3)));
+                shuffle32(out + (b0 + b) * in + i, v, planes + 32 * (b * groups + i / group));
+            }
+        }
+    }
+    return done;
+}
+#endif
+
+static int shuffle_path(const KilnInt4 *k) {
+#ifdef HAVE_SHUFFLE_PATH
+    const int runs = k->group > 0 && (k->group % 32 == 0 || k->group >= k->in);
+    return runs && k->okind != KILN_INT4_F32 && __builtin_cpu_supports("ssse3");
+#else
+    (void)k;
+    return 0;
+#endif
+}
+
 int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
     const ptrdiff_t groups = k->groups > 0 ? k->groups : 1, in = k->in, group = k->group;
     const int uniform = group > 0 && (group % 8 == 0 || group >= in);
     const size_t size = k->okind == KILN_INT4_F32 ? 4 : 2;
     uint32_t *scratch = malloc((size_t)groups * 16 * 4);
     void *tables = malloc((size_t)groups * 16 * BAND * size);
-    if (scratch == NULL || tables == NULL) {
+    uint8_t *planes = malloc((size_t)groups * 32 * BAND);
+    if (scratch == NULL || tables == NULL || planes == NULL) {
         free(scratch);
         free(tables);
+        free(planes);
         return -1;
     }
     const int32_t *g = k->gidx;
+    const int shuffle = shuffle_path(k);
     for (ptrdiff_t b0 = lo; b0 < hi;) {
         ptrdiff_t nb = hi - b0 < BAND ? hi - b0 : BAND;
         if (k->layout == KILN_INT4_AWQ) { /* the rows of one word column */
@@ -241,6 +378,20 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
         }
         if (size == 4) {
             BAND_LOOP(uint32_t, word_u32);
+        } else if (shuffle) {
+#ifdef HAVE_SHUFFLE_PATH
+            const ptrdiff_t done = band_shuffle(k, (const uint16_t *)tables, planes, b0, nb);
+            if (done < in) { /* the last columns, as the scalar loop does them */
+                for (ptrdiff_t b = 0; b < nb; b++) {
+                    const ptrdiff_t o = k->r0 + b0 + b;
+                    const uint16_t *t = (const uint16_t *)tables + b * groups * 16;
+                    uint16_t *d = (uint16_t *)k->out + (b0 + b) * in;
+                    for (ptrdiff_t i = done; i < in; i++) {
+                        d[i] = t[(ptrdiff_t)g[i] * 16 + code_at(k, o, i)];
+                    }
+                }
+            }
+#endif
         } else {
             BAND_LOOP(uint16_t, word_u16);
         }
@@ -248,5 +399,6 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
     }
     free(scratch);
     free(tables);
+    free(planes);
     return 0;
 }

@@ -11,7 +11,8 @@ the 4-bit value at ``(o, i)`` in one of the :data:`LAYOUTS`; ``scale`` and
 
 The compiled kernel (``native.int4_rows``, src/kiln_np/_kernels/int4.c) makes a
 16-entry table of the rounded values per row and group, then looks each code
-up; rows are split over the thread pool.  The numpy kernel (used without the
+up (16 at a time with SSSE3 byte shuffles where the groups allow); rows are
+split over the thread pool.  The numpy kernel (used without the
 extension or with ``KILN_NP_PURE=1``) does the same arithmetic with numpy's and
 ml_dtypes' ``astype`` for the roundings: the same bits.
 
