@@ -438,3 +438,25 @@ def test_logical_view_without_a_config() -> None:
             assert isinstance(logical, kiln_np.LogicalTensor)
             got = logical.dequantize(dtype="bfloat16")
         assert (_bits(got) == _bits(c.want("bfloat16"))) is same
+
+
+@pytest.mark.skipif(not backend._BUILT, reason="the compiled extension is not built here")
+@pytest.mark.parametrize("native", ["float16", "bfloat16"])
+def test_every_scale_and_code_rounds_as_numpy(native: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every 16-bit scale pattern (NaNs, infinities, subnormals, both zeros) times every
+    # code difference -15..15: the compiled tables' roundings against numpy's astype.
+    scale = np.arange(1 << 16, dtype=np.uint16).view(as_dtype(native)).astype(np.float32)
+    scale = scale.reshape(4096, 16)
+    zero = np.random.default_rng(3).integers(0, 16, scale.shape).astype(np.int32)
+    zero[:, 0], zero[:, 1] = 0, 15
+    row = np.array([0x76543210, 0xFEDCBA98] * 16, np.uint32).view(np.int32)  # codes 0-15, 16 times
+    words = np.tile(row, (4096, 1))
+    gidx = (np.arange(256) // 16).astype(np.int32)
+    for dtype in DTYPES:
+        got = []
+        for compiled in (True, False):
+            monkeypatch.setattr(backend, "COMPILED", compiled)
+            out = np.empty((4096, 256), as_dtype(dtype))
+            kernel.int4_rows(words, "rows", 0, gidx, 16, scale, zero, native, out)
+            got.append(_bits(out))
+        assert got[0] == got[1], dtype
