@@ -445,8 +445,8 @@ def test_logical_view_without_a_config() -> None:
 def test_every_scale_and_code_rounds_as_numpy(native: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every 16-bit scale pattern (NaNs, infinities, subnormals, both zeros) times every
     # code difference -15..15: the compiled tables' roundings against numpy's astype.
-    scale = np.arange(1 << 16, dtype=np.uint16).view(as_dtype(native)).astype(np.float32)
-    scale = scale.reshape(4096, 16)
+    every = np.arange(1 << 16, dtype=np.uint16).view(as_dtype(native))
+    scale = every.astype(np.float32).reshape(4096, 16)
     zero = np.random.default_rng(3).integers(0, 16, scale.shape).astype(np.int32)
     zero[:, 0], zero[:, 1] = 0, 15
     row = np.array([0x76543210, 0xFEDCBA98] * 16, np.uint32).view(np.int32)  # codes 0-15, 16 times
