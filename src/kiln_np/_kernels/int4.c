@@ -29,12 +29,6 @@ static uint32_t f32_bits(float f) {
     return x;
 }
 
-static float bits_f32(uint32_t x) {
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
 /* The conversions below are branch-free (selects only), so the loops over a row's
  * table entries vectorize. */
 
@@ -46,16 +40,36 @@ static ALWAYS_INLINE uint32_t to_bf16(uint32_t x) {
     return (x & 0x7FFFFFFFu) > 0x7F800000u ? nan : r;
 }
 
+/* For |x| below 2^-14 (bits ax): its significand shifted right, rounding to nearest
+ * even, by the distance to a multiple of 2^-24 (126 - exponent; from 25 on every
+ * such value rounds to 0), as an integer count of 2^-24 and, `in_place`, as that
+ * many 2^-24 back in float32 bits.  Integers only, so the loops over a table stay
+ * branch-free. */
+static ALWAYS_INLINE uint32_t round_sub(uint32_t ax, int in_place) {
+    const int32_t e = (int32_t)(ax >> 23);
+    int32_t sh = 126 - e;
+    sh = sh < 14 ? 14 : sh;
+    sh = sh > 25 ? 25 : sh;
+    const uint32_t mant = (ax & 0x007FFFFFu) | 0x00800000u;
+    const uint32_t steps = (mant + (1u << (sh - 1)) - 1u + ((mant >> sh) & 1u)) >> sh;
+    if (!in_place) {
+        return steps;
+    }
+    const uint32_t kept = steps << sh; /* may carry to 2^24: the next exponent */
+    return steps == 0 ? 0u : ((uint32_t)e << 23) + kept - 0x00800000u;
+}
+
+static ALWAYS_INLINE uint32_t subnormal_steps(uint32_t ax) { return round_sub(ax, 0); }
+
 /* float32 bits -> IEEE float16, nearest even (numpy's astype). */
 static ALWAYS_INLINE uint32_t to_f16(uint32_t x) {
     const uint32_t sign = (x >> 16) & 0x8000u;
     const uint32_t ax = x & 0x7FFFFFFFu;
     /* a normal float16: rebias, round the 13 dropped bits */
     const uint32_t normal = (ax - 0x38000000u + 0x0FFFu + ((ax >> 13) & 1u)) >> 13;
-    /* Below 2^-14: 0.5 + |f| is rounded (nearest even) to a multiple of 2^-24, the
-     * float16 subnormal step, which its bits above 0.5's count (1024: the smallest
-     * normal, whose bits follow on). */
-    const uint32_t sub = f32_bits(bits_f32(ax) + 0.5f) - 0x3F000000u;
+    /* Below 2^-14: the significand rounded (nearest even) to a multiple of 2^-24, the
+     * float16 subnormal step (1024 of them: the smallest normal, whose bits follow). */
+    const uint32_t sub = subnormal_steps(ax);
     uint32_t r = ax >= 0x38800000u ? normal : sub;
     r = ax >= 0x477FF000u ? 0x7C00u : r; /* from 65520 (past 65504, which is odd): inf */
     r = ax > 0x7F800000u ? 0x7E00u | ((ax >> 13) & 0x03FFu) : r;
@@ -64,61 +78,61 @@ static ALWAYS_INLINE uint32_t to_f16(uint32_t x) {
 
 /* float32 bits -> the float32 bits of the nearest float16 (nearest even), the same
  * value as to_f16's, widened back, in fewer operations: the significand rounded to 11
- * bits in place, subnormals to a multiple of 2^-24 by adding and taking away 0.5
- * (both exact but for that one rounding), overflow to infinity, a NaN quiet with
- * its top 10 payload bits. */
+ * bits in place, subnormals to a multiple of 2^-24, overflow to infinity, a NaN
+ * quiet with its top 10 payload bits. */
 static ALWAYS_INLINE uint32_t round_f16(uint32_t x) {
     const uint32_t sign = x & 0x80000000u, ax = x & 0x7FFFFFFFu;
     const uint32_t normal = (ax + 0x0FFFu + ((ax >> 13) & 1u)) & 0xFFFFE000u;
-    const uint32_t sub = f32_bits((bits_f32(ax) + 0.5f) - 0.5f);
+    const uint32_t sub = round_sub(ax, 1);
     uint32_t r = ax >= 0x38800000u ? normal : sub;
     r = ax >= 0x477FF000u ? 0x7F800000u : r;
     r = ax > 0x7F800000u ? 0x7FC00000u | (ax & 0x007FE000u) : r;
     return sign | r;
 }
 
-/* The tables of one row: entry 16 g + u is (u - zero[g]) * scale[g] in float32,
- * rounded to the native kind, then to the output kind.  Every inner loop runs 16
- * lanes (a constant count, which the compiler vectorizes at -O2), the kinds chosen
- * outside them. */
-#define EACH_GROUP(STORE)                                                                \
-    for (ptrdiff_t q = 0; q < groups; q++) {                                             \
-        uint32_t p[16];                                                                  \
-        for (int u = 0; u < 16; u++) {                                                   \
-            p[u] = f32_bits((float)(u - z[q]) * s[q]);                                   \
-        }                                                                                \
-        for (int u = 0; u < 16; u++) {                                                   \
-            STORE;                                                                       \
-        }                                                                                \
+/* The tables of one row: entry 16 g + u is (u - zero[g]) * scale[g] in float32
+ * (into p), rounded to the native kind, then to the output kind: one plain loop
+ * over the row's entries per pair of kinds, which the compiler vectorizes. */
+#define EACH_ENTRY(STORE)                         \
+    for (ptrdiff_t e = 0; e < n; e++) {           \
+        STORE;                                    \
     }
 
 VECTOR_CLONES
 static void fill_table(const float *restrict s, const int32_t *restrict z, ptrdiff_t groups,
-                       int native, int okind, void *restrict table) {
-    uint16_t *restrict t16 = (uint16_t *)table;
-    uint32_t *restrict t32 = (uint32_t *)table;
+                       int native, int okind, uint32_t *restrict p, void *restrict table) {
+    const ptrdiff_t n = groups * 16;
+    for (ptrdiff_t q = 0; q < groups; q++) {
+        for (int u = 0; u < 16; u++) {
+            p[16 * q + u] = f32_bits((float)(u - z[q]) * s[q]);
+        }
+    }
     if (native == KILN_INT4_F16) {
         if (okind == KILN_INT4_F16) {
-            EACH_GROUP(t16[16 * q + u] = (uint16_t)to_f16(p[u]))
+            EACH_ENTRY(p[e] = to_f16(p[e]))
         } else if (okind == KILN_INT4_BF16) {
-            EACH_GROUP(t16[16 * q + u] = (uint16_t)to_bf16(round_f16(p[u])))
+            EACH_ENTRY(p[e] = to_bf16(round_f16(p[e])))
         } else {
-            EACH_GROUP(t32[16 * q + u] = round_f16(p[u]))
+            EACH_ENTRY(p[e] = round_f16(p[e]))
         }
     } else if (native == KILN_INT4_BF16) {
         if (okind == KILN_INT4_BF16) {
-            EACH_GROUP(t16[16 * q + u] = (uint16_t)to_bf16(p[u]))
+            EACH_ENTRY(p[e] = to_bf16(p[e]))
         } else if (okind == KILN_INT4_F16) {
-            EACH_GROUP(t16[16 * q + u] = (uint16_t)to_f16(to_bf16(p[u]) << 16))
+            EACH_ENTRY(p[e] = to_f16(to_bf16(p[e]) << 16))
         } else {
-            EACH_GROUP(t32[16 * q + u] = to_bf16(p[u]) << 16)
+            EACH_ENTRY(p[e] = to_bf16(p[e]) << 16)
         }
     } else if (okind == KILN_INT4_BF16) {
-        EACH_GROUP(t16[16 * q + u] = (uint16_t)to_bf16(p[u]))
+        EACH_ENTRY(p[e] = to_bf16(p[e]))
     } else if (okind == KILN_INT4_F16) {
-        EACH_GROUP(t16[16 * q + u] = (uint16_t)to_f16(p[u]))
+        EACH_ENTRY(p[e] = to_f16(p[e]))
+    }
+    if (okind == KILN_INT4_F32) {
+        memcpy(table, p, (size_t)n * 4);
     } else {
-        EACH_GROUP(t32[16 * q + u] = p[u])
+        uint16_t *restrict t16 = (uint16_t *)table;
+        EACH_ENTRY(t16[e] = (uint16_t)p[e])
     }
 }
 
@@ -355,9 +369,11 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
     const ptrdiff_t groups = k->groups > 0 ? k->groups : 1, in = k->in, group = k->group;
     const int uniform = group > 0 && (group % 8 == 0 || group >= in);
     const size_t size = k->okind == KILN_INT4_F32 ? 4 : 2;
+    uint32_t *scratch = malloc((size_t)groups * 16 * 4);
     void *tables = malloc((size_t)groups * 16 * BAND * size);
     uint8_t *planes = malloc((size_t)groups * 32 * BAND);
-    if (tables == NULL || planes == NULL) {
+    if (scratch == NULL || tables == NULL || planes == NULL) {
+        free(scratch);
         free(tables);
         free(planes);
         return -1;
@@ -373,7 +389,7 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
         for (ptrdiff_t b = 0; b < nb; b++) {
             const ptrdiff_t row = b0 + b;
             fill_table(k->scale + row * groups, k->zero + row * groups, groups, k->native,
-                       k->okind, (uint8_t *)tables + (size_t)b * groups * 16 * size);
+                       k->okind, scratch, (uint8_t *)tables + (size_t)b * groups * 16 * size);
         }
         if (size == 4) {
             BAND_LOOP(uint32_t, word_u32);
@@ -396,6 +412,7 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
         }
         b0 += nb;
     }
+    free(scratch);
     free(tables);
     free(planes);
     return 0;
