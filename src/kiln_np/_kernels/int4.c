@@ -9,9 +9,9 @@
  * (round to nearest even, subnormals and overflow to infinity included), then the
  * row is a table look-up per code: the rounding code runs once per 16 table
  * entries, never per element, and the bits do not depend on the compiler's
- * floating-point flags beyond the one float32 multiply and add of each entry.
- * Rows go in bands of up to BAND (AWQ: the 8 rows of one word column), so the
- * words a band shares are read once.  For 16-bit outputs with groups of a multiple
+ * floating-point flags beyond the one float32 multiply of each entry.  Rows go in
+ * bands of up to BAND (AWQ: the 8 rows of one word column, 32 for the shuffles), so
+ * the words a band shares are read once.  For 16-bit outputs with groups of a multiple
  * of 32 columns (or one group) on x86, the look-ups run 16 at a time as SSSE3 byte
  * shuffles of each table's two byte planes (band_shuffle); elsewhere, and for the
  * columns past the last multiple of 32, the portable scalar loop does them.  Both
@@ -192,6 +192,8 @@ static ALWAYS_INLINE void word_u32(uint32_t *restrict d, const uint32_t *restric
  * (uniform: each word's 8 columns in one group) the table of a word is found once;
  * else each column's from gidx. */
 #define BAND 16
+#define AWQ_BAND 32 /* the shuffle path's AWQ bands: 4 word columns */
+#define MAX_BAND 32
 #define BAND_LOOP(T, WORD)                                                               \
     do {                                                                                 \
         const T *restrict tab = (const T *)tables;                                       \
@@ -314,23 +316,46 @@ __attribute__((target("ssse3"))) static ptrdiff_t band_shuffle(
                 shuffle32(out + (b0 + b) * in + i, v, p + 32 * b * groups);
             }
         }
-    } else if (k->layout == KILN_INT4_AWQ) { /* a band is one word column's 8 rows */
-        const ptrdiff_t s = k->wcols, o0 = k->r0 + b0;
-        const int32_t *w = k->words + (o0 >> 3);
+    } else if (k->layout == KILN_INT4_AWQ) {
+        /* A band is within 4 adjacent word columns (32 rows, aligned): a row i of
+         * qweight gives their 4 words in one load, and 4 rows' loads transposed give
+         * each column 4 consecutive words. */
+        const ptrdiff_t s = k->wcols, o0 = k->r0 + b0, cb = (o0 >> 5) << 2;
+        const int whole = cb + 4 <= s; /* else the last columns of a row, one by one */
         const __m128i m15 = _mm_set1_epi32(15);
         for (ptrdiff_t i = 0; i < done; i += 16) {
-            const int32_t *x = w + i * s;
-            const __m128i v0 = _mm_set_epi32(x[3 * s], x[2 * s], x[s], x[0]);
-            const __m128i v1 = _mm_set_epi32(x[7 * s], x[6 * s], x[5 * s], x[4 * s]);
-            const __m128i v2 = _mm_set_epi32(x[11 * s], x[10 * s], x[9 * s], x[8 * s]);
-            const __m128i v3 = _mm_set_epi32(x[15 * s], x[14 * s], x[13 * s], x[12 * s]);
+            __m128i v[4][4]; /* [column - cb][4 words of rows i + 4 q ...] */
+            for (int q = 0; q < 4; q++) {
+                const int32_t *x = k->words + (i + 4 * q) * s + cb;
+                if (whole) {
+                    const __m128i r0 = _mm_loadu_si128((const __m128i *)x);
+                    const __m128i r1 = _mm_loadu_si128((const __m128i *)(x + s));
+                    const __m128i r2 = _mm_loadu_si128((const __m128i *)(x + 2 * s));
+                    const __m128i r3 = _mm_loadu_si128((const __m128i *)(x + 3 * s));
+                    const __m128i t0 = _mm_unpacklo_epi32(r0, r1);
+                    const __m128i t1 = _mm_unpackhi_epi32(r0, r1);
+                    const __m128i t2 = _mm_unpacklo_epi32(r2, r3);
+                    const __m128i t3 = _mm_unpackhi_epi32(r2, r3);
+                    v[0][q] = _mm_unpacklo_epi64(t0, t2);
+                    v[1][q] = _mm_unpackhi_epi64(t0, t2);
+                    v[2][q] = _mm_unpacklo_epi64(t1, t3);
+                    v[3][q] = _mm_unpackhi_epi64(t1, t3);
+                } else {
+                    for (ptrdiff_t j = 0; j < 4; j++) {
+                        v[j][q] = cb + j < s ? _mm_set_epi32(x[3 * s + j], x[2 * s + j],
+                                                             x[s + j], x[j])
+                                             : _mm_setzero_si128();
+                    }
+                }
+            }
             const uint8_t *p = planes + 32 * (i / group);
             for (ptrdiff_t b = 0; b < nb; b++) {
-                const __m128i sh = _mm_cvtsi32_si128(4 * AWQ_NIBBLE[(o0 + b) & 7]);
-                const __m128i a0 = _mm_and_si128(_mm_srl_epi32(v0, sh), m15);
-                const __m128i a1 = _mm_and_si128(_mm_srl_epi32(v1, sh), m15);
-                const __m128i a2 = _mm_and_si128(_mm_srl_epi32(v2, sh), m15);
-                const __m128i a3 = _mm_and_si128(_mm_srl_epi32(v3, sh), m15);
+                const ptrdiff_t o = o0 + b, j = (o >> 3) - cb;
+                const __m128i sh = _mm_cvtsi32_si128(4 * AWQ_NIBBLE[o & 7]);
+                const __m128i a0 = _mm_and_si128(_mm_srl_epi32(v[j][0], sh), m15);
+                const __m128i a1 = _mm_and_si128(_mm_srl_epi32(v[j][1], sh), m15);
+                const __m128i a2 = _mm_and_si128(_mm_srl_epi32(v[j][2], sh), m15);
+                const __m128i a3 = _mm_and_si128(_mm_srl_epi32(v[j][3], sh), m15);
                 const __m128i c =
                     _mm_packus_epi16(_mm_packs_epi32(a0, a1), _mm_packs_epi32(a2, a3));
                 const uint8_t *q = p + 32 * b * groups;
@@ -370,8 +395,8 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
     const int uniform = group > 0 && (group % 8 == 0 || group >= in);
     const size_t size = k->okind == KILN_INT4_F32 ? 4 : 2;
     uint32_t *scratch = malloc((size_t)groups * 16 * 4);
-    void *tables = malloc((size_t)groups * 16 * BAND * size);
-    uint8_t *planes = malloc((size_t)groups * 32 * BAND);
+    void *tables = malloc((size_t)groups * 16 * MAX_BAND * size);
+    uint8_t *planes = malloc((size_t)groups * 32 * MAX_BAND);
     if (scratch == NULL || tables == NULL || planes == NULL) {
         free(scratch);
         free(tables);
@@ -382,9 +407,10 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
     const int shuffle = shuffle_path(k);
     for (ptrdiff_t b0 = lo; b0 < hi;) {
         ptrdiff_t nb = hi - b0 < BAND ? hi - b0 : BAND;
-        if (k->layout == KILN_INT4_AWQ) { /* the rows of one word column */
-            const ptrdiff_t left = 8 - ((k->r0 + b0) & 7);
-            nb = nb < left ? nb : left;
+        if (k->layout == KILN_INT4_AWQ) { /* one word column, or 4 for the shuffles */
+            const ptrdiff_t span = shuffle ? AWQ_BAND : 8;
+            const ptrdiff_t left = span - ((k->r0 + b0) & (span - 1));
+            nb = hi - b0 < left ? hi - b0 : left;
         }
         for (ptrdiff_t b = 0; b < nb; b++) {
             const ptrdiff_t row = b0 + b;
