@@ -46,6 +46,8 @@ setup(
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",
                     "moments.c",
+                    "fp8.c",
+                    "bnb.c",
                     "int4.c",
                 )
             ],
@@ -53,6 +55,8 @@ setup(
                 KERNELS + "ggml.h",
                 KERNELS + "ggml_grids.h",
                 KERNELS + "moments.h",
+                KERNELS + "fp8.h",
+                KERNELS + "bnb.h",
                 KERNELS + "int4.h",
             ],
             optional=True,

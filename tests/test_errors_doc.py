@@ -38,6 +38,7 @@ import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
+from kiln_np._schemes.bnb import NF4
 from kiln_np._schemes.scheme import Facts
 from kiln_np._schemes.table import scheme_named
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
@@ -758,7 +759,28 @@ def _onnx_model(*names: str) -> str:
     return str(path)
 
 
+def _fp8_logical(
+    shape: tuple[int, ...], scale: tuple[int, ...], suffix: str, config: object
+) -> Any:
+    """The logical view of an FP8 checkpoint (weight ``shape``, scale part ``suffix`` of
+    shape ``scale``) with ``config`` as its quantization_config."""
+    f8 = ml_dtypes.float8_e4m3fn
+    directory = _scratch()
+    tensors = {"w.weight": np.zeros(shape, f8), "w" + suffix: np.ones(scale, np.float32)}
+    kiln_np.save_weights(directory / "model.safetensors", tensors, format="safetensors")
+    (directory / "config.json").write_text(json.dumps({"quantization_config": config}))
+    return kiln_np.open_weights(directory / "model.safetensors").logical()
+
+
+_DEEPSEEK = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+_CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+
+
 WEIGHTS: list[Entry] = [
+    ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
+    ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
     ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"\x00\x01 not a weight file"))),
     ("open_weights", "a torch.save checkpoint (a zip of pickles)", lambda: kiln_np.open_weights(_torch_zip())),
     ("open_weights", "a pickle (torch.save's legacy format)", lambda: kiln_np.open_weights(_file("old.pt", pickle.dumps({"w": [1.0]}, protocol=2)))),
@@ -860,11 +882,108 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: header above 100 MB", lambda: _save(_ONE, "safetensors", metadata={"k": "x" * kst.MAX_HEADER_BYTES})),
 ]  # fmt: skip
 
+
+def _logical_of(tensors: dict[str, np.ndarray], config: object) -> Any:
+    """The logical view of a checkpoint of ``tensors`` (with ``config`` as its
+    quantization_config unless None)."""
+    directory = _scratch()
+    kiln_np.save_weights(directory / "model.safetensors", tensors, format="safetensors")
+    if config is not None:
+        (directory / "config.json").write_text(json.dumps({"quantization_config": config}))
+    return kiln_np.open_weights(directory / "model.safetensors").logical()
+
+
+_F8_2X2 = np.zeros((2, 2), ml_dtypes.float8_e4m3fn)
+
+
+def _fp8_tensor() -> Any:
+    """A DeepSeek FP8 weight of the logical view."""
+    return _logical_of(
+        {"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK
+    )["w.weight"]
+
+
+def _beside_source_config() -> Any:
+    t = _fp8_tensor()
+    view = kiln_np.open_weights(t.path).logical()
+    return kiln_np.save_weights(
+        Path(t.path).with_name("bf16.safetensors"), view, format="safetensors", dequantize="bf16"
+    )
+
+
+def _config_made(make: Callable[[Path], None]) -> Any:
+    """The logical view of a one-tensor checkpoint whose ``config.json`` ``make`` made."""
+    weights = _small_weights()
+    make(Path(weights.path).with_name("config.json"))
+    return weights.logical()
+
+
+def _configured(config: bytes) -> Any:
+    """A one-tensor checkpoint with ``config`` as its ``config.json``, opened."""
+    weights = _small_weights()
+    Path(weights.path).with_name("config.json").write_bytes(config)
+    return weights
+
+
+LOGICAL: list[Entry] = [
+    ("Weights.logical", "config.json not JSON", lambda: _configured(b"{").logical()),
+    ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
+    ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
+    ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
+    ("Weights.logical", "config.json a dangling symlink", lambda: _config_made(lambda p: p.symlink_to("nowhere.json"))),
+    ("Weights.logical", "config.json a directory", lambda: _config_made(Path.mkdir)),
+    ("Weights.logical", "a quant_method no scheme reads", lambda: _configured(b'{"quantization_config": {"quant_method": "hqq"}}').logical()),
+    ("Weights.logical", "a configured scheme's key part without its other parts", lambda: _logical_of({"w.weight": _F8_2X2}, _DEEPSEEK)),
+    ("Weights.logical", "a part of the wrong type", lambda: _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float16)}, _DEEPSEEK)),
+    ("Weights.logical", "a configured scheme's part without its key", lambda: _logical_of({"w.weight": np.ones(2, np.float32), "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK)),
+    ("LogicalTensor.payload", "a logical tensor has no one payload", lambda: _fp8_tensor().payload()),
+    ("LogicalTensor.dequantize", "a dtype other than float32, bfloat16, float16", lambda: _fp8_tensor().dequantize(np.float64)),
+    ("save_weights", "a logical tensor without dequantize", lambda: _save({"w": _fp8_tensor()}, "safetensors")),
+    ("save_weights", "dequantized beside the source's own config.json", _beside_source_config),
+]  # fmt: skip
+
+
+def _bnb_plan(state: dict[str, Any] | bytes, **parts: np.ndarray) -> Any:
+    """The bnb-nf4 plan of a group of 64 elements in blocks of 32: ``state`` updates
+    its JSON (None removes a key) or replaces it (bytes), ``parts`` replace parts."""
+    if not isinstance(state, bytes):
+        full = {"quant_type": "nf4", "blocksize": 32, "dtype": "float32", "shape": [2, 32]}
+        full = {k: v for k, v in {**full, **state}.items() if v is not None}
+        state = json.dumps(full).encode()
+    arrays: dict[str, np.ndarray] = {
+        "quant_state": np.frombuffer(state, np.uint8),
+        "weight": np.zeros((32, 1), np.uint8),
+        "absmax": np.ones(2, np.float32),
+        "quant_map": NF4,
+        **parts,
+    }
+    scheme = scheme_named("bnb-nf4")
+    suffixes = {part.role: part.suffix for part in scheme.parts}
+
+    def facts(role: str, array: np.ndarray) -> Facts:
+        kind = {"uint8": "u8", "float32": "f32"}[array.dtype.name]
+        return Facts("w" + suffixes[role], kind, array.shape, lambda: array)
+
+    return scheme.plan("w.weight", {r: facts(r, a) for r, a in arrays.items()}, {})
+
+
+SCHEMES = [
+    ("bnb-nf4 / bnb-fp4 plan", "quant state not 1 to 4096 bytes", lambda: _bnb_plan({}, quant_state=np.zeros(4097, np.uint8))),
+    ("bnb-nf4 / bnb-fp4 plan", "quant state not JSON", lambda: _bnb_plan(b"{nf4}")),
+    ("bnb-nf4 / bnb-fp4 plan", "quant state key missing or unexpected", lambda: _bnb_plan({"blocksize": None})),
+    ("bnb-nf4 / bnb-fp4 plan", "quant_type not the part name's", lambda: _bnb_plan({"quant_type": "fp4"})),
+    ("bnb-nf4 / bnb-fp4 plan", "blocksize not 32, 64, ..., 4096", lambda: _bnb_plan({"blocksize": 48})),
+    ("bnb-nf4 / bnb-fp4 plan", "dtype not float32, bfloat16, float16", lambda: _bnb_plan({"dtype": "float64"})),
+    ("bnb-nf4 / bnb-fp4 plan", "shape whose product disagrees with the packed weight", lambda: _bnb_plan({"shape": [2, 30]})),
+    ("bnb-nf4 / bnb-fp4 plan", "absmax count not ceil(n / blocksize)", lambda: _bnb_plan({}, absmax=np.ones(3, np.float32))),
+    ("bnb-nf4 / bnb-fp4 plan", "quant_map not bitsandbytes' table", lambda: _bnb_plan({}, quant_map=np.zeros(16, np.float32))),
+]  # fmt: skip
+
+
 # -- the int4 schemes (kiln_np._schemes.int4), through their plan rules -------------------
 
 
 def _int4_plan(scheme: str, config: dict[str, Any], **arrays: np.ndarray) -> object:
-
     kinds = {"int32": "i32", "float16": "f16", "int64": "i64"}
     facts = {
         r: Facts(f"m.q_proj.{r}", kinds[a.dtype.name], a.shape, partial(np.asarray, a))
@@ -910,7 +1029,9 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Command line (`kiln-np`)", CLI),
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
+    ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
+    ("Quantization schemes (`kiln_np._schemes`)", SCHEMES),
     ("Quantization schemes: int4 (GPTQ, AWQ, compressed-tensors pack-quantized)", INT4),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]

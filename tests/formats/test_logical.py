@@ -412,6 +412,7 @@ def test_describe_and_bit_histogram_of_one_logical_tensor(tmp_path: Path) -> Non
     want = _expected(w, s)
     with kiln_np.open_weights(folder) as plain:
         t = plain.logical()["q.weight"]
+        assert isinstance(t, LogicalTensor)
         d = kiln_np.describe(t)
         assert (d.dtype.name, d.shape, d.count, d.nan) == ("bfloat16", (5, 3), 15, 1)
         finite = want.astype(np.float64)[~np.isnan(want.astype(np.float64))]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, overload
 from kiln_np._codec import Payload
 from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -37,6 +38,11 @@ __all__ = ["describe", "plot_histograms"]
 
 @overload
 def describe(array: Weights, *, progress: Progress | None = None) -> WeightStats: ...
+
+
+# A logical tensor (a quantization scheme's weight) is described as its values.
+@overload
+def describe(array: LogicalTensor, scales: None = None, *, first: int = 8) -> Description: ...
 
 
 # A payload or weight tensor may be GGML quantized; both are also array-likes,

@@ -23,6 +23,8 @@
 #include "ggml.h"
 #include "int4.h"
 #include "moments.h"
+#include "fp8.h"
+#include "bnb.h"
 
 #if defined(_MSC_VER) && !defined(__clang__)
 #define restrict __restrict /* MSVC's C mode before C11 knows only its own spelling */
@@ -1125,6 +1127,107 @@ static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     return result;
 }
 
+/* ---- the FP8 dequantization kernel (fp8.h; the loops are in fp8.c) ---------------- */
+
+PyDoc_STRVAR(fp8_dequant_doc,
+    "fp8_dequant(kind, codes, lut, scales, dst, cols, b0, b1, scols, row0, lo, hi)\n--\n\n"
+    "Rows [lo, hi) of the (rows, cols) FP8 codes (uint8, row 0 being row row0 of the\n"
+    "tensor) into the same rows of dst, kind 0 float32, 1 bfloat16, 2 IEEE float16:\n"
+    "lut[code] * scales[(row0 + r) // b0, c // b1] in float32 (lut: 256 float32, scales:\n"
+    "float32 with scols columns), rounded once to nearest even.");
+
+static PyObject *fp8_dequant(PyObject *Py_UNUSED(module), PyObject *const *args,
+                             Py_ssize_t nargs) {
+    Py_ssize_t kind, cols, b0, b1, scols, row0, lo, hi;
+    if (check_nargs("fp8_dequant", nargs, 12) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[5], &cols) < 0 || get_index(args[6], &b0) < 0 ||
+        get_index(args[7], &b1) < 0 || get_index(args[8], &scols) < 0 ||
+        get_index(args[9], &row0) < 0 || get_index(args[10], &lo) < 0 ||
+        get_index(args[11], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (kind < KILN_FP8_F32 || kind > KILN_FP8_F16) {
+        PyErr_Format(PyExc_ValueError, "kind must be 0 (float32), 1 (bfloat16) or 2 (float16), "
+                     "got %zd", kind);
+        return NULL;
+    }
+    const Py_ssize_t big = (Py_ssize_t)1 << 40;
+    if (cols < 0 || cols > big || b0 < 1 || b0 > big || b1 < 1 || b1 > big || row0 < 0 ||
+        row0 > big || hi > big || scols < (cols ? (cols - 1) / b1 + 1 : 0) || scols > big) {
+        PyErr_Format(PyExc_ValueError, "bad geometry: cols %zd, block %zd x %zd, %zd scale "
+                     "columns, row0 %zd", cols, b0, b1, scols, row0);
+        return NULL;
+    }
+    Py_buffer views[4];
+    if (get_buffers(args + 1, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    const Py_ssize_t size = kind == KILN_FP8_F32 ? 4 : 2;
+    const Py_ssize_t srows = hi > lo ? (row0 + hi - 1) / b0 + 1 : 0;
+    PyObject *result = NULL;
+    if (check_fits("codes", hi * cols, views[0].len) == 0 &&
+        check_fits("lut", 256 * 4, views[1].len) == 0 &&
+        check_fits("scales", srows * scols * 4, views[2].len) == 0 &&
+        check_fits("dst", hi * cols * size, views[3].len) == 0) {
+        int status;
+        RUN_LOOP((hi - lo) * cols,
+                 status = kiln_fp8_dequant((int)kind, (const uint8_t *)views[0].buf,
+                                           (const float *)views[1].buf,
+                                           (const float *)views[2].buf, views[3].buf, cols, b0,
+                                           b1, scols, row0, lo, hi));
+        result = status == 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
+    }
+    release_buffers(views, 4);
+    return result;
+}
+
+/* ---- bitsandbytes 4-bit decode (bnb.h; the loops are in bnb.c) -------------------- */
+
+PyDoc_STRVAR(bnb4_doc,
+    "bnb4(kind, codes, lut, scales, out, blocksize, off, lo, hi)\n--\n\n"
+    "Elements [lo, hi) of the packed 4-bit codes (element 2k the high nibble of byte k):\n"
+    "lut[code] * scales[i // blocksize] in float32 (lut: 16 float32, scales: float32),\n"
+    "rounded to nearest even to kind 0 float32, 1 bfloat16 or 2 IEEE float16 (a NaN to\n"
+    "the quiet NaN of its sign), written to out[i - off] (host byte order), off <= lo.");
+
+static PyObject *bnb4(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t kind, blocksize, off, lo, hi;
+    if (check_nargs("bnb4", nargs, 9) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[5], &blocksize) < 0 || get_index(args[6], &off) < 0 ||
+        get_index(args[7], &lo) < 0 || get_index(args[8], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (kind < KILN_BNB_F32 || kind > KILN_BNB_F16 || blocksize < 1 || off < 0 || off > lo) {
+        PyErr_Format(PyExc_ValueError, "bad kind %zd, blocksize %zd or offset %zd", kind,
+                     blocksize, off);
+        return NULL;
+    }
+    const Py_ssize_t size = kind == KILN_BNB_F32 ? 4 : 2;
+    if (hi > PY_SSIZE_T_MAX / size - 1) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[4]; /* codes, lut, scales, out */
+    if (get_buffers(args + 1, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t blocks = hi > lo ? (hi - 1) / blocksize + 1 : 0;
+    if (check_fits("codes", (hi + 1) / 2, views[0].len) == 0 &&
+        check_fits("lut", 16 * (Py_ssize_t)sizeof(float), views[1].len) == 0 &&
+        check_fits("scales", blocks * (Py_ssize_t)sizeof(float), views[2].len) == 0 &&
+        check_fits("out", (hi - off) * size, views[3].len) == 0) {
+        uint8_t *out = (uint8_t *)views[3].buf + (lo - off) * size;
+        RUN_LOOP((hi - lo) * size,
+                 kiln_bnb4((int)kind, (const uint8_t *)views[0].buf, (const float *)views[1].buf,
+                           (const float *)views[2].buf, out, blocksize, lo, hi));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 4);
+    return result;
+}
+
 /* ---- the int4 dequantize kernel (int4.h; the loops are in int4.c) ----------------- */
 
 PyDoc_STRVAR(int4_rows_doc,
@@ -1215,6 +1318,8 @@ static PyMethodDef methods[] = {
      ggml_from_float32_doc},
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
+    {"fp8_dequant", (PyCFunction)(void (*)(void))fp8_dequant, METH_FASTCALL, fp8_dequant_doc},
+    {"bnb4", (PyCFunction)(void (*)(void))bnb4, METH_FASTCALL, bnb4_doc},
     {"int4_rows", (PyCFunction)(void (*)(void))int4_rows, METH_FASTCALL, int4_rows_doc},
     {NULL, NULL, 0, NULL},
 };

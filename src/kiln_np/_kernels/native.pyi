@@ -62,6 +62,38 @@ def moments(
     kind: int, src: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> tuple[int, float, float, float, float, int, int, int, int]: ...
 
+# The FP8 kernel (kiln_np._kernels.fp8): rows [lo, hi) of FP8 codes times block scales,
+# rounded to kind 0 float32, 1 bfloat16, 2 float16, into dst.
+def fp8_dequant(
+    kind: int,
+    codes: np.ndarray,
+    lut: np.ndarray,
+    scales: np.ndarray,
+    dst: np.ndarray,
+    cols: int,
+    b0: int,
+    b1: int,
+    scols: int,
+    row0: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...
+
+# bitsandbytes 4-bit decode (kiln_np._kernels.bnb): elements [lo, hi) to out[i - off].
+def bnb4(
+    kind: int,
+    codes: np.ndarray,
+    lut: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    blocksize: int,
+    off: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...
+
 # The int4 dequantize kernel (kiln_np._kernels.int4): rows [lo, hi) of out.
 def int4_rows(
     words: np.ndarray,

@@ -18,7 +18,7 @@ A :class:`Scheme` is data plus two functions:
   exactly as the reference does: its compute dtype and its order of
   operations, its rounding at each step.  Where the reference takes an
   output dtype (DeepSeek's ``weight_dequant`` writes the default dtype,
-  compressed-tensors and ModelOpt take ``dtype``), it is given ``dtype``;
+  ModelOpt's ``dequantize`` takes ``dtype``), it is given ``dtype``;
   where it has none, its own output (``plan.native``) is rounded once, to
   nearest even, to ``dtype`` (:func:`final`).
 

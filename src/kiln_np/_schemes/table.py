@@ -4,17 +4,26 @@ Adding a scheme is a row here plus its module's :class:`~.scheme.Scheme`
 (data, a ``plan`` rule and one exact ``decode``).
 
 >>> [s.name for s in SCHEMES]
-['gptq', 'awq', 'pack-quantized']
+['fp8-block', 'fp8-scaled', 'fp8-modelopt', 'bnb-nf4', 'bnb-fp4', 'gptq', 'awq', 'pack-quantized']
 """
 
 from __future__ import annotations
 
+from .bnb import BNB_FP4, BNB_NF4
+from .fp8 import FP8_BLOCK, FP8_MODELOPT, FP8_SCALED
 from .int4 import INT4_SCHEMES
 from .scheme import Scheme
 
 __all__ = ["SCHEMES", "scheme_named"]
 
-SCHEMES: tuple[Scheme, ...] = (*INT4_SCHEMES,)
+SCHEMES: tuple[Scheme, ...] = (
+    FP8_BLOCK,
+    FP8_SCALED,
+    FP8_MODELOPT,
+    BNB_NF4,
+    BNB_FP4,
+    *INT4_SCHEMES,
+)
 """The schemes, the more specific first: ModelOpt's NVFP4 ``weight`` is U8,
 compressed-tensors' FP8 ``weight`` is F8_E4M3, and both have a
 ``weight_scale``; types tell them apart, the order settles the rest."""

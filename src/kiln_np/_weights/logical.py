@@ -433,7 +433,8 @@ def logical_tensors(
             base = name[: len(name) - len(scheme.parts[0].suffix)]
             logical = base + scheme.logical
             plan = scheme.plan(logical, {r: _facts(p) for r, p in parts.items()}, config)
-            if logical != name and logical in tensors and logical not in parts:
+            names = {p.name for p in parts.values()}
+            if logical != name and logical in tensors and logical not in names:
                 raise KilnError(
                     "TYPE",
                     f"tensor {logical!r}: expected one tensor of that name, found a stored "
