@@ -39,6 +39,7 @@ import kiln_np.safetensors as kst
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
 from kiln_np._schemes.bnb import NF4
+from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
 from kiln_np._schemes.scheme import Facts
 from kiln_np._schemes.table import scheme_named
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
@@ -883,6 +884,40 @@ WEIGHTS: list[Entry] = [
 ]  # fmt: skip
 
 
+def _fp4_plan(scheme: Any, parts: dict[str, Any], config: dict[str, Any] | None = None) -> Any:
+    """``scheme.plan`` of a group whose parts have the given (type, shape)."""
+    facts = {
+        role: Facts(f"m.{role}", kind, shape, lambda: np.zeros(0))
+        for role, (kind, shape) in parts.items()
+    }
+    return scheme.plan("m.weight", facts, config or {})
+
+
+_NVFP4 = {
+    "weight": ("u8", (4, 16)),
+    "weight_scale": ("f8e4m3", (4, 2)),
+    "weight_scale_2": ("f32", ()),
+}
+_NVFP4_CT = {
+    "weight_packed": ("u8", (4, 16)),
+    "weight_scale": ("f8e4m3", (4, 2)),
+    "weight_global_scale": ("f32", (1,)),
+}
+_MXFP4 = {"blocks": ("u8", (2, 4, 16)), "scales": ("u8", (2, 4))}
+
+SCHEMES_FP4: list[Entry] = [
+    ("nvfp4-modelopt plan", "a part of the wrong type", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight": ("i8", (4, 16))})),
+    ("nvfp4-modelopt plan", "a group_size other than 16", lambda: _fp4_plan(NVFP4_MODELOPT, _NVFP4, {"group_size": 32})),
+    ("nvfp4-modelopt plan", "a scalar weight", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight": ("u8", ())})),
+    ("nvfp4-modelopt plan", "columns not a whole number of 16-element blocks", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight": ("u8", (4, 12))})),
+    ("nvfp4-modelopt plan", "weight_scale not one per 16 columns", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight_scale": ("f8e4m3", (4, 1))})),
+    ("nvfp4-modelopt plan", "weight_scale_2 not one element", lambda: _fp4_plan(NVFP4_MODELOPT, {**_NVFP4, "weight_scale_2": ("f32", (4,))})),
+    ("nvfp4-ct plan", "weight_packed not a matrix", lambda: _fp4_plan(NVFP4_CT, {**_NVFP4_CT, "weight_packed": ("u8", (2, 4, 16))})),
+    ("mxfp4-gpt-oss plan", "blocks not of 16 bytes", lambda: _fp4_plan(MXFP4_GPT_OSS, {**_MXFP4, "blocks": ("u8", (2, 4, 8))})),
+    ("mxfp4-gpt-oss plan", "scales not one per block", lambda: _fp4_plan(MXFP4_GPT_OSS, {**_MXFP4, "scales": ("u8", (2,))})),
+]  # fmt: skip
+
+
 def _logical_of(tensors: dict[str, np.ndarray], config: object) -> Any:
     """The logical view of a checkpoint of ``tensors`` (with ``config`` as its
     quantization_config unless None)."""
@@ -936,6 +971,8 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "a configured scheme's key part without its other parts", lambda: _logical_of({"w.weight": _F8_2X2}, _DEEPSEEK)),
     ("Weights.logical", "a part of the wrong type", lambda: _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float16)}, _DEEPSEEK)),
     ("Weights.logical", "a configured scheme's part without its key", lambda: _logical_of({"w.weight": np.ones(2, np.float32), "w.weight_scale_inv": np.ones((1, 1), np.float32)}, _DEEPSEEK)),
+    ("Weights.logical", "a logical name that a stored tensor has too", lambda: _logical_of({"e_blocks": np.zeros((1, 1, 16), np.uint8), "e_scales": np.full((1, 1), 127, np.uint8), "e": np.zeros(2, np.float32)}, None)),
+    ("Weights.logical", "one part claimed by two weights", lambda: _logical_of({"w.weight": np.zeros((4, 8), np.uint8), "w.weight_packed": np.zeros((4, 8), np.uint8), "w.weight_scale": np.zeros((4, 1), ml_dtypes.float8_e4m3fn), "w.weight_scale_2": np.ones((), np.float32), "w.weight_global_scale": np.ones(1, np.float32)}, None)),
     ("LogicalTensor.payload", "a logical tensor has no one payload", lambda: _fp8_tensor().payload()),
     ("LogicalTensor.dequantize", "a dtype other than float32, bfloat16, float16", lambda: _fp8_tensor().dequantize(np.float64)),
     ("save_weights", "a logical tensor without dequantize", lambda: _save({"w": _fp8_tensor()}, "safetensors")),
@@ -1032,6 +1069,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
     ("Quantization schemes (`kiln_np._schemes`)", SCHEMES),
+    ("Quantized checkpoints: the e2m1 schemes (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
     ("Quantization schemes: int4 (GPTQ, AWQ, compressed-tensors pack-quantized)", INT4),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]

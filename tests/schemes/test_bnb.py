@@ -44,7 +44,8 @@ def _group(case: str, base: str) -> tuple[Scheme, dict[str, Facts], dict[str, np
     weights = kiln_np.open_weights(FIXTURES / case / "model.safetensors")
     for scheme in SCHEMES:
         key = weights.get(base + scheme.parts[0].suffix)
-        if key is not None and dtype_info(key.code).name in scheme.parts[0].types:
+        complete = all(p.optional or base + p.suffix in weights for p in scheme.parts)
+        if complete and key is not None and dtype_info(key.code).name in scheme.parts[0].types:
             facts, arrays = {}, {}
             for part in scheme.parts:
                 if base + part.suffix in weights:

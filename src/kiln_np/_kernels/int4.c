@@ -437,7 +437,7 @@ int kiln_int4_rows(const KilnInt4 *k, ptrdiff_t lo, ptrdiff_t hi) {
         for (ptrdiff_t b = 0; b < nb; b++) {
             const ptrdiff_t row = b0 + b;
             fill_table(k->scale + row * groups, k->zero + row * groups, groups, k->native,
-                       k->okind, scratch, (uint8_t *)tables + (size_t)b * groups * 16 * size);
+                       k->okind, scratch, (uint8_t *)tables + (size_t)(b * groups * 16) * size);
         }
         if (size == 4) {
             BAND_LOOP(uint32_t, word_u32);

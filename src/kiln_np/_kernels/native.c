@@ -25,6 +25,7 @@
 #include "moments.h"
 #include "fp8.h"
 #include "bnb.h"
+#include "fp4.h"
 
 #if defined(_MSC_VER) && !defined(__clang__)
 #define restrict __restrict /* MSVC's C mode before C11 knows only its own spelling */
@@ -1228,6 +1229,61 @@ static PyObject *bnb4(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     return result;
 }
 
+/* ---- the e2m1 scaled decode (fp4.h; the loops are in fp4.c) ---------------------- */
+
+PyDoc_STRVAR(fp4_scaled_doc,
+    "fp4_scaled(kind, packed, scales, table, out, block, post, minus_zero, lo, hi)\n--\n\n"
+    "Blocks [lo, hi) of block (a multiple of 16) elements: e2m1 codes, two a packed byte\n"
+    "(the even element in the low nibble), times the block's scale table[scales[k]] (one\n"
+    "byte a block into 256 float32), times post, in float32, rounded to nearest even into\n"
+    "out of kind 0 float32, 1 bfloat16, 2 float16; code 8 is -0.0 when minus_zero, else\n"
+    "+0.0.");
+
+static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
+                            Py_ssize_t nargs) {
+    Py_ssize_t kind, block, minus_zero, lo, hi;
+    if (check_nargs("fp4_scaled", nargs, 10) < 0 || get_index(args[0], &kind) < 0 ||
+        get_index(args[5], &block) < 0 || get_index(args[7], &minus_zero) < 0 ||
+        get_index(args[8], &lo) < 0 || get_index(args[9], &hi) < 0 ||
+        check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    const double post = PyFloat_AsDouble(args[6]);
+    if (post == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (kind < KILN_FP4_F32 || kind > KILN_FP4_F16) {
+        PyErr_Format(PyExc_ValueError, "kind must be 0 (float32), 1 (bfloat16) or 2 (float16), "
+                     "got %zd", kind);
+        return NULL;
+    }
+    if (block < 16 || (block & 15) || block > PY_SSIZE_T_MAX / 4 / (hi ? hi : 1)) {
+        PyErr_Format(PyExc_ValueError, "bad block size %zd", block);
+        return NULL;
+    }
+    const Py_ssize_t size = kind == KILN_FP4_F32 ? 4 : 2;
+    Py_buffer views[4]; /* packed, scales, table, out */
+    if (get_buffers(args + 1, 4, (const int[]){0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("packed", hi * (block / 2), views[0].len) == 0 &&
+        check_fits("scales", hi, views[1].len) == 0 &&
+        check_fits("table", 4 * 256, views[2].len) == 0 &&
+        check_fits("out", size * hi * block, views[3].len) == 0) {
+        const uint8_t *p = (const uint8_t *)views[0].buf + lo * (block / 2);
+        const uint8_t *s = (const uint8_t *)views[1].buf + lo;
+        const float *t = (const float *)views[2].buf;
+        uint8_t *o = (uint8_t *)views[3].buf + size * lo * block;
+        RUN_LOOP((hi - lo) * block,
+                 kiln_fp4_scaled((int)kind, p, s, t, (float)post, minus_zero != 0, hi - lo, block,
+                                 o));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 4);
+    return result;
+}
+
 /* ---- the int4 dequantize kernel (int4.h; the loops are in int4.c) ----------------- */
 
 PyDoc_STRVAR(int4_rows_doc,
@@ -1320,6 +1376,7 @@ static PyMethodDef methods[] = {
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
     {"fp8_dequant", (PyCFunction)(void (*)(void))fp8_dequant, METH_FASTCALL, fp8_dequant_doc},
     {"bnb4", (PyCFunction)(void (*)(void))bnb4, METH_FASTCALL, bnb4_doc},
+    {"fp4_scaled", (PyCFunction)(void (*)(void))fp4_scaled, METH_FASTCALL, fp4_scaled_doc},
     {"int4_rows", (PyCFunction)(void (*)(void))int4_rows, METH_FASTCALL, int4_rows_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -62,6 +62,23 @@ def moments(
     kind: int, src: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> tuple[int, float, float, float, float, int, int, int, int]: ...
 
+# The e2m1 scaled decode (kiln_np._kernels.fp4): blocks [lo, hi) of block elements, code
+# value * table[scales[k]] * post in float32, rounded into out of kind 0 f32, 1 bf16,
+# 2 f16; code 8 is -0.0 when minus_zero, else +0.0 (ModelOpt's table).
+def fp4_scaled(
+    kind: int,
+    packed: np.ndarray,
+    scales: np.ndarray,
+    table: np.ndarray,
+    out: np.ndarray,
+    block: int,
+    post: float,
+    minus_zero: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...
+
 # The FP8 kernel (kiln_np._kernels.fp8): rows [lo, hi) of FP8 codes times block scales,
 # rounded to kind 0 float32, 1 bfloat16, 2 float16, into dst.
 def fp8_dequant(

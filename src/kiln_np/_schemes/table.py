@@ -3,12 +3,13 @@
 Adding a scheme is a row here plus its module's :class:`~.scheme.Scheme`
 (data, a ``plan`` rule and one exact ``decode``).
 
->>> [s.name for s in SCHEMES]
-['fp8-block', 'fp8-scaled', 'fp8-modelopt', 'bnb-nf4', 'bnb-fp4', 'gptq', 'awq', 'pack-quantized']
+>>> [s.name for s in SCHEMES][:4]
+['nvfp4-modelopt', 'nvfp4-ct', 'mxfp4-gpt-oss', 'fp8-block']
 """
 
 from __future__ import annotations
 
+from . import fp4
 from .bnb import BNB_FP4, BNB_NF4
 from .fp8 import FP8_BLOCK, FP8_MODELOPT, FP8_SCALED
 from .int4 import INT4_SCHEMES
@@ -17,6 +18,7 @@ from .scheme import Scheme
 __all__ = ["SCHEMES", "scheme_named"]
 
 SCHEMES: tuple[Scheme, ...] = (
+    *fp4.SCHEMES,
     FP8_BLOCK,
     FP8_SCALED,
     FP8_MODELOPT,
