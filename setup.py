@@ -49,6 +49,7 @@ setup(
                     "fp4.c",
                     "fp8.c",
                     "bnb.c",
+                    "int4.c",
                 )
             ],
             depends=[
@@ -58,6 +59,7 @@ setup(
                 KERNELS + "fp4.h",
                 KERNELS + "fp8.h",
                 KERNELS + "bnb.h",
+                KERNELS + "int4.h",
             ],
             optional=True,
         )

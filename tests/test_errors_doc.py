@@ -22,6 +22,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, cast
@@ -1016,6 +1017,47 @@ SCHEMES = [
 ]  # fmt: skip
 
 
+# -- the int4 schemes (kiln_np._schemes.int4), through their plan rules -------------------
+
+
+def _int4_plan(scheme: str, config: dict[str, Any], **arrays: np.ndarray) -> object:
+    kinds = {"int32": "i32", "float16": "f16", "int64": "i64"}
+    facts = {
+        r: Facts(f"m.q_proj.{r}", kinds[a.dtype.name], a.shape, partial(np.asarray, a))
+        for r, a in arrays.items()
+    }
+    return scheme_named(scheme).plan("m.q_proj.weight", facts, config)
+
+
+_GPTQ: dict[str, np.ndarray] = {
+    "qweight": np.zeros((16, 24), np.int32),
+    "qzeros": np.zeros((4, 3), np.int32),
+    "scales": np.ones((4, 24), np.float16),
+}
+_PACKED: dict[str, np.ndarray] = {
+    "packed": np.zeros((21, 13), np.int32),
+    "scale": np.ones((21, 1), np.float16),
+    "shape": np.array([21, 100], np.int64),
+}
+
+INT4: list[Entry] = [
+    ("logical() (gptq)", "a part that is not 2-D", lambda: _int4_plan("gptq", {}, **{**_GPTQ, "qweight": np.zeros(16, np.int32)})),
+    ("logical() (gptq)", "bits other than 4 in the config", lambda: _int4_plan("gptq", {"quant_method": "gptq", "bits": 8}, **_GPTQ)),
+    ("logical() (awq)", "qweight not (in, out/8) for the scales' out", lambda: _int4_plan("awq", {"quant_method": "awq"}, **_GPTQ)),
+    ("logical() (gptq)", "qzeros not (groups, out/8)", lambda: _int4_plan("gptq", {}, **{**_GPTQ, "qzeros": np.zeros((4, 2), np.int32)})),
+    ("logical() (gptq)", "scales' rows not the groups of group_size", lambda: _int4_plan("gptq", {"quant_method": "gptq", "group_size": 64}, **_GPTQ)),
+    ("logical() (gptq)", "g_idx beside AWQ-shaped parts", lambda: _int4_plan("gptq", {}, qweight=np.zeros((128, 3), np.int32), qzeros=np.zeros((4, 3), np.int32), scales=np.ones((4, 24), np.float16), g_idx=np.zeros(128, np.int32))),
+    ("logical() (gptq)", "g_idx not of in elements", lambda: _int4_plan("gptq", {}, **_GPTQ, g_idx=np.zeros(64, np.int32))),
+    ("logical() (gptq)", "a g_idx value past the groups", lambda: _int4_plan("gptq", {}, **_GPTQ, g_idx=np.full(128, 4, np.int32))),
+    ("logical() (pack-quantized)", "weight_shape not 2 elements", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "shape": np.array([21, 100, 1], np.int64)})),
+    ("logical() (pack-quantized)", "weight_shape of a zero size", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "shape": np.array([0, 100], np.int64)})),
+    ("logical() (pack-quantized)", "weight_packed not (out, ceil(in/8))", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "packed": np.zeros((21, 12), np.int32)})),
+    ("logical() (pack-quantized)", "weight_scale's groups not dividing in", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "scale": np.ones((21, 3), np.float16)})),
+    ("logical() (pack-quantized)", "weight_zero_point not (ceil(out/8), groups)", lambda: _int4_plan("pack-quantized", {}, **_PACKED, zero=np.zeros((2, 1), np.int32))),
+    ("logical() (pack-quantized)", "a weight_g_idx other than column // group", lambda: _int4_plan("pack-quantized", {}, **_PACKED, g_idx=np.ones(100, np.int32))),
+]  # fmt: skip
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -1028,6 +1070,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
     ("Quantization schemes (`kiln_np._schemes`)", SCHEMES),
     ("Quantized checkpoints: the e2m1 schemes (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
+    ("Quantization schemes: int4 (GPTQ, AWQ, compressed-tensors pack-quantized)", INT4),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ggml.h"
+#include "int4.h"
 #include "moments.h"
 #include "fp8.h"
 #include "bnb.h"
@@ -1283,6 +1284,76 @@ static PyObject *fp4_scaled(PyObject *Py_UNUSED(module), PyObject *const *args,
     return result;
 }
 
+/* ---- the int4 dequantize kernel (int4.h; the loops are in int4.c) ----------------- */
+
+PyDoc_STRVAR(int4_rows_doc,
+    "int4_rows(words, layout, wcols, r0, gidx, group, scale, zero, native, out, okind, lo,\n"
+    "          hi)\n--\n\n"
+    "Rows [lo, hi) of out (rows x in of kind okind: 0 float32, 1 bfloat16, 2 float16)\n"
+    "from the int32 words (layout 0 GPTQ, 1 AWQ, 2 rows; wcols words a row) of logical\n"
+    "rows r0 + row: (code - zero) * scale in float32, rounded to kind native, then to\n"
+    "okind; gidx (int32, in) gives each column's group, scale (float32) and zero (int32)\n"
+    "are (rows, groups); group > 0 says gidx[i] is i // group (0: no such rule).");
+
+static PyObject *int4_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t layout, wcols, r0, group, native, okind, lo, hi;
+    if (check_nargs("int4_rows", nargs, 13) < 0 || get_index(args[1], &layout) < 0 ||
+        get_index(args[2], &wcols) < 0 || get_index(args[3], &r0) < 0 ||
+        get_index(args[5], &group) < 0 || get_index(args[8], &native) < 0 ||
+        get_index(args[10], &okind) < 0 || get_index(args[11], &lo) < 0 ||
+        get_index(args[12], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (layout < KILN_INT4_GPTQ || layout > KILN_INT4_ROWS || native < 0 || native > 2 ||
+        okind < 0 || okind > 2 || wcols < 1 || r0 < 0 || group < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "bad layout %zd, kinds %zd %zd, wcols %zd, r0 %zd or group %zd", layout,
+                     native, okind, wcols, r0, group);
+        return NULL;
+    }
+    /* words, gidx, scale, zero, out */
+    PyObject *objs[5] = {args[0], args[4], args[6], args[7], args[9]};
+    Py_buffer views[5];
+    if (get_buffers(objs, 5, (const int[]){0, 0, 0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t nwords = views[0].len / 4, in = views[1].len / 4;
+    const Py_ssize_t osize = okind == KILN_INT4_F32 ? 4 : 2;
+    const Py_ssize_t rows = in > 0 ? views[4].len / osize / in : 0;
+    const Py_ssize_t groups = rows > 0 ? views[2].len / 4 / rows : 0;
+    const int32_t *gidx = (const int32_t *)views[1].buf;
+    Py_ssize_t last = 0; /* the largest word index a row of [0, rows) reads, plus one */
+    if (rows > 0) {
+        const Py_ssize_t o = r0 + rows - 1;
+        last = layout == KILN_INT4_GPTQ  ? ((in - 1) >> 3) * wcols + o
+               : layout == KILN_INT4_AWQ ? (in - 1) * wcols + (o >> 3)
+                                         : o * wcols + ((in - 1) >> 3);
+        last += 1;
+    }
+    int ok = in > 0 && rows * in * osize == views[4].len && rows * groups * 4 == views[2].len &&
+             views[3].len == views[2].len && hi <= rows && last <= nwords &&
+             (layout == KILN_INT4_GPTQ  ? r0 + rows <= wcols
+              : layout == KILN_INT4_AWQ ? ((r0 + rows - 1) >> 3) < wcols
+                                        : ((in - 1) >> 3) < wcols);
+    for (Py_ssize_t i = 0; ok && i < in; i++) {
+        ok = gidx[i] >= 0 && gidx[i] < groups && (group == 0 || gidx[i] == i / group);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError,
+                        "int4_rows: the words, groups, scales, zeros or output do not fit");
+    } else {
+        KilnInt4 k = {(const int32_t *)views[0].buf, (int)layout, wcols, r0, in, gidx,
+                      (const float *)views[2].buf, (const int32_t *)views[3].buf, groups,
+                      group, (int)native, (int)okind, views[4].buf};
+        int rc = 0;
+        RUN_LOOP((hi - lo) * in * osize, rc = kiln_int4_rows(&k, lo, hi));
+        result = rc == 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
+    }
+    release_buffers(views, 5);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))unpack, METH_FASTCALL, unpack_doc},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, pack_doc},
@@ -1306,6 +1377,7 @@ static PyMethodDef methods[] = {
     {"fp8_dequant", (PyCFunction)(void (*)(void))fp8_dequant, METH_FASTCALL, fp8_dequant_doc},
     {"bnb4", (PyCFunction)(void (*)(void))bnb4, METH_FASTCALL, bnb4_doc},
     {"fp4_scaled", (PyCFunction)(void (*)(void))fp4_scaled, METH_FASTCALL, fp4_scaled_doc},
+    {"int4_rows", (PyCFunction)(void (*)(void))int4_rows, METH_FASTCALL, int4_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -110,3 +110,21 @@ def bnb4(
     hi: int,
     /,
 ) -> None: ...
+
+# The int4 dequantize kernel (kiln_np._kernels.int4): rows [lo, hi) of out.
+def int4_rows(
+    words: np.ndarray,
+    layout: int,
+    wcols: int,
+    r0: int,
+    gidx: np.ndarray,
+    group: int,
+    scale: np.ndarray,
+    zero: np.ndarray,
+    native: int,
+    out: np.ndarray,
+    okind: int,
+    lo: int,
+    hi: int,
+    /,
+) -> None: ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import fp4
 from .bnb import BNB_FP4, BNB_NF4
 from .fp8 import FP8_BLOCK, FP8_MODELOPT, FP8_SCALED
+from .int4 import INT4_SCHEMES
 from .scheme import Scheme
 
 __all__ = ["SCHEMES", "scheme_named"]
@@ -23,6 +24,7 @@ SCHEMES: tuple[Scheme, ...] = (
     FP8_MODELOPT,
     BNB_NF4,
     BNB_FP4,
+    *INT4_SCHEMES,
 )
 """The schemes, the more specific first: ModelOpt's NVFP4 ``weight`` is U8,
 compressed-tensors' FP8 ``weight`` is F8_E4M3, and both have a
