@@ -431,13 +431,19 @@ def test_logical_view_end_to_end(case: Case, dtype: str) -> None:
 
 
 def test_logical_view_without_a_config() -> None:
-    # Names, types and shapes alone: AWQ's parts are read by their shapes (the table's
-    # first qweight row names them), GPTQ's zeros as the v1 format stores them.
-    for name, same in (("awq_gemm", True), ("gptq_v1_asym", True), ("gptq_v2_all", False)):
+    # Names, types and shapes alone: the shapes tell AWQ's parts from GPTQ's (GPTQ's
+    # row claims only its own layout), GPTQ's zeros as the v1 format stores them.
+    cases = (
+        ("awq_gemm", "awq", True),
+        ("gptq_v1_asym", "gptq", True),
+        ("gptq_v2_all", "gptq", False),
+    )
+    for name, scheme, same in cases:
         c = Case(name)
         with kiln_np.open_weights(str(FIXTURES / name / "model.safetensors")) as w:
             logical = w.logical(config=False)[c.base + ".weight"]
             assert isinstance(logical, kiln_np.LogicalTensor)
+            assert logical.scheme == scheme
             got = logical.dequantize(dtype="bfloat16")
         assert (_bits(got) == _bits(c.want("bfloat16"))) is same
 

@@ -78,6 +78,14 @@ def _bits(name: str, scheme: str, config: Mapping[str, Any]) -> None:
         )
 
 
+def _gptq_shaped(facts: Mapping[str, Facts]) -> bool:
+    """Whether GPTQ/AWQ parts are GPTQ's layout, qweight ``(in/8, out)`` as wide as
+    ``scales`` (AWQ's ``(in, out/8)`` is narrower); parts that are not matrices
+    are GPTQ's, for its plan to refuse."""
+    q, s = facts["qweight"].shape, facts["scales"].shape
+    return len(q) != 2 or len(s) != 2 or q[1] == s[1]
+
+
 def _plan_q(name: str, facts: Mapping[str, Facts], config: Mapping[str, Any]) -> Plan:
     """Both GPTQ's and AWQ's: the layout from the config's method, or from the
     shapes when there is no config."""
@@ -264,6 +272,7 @@ GPTQ = Scheme(
     decode=_decode_q,
     methods=frozenset({"gptq"}),
     configured=_gptq_configured,
+    claims=_gptq_shaped,
     formula="scales[g_idx[i], o] * (q[i, o] - z[g, o]) in the scales' dtype, transposed; "
     "v1 z = (stored + 1) & 15",
     reference="AutoGPTQ qlinear_cuda_old.py QuantLinear.forward (torch path); GPTQModel "
@@ -281,6 +290,7 @@ AWQ = Scheme(
     formula="(q[i, o] - z[i // group, o]) * scales[i // group, o] in the scales' dtype, "
     "transposed; nibbles hold columns 0, 2, 4, 6, 1, 3, 5, 7",
     reference="AutoAWQ awq/utils/packing_utils.py dequantize_gemm",
+    claims=lambda facts: not _gptq_shaped(facts),
 )
 
 PACK_QUANTIZED = Scheme(

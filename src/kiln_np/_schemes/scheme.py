@@ -95,7 +95,10 @@ class Scheme(NamedTuple):
     ``configured(config)`` says whether such a config is this scheme (the
     same method can name several: compressed-tensors' formats).  ``formula``
     and ``reference`` are the docs' words (docs/weights.md's scheme table is
-    checked against them)."""
+    checked against them).  ``claims(facts)``, asked only when no config names
+    the scheme, says whether a complete group of parts is this scheme's (GPTQ
+    and AWQ share their parts' names: the shapes tell them apart); False
+    leaves the group to the next row."""
 
     name: str
     logical: str
@@ -106,6 +109,7 @@ class Scheme(NamedTuple):
     configured: Callable[[Mapping[str, Any]], bool]
     formula: str
     reference: str
+    claims: Callable[[Mapping[str, Facts]], bool] = lambda facts: True
 
 
 def final(values: np.ndarray, native: str, dtype: np.dtype[Any]) -> np.ndarray:

@@ -430,9 +430,12 @@ def logical_tensors(
                     f"of {member[taken[0]].name!r} and of a {scheme.name} weight keyed by "
                     f"{name!r}",
                 )
+            facts = {r: _facts(p) for r, p in parts.items()}
+            if not strict and not scheme.claims(facts):
+                continue  # the shapes say another row's (GPTQ's parts against AWQ's)
             base = name[: len(name) - len(scheme.parts[0].suffix)]
             logical = base + scheme.logical
-            plan = scheme.plan(logical, {r: _facts(p) for r, p in parts.items()}, config)
+            plan = scheme.plan(logical, facts, config)
             names = {p.name for p in parts.values()}
             if logical != name and logical in tensors and logical not in names:
                 raise KilnError(
