@@ -778,10 +778,6 @@ _CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized"}
 
 
 WEIGHTS: list[Entry] = [
-    ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
-    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
-    ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
-    ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
     ("open_weights", "a file no format recognises", lambda: kiln_np.open_weights(_file("w.bin", b"\x00\x01 not a weight file"))),
     ("open_weights", "a torch.save checkpoint (a zip of pickles)", lambda: kiln_np.open_weights(_torch_zip())),
     ("open_weights", "a pickle (torch.save's legacy format)", lambda: kiln_np.open_weights(_file("old.pt", pickle.dumps({"w": [1.0]}, protocol=2)))),
@@ -1004,7 +1000,14 @@ def _bnb_plan(state: dict[str, Any] | bytes, **parts: np.ndarray) -> Any:
     return scheme.plan("w.weight", {r: facts(r, a) for r, a in arrays.items()}, {})
 
 
-SCHEMES = [
+FP8: list[Entry] = [
+    ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
+    ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
+    ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
+]  # fmt: skip
+
+BNB: list[Entry] = [
     ("bnb-nf4 / bnb-fp4 plan", "quant state not 1 to 4096 bytes", lambda: _bnb_plan({}, quant_state=np.zeros(4097, np.uint8))),
     ("bnb-nf4 / bnb-fp4 plan", "quant state not JSON", lambda: _bnb_plan(b"{nf4}")),
     ("bnb-nf4 / bnb-fp4 plan", "quant state key missing or unexpected", lambda: _bnb_plan({"blocksize": None})),
@@ -1066,11 +1069,12 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Command line (`kiln-np`)", CLI),
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
-    ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
-    ("Quantization schemes (`kiln_np._schemes`)", SCHEMES),
-    ("Quantized checkpoints: the e2m1 schemes (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
+    ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
+    ("Quantization schemes: FP8 (DeepSeek block-scaled, compressed-tensors, ModelOpt)", FP8),
+    ("Quantization schemes: e2m1 (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
     ("Quantization schemes: int4 (GPTQ, AWQ, compressed-tensors pack-quantized)", INT4),
+    ("Quantization schemes: bitsandbytes NF4/FP4", BNB),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 
