@@ -234,26 +234,19 @@ class LogicalTensor(WeightTensor):
             f"{self.dtype.name}, parts: {self._described_parts()}; {self.byte_length} bytes)"
         )
 
-    def _repr_html_(self) -> str:
-        import html  # its entity table loads only when a notebook renders HTML
-
-        rows = [
+    def _html_rows(self) -> list[tuple[str, str]]:
+        parts = [
+            (f"part {r}", f"{p.name}: {p.format_dtype} {p.info.shape}")
+            for r, p in self.parts.items()
+        ]
+        return [
             ("name", self.name),
             ("scheme", self.scheme),
             ("shape", str(self.shape)),
             ("values", self.dtype.name),
-            *(
-                (f"part {role}", f"{p.name}: {p.format_dtype} {p.info.shape}")
-                for role, p in self.parts.items()
-            ),
+            *parts,
             ("bytes", f"{self.byte_length:,} ({human_bytes(self.byte_length)})"),
         ]
-        cells = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in rows
-        )
-        return f"<table>{cells}</table>"
 
 
 def _logical(

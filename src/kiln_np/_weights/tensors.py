@@ -282,19 +282,22 @@ class WeightTensor:
             f"{shape}{blocks}, {self.info.byte_length} bytes, {self.format_dtype})"
         )
 
-    def _repr_html_(self) -> str:
-        import html  # its entity table loads only when a notebook renders HTML
-
-        rows = [
+    def _html_rows(self) -> list[tuple[str, str]]:
+        """The (fact, value) rows a notebook shows."""
+        return [
             ("name", self.name),
             ("shape", str(self.shape)),
             ("stored type", f"{self.format_dtype} ({code_label(int(self.info.code))})"),
             ("bytes", f"{self.info.byte_length:,} ({human_bytes(self.info.byte_length)})"),
         ]
+
+    def _repr_html_(self) -> str:
+        import html  # its entity table loads only when a notebook renders HTML
+
         cells = "".join(
             f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
             f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in rows
+            for k, v in self._html_rows()
         )
         return f"<table>{cells}</table>"
 
