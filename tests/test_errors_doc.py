@@ -942,8 +942,9 @@ def _beside_source_config() -> Any:
     )
 
 
-def _config_made(make: Callable[[Path], None]) -> Any:
-    """The logical view of a one-tensor checkpoint whose ``config.json`` ``make`` made."""
+def _config_made(make: Callable[[Path], object]) -> Any:
+    """The logical view of a one-tensor checkpoint whose ``config.json`` (or a file
+    beside it) ``make`` made, given the path ``config.json`` has."""
     weights = _small_weights()
     make(Path(weights.path).with_name("config.json"))
     return weights.logical()
@@ -963,6 +964,7 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
     ("Weights.logical", "config.json a dangling symlink", lambda: _config_made(lambda p: p.symlink_to("nowhere.json"))),
     ("Weights.logical", "config.json a directory", lambda: _config_made(Path.mkdir)),
+    ("Weights.logical", "hf_quant_config.json with no quantization object", lambda: _config_made(lambda p: p.with_name("hf_quant_config.json").write_text('{"producer": {}}'))),
     ("Weights.logical", "a quant_method no scheme reads", lambda: _configured(b'{"quantization_config": {"quant_method": "hqq"}}').logical()),
     ("Weights.logical", "a configured scheme's key part without its other parts", lambda: _logical_of({"w.weight": _F8_2X2}, _DEEPSEEK)),
     ("Weights.logical", "a part of the wrong type", lambda: _logical_of({"w.weight": _F8_2X2, "w.weight_scale_inv": np.ones((1, 1), np.float16)}, _DEEPSEEK)),

@@ -57,6 +57,7 @@ __all__ = [
     "OUTPUT_DTYPES",
     "LogicalTensor",
     "logical_tensors",
+    "modelopt_quantization",
     "part_type",
     "read_config",
     "row_chunks",
@@ -288,8 +289,52 @@ def read_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
     >>> read_config("/nonexistent/model.safetensors")
     (None, None)
     """
+    where, found = _json_beside(path, "config.json")
+    if where is None or found is None:
+        return None, None
+    quantization = found.get("quantization_config")
+    if quantization is not None and not isinstance(quantization, dict):
+        raise KilnError(
+            "TYPE",
+            f"{where!r}: expected quantization_config to be an object, found "
+            f"{type(quantization).__name__}",
+        )
+    return where, found
+
+
+HF_QUANT_CONFIG = "hf_quant_config.json"
+"""What NVIDIA ModelOpt's Hugging Face export writes beside the weights (before, and
+besides, a ``quantization_config`` in ``config.json``): ``{"producer": ...,
+"quantization": {"quant_algo": "NVFP4", "group_size": 16, ...}}``."""
+
+
+def modelopt_quantization(path: str) -> Mapping[str, Any] | None:
+    """The ``quantization`` of the :data:`HF_QUANT_CONFIG` beside ``path`` as a
+    ``quantization_config`` (``quant_method`` ``"modelopt"``), or None when there is
+    no such file; read as strictly as :func:`read_config` (TYPE), and TYPE when it
+    has no ``quantization`` object.
+
+    >>> modelopt_quantization("/nonexistent/model.safetensors") is None
+    True
+    """
+    where, found = _json_beside(path, HF_QUANT_CONFIG)
+    if where is None or found is None:
+        return None
+    quantization = found.get("quantization")
+    if not isinstance(quantization, dict):
+        raise KilnError(
+            "TYPE",
+            f"{where!r}: expected a 'quantization' object, found "
+            f"{type(quantization).__name__ if 'quantization' in found else 'none'}",
+        )
+    return {**quantization, "quant_method": "modelopt"}
+
+
+def _json_beside(path: str, name: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The JSON object file ``name`` beside ``path``: ``(where, object)``, or
+    ``(None, None)`` when there is none; TYPE as :func:`read_config` says."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
-    where = os.path.join(folder, "config.json")
+    where = os.path.join(folder, name)
     if not os.path.lexists(where):
         return None, None
     try:
@@ -307,13 +352,6 @@ def read_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
         raise KilnError("TYPE", f"{where!r}: expected UTF-8 JSON, found {str(exc)[:200]}") from None
     if not isinstance(found, dict):
         raise KilnError("TYPE", f"{where!r}: expected a JSON object, found {type(found).__name__}")
-    quantization = found.get("quantization_config")
-    if quantization is not None and not isinstance(quantization, dict):
-        raise KilnError(
-            "TYPE",
-            f"{where!r}: expected quantization_config to be an object, found "
-            f"{type(quantization).__name__}",
-        )
     return where, found
 
 

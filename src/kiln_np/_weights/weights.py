@@ -18,7 +18,7 @@ from typing import Any
 from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
 
-from .logical import logical_tensors, read_config
+from .logical import logical_tensors, modelopt_quantization, read_config
 from .mapped import MappedFile
 from .summary import Summary, human_bytes, human_count, summarize
 from .tensors import WeightTensor
@@ -102,6 +102,7 @@ class Weights(Mapping[str, WeightTensor]):
         self._selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
         self._plain: Weights | None = None  # set on a logical view: the stored tensors
         self._logical_config: Mapping[str, Any] | bool | None = None
+        self._quantization: Mapping[str, Any] = MappingProxyType({})
         self.config: Mapping[str, Any] | None = None
         self.config_path: str | None = None
 
@@ -145,11 +146,7 @@ class Weights(Mapping[str, WeightTensor]):
     def quantization(self) -> Mapping[str, Any]:
         """The ``quantization_config`` a :meth:`logical` view was made with (``{}``
         when none was used)."""
-        config = self._logical_config
-        if isinstance(config, Mapping):
-            return config
-        found = (self.config or {}).get("quantization_config")
-        return found if config is None and isinstance(found, Mapping) else {}
+        return self._quantization
 
     def logical(self, config: Mapping[str, Any] | bool | None = None) -> Weights:
         """A view in which each quantization scheme's parts are one tensor.
@@ -170,7 +167,9 @@ class Weights(Mapping[str, WeightTensor]):
         config : mapping, bool or None
             None (the default): the ``quantization_config`` of the
             ``config.json`` beside the checkpoint, when there is one, names the
-            scheme; else the parts are recognised by their names and types.
+            scheme (or, without one, the ``quantization`` of NVIDIA ModelOpt's
+            ``hf_quant_config.json``); else the parts are recognised by their
+            names and types.
             A mapping: that ``quantization_config``.  False: names and types
             alone, whatever a ``config.json`` says.
 
@@ -199,7 +198,9 @@ class Weights(Mapping[str, WeightTensor]):
             )
         where, found = (None, None) if config is False else read_config(self.path)
         if config is True or config is None:
-            chosen = (found or {}).get("quantization_config") or {}
+            chosen = (found or {}).get("quantization_config") or (
+                modelopt_quantization(self.path) or {}
+            )
         else:
             chosen = config or {}
         view = Weights(
@@ -213,6 +214,7 @@ class Weights(Mapping[str, WeightTensor]):
         view._owns_files = False
         view._plain = self
         view._logical_config = config
+        view._quantization = MappingProxyType(dict(chosen))
         view.config = None if found is None else MappingProxyType(found)
         view.config_path = where
         return view
@@ -261,6 +263,7 @@ class Weights(Mapping[str, WeightTensor]):
         view._selection = (*self._selection, (patterns, excluded))
         view._plain = self._plain
         view._logical_config = self._logical_config
+        view._quantization = self._quantization
         view.config = self.config
         view.config_path = self.config_path
         return view
