@@ -112,9 +112,15 @@ class LogicalTensor(WeightTensor):
     --------
     >>> import numpy as np
     >>> from kiln_np._core.payload import payload_info
-    >>> t = WeightTensor("w", payload_info("f32", (2,)), None, "F32", data=memoryview(bytes(8)))
-    >>> t.size
-    2
+    >>> w = WeightTensor("q.weight", payload_info("f8e4m3", (4, 2)), None, "F8_E4M3",
+    ...                  data=memoryview(bytes([0x38, 0xC0] * 4)))  # 1.0, -2.0
+    >>> s = WeightTensor("q.weight_scale_inv", payload_info("f32", (1, 1)), None, "F32",
+    ...                  data=memoryview(np.float32([0.5]).tobytes()))
+    >>> (t,) = logical_tensors({"q.weight": w, "q.weight_scale_inv": s}, {})
+    >>> t.scheme, t.shape, list(t.parts), t.byte_length
+    ('fp8-block', (4, 2), ['weight', 'scale'], 12)
+    >>> t.dequantize("bfloat16")[0].tolist()
+    [0.5, -1.0]
     """
 
     __slots__ = ("parts", "plan", "scheme")
@@ -263,9 +269,13 @@ def row_chunks(
     values a chunk (at least one row): what writers and statistics read.
 
     >>> from kiln_np._core.payload import payload_info
-    >>> t = WeightTensor("w", payload_info("f32", (2,)), None, "F32", data=memoryview(bytes(8)))
-    >>> isinstance(t, LogicalTensor)
-    False
+    >>> w = WeightTensor("q.weight", payload_info("f8e4m3", (4, 2)), None, "F8_E4M3",
+    ...                  data=memoryview(bytes(8)))
+    >>> s = WeightTensor("q.weight_scale_inv", payload_info("f32", (1, 1)), None, "F32",
+    ...                  data=memoryview(bytes(4)))
+    >>> (t,) = logical_tensors({"q.weight": w, "q.weight_scale_inv": s}, {})
+    >>> [c.shape for c in row_chunks(t, "bfloat16", elements=4)]
+    [(2, 2), (2, 2)]
     """
     n = t.shape[0] if t.shape else 1
     per_row = math.prod(t.shape[1:]) if t.shape else 1
@@ -504,8 +514,7 @@ def _no_orphans(
             continue
         for scheme in schemes:
             for part in scheme.parts[1:]:
-                distinctive = part.suffix != scheme.parts[0].suffix
-                if distinctive and name.endswith(part.suffix) and part_type(t) in part.types:
+                if name.endswith(part.suffix) and part_type(t) in part.types:
                     key = name[: len(name) - len(part.suffix)] + scheme.parts[0].suffix
                     raise KilnError(
                         "SHAPE",
