@@ -208,6 +208,21 @@ def _dask_short_file() -> Any:
     return kiln_np.dask.from_payload(_file("f32.kiln", b"\x00" * 7), 2, (2,))
 
 
+def _dask_tensor_with_code() -> Any:
+    import kiln_np.dask
+
+    path = _scratch() / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.zeros(2, "<f4")}, format="safetensors")
+    with kiln_np.open_weights(path) as w:
+        return kiln_np.dask.from_payload(w["w"], 2, (2,))
+
+
+def _dask_convert_to(fmt: str) -> Any:
+    import kiln_np.dask
+
+    return kiln_np.dask.convert("never-read", _scratch() / "out", max_shard_size=1, format=fmt)
+
+
 # -- ONNX protos -----------------------------------------------------------------
 
 
@@ -391,6 +406,11 @@ FILES: list[Entry] = [
     ("save_payload", "path exists and is not a regular file", lambda: kiln_np.save_payload(_scratch(), _f4(1))),
     ("kiln_np.dask.from_payload", "file too short", _dask_short_file),
     ("kiln_np.dask.from_payload", "chunks dask cannot apply (chunks=0)", _dask_zero_chunks),
+    ("kiln_np.dask.from_payload", "a path without code or shape", lambda: __import__("kiln_np.dask").dask.from_payload(_file("u8.kiln", b"\x00"), 9)),
+    ("kiln_np.dask.from_payload", "a WeightTensor with code, shape, ... given too", _dask_tensor_with_code),
+    ("kiln_np.dask.from_weights", "a value that is no WeightTensor", lambda: __import__("kiln_np.dask").dask.from_weights({"w": np.zeros(2)})),
+    ("kiln_np.dask.convert", "a format other than safetensors", lambda: _dask_convert_to("gguf")),
+    ("kiln_np.dask.describe", "something other than a Weights", lambda: __import__("kiln_np.dask").dask.describe({"w": np.zeros(2)})),
     ("kiln_np.dask.to_payload", "unknown (NaN) chunk sizes", _dask_unknown_chunks),
     ("kiln_np.dask.to_payload", "bool byte other than 0/1 in a chunk", _dask_bad_bool),
 ]  # fmt: skip
@@ -942,6 +962,17 @@ def _beside_source_config() -> Any:
     )
 
 
+def _fp8_cut() -> Any:
+    """A DeepSeek FP8 weight whose file was cut short after it was opened, written
+    dequantized: its parts are read (never mapped) when it is written."""
+    t = _fp8_tensor()
+    os.truncate(t.path, 8)
+    return _save({"w": t}, "safetensors", dequantize="bf16")
+
+
+_F32_1X1 = np.ones((1, 1), np.float32)
+
+
 def _config_made(make: Callable[[Path], object]) -> Any:
     """The logical view of a one-tensor checkpoint whose ``config.json`` (or a file
     beside it) ``make`` made, given the path ``config.json`` has."""
@@ -973,6 +1004,10 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "one part claimed by two weights", lambda: _logical_of({"w.weight": np.zeros((4, 8), np.uint8), "w.weight_packed": np.zeros((4, 8), np.uint8), "w.weight_scale": np.zeros((4, 1), ml_dtypes.float8_e4m3fn), "w.weight_scale_2": np.ones((), np.float32), "w.weight_global_scale": np.ones(1, np.float32)}, None)),
     ("LogicalTensor.payload", "a logical tensor has no one payload", lambda: _fp8_tensor().payload()),
     ("LogicalTensor.dequantize", "a dtype other than float32, bfloat16, float16", lambda: _fp8_tensor().dequantize(np.float64)),
+    ("LogicalTensor.rows_of", "arrays not one per part, by role", lambda: _fp8_tensor().rows_of({"weight": _F8_2X2}, 0, 1)),
+    ("LogicalTensor.rows_of", "a part's array of another dtype", lambda: _fp8_tensor().rows_of({"weight": _F8_2X2.view(np.uint8), "scale": _F32_1X1}, 0, 1)),
+    ("LogicalTensor.rows_of", "a part's array of another shape", lambda: _fp8_tensor().rows_of({"weight": _F8_2X2, "scale": _F32_1X1.reshape(1)}, 0, 1)),
+    ("save_weights", "a logical tensor's file cut short since it was opened (dequantize)", _fp8_cut),
     ("save_weights", "a logical tensor without dequantize", lambda: _save({"w": _fp8_tensor()}, "safetensors")),
     ("save_weights", "dequantized beside the source's own config.json", _beside_source_config),
 ]  # fmt: skip

@@ -1,26 +1,43 @@
-"""Kiln payload files as dask arrays (optional extra: ``pip install 'kiln-np[dask]'``).
+"""Kiln payloads and checkpoints on dask (optional extra: ``pip install 'kiln-np[dask]'``).
 
-:func:`from_payload` turns a payload file into a :class:`dask.array.Array`
-whose chunks are read and decoded lazily by whichever scheduler runs the graph
-(threads, processes, a ``dask.distributed`` cluster); :func:`to_payload`
-writes a dask array's chunks in parallel, each to its own byte range of one
-file.  Workers open the file by path, so with a distributed cluster the path
-must name the same file on every worker (a local cluster or a shared
-filesystem).
+:func:`from_payload` turns a payload file (or one tensor of a weight file) into
+a :class:`dask.array.Array` whose chunks are read and decoded lazily by
+whichever scheduler runs the graph (threads, processes, a ``dask.distributed``
+cluster); :func:`from_weights` does so for every tensor of a checkpoint,
+quantized ones as their values; :func:`to_payload` writes a dask array's
+chunks in parallel, each to its own byte range of one file.
+
+:func:`convert` writes a sharded safetensors checkpoint with one task per
+output shard, byte-identical to :func:`kiln_np.save_weights` (the same shard
+plan, ``kiln_np.safetensors._writer.shard_plan``); :func:`describe` computes
+the statistics of every tensor with one task per tensor, equal to
+:func:`kiln_np.describe`.  Without a client both run on dask's local threaded
+scheduler.
+
+Workers open files by path, so with a distributed cluster every path (the
+sources, and for :func:`convert` the destination's directory) must name the
+same file on every worker (a local cluster or a shared file system).
 
 ``import kiln_np`` never imports dask; ``import kiln_np.dask`` does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
-from typing import Any, cast
+import pickle
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 try:
     import dask.array as da
+    import dask.threaded
     from dask.array.core import normalize_chunks
     from dask.base import tokenize
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -29,21 +46,39 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._codec import from_numpy
-from ._core.checks import check_offset, check_path, set_module, show_value
+from ._core.checks import U8, check_offset, check_path, set_module, show_value, written_path
 from ._core.errors import KilnError
 from ._core.payload import PayloadInfo, payload_info
 from ._core.table import CodeLike, Layout, ShapeLike, code_label, row_for_dtype
-from ._files.io import replacing, write_all
+from ._explore.weight_stats import TensorStats, WeightStats, tensor_stats
+from ._files.chunks import decode_span
+from ._files.io import TEMP_SUFFIX, building_directory, replacing, write_all
 from ._files.payload import LazyPayload
+from ._quants.decode import block_of
+from ._weights.logical import LogicalTensor
+from ._weights.sources import Dequantize, tensor_sources
+from ._weights.tensors import WeightTensor
+from ._weights.weights import Weights
+from .formats import open_weights, plain_config
+from .safetensors._writer import (
+    Shard,
+    checkpoint_files,
+    shard_plan,
+    write_index,
+    write_shard,
+)
 
-__all__ = ["from_payload", "to_payload"]
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["convert", "describe", "from_payload", "from_weights", "to_payload"]
 
 
 @set_module("kiln_np.dask")
 def from_payload(
-    path: str | os.PathLike[str],
-    code: CodeLike,
-    shape: ShapeLike,
+    path: str | os.PathLike[str] | WeightTensor,
+    code: CodeLike | None = None,
+    shape: ShapeLike | None = None,
     *,
     offset: int = 0,
     layout: Layout | None = None,
@@ -54,9 +89,12 @@ def from_payload(
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, os.PathLike or WeightTensor
         The file; it must hold ``byte_length(code, shape, layout)`` bytes at
-        ``offset`` (checked now, LENGTH otherwise).
+        ``offset`` (checked now, LENGTH otherwise).  Or a tensor of a weight
+        file (:class:`~kiln_np.WeightTensor`, :class:`~kiln_np.LogicalTensor`),
+        alone: its own description says the rest, and the array is
+        :func:`from_weights`' (its values, as ``tensor.numpy()``).
     code : int or str
         The dtype code: 1-19, or 4096-32767 with ``layout``; or a closed
         code's name.
@@ -86,7 +124,8 @@ def from_payload(
     KilnError
         TYPE, SHAPE, LENGTH as :func:`kiln_np.open_payload`; SHAPE for
         ``chunks`` dask cannot apply to the shape (``0``, sizes that do not
-        add up to it, ...).
+        add up to it, ...); TYPE for a path without ``code`` and ``shape``,
+        or a tensor with any of them, ``offset``, ``layout`` or ``exact``.
 
     Examples
     --------
@@ -98,20 +137,26 @@ def from_payload(
     ...     x.chunks, int(x.sum().compute())
     (((4, 4, 2),), 45)
     """
-    lazy = LazyPayload(path, code, shape, offset=offset, layout=layout, exact=exact)
-    if isinstance(chunks, str) and chunks == "auto" and lazy.ndim:
-        chunks = ("auto",) + (-1,) * (lazy.ndim - 1)
-    try:
-        sizes = normalize_chunks(chunks, lazy.shape, dtype=lazy.dtype)  # type: ignore[no-untyped-call]
-    except Exception as exc:  # dask raises ValueError, TypeError, ZeroDivisionError, ...
-        why = str(exc).split("\n", 1)[0][:100]
+    if isinstance(path, WeightTensor):
+        given = {"code": code, "shape": shape, "layout": layout}
+        named = [k for k, v in given.items() if v is not None]
+        named += ["offset"] * (offset != 0) + ["exact"] * (exact is not False)
+        if named:
+            raise KilnError(
+                "TYPE",
+                f"tensor {path.name!r}: expected a WeightTensor alone (its description is its "
+                f"own), found {', '.join(named)} given too",
+            )
+        return _tensor_array(path, chunks)
+    if code is None or shape is None:
+        missing = " and ".join(n for n, v in (("code", code), ("shape", shape)) if v is None)
         raise KilnError(
-            "SHAPE",
-            f"{lazy.info.context}expected dask chunks for the decoded shape {lazy.shape}, "
-            f"found {show_value(chunks)}: dask cannot use them ({type(exc).__name__}: {why})",
-            code=lazy.info.code,
-            shape=lazy.info.shape,
-        ) from exc
+            "TYPE",
+            f"expected a payload file's code and shape (or a WeightTensor in place of the "
+            f"path), found no {missing}",
+        )
+    lazy = LazyPayload(path, code, shape, offset=offset, layout=layout, exact=exact)
+    sizes = _chunk_sizes(chunks, lazy.shape, lazy.dtype, 1, lazy.info.context, lazy.info)
     stat = os.stat(lazy.path)
     # The name changes with the file's size and mtime, so an edited file is
     # never served from a stale cache of an older graph.
@@ -130,6 +175,39 @@ def from_payload(
         lazy, chunks=sizes, name=f"kiln-payload-{token}", lock=False, asarray=False, meta=meta
     )
     return cast("da.Array", array)
+
+
+def _chunk_sizes(
+    chunks: Any,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    unit: int,
+    context: str,
+    info: PayloadInfo,
+) -> tuple[tuple[int, ...], ...]:
+    """``chunks`` as dask's sizes for ``shape``; ``"auto"``: along axis 0 only,
+    rows a multiple of ``unit`` (a block's rows), whole trailing axes.  SHAPE
+    (after ``context``, with ``info``'s code and shape) for chunks dask cannot
+    use."""
+    auto = isinstance(chunks, str) and chunks == "auto" and bool(shape)
+    if auto:
+        chunks = ("auto",) + (-1,) * (len(shape) - 1)
+    try:
+        sizes: tuple[tuple[int, ...], ...] = normalize_chunks(chunks, shape, dtype=dtype)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # dask raises ValueError, TypeError, ZeroDivisionError, ...
+        why = str(exc).split("\n", 1)[0][:100]
+        raise KilnError(
+            "SHAPE",
+            f"{context}expected dask chunks for the decoded shape {shape}, "
+            f"found {show_value(chunks)}: dask cannot use them ({type(exc).__name__}: {why})",
+            code=info.code,
+            shape=info.shape,
+        ) from exc
+    if auto and unit > 1 and len(sizes[0]) > 1:  # one chunk of the whole axis stays
+        step = max(unit, sizes[0][0] // unit * unit)
+        rows = (step,) * (shape[0] // step) + ((shape[0] % step,) if shape[0] % step else ())
+        sizes = (rows, *sizes[1:])
+    return sizes
 
 
 class _BlockWriter:
@@ -235,3 +313,377 @@ def to_payload(darray: da.Array, path: str | os.PathLike[str], *, offset: int = 
         target: Any = _BlockWriter(tmp, info)
         da.store(arr, target, lock=False, compute=True)
     return info
+
+
+# -- weight tensors as dask arrays ----------------------------------------------------
+
+
+class _TensorRows:
+    """A weight tensor as ``da.from_array`` reads it: ``rows[r0:r1, ...]`` decodes
+    rows ``[r0, r1)`` of its values (``tensor.numpy()``'s) from its payload, a new
+    array; picklable (the tensor travels by reference: path, identity, offset).
+
+    Rows are the payload's first axis, except for a 1-D GGML tensor, whose
+    blocks each hold ``per_row`` values (``unit``); a 0-d tensor is one chunk."""
+
+    def __init__(self, tensor: WeightTensor) -> None:
+        self.tensor = tensor
+        info = tensor.info
+        self.per_row = 1
+        if isinstance(tensor, LogicalTensor):
+            self.shape, self.dtype = tensor.shape, tensor.dtype
+        elif not info.shape:
+            whole = tensor.numpy()
+            self.shape, self.dtype = whole.shape, whole.dtype
+        else:
+            block = block_of(info.code, info.layout)
+            if block is not None and len(info.shape) == 1:
+                self.per_row = block.elements
+            empty = self._stored(0, 0)  # the dtype and trailing axes, from no bytes
+            self.shape, self.dtype = (info.shape[0] * self.per_row, *empty.shape[1:]), empty.dtype
+        self.ndim = len(self.shape)
+
+    def unit(self) -> int:
+        """Rows per block: the block rows of a scheme's scales (fp8 block-scaled:
+        ``weight_block_size[0]``) when the axis holds more than one block, a 1-D
+        GGML tensor's values per block; else 1."""
+        t = self.tensor
+        if isinstance(t, LogicalTensor):
+            block = t.plan.params.get("block")
+            rows = block[0] if isinstance(block, tuple) else 1
+            return rows if self.shape and rows < self.shape[0] else 1
+        return self.per_row
+
+    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
+        t = self.tensor
+        if not self.shape:
+            return self._whole()[key]
+        r0, r1, _ = key[0].indices(self.shape[0])  # dask asks for slices of step 1
+        r1 = max(r0, r1)
+        if isinstance(t, LogicalTensor):
+            rows = t.rows(r0, r1)
+        else:
+            p0, p1 = r0 // self.per_row, -(-r1 // self.per_row)
+            rows = self._stored(p0, p1)[r0 - p0 * self.per_row : r1 - p0 * self.per_row]
+        return rows[(slice(None), *key[1:])]
+
+    def _whole(self) -> np.ndarray:
+        return np.array(self.tensor.numpy())  # a copy: a chunk never aliases a file
+
+    def _stored(self, p0: int, p1: int) -> np.ndarray:
+        """Rows ``[p0, p1)`` of the payload's first axis, decoded as ``numpy()`` does."""
+        t = self.tensor
+        info = t.info
+        n = info.shape[0]
+        if info.layout is None:  # a closed code: checked in the whole payload's terms
+            row = info.count // n if n else 0
+            e0, e1 = p0 * row, p1 * row
+            width = info.element.bits
+            b0, b1 = e0 * width // 8, -(-e1 * width // 8)
+            src = np.frombuffer(t.payload().data, U8)[b0:b1]
+            where = f"tensor {t.name!r}: "
+            note = f"read in rows {p0}..{p1 - 1}"
+            own = src if info.packed else src.copy()  # unpacking copies; a view would alias
+            flat = decode_span(info, own, e0, e1, note=note, where=where)
+            return flat.reshape(p1 - p0, *info.shape[1:])
+        # opaque blocks: whole rows of blocks, decoded by the tensor's own rules
+        row_bytes = info.byte_length // n if n else 0
+        data = t.payload().data[p0 * row_bytes : p1 * row_bytes]
+        part = payload_info(info.code, (p1 - p0, *info.shape[1:]), info.layout)
+        piece = WeightTensor(t.name, part, None, t.format_dtype, data=memoryview(bytes(data)))
+        return piece.numpy()
+
+
+def _tensor_array(tensor: WeightTensor, chunks: Any) -> da.Array:
+    rows = _TensorRows(tensor)
+    where = f"tensor {tensor.name!r}: "
+    sizes = _chunk_sizes(chunks, rows.shape, rows.dtype, rows.unit(), where, tensor.info)
+    # The tensor pickles as its file's path and identity (size, mtime): an edited
+    # file gets a new name, never a stale cache of an older graph.
+    token = tokenize(pickle.dumps(tensor), sizes)
+    meta = np.empty((0,) * rows.ndim, rows.dtype)
+    array = da.from_array(  # type: ignore[no-untyped-call]
+        rows, chunks=sizes, name=f"kiln-tensor-{token}", lock=False, asarray=False, meta=meta
+    )
+    return cast("da.Array", array)
+
+
+@set_module("kiln_np.dask")
+def from_weights(
+    weights: Mapping[str, WeightTensor], *, chunks: Any = "auto"
+) -> dict[str, da.Array]:
+    """Every tensor of a weight file as a dask array of its values, each chunk
+    read and decoded when computed.
+
+    Parameters
+    ----------
+    weights : Weights or Mapping[str, WeightTensor]
+        What :func:`kiln_np.open_weights` gives, or a view of it (a
+        :meth:`~kiln_np.Weights.logical` view: each quantization scheme's
+        weight is one array of its values).
+    chunks : dask chunks spec
+        Applied to each tensor's shape.  The default, ``"auto"`` along axis 0
+        and whole trailing axes, reads each chunk from one byte range and puts
+        chunk boundaries on block boundaries: a multiple of a block-scaled
+        weight's block rows (``weight_block_size[0]``), whole GGML blocks.
+
+    Returns
+    -------
+    dict of str to dask.array.Array
+        In file order; each of the dtype and shape ``tensor.numpy()`` gives (a
+        GGML quantized tensor's float32 values, a :class:`~kiln_np.LogicalTensor`'s
+        values in its reference's own dtype, another opaque tensor's block
+        bytes), bit for bit.  Workers reopen the tensors' files by path.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a value that is not a weight tensor; SHAPE for ``chunks`` dask
+        cannot apply to a tensor's shape; a chunk's bytes as ``numpy()`` raises
+        them (a bad bool byte, a file replaced), when it is computed.
+
+    Examples
+    --------
+    >>> import os, tempfile, kiln_np
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "w.safetensors")
+    ...     _ = kiln_np.save_weights(path, {"w": np.ones((6, 2), "<f4")}, format="safetensors")
+    ...     with kiln_np.open_weights(path) as w:
+    ...         x = from_weights(w, chunks=4)["w"]
+    ...         x.chunks, float(x.sum().compute(scheduler="sync"))
+    (((4, 2), (2,)), 12.0)
+    """
+    arrays = {}
+    for name, t in weights.items():
+        if not isinstance(t, WeightTensor):
+            raise KilnError(
+                "TYPE",
+                f"tensor {name!r}: expected a WeightTensor (a Weights of kiln_np.open_weights), "
+                f"found {show_value(t)}",
+            )
+        arrays[name] = _tensor_array(t, chunks)
+    return arrays
+
+
+# -- checkpoints on a cluster -------------------------------------------------------
+
+
+def _run(jobs: list[Any], client: Client | None, kind: str) -> list[Any]:
+    """Run each callable of ``jobs`` as one task (on ``client``'s cluster, else on
+    dask's local threaded scheduler), their results in order.  Every task has
+    ended, finished or failed, before a failure is raised, so nothing still
+    writes once the caller cleans up."""
+    token = os.urandom(8).hex()
+    graph = {f"kiln-{kind}-{token}-{i}": (job,) for i, job in enumerate(jobs)}
+    keys = list(graph)
+    if client is None:
+        with ThreadPoolExecutor(os.cpu_count()) as pool:  # leaving it waits for every task
+            return list(dask.threaded.get(graph, keys, pool=pool))
+    import distributed  # the client's own package: installed with it
+
+    futures = client.get(graph, keys, sync=False)  # type: ignore[no-untyped-call]
+    distributed.wait(futures)  # type: ignore[no-untyped-call]
+    return list(client.gather(futures))  # type: ignore[no-untyped-call]
+
+
+class _ShardJob:
+    """One task of :func:`convert`: write one planned shard (its tensors travel by
+    reference and are reopened on the worker)."""
+
+    def __init__(
+        self, shard: Shard, tensors: dict[str, WeightTensor], dequantize: Dequantize, to: str
+    ) -> None:
+        self.shard, self.tensors, self.dequantize, self.to = shard, tensors, dequantize, to
+
+    def __call__(self) -> str:
+        sources = tensor_sources(self.tensors, dequantize=self.dequantize)
+        return write_shard(self.shard, {s.name: s for s in sources}, self.to)
+
+
+@set_module("kiln_np.dask")
+def convert(
+    src: str | os.PathLike[str] | Weights,
+    dst: str | os.PathLike[str],
+    *,
+    max_shard_size: int,
+    format: str = "safetensors",
+    dequantize: Dequantize = None,
+    metadata: Mapping[str, str] | None = None,
+    include: str | Iterable[str] = (),
+    exclude: str | Iterable[str] = (),
+    client: Client | None = None,
+) -> list[str]:
+    """Write a weight file as a sharded safetensors checkpoint, one task per
+    shard, byte-identical to :func:`kiln_np.save_weights` in one process.
+
+    The client plans (every tensor checked, each shard's tensors and header
+    computed before any data is written: the plan ``save_weights`` writes);
+    each task reopens its tensors' files on its worker and writes its shard
+    into the temporary directory built beside ``dst``, as ``NAME.part`` renamed
+    to ``NAME`` when whole (a task retried after its worker died writes it
+    again; nothing partial is left).  Once every shard is written the client
+    removes any ``NAME.part`` a dead worker left, writes the index (and,
+    dequantizing a logical view with a ``config.json``, the plain checkpoint's
+    config, as ``save_weights`` does) and swaps the directory into place: a run that fails or is
+    interrupted leaves the old ``dst`` as it was.
+
+    Parameters
+    ----------
+    src : str, os.PathLike or Weights
+        A weight file (anything :func:`kiln_np.open_weights` opens), read as
+        its :meth:`~kiln_np.Weights.logical` view with ``dequantize``; or a
+        :class:`~kiln_np.Weights` (or a view of one), written as it is.
+    dst : str or os.PathLike
+        The checkpoint's directory (replaced only when empty or holding only
+        what a sharded save wrote, as ``save_weights``).
+    max_shard_size : int
+        Start a new shard before a tensor that would take a shard's data past
+        this many bytes.
+    format : {"safetensors"}
+        The one format written this way.
+    dequantize : {"f32", "bf16", "f16"}, optional
+        As ``save_weights``: GGML blocks and each scheme's weights written as
+        their values of this type.
+    metadata : Mapping[str, str], optional
+        Every shard's ``__metadata__``.
+    include, exclude : str or iterable of str
+        Only the tensors :meth:`~kiln_np.Weights.select` keeps (globs).
+    client : distributed.Client, optional
+        The cluster to run on; every worker must see ``src`` and ``dst``'s
+        directory at the same paths.  None: dask's local threaded scheduler.
+
+    Returns
+    -------
+    list of str
+        ``[dst]``, absolute, as ``save_weights`` returns it.
+
+    Raises
+    ------
+    KilnError
+        TYPE for another ``format``; as ``save_weights`` for the tensors, the
+        metadata and ``max_shard_size`` (before anything is written).
+    OSError
+        As ``save_weights``; ``FileNotFoundError`` naming the temporary
+        directory from a worker that does not see ``dst``'s directory.  A
+        task's error is raised here, after every task has ended.
+
+    Examples
+    --------
+    >>> import os, tempfile, kiln_np
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     src = os.path.join(tmp, "m.safetensors")
+    ...     tensors = {"a": np.zeros(16, "<f4"), "b": np.ones(16, "<f4")}
+    ...     _ = kiln_np.save_weights(src, tensors, format="safetensors")
+    ...     _ = convert(src, os.path.join(tmp, "ckpt"), max_shard_size=64)
+    ...     print(*sorted(os.listdir(os.path.join(tmp, "ckpt"))))
+    model-00001-of-00002.safetensors model-00002-of-00002.safetensors model.safetensors.index.json
+    """
+    target = written_path(check_path(dst))
+    if format != "safetensors":
+        raise KilnError(
+            "TYPE",
+            "expected format 'safetensors' (kiln_np.dask.convert writes sharded safetensors "
+            f"checkpoints), found {show_value(format)}",
+        )
+    options = (max_shard_size, dequantize, metadata, include, exclude, client)
+    if isinstance(src, Weights):
+        return _convert(src, target, *options)
+    with open_weights(src) as stored:
+        return _convert(stored if dequantize is None else stored.logical(), target, *options)
+
+
+def _convert(
+    weights: Weights,
+    target: str,
+    max_shard_size: int,
+    dequantize: Dequantize,
+    metadata: Mapping[str, str] | None,
+    include: str | Iterable[str],
+    exclude: str | Iterable[str],
+    client: Client | None,
+) -> list[str]:
+    patterns = (include,) if isinstance(include, str) else tuple(include)
+    excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    view = weights.select(*patterns, exclude=excluded) if patterns or excluded else weights
+    sources = tensor_sources(view, dequantize=dequantize)
+    plan = shard_plan(sources, max_shard_size, metadata=metadata)
+    config = plain_config(target, view, "safetensors", max_shard_size, dequantize)
+    with building_directory(target, checkpoint_files) as tmp:
+        jobs = [
+            _ShardJob(shard, {n: view[n] for n in shard.tensors}, dequantize, tmp)
+            for shard in plan.shards
+        ]
+        _run(jobs, client, "shard")
+        _sweep(plan.shards, tmp)
+        write_index(plan, tmp)
+        if config is not None:
+            with open(os.path.join(tmp, os.path.basename(config[0])), "xb") as f:
+                f.write(config[1])
+    return [target]
+
+
+def _sweep(shards: tuple[Shard, ...], directory: str) -> None:
+    """Remove a ``NAME.part`` that a task whose worker died (or one the scheduler
+    gave up on while it still ran) left in ``directory`` beside its retried
+    task's whole ``NAME``, before the directory is swapped in."""
+    for shard in shards:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, shard.name + TEMP_SUFFIX))
+
+
+class _StatsJob:
+    """One task of :func:`describe`: one tensor's statistics (its scale ranges as a
+    dict, which pickles; a mapping proxy does not)."""
+
+    def __init__(self, tensor: WeightTensor) -> None:
+        self.tensor = tensor
+
+    def __call__(self) -> TensorStats:
+        try:
+            row = tensor_stats(self.tensor)
+        except KilnError as exc:
+            raise exc.prefixed(f"tensor {self.tensor.name!r}: ") from None
+        return dataclasses.replace(row, scales=dict(row.scales))
+
+
+@set_module("kiln_np.dask")
+def describe(weights: Weights, *, client: Client | None = None) -> WeightStats:
+    """The statistics of every tensor of ``weights``, one task per tensor: equal,
+    row for row, to :func:`kiln_np.describe` (the same code runs on the workers).
+
+    Parameters
+    ----------
+    weights : Weights
+        Or a view of one (:meth:`~kiln_np.Weights.logical`,
+        :meth:`~kiln_np.Weights.select`); its tensors travel by reference and
+        are reopened on the workers.
+    client : distributed.Client, optional
+        The cluster to run on; None: dask's local threaded scheduler.
+
+    Returns
+    -------
+    WeightStats
+        In file order.
+
+    Raises
+    ------
+    KilnError
+        As :func:`kiln_np.describe`: a tensor's malformed bytes, naming it.
+
+    Examples
+    --------
+    >>> import os, tempfile, kiln_np
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "w.safetensors")
+    ...     _ = kiln_np.save_weights(path, {"a": np.float32([1, -2])}, format="safetensors")
+    ...     with kiln_np.open_weights(path) as w:
+    ...         [(r.name, r.min, r.max) for r in describe(w)]
+    [('a', -2.0, 1.0)]
+    """
+    if not isinstance(weights, Weights):
+        raise KilnError(
+            "TYPE", f"expected a Weights (kiln_np.open_weights), found {show_value(weights)}"
+        )
+    rows = _run([_StatsJob(t) for t in weights.values()], client, "stats")
+    kept = [dataclasses.replace(r, scales=MappingProxyType(r.scales)) for r in rows]
+    return WeightStats(kept, format=weights.format, path=weights.path)

@@ -82,6 +82,7 @@ __all__ = [
     "WeightFormat",
     "check_blocks",
     "open_weights",
+    "plain_config",
     "quantize_kept",
     "save_weights",
     "save_weights_paths",
@@ -573,7 +574,7 @@ def save_weights(
     row = _writer(format)
     policy = _policy_for(row, quantize)
     assert row.save is not None  # _writer finds only rows that write
-    config = _plain_config(target, tensors, row, max_shard_size, dequantize)
+    config = plain_config(target, tensors, row.name, max_shard_size, dequantize)
     written = row.save(target, tensors, metadata, max_shard_size, progress, dequantize, policy)
     if config is not None:
         where, body = config
@@ -587,16 +588,22 @@ PLAIN_CONFIG = "config.json"
 inside) a safetensors checkpoint dequantized from a logical view that had one."""
 
 
-def _plain_config(
-    target: str, tensors: object, row: WeightFormat, shards: int | None, dequantize: object
+def plain_config(
+    target: str, tensors: object, format: str, shards: int | None, dequantize: object
 ) -> tuple[str, bytes] | None:
-    """Where and what the plain checkpoint's ``config.json`` is: the source's,
-    without its ``quantization_config``, every other key kept; None unless a
-    logical view with a config is dequantized to safetensors.  TYPE when it
-    would replace the source's own config."""
+    """Where and what the plain checkpoint's ``config.json`` is when ``tensors``
+    are saved to ``target`` in ``format`` (``shards``: ``max_shard_size``): the
+    source's, without its ``quantization_config``, every other key kept; None
+    unless a logical view with a config is dequantized to safetensors.  TYPE when
+    it would replace the source's own config (``kiln_np.dask.convert`` writes
+    it too).
+
+    >>> plain_config("out.safetensors", {}, "safetensors", None, "bf16") is None
+    True
+    """
     if (
         dequantize is None
-        or row.name != "safetensors"
+        or format != "safetensors"
         or not isinstance(tensors, Weights)
         or tensors.config is None
     ):
@@ -675,7 +682,7 @@ def save_weights_paths(
     assert row.paths is not None  # every format kiln_np writes names its files
     target = written_path(check_path(path))
     paths = row.paths(target, tensors, max_shard_size, dequantize, policy)
-    config = _plain_config(target, tensors, row, max_shard_size, dequantize)
+    config = plain_config(target, tensors, row.name, max_shard_size, dequantize)
     return paths if config is None else [*paths, config[0]]
 
 

@@ -1,4 +1,5 @@
-"""kiln_np.dask: payload files as dask arrays, read and written chunk by chunk."""
+"""kiln_np.dask: payload files and weight tensors as dask arrays, read and written
+chunk by chunk."""
 
 # dask ships only partial annotations.
 # mypy: disable-error-code="no-untyped-call"
@@ -18,16 +19,18 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
+import kiln_np
 from kiln_np import (
     Code,
     KilnError,
     Layout,
+    Payload,
     PayloadInfo,
     from_numpy,
     open_payload,
     save_payload,
 )
-from kiln_np.dask import from_payload, to_payload
+from kiln_np.dask import from_payload, from_weights, to_payload
 
 
 def bits(a: np.ndarray) -> bytes:
@@ -230,3 +233,75 @@ def test_to_payload_replaces_as_save_payload_does(tmp_path: Path) -> None:
 
 def test_public_names_live_in_kiln_np_dask() -> None:
     assert from_payload.__module__ == to_payload.__module__ == "kiln_np.dask"
+
+
+def _kinds(tmp_path: Path) -> kiln_np.Weights:
+    """A Kiln directory of one tensor of each kind ``from_weights`` reads."""
+    rng = np.random.default_rng(7)
+    q8 = bytearray()
+    for _ in range(4):  # Q8_0 blocks: d = 0.5 (f16), then 32 int8
+        q8 += bytes([0x00, 0x38]) + rng.integers(0, 256, 32, np.uint8).tobytes()
+    tensors: dict[str, Any] = {
+        "f32": rng.standard_normal((11, 3)).astype("<f4"),
+        "u4": u4(rng.integers(0, 16, (37, 5))),  # odd rows: chunks start on odd nibbles
+        "bool": rng.integers(0, 2, 10).astype(bool),
+        "fnuz": rng.integers(0, 256, (6, 2), np.uint8).view(ml_dtypes.float8_e4m3fnuz),
+        "q8_1d": Payload(0x4708, memoryview(bytes(q8)), (4,), Layout("ggml.q8_0", 34)),
+        "q8_2d": Payload(0x4708, memoryview(bytes(q8)), (2, 2), Layout("ggml.q8_0", 34)),
+        "opaque": Payload(
+            5000, memoryview(rng.integers(0, 256, 12, np.uint8).tobytes()), (3, 2), Layout("x", 2)
+        ),
+        "scalar": np.array(2.5, "<f8"),
+    }
+    kiln_np.save_weights(tmp_path / "w", tensors, format="kiln")
+    return kiln_np.open_weights(tmp_path / "w")
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("chunks", ["auto", 3, 1], ids=["auto", "3", "1"])
+def test_from_weights_is_numpy_of_every_kind(tmp_path: Path, chunks: object) -> None:
+    with _kinds(tmp_path) as w:
+        arrays = from_weights(w, chunks=chunks)
+        assert list(arrays) == list(w)
+        for name, t in w.items():
+            want = t.numpy()
+            got = arrays[name].compute()
+            assert (got.dtype, got.shape) == (want.dtype, want.shape), name
+            assert bits(got) == bits(want), name
+            assert bits(from_payload(t, chunks=chunks).compute()) == bits(want), name
+        assert arrays["q8_1d"].shape == (128,)
+        if chunks == "auto":
+            assert arrays["u4"].chunks == ((37,), (5,))
+
+
+@pytest.mark.usefixtures("threads")
+def test_from_weights_checks_bytes_in_the_whole_tensors_terms(tmp_path: Path) -> None:
+    raw = np.zeros(12, np.uint8)
+    raw[7] = 2
+    kiln_np.save_weights(
+        tmp_path / "w", {"b": Payload(Code.BOOL, memoryview(raw.tobytes()), (12,))}, format="kiln"
+    )
+    with kiln_np.open_weights(tmp_path / "w") as w:
+        x = from_weights(w, chunks=5)["b"]
+        assert not x[:5].any().compute()
+        with pytest.raises(KilnError, match="found 0x02 at element 7 of the payload") as info:
+            x.compute()
+    assert (info.value.kind, info.value.index) == ("TYPE", 7)
+
+
+def test_from_weights_and_from_payload_refuse_what_they_cannot_read(tmp_path: Path) -> None:
+    with pytest.raises(KilnError, match="expected a WeightTensor") as info:
+        from_weights({"w": np.zeros(2)})  # type: ignore[dict-item]
+    assert info.value.kind == "TYPE"
+    with _kinds(tmp_path) as w:
+        extras: list[dict[str, Any]] = [{"code": 2}, {"offset": 4}, {"exact": True}]
+        for extra in extras:
+            with pytest.raises(KilnError, match="expected a WeightTensor alone") as info:
+                from_payload(w["f32"], **extra)
+            assert info.value.kind == "TYPE"
+        with pytest.raises(KilnError, match="expected dask chunks") as info:
+            from_weights(w, chunks=0)
+        assert info.value.kind == "SHAPE"
+    with pytest.raises(KilnError, match="found no code and shape") as info:
+        from_payload(tmp_path / "w" / "manifest.json")
+    assert info.value.kind == "TYPE"

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import tracemalloc
+import weakref
 from collections.abc import Callable, Iterator
 
 import ml_dtypes
@@ -120,6 +121,32 @@ def test_nested_ranges_finish(monkeypatch: pytest.MonkeyPatch) -> None:
     worker.join(60)
     assert not worker.is_alive(), "nested run_ranges deadlocked"
     assert results == [[lanes, lanes]]
+
+
+def test_a_range_taken_back_does_not_keep_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pool worker busy: the caller takes its range back and runs it, and once
+    run_ranges returns nothing in the pool's queue holds the task (a writer's
+    buffers, which the task holds, go with the tensor, not when a worker wakes)."""
+    monkeypatch.setattr(_pool, "_threads", lambda: 2)
+    lanes = 2 * _pool.THREAD_MIN_LANES
+    pool = _pool._pool()
+    release = threading.Event()
+    busy = [pool.submit(release.wait, 60) for _ in range(pool._max_workers)]
+
+    class Task:
+        def __call__(self, lo: int, hi: int) -> int:
+            return hi - lo
+
+    task = Task()
+    gone = weakref.ref(task)
+    try:
+        assert sum(_pool.run_ranges(task, lanes)) == lanes
+        del task
+        assert gone() is None
+    finally:
+        release.set()
+        for future in busy:
+            future.result()
 
 
 def test_results_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,9 +163,13 @@ def run_ranges(
     from concurrent.futures import wait
 
     futures: list[Future[_T]] = []
+    # A range taken back stays in the pool's queue until a worker drops it, and
+    # with it whatever the task holds (the caller's input and output arrays): the
+    # queue holds this cell, emptied on the way out, so they go when the call ends.
+    held = [task]
     try:
         pool = _pool()
-        futures.extend(pool.submit(task, lo, hi) for lo, hi in ranges[1:])
+        futures.extend(pool.submit(_run_held, held, lo, hi) for lo, hi in ranges[1:])
     except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
         pass
     try:
@@ -180,7 +184,13 @@ def run_ranges(
         # to dequeue it, which never comes when every worker is itself in a
         # nested call (run_ranges from inside a pool task).
         wait([future for future in futures if not future.cancel()])
+        held.clear()  # every range has run or never will
     return results
+
+
+def _run_held(held: list[Callable[[int, int], _T]], lo: int, hi: int) -> _T:
+    """``held[0](lo, hi)``: a pool thread's range of :func:`run_ranges`."""
+    return held[0](lo, hi)
 
 
 def run_compiled(kernel: Callable[[int, int], _T], count: int, per: int = 2) -> list[_T]:

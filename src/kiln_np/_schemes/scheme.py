@@ -54,10 +54,10 @@ class Part(NamedTuple):
 
 class Facts(NamedTuple):
     """What the header says of one part: its name, Kiln short type name and
-    shape, and ``read()``, its elements (a zero-copy view of the file, as
-    ``WeightTensor.numpy()``): for the small parts a plan must read (a
-    bitsandbytes quant state, a compressed-tensors ``weight_shape``), never
-    for the large ones."""
+    shape, and ``read()``, its elements (as ``WeightTensor.numpy()`` gives
+    them, read from the file into a new array, never mapped): for the small
+    parts a plan must read (a bitsandbytes quant state, a compressed-tensors
+    ``weight_shape``), never for the large ones."""
 
     name: str
     type: str

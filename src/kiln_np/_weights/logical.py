@@ -35,22 +35,23 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from kiln_np._codec import Payload
-from kiln_np._core.checks import set_module
+from kiln_np._codec import Payload, to_numpy
+from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import as_dtype
-from kiln_np._files.io import open_regular_raw
+from kiln_np._files.io import open_regular_raw, read_all
 from kiln_np._schemes import table
 from kiln_np._schemes.scheme import Facts, Plan, Scheme
 from kiln_np._schemes.table import scheme_named
 
 from .summary import human_bytes
-from .tensors import WeightTensor
+from .tensors import WeightTensor, mapped_file
 
 __all__ = [
     "CONFIG_LIMIT",
@@ -60,6 +61,7 @@ __all__ = [
     "modelopt_quantization",
     "part_type",
     "read_config",
+    "read_part",
     "row_chunks",
 ]
 
@@ -172,15 +174,50 @@ class LogicalTensor(WeightTensor):
         """Rows ``[r0, r1)`` of the first axis, dequantized to ``dtype`` (one of
         :data:`OUTPUT_DTYPES`; None: :attr:`dtype`): a new array of shape
         ``(r1 - r0, *shape[1:])``.  Bounded memory for any tensor size is
-        a loop over row ranges (:func:`row_chunks`)."""
+        a loop over row ranges (:func:`row_chunks`).  The parts are read as
+        each part's :meth:`~WeightTensor.numpy` reads them (views of the mapped
+        file); :meth:`rows_of` decodes parts read some other way."""
+        arrays = {role: part.numpy() for role, part in self.parts.items()}
+        return self.rows_of(arrays, r0, r1, dtype)
+
+    def rows_of(
+        self, arrays: Mapping[str, np.ndarray], r0: int, r1: int, dtype: Any = None
+    ) -> np.ndarray:
+        """:meth:`rows` decoded from ``arrays``, the parts' elements by role, as
+        each part's :meth:`~WeightTensor.numpy` gives them (however they were
+        read: a writer reads them with ``readinto``, never mapping the file).
+
+        Raises
+        ------
+        KilnError
+            TYPE when the roles are not :attr:`parts`' or an array's dtype is
+            not its part's; SHAPE when an array's shape is not its part's; the
+            scheme's own errors, naming the tensor.
+        IndexError
+            For rows outside the first axis.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from kiln_np._core.payload import payload_info
+        >>> w = WeightTensor("q.weight", payload_info("f8e4m3", (2, 2)), None, "F8_E4M3",
+        ...                  data=memoryview(bytes(4)))
+        >>> s = WeightTensor("q.weight_scale_inv", payload_info("f32", (1, 1)), None, "F32",
+        ...                  data=memoryview(bytes(4)))
+        >>> (t,) = logical_tensors({"q.weight": w, "q.weight_scale_inv": s}, {})
+        >>> codes = np.array([[0x38, 0xC0], [0x40, 0x00]], np.uint8).view(w.info.dtype)
+        >>> scale = np.array([[0.5]], np.float32)
+        >>> t.rows_of({"weight": codes, "scale": scale}, 0, 2, "float32").tolist()
+        [[0.5, -1.0], [1.0, 0.0]]
+        """
         out = self._output(dtype)
         n = self.shape[0] if self.shape else 1
         if not (0 <= r0 <= r1 <= n):
             raise IndexError(f"rows [{r0}, {r1}) of a first axis of {n}")
-        arrays = {role: part.numpy() for role, part in self.parts.items()}
+        checked = self._checked(arrays)
         scheme = scheme_named(self.scheme)
         try:
-            values = scheme.decode(self.plan, arrays, r0, r1, out)
+            values = scheme.decode(self.plan, checked, r0, r1, out)
         except KilnError as exc:
             raise exc.prefixed(f"tensor {self.name!r}: ") from None
         want = (r1 - r0, *self.shape[1:]) if self.shape else ()
@@ -189,6 +226,39 @@ class LogicalTensor(WeightTensor):
                 f"{self.scheme} decode gave {values.dtype} {values.shape}, expected {out} {want}"
             )
         return values
+
+    def _checked(self, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """``arrays`` when they are the parts' elements as the parts describe them
+        (every role, each array of its part's dtype and decoded shape): ``decode``
+        trusts those facts, its plan having checked them on the headers."""
+        if not isinstance(arrays, Mapping) or set(arrays) != set(self.parts):
+            found = (
+                f"roles {', '.join(sorted(map(str, arrays))) or '(none)'}"
+                if isinstance(arrays, Mapping)
+                else show_value(arrays)
+            )
+            raise KilnError(
+                "TYPE",
+                f"tensor {self.name!r}: expected the arrays of its parts by role "
+                f"({', '.join(self.parts)}), found {found}",
+            )
+        for role, part in self.parts.items():
+            a = arrays[role]
+            info = part.info
+            if not isinstance(a, np.ndarray) or a.dtype != info.dtype:
+                found = a.dtype.name if isinstance(a, np.ndarray) else show_value(a)
+                raise KilnError(
+                    "TYPE",
+                    f"tensor {self.name!r}: expected part {role} ({part.name!r}) as a "
+                    f"{info.dtype.name} array, found {found}",
+                )
+            if a.shape != info.decoded_shape:
+                raise KilnError(
+                    "SHAPE",
+                    f"tensor {self.name!r}: expected part {role} ({part.name!r}) of shape "
+                    f"{info.decoded_shape}, found {a.shape}",
+                )
+        return arrays
 
     def dequantize(self, dtype: Any = None) -> np.ndarray:
         """Every value, as :attr:`dtype` or as ``dtype`` (float32, bfloat16 or
@@ -263,10 +333,15 @@ def _logical(
 
 
 def row_chunks(
-    t: LogicalTensor, dtype: Any = None, elements: int = ROW_CHUNK
+    t: LogicalTensor,
+    dtype: Any = None,
+    elements: int = ROW_CHUNK,
+    arrays: Mapping[str, np.ndarray] | None = None,
 ) -> Iterator[np.ndarray]:
     """``t``'s values, whole rows of its first axis at a time, about ``elements``
-    values a chunk (at least one row): what writers and statistics read.
+    values a chunk (at least one row): what writers and statistics read.  With
+    ``arrays`` (the parts' elements by role), decoded from them
+    (:meth:`LogicalTensor.rows_of`); else from the parts (:meth:`LogicalTensor.rows`).
 
     >>> from kiln_np._core.payload import payload_info
     >>> w = WeightTensor("q.weight", payload_info("f8e4m3", (4, 2)), None, "F8_E4M3",
@@ -281,7 +356,8 @@ def row_chunks(
     per_row = math.prod(t.shape[1:]) if t.shape else 1
     step = max(1, elements // max(per_row, 1))
     for r0 in range(0, n, step):
-        yield t.rows(r0, min(n, r0 + step), dtype)
+        r1 = min(n, r0 + step)
+        yield t.rows(r0, r1, dtype) if arrays is None else t.rows_of(arrays, r0, r1, dtype)
 
 
 def read_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
@@ -349,7 +425,8 @@ def _json_beside(path: str, name: str) -> tuple[str | None, dict[str, Any] | Non
         return None, None
     try:
         with open_regular_raw(where) as f:
-            raw = f.read(CONFIG_LIMIT + 1)
+            # as many bytes as it holds (read(n) allocates n first), one more to see it grow
+            raw = f.read(min(os.fstat(f.fileno()).st_size, CONFIG_LIMIT) + 1)
     except OSError as exc:
         raise KilnError("TYPE", f"{where!r}: cannot read it: {exc.strerror or exc}") from None
     if raw is None or len(raw) > CONFIG_LIMIT:
@@ -393,7 +470,43 @@ def configured_schemes(config: Mapping[str, Any]) -> tuple[Scheme, ...]:
 
 
 def _facts(t: WeightTensor) -> Facts:
-    return Facts(t.name, part_type(t), t.info.shape, t.numpy)
+    return Facts(t.name, part_type(t), t.info.shape, partial(read_part, t, f"tensor {t.name!r}: "))
+
+
+def read_part(t: WeightTensor, where: str = "") -> np.ndarray:
+    """``t``'s elements as :meth:`WeightTensor.numpy` gives them: a new array of
+    its bytes read from its file with ``readinto``, never mapped (a map would
+    hold the whole file until the weights close, and a file cut short under it
+    is SIGBUS); for bytes held in memory, ``t.numpy()`` itself.  What the writers
+    read a logical tensor's parts with, and the plans their small parts.
+
+    Raises
+    ------
+    KilnError
+        TYPE when the file was replaced or modified since it was opened; LENGTH
+        when it holds fewer bytes, or shrinks while it is read; ``where``
+        (``"tensor 'w': "``) goes first.
+
+    >>> from kiln_np._core.payload import payload_info
+    >>> t = WeightTensor("s", payload_info("f32", (1,)), None, "F32",
+    ...                  data=memoryview(np.float32([0.5]).tobytes()))
+    >>> read_part(t).tolist()
+    [0.5]
+    """
+    file = mapped_file(t)
+    if file is None:
+        return t.numpy()
+    info = t.info
+    raw = np.empty(info.byte_length, np.uint8)
+    try:
+        with file.opened(info.offset + info.byte_length) as f:
+            f.seek(info.offset)
+            got = read_all(f, raw.data)
+    except KilnError as exc:  # replaced, modified or cut since it was opened
+        raise exc.prefixed(where) from None
+    if got < raw.size:
+        raise info.length_error(got, f"{where}{file.path!r} shrank while it was read: ")
+    return to_numpy(info.code, raw, info.shape, info.layout)
 
 
 def _group(

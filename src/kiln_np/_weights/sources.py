@@ -26,6 +26,17 @@ float32 into one reused buffer, quantizes them into another
 (``kiln_np._quants.quantize.quantize_into``: ggml's bytes) and writes them; a NaN
 or infinity is TYPE naming the tensor and the index, raised while the file is
 still a temporary, so nothing partial lands.
+
+A logical tensor (one weight a quantization scheme stores as several parts:
+DeepSeek's FP8 ``weight`` and ``weight_scale_inv``, GPTQ's ``qweight`` ...) given
+with ``dequantize`` is written as its values: :meth:`TensorSource.write_to`
+reads each part whole with ``readinto`` into a buffer of its own (never mapped:
+a part is at most about the size of the output, a quarter to a half of it for
+bf16), decodes a bounded run of rows at a time from those buffers
+(:meth:`~kiln_np._weights.logical.LogicalTensor.rows_of`) and writes it, and
+drops the buffers before the next tensor.  Memory is the largest tensor's parts
+and one run of rows, however large the checkpoint; a part held in memory is
+decoded where it is.
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
 from kiln_np._quants.decode import block_of, dequantize_into
 from kiln_np._quants.quantize import not_finite, quantize_into
 
-from .logical import LogicalTensor, row_chunks
+from .logical import LogicalTensor, read_part, row_chunks
 from .mapped import MappedFile
 from .policy import QuantizePolicy, as_policy, decide
 from .tensors import WeightTensor, mapped_file
@@ -142,13 +153,12 @@ class TensorSource(NamedTuple):
         truncated meanwhile is a LENGTH error, not SIGBUS.  The file is
         checked to be the one that was opened (TYPE when it was replaced or
         modified since).  A dequantized tensor's blocks are read the same way,
-        a chunk at a time, and each chunk's values written as decoded.
+        a chunk at a time, and each chunk's values written as decoded; a
+        logical tensor's parts are read whole, the same way, and its values
+        written a run of rows at a time.
         """
         if self.logical is not None:
-            for chunk in row_chunks(self.logical, self.info.dtype, _DEQUANTIZE_CHUNK):
-                write_all(fd, chunk.reshape(-1).view(U8).data)
-                if progress is not None:
-                    progress(chunk.nbytes)
+            self._write_logical(fd, self.logical, progress)
             return
         if self.dequantized is not None:
             self._write_dequantized(fd, self.dequantized, progress)
@@ -176,6 +186,22 @@ class TensorSource(NamedTuple):
             raise self.info.length_error(
                 done, f"{self.file.path!r} shrank while tensor {self.name!r} was copied: "
             )
+
+    def _write_logical(self, fd: int, t: LogicalTensor, progress: Progress | None) -> None:
+        """Read each part whole into one buffer of its own (never mapped: a part
+        is at most about the output's size), then decode and write a bounded run
+        of rows at a time; the buffers go when the tensor is done."""
+        arrays = {role: read_part(part, self._named(part)) for role, part in t.parts.items()}
+        for chunk in row_chunks(t, self.info.dtype, _DEQUANTIZE_CHUNK, arrays):
+            write_all(fd, chunk.reshape(-1).view(U8).data)
+            if progress is not None:
+                progress(chunk.nbytes)
+
+    def _named(self, part: WeightTensor) -> str:
+        """The prefix of a message about reading ``part`` of this tensor."""
+        if part.name == self.name:
+            return f"tensor {self.name!r}: "
+        return f"tensor {self.name!r} (part {part.name!r}): "
 
     def _write_dequantized(self, fd: int, how: Dequantized, progress: Progress | None) -> None:
         block, blocks = how.block, how.blocks

@@ -10,6 +10,7 @@ The one module of the command line that imports the weight-file API.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -391,11 +392,56 @@ def _policy(args: argparse.Namespace, to: str) -> QuantizePolicy | None:
     return QuantizePolicy.parse(args.quantize)
 
 
+def _refuse_scheduler(args: argparse.Namespace, to: str) -> None:
+    """USAGE for ``--scheduler`` without a sharded safetensors target: the
+    distributed conversion writes one task per shard."""
+    if args.scheduler is None:
+        return
+    if to != "safetensors" or args.max_shard_size is None:
+        found = f"--to {to}" + ("" if args.max_shard_size is None else " --max-shard-size")
+        raise CliError(
+            "USAGE",
+            "--scheduler writes a sharded safetensors checkpoint, one task per shard: pass "
+            f"--to safetensors and --max-shard-size SIZE (found {found})",
+        )
+
+
+def _save_on_cluster(
+    args: argparse.Namespace, chosen: Weights, metadata: Mapping[str, Any] | None
+) -> list[str]:
+    """``kiln_np.dask.convert`` on the cluster of ``--scheduler`` (a
+    ``distributed`` scheduler's address); FILE when it cannot be reached."""
+    # kiln_np.dask (and dask) load only for --scheduler: the extra is optional.
+    door = importlib.import_module("kiln_np.dask")
+    from distributed import Client
+
+    try:
+        client = Client(args.scheduler)  # type: ignore[no-untyped-call]
+    except OSError as exc:  # distributed's connect timeout is one
+        raise CliError(
+            "FILE", f"cannot reach the dask scheduler {args.scheduler!r}: {exc}"
+        ) from exc
+    with client:
+        try:
+            door.convert(
+                chosen,
+                args.dst,
+                max_shard_size=args.max_shard_size,
+                dequantize=args.dequantize,
+                metadata=metadata,
+                client=client,
+            )
+        except OSError as exc:
+            raise file_error("write", args.dst, exc) from exc
+    return [args.dst]
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     limit = args.max_shard_size
     to = _target_format(args)
     dequantize = args.dequantize
     policy = _policy(args, to)
+    _refuse_scheduler(args, to)
     with open_weights_file(args.src) as stored:
         weights = stored if dequantize is None else logical_view(stored, args, args.src)
         chosen = select_tensors(weights, args, args.src, logical=False)
@@ -430,17 +476,20 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         ]
         for k in kept:
             print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
-        written = save_weights_file(
-            args.dst,
-            chosen,
-            f"convert {args.src}",
-            total,
-            format=to,
-            metadata=metadata,
-            max_shard_size=limit,
-            dequantize=dequantize,
-            quantize=policy,
-        )
+        if args.scheduler is not None:
+            written = _save_on_cluster(args, chosen, metadata)
+        else:
+            written = save_weights_file(
+                args.dst,
+                chosen,
+                f"convert {args.src}",
+                total,
+                format=to,
+                metadata=metadata,
+                max_shard_size=limit,
+                dequantize=dequantize,
+                quantize=policy,
+            )
         record = {
             "format": "kiln-np-convert/1",
             "input": args.src,
@@ -451,12 +500,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             "byte_length": total,
             "metadata": "carried" if metadata is not None else "dropped",
             "dequantize": dequantize,
-            "dequantized": sum(s.dequantized is not None for s in sources),
+            "dequantized": sum(s.dequantized is not None or s.logical is not None for s in sources),
             "quantize": None if policy is None else str(policy),
             "quantized": sum(s.quantized is not None for s in sources),
             "kept": kept,
             "files": written,
             "selection": selection,
+            "scheduler": args.scheduler,
         }
         count = _count_text(len(chosen), len(weights), selection)
     dropped = (
@@ -578,6 +628,14 @@ def add_convert(sub: Any) -> None:
         "--force",
         action="store_true",
         help="replace DST (or GGUF splits of its name) when it exists; never an input",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="write the shards on a dask.distributed cluster, one task per shard, "
+        "byte-identical to the local run (needs kiln-np[dask], --to safetensors and "
+        "--max-shard-size; every worker must see SRC and DST at the same paths): "
+        "tcp://10.0.0.5:8786",
     )
     select_args(parser)
     json_flag(parser)

@@ -9,11 +9,13 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
-from kiln_np._files.io import building_directory, replacing
+from kiln_np._files.io import TEMP_SUFFIX, building_directory, replacing
 from kiln_np._weights.metadata import read_json
 from kiln_np._weights.sources import (
     Dequantize,
@@ -32,7 +34,17 @@ from ._types import (
     safetensors_dtype,
 )
 
-__all__ = ["save_safetensors", "save_safetensors_paths"]
+__all__ = [
+    "INDEX",
+    "Shard",
+    "ShardPlan",
+    "checkpoint_files",
+    "save_safetensors",
+    "save_safetensors_paths",
+    "shard_plan",
+    "write_index",
+    "write_shard",
+]
 
 
 @set_module("kiln_np.safetensors")
@@ -109,27 +121,127 @@ def save_safetensors(
             for source in _widest_first(sources, rows):
                 source.write_to(f.fileno(), progress=progress)
         return
+    plan = shard_plan(sources, max_shard_size, metadata=meta, rows=rows)
+    with building_directory(target, checkpoint_files) as tmp:
+        for shard in plan.shards:
+            write_shard(shard, plan.sources, tmp, progress=progress)
+        write_index(plan, tmp)
+
+
+INDEX = "model" + INDEX_SUFFIX
+"""The index of a sharded checkpoint, as transformers names it."""
+
+
+class Shard(NamedTuple):
+    """One file of a sharded checkpoint, planned: its ``name``, its ``header``
+    (the 8-byte size and the JSON, padded: computed before any data is
+    written), the ``tensors`` it holds by name in write order (widest
+    element first) and its ``size`` in bytes (header and data)."""
+
+    name: str
+    header: bytes
+    tensors: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """A sharded checkpoint before a byte is written: every shard
+    (:class:`Shard`), the checked sources by name, and the index's JSON text.
+    :func:`save_safetensors` and ``kiln_np.dask.convert`` write the same plan,
+    so their outputs are byte-identical."""
+
+    shards: tuple[Shard, ...]
+    sources: Mapping[str, TensorSource]
+    index: str
+
+
+def shard_plan(
+    sources: list[TensorSource],
+    max_shard_size: int,
+    *,
+    metadata: Mapping[str, str] | None,
+    rows: list[SafetensorsDType] | None = None,
+) -> ShardPlan:
+    """The shards of a checkpoint of ``sources`` (in order), each started before
+    a tensor that would take its data past ``max_shard_size`` bytes; every
+    tensor, the metadata and each header checked (as :func:`save_safetensors`
+    checks them; ``rows`` are the sources' safetensors dtypes when already
+    found).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sources = tensor_sources({"a": np.zeros(8), "b": np.zeros(2, np.int8)})
+    >>> plan = shard_plan(sources, 64, metadata=None)
+    >>> for shard in plan.shards:
+    ...     print(shard.name, shard.tensors, shard.size)
+    model-00001-of-00002.safetensors ('a',) 128
+    model-00002-of-00002.safetensors ('b',) 66
+    >>> plan.index.splitlines()[2]
+    '    "total_size": 66'
+    """
+    found = [_row_for(s) for s in sources] if rows is None else rows
+    meta = _check_metadata(metadata)
     limit = check_int(max_shard_size, "max_shard_size", minimum=1)
-    shards = _shard(sources, rows, limit)
-    names = _shard_names(len(shards))
-    headers = [_header([s for s, _ in shard], [r for _, r in shard], meta) for shard in shards]
-    weight_map = {s.name: name for name, shard in zip(names, shards, strict=True) for s, _ in shard}
+    groups = _shard(sources, found, limit)
+    names = _shard_names(len(groups))
+    shards = []
+    for name, group in zip(names, groups, strict=True):
+        members, kinds = [s for s, _ in group], [r for _, r in group]
+        header = _header(members, kinds, meta)
+        order = tuple(s.name for s in _widest_first(members, kinds))
+        data = sum(s.info.byte_length for s in members)
+        shards.append(Shard(name, header, order, len(header) + data))
     index = {
         "metadata": {"total_size": sum(s.info.byte_length for s in sources)},
-        "weight_map": weight_map,
+        "weight_map": {n: shard.name for shard in shards for n in shard.tensors},
     }
-    with building_directory(target, _index_files) as tmp:
-        for name, header, shard in zip(names, headers, shards, strict=True):
-            with open(os.path.join(tmp, name), "xb") as f:
-                f.write(header)
-                f.flush()
-                for source in _widest_first([s for s, _ in shard], [r for _, r in shard]):
-                    source.write_to(f.fileno(), progress=progress)
-        with open(os.path.join(tmp, _INDEX), "x", encoding="utf-8") as f:
-            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return ShardPlan(
+        tuple(shards),
+        MappingProxyType({s.name: s for s in sources}),
+        json.dumps(index, indent=2, sort_keys=True) + "\n",
+    )
 
 
-_INDEX = "model" + INDEX_SUFFIX  # the index of a sharded checkpoint, as transformers names it
+def write_shard(
+    shard: Shard,
+    sources: Mapping[str, TensorSource],
+    directory: str,
+    *,
+    progress: Progress | None = None,
+) -> str:
+    """Write one planned shard into ``directory`` (the temporary directory of
+    :func:`~kiln_np._files.io.building_directory`): its header, then each of its
+    tensors from ``sources`` (by name) in the plan's order, into
+    ``NAME.part``, renamed to ``NAME`` when whole.  A second write of the same
+    shard (a retried task) replaces the first one's temporary file; nothing
+    partial ever stands under ``NAME``.  Returns the shard's path.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> plan = shard_plan(tensor_sources({"a": np.zeros(2, np.int8)}), 64, metadata=None)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_shard(plan.shards[0], plan.sources, d)
+    ...     os.listdir(d), os.path.getsize(path) == plan.shards[0].size
+    (['model-00001-of-00001.safetensors'], True)
+    """
+    path = os.path.join(directory, shard.name)
+    tmp = path + TEMP_SUFFIX
+    with open(tmp, "wb") as f:
+        f.write(shard.header)
+        f.flush()
+        for name in shard.tensors:
+            sources[name].write_to(f.fileno(), progress=progress)
+    os.replace(tmp, path)
+    return path
+
+
+def write_index(plan: ShardPlan, directory: str) -> None:
+    """Write the plan's index (:data:`INDEX`) into ``directory``, once the shards are."""
+    with open(os.path.join(directory, INDEX), "x", encoding="utf-8") as f:
+        f.write(plan.index)
 
 
 def _shard_names(count: int) -> list[str]:
@@ -163,7 +275,7 @@ def save_safetensors_paths(
     sources = tensor_sources(tensors, dequantize=dequantize)
     limit = check_int(max_shard_size, "max_shard_size", minimum=1)
     names = _shard_names(len(_shard(sources, [_row_for(s) for s in sources], limit)))
-    return [os.path.join(target, name) for name in [*names, _INDEX]]
+    return [os.path.join(target, name) for name in [*names, INDEX]]
 
 
 def _row_for(source: TensorSource) -> SafetensorsDType:
@@ -247,18 +359,18 @@ def _shard(
     return shards
 
 
-def _index_files(directory: str) -> set[str] | None:
+def checkpoint_files(directory: str) -> set[str] | None:
     """What a previous sharded save wrote: the index and the shards it names, or
     None unless each is named as this writer names shards
     (``model-00001-of-00002.safetensors``; ``building_directory`` checks that
     each is a regular file).  An index naming someone's ``notes.txt`` is not
     enough.  A ``config.json`` there is one too: ``save_weights`` writes the
     plain checkpoint's config into the directory of a dequantized logical view."""
-    index = os.path.join(directory, _INDEX)
+    index = os.path.join(directory, INDEX)
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # KilnError too
         shards = set(read_json(index, "", MAX_INDEX_BYTES, "an index")["weight_map"].values())
         if all(isinstance(s, str) and _WRITTEN.fullmatch(s) for s in shards):
-            return {_INDEX, "config.json", *shards}
+            return {INDEX, "config.json", *shards}
     return None
 
 
