@@ -30,7 +30,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 import kiln_np
 import kiln_np.dask as kd
 from kiln_np import KilnError
-from kiln_np.safetensors import save_safetensors
+from kiln_np.safetensors import _writer, save_safetensors
 
 SHARD = 9_000_000  # one 2048x2048 bf16 weight (8 MiB) per shard, with its norm
 FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
@@ -283,14 +283,14 @@ def test_a_stale_attempts_part_file_is_not_swapped_in(
 ) -> None:
     # an attempt the scheduler gave up on that still wrote after its retry finished
     src, reference = checkpoint
-    whole = kd.write_shard
+    whole = _writer.write_shard
 
     def write_then_stale(*args: Any, **kwargs: Any) -> str:
         path = whole(*args, **kwargs)
         Path(path + ".part").write_bytes(b"half a shard")
         return path
 
-    monkeypatch.setattr(kd, "write_shard", write_then_stale)
+    monkeypatch.setattr("kiln_np.dask.write_shard", write_then_stale)
     kd.convert(src, tmp_path / "bf16", max_shard_size=SHARD, dequantize="bf16")
     assert _files(tmp_path / "bf16") == reference
     assert _leftovers(tmp_path) == []
