@@ -20,6 +20,7 @@ import contextlib
 import html
 import os
 import re
+import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -91,6 +92,7 @@ def etag_of(st: os.stat_result) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
     owner: RangeServer
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -193,10 +195,13 @@ def moto_s3(monkeypatch: Any) -> Iterator[str]:
         monkeypatch.setenv(key, value)
     for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_CONFIG_FILE"):
         monkeypatch.delenv(key, raising=False)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    # a free port chosen here: moto 5.0 cannot tell the one port=0 got
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()

@@ -999,7 +999,9 @@ def _remote(mode: str | None, when: str, name: str = "w.safetensors", act: str =
     the server misbehaves as ``mode`` says from ``when`` on (``"open"``, ``"read"``),
     and the file is opened (and its tensor read, ``act="read"``)."""
     root = _scratch()
-    kiln_np.save_weights(root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors")
+    kiln_np.save_weights(
+        root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors"
+    )
     kiln_np.save_weights(root / "m.gguf", {"w": np.ones(4, np.float32)}, format="gguf")
     (root / "huge.safetensors").write_bytes((2**63).to_bytes(8, "little") + b"{}")
     with serving(root) as server:
@@ -1019,7 +1021,10 @@ def _memory_checkpoint(weight_map: dict[str, str]) -> Any:
     import fsspec
 
     fs = fsspec.filesystem("memory")
-    fs.pipe_file("/kiln-errors/ck/model.safetensors.index.json", json.dumps({"weight_map": weight_map}).encode())
+    fs.pipe_file(
+        "/kiln-errors/ck/model.safetensors.index.json",
+        json.dumps({"weight_map": weight_map}).encode(),
+    )
     fs.pipe_file("/kiln-errors/ck/sub/x", b"")
     try:
         return kiln_np.open_weights("memory://kiln-errors/ck/model.safetensors.index.json")
@@ -1048,6 +1053,20 @@ def _without_fsspec() -> Any:
             sys.modules["fsspec"] = saved
 
 
+def _remote_resized() -> Any:
+    root = _scratch()
+    kiln_np.save_weights(
+        root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors"
+    )
+    with serving(root) as server:
+        _URLS.append(server.url)
+        server.mode = "no-etag"
+        weights = kiln_np.open_weights(server.url + "w.safetensors")
+        with open(root / "w.safetensors", "ab") as f:
+            f.write(b"\0" * 8)
+        return weights["w"].numpy()
+
+
 REMOTE: list[Entry] = [
     ("open_weights (URL)", "fsspec not installed (no `kiln-np[remote]`)", _without_fsspec),
     ("open_weights (URL)", "a protocol whose file system is not installed", _missing_protocol),
@@ -1062,20 +1081,8 @@ REMOTE: list[Entry] = [
     ("WeightTensor.numpy (URL)", "a server that ignores Range (200, the whole file)", lambda: _remote("no-range", "read")),
     ("WeightTensor.numpy (URL)", "a Content-Range other than the range asked", lambda: _remote("wrong-range", "read")),
     ("WeightTensor.numpy (URL)", "the file replaced since it was opened (412 to If-Match)", lambda: _remote(None, "read", act="replace")),
-    ("WeightTensor.numpy (URL)", "no ETag, and Content-Range gives another size", lambda: _remote_resized()),
+    ("WeightTensor.numpy (URL)", "no ETag, and Content-Range gives another size", _remote_resized),
 ]  # fmt: skip
-
-
-def _remote_resized() -> Any:
-    root = _scratch()
-    kiln_np.save_weights(root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors")
-    with serving(root) as server:
-        _URLS.append(server.url)
-        server.mode = "no-etag"
-        weights = kiln_np.open_weights(server.url + "w.safetensors")
-        with open(root / "w.safetensors", "ab") as f:
-            f.write(b"\0" * 8)
-        return weights["w"].numpy()
 
 
 LOGICAL: list[Entry] = [

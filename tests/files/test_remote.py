@@ -404,3 +404,18 @@ def test_a_slow_server_times_out(tmp_path: Path, http: RangeServer) -> None:
     s3fs_fs, _ = remote_filesystem("s3://b/x", {"anon": True})
     assert s3fs_fs.config_kwargs == {"connect_timeout": 60.0, "read_timeout": 60.0}
     time.sleep(0)
+
+
+def test_compare_reads_a_remote_checkpoint_as_the_local_one(
+    tmp_path: Path, http: RangeServer
+) -> None:
+    mixed_checkpoint(tmp_path / "ck")
+    same = kiln_np.compare(tmp_path / "ck", http.url + "ck/")
+    assert same.equal
+    path = sorted((tmp_path / "ck").glob("*.safetensors"))[-1]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x80
+    (tmp_path / "copy").mkdir()
+    for p in (tmp_path / "ck").iterdir():
+        (tmp_path / "copy" / p.name).write_bytes(data if p == path else p.read_bytes())
+    assert not kiln_np.compare(tmp_path / "ck", http.url + "copy/").equal
