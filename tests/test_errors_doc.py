@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from _helpers import gguf_bytes, gguf_info, gguf_kv, run_command
+from _remote_server import serving
 
 import kiln_np
 import kiln_np.gguf as kg
@@ -988,6 +989,102 @@ def _configured(config: bytes) -> Any:
     return weights
 
 
+# -- remote sources: a server on the loopback per trigger, shown as https://host/ --------
+
+_URLS: list[str] = []  # server URLs of the trigger that is running, shown as https://host/
+
+
+def _remote(mode: str | None, when: str, name: str = "w.safetensors", act: str = "read") -> Any:
+    """A one-tensor safetensors file (or ``name`` as saved) served on the loopback;
+    the server misbehaves as ``mode`` says from ``when`` on (``"open"``, ``"read"``),
+    and the file is opened (and its tensor read, ``act="read"``)."""
+    root = _scratch()
+    kiln_np.save_weights(
+        root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors"
+    )
+    kiln_np.save_weights(root / "m.gguf", {"w": np.ones(4, np.float32)}, format="gguf")
+    (root / "huge.safetensors").write_bytes((2**63).to_bytes(8, "little") + b"{}")
+    with serving(root) as server:
+        _URLS.append(server.url)
+        server.mode = mode if when == "open" else None
+        weights = kiln_np.open_weights(server.url + name)
+        if act == "replace":
+            data = (root / name).read_bytes()
+            os.remove(root / name)
+            (root / name).write_bytes(data)
+        server.mode = mode
+        return weights["w"].numpy()
+
+
+def _memory_checkpoint(weight_map: dict[str, str]) -> Any:
+    """An index on fsspec's in-memory file system naming ``weight_map``'s shards."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file(
+        "/kiln-errors/ck/model.safetensors.index.json",
+        json.dumps({"weight_map": weight_map}).encode(),
+    )
+    fs.pipe_file("/kiln-errors/ck/sub/x", b"")
+    try:
+        return kiln_np.open_weights("memory://kiln-errors/ck/model.safetensors.index.json")
+    finally:
+        fs.rm("/kiln-errors", recursive=True)
+
+
+def _missing_protocol() -> Any:
+    """A protocol registered with fsspec whose package is not installed (gs://
+    would go to Google if gcsfs were)."""
+    import fsspec
+
+    fsspec.register_implementation("kilnmissing", "kiln_missing_fs.FileSystem", clobber=True)
+    return kiln_np.open_weights("kilnmissing://bucket/model/")
+
+
+def _without_fsspec() -> Any:
+    saved = sys.modules.get("fsspec")
+    sys.modules["fsspec"] = None  # type: ignore[assignment]
+    try:
+        return kiln_np.open_weights("https://host/model.safetensors")
+    finally:
+        if saved is None:
+            del sys.modules["fsspec"]
+        else:
+            sys.modules["fsspec"] = saved
+
+
+def _remote_resized() -> Any:
+    root = _scratch()
+    kiln_np.save_weights(
+        root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors"
+    )
+    with serving(root) as server:
+        _URLS.append(server.url)
+        server.mode = "no-etag"
+        weights = kiln_np.open_weights(server.url + "w.safetensors")
+        with open(root / "w.safetensors", "ab") as f:
+            f.write(b"\0" * 8)
+        return weights["w"].numpy()
+
+
+REMOTE: list[Entry] = [
+    ("open_weights (URL)", "fsspec not installed (no `kiln-np[remote]`)", _without_fsspec),
+    ("open_weights (URL)", "a protocol whose file system is not installed", _missing_protocol),
+    ("open_weights (URL)", "a protocol fsspec does not know", lambda: kiln_np.open_weights("nope://bucket/model/")),
+    ("open_weights (URL)", "a directory holding no safetensors index or file", lambda: _remote(None, "open", "")),
+    ("open_weights (URL)", "a file that is not safetensors (only safetensors is read from URLs)", lambda: _remote(None, "open", "m.gguf")),
+    ("open_weights (URL)", "a shard the index names that is a directory", lambda: _memory_checkpoint({"w": "sub"})),
+    ("open_weights (URL)", "a server that gives no size", lambda: _remote("no-length", "open")),
+    ("open_weights (URL)", "a header size past 100 MB (never allocated)", lambda: _remote(None, "open", "huge.safetensors")),
+    ("WeightTensor.numpy (URL)", "a range answer cut short", lambda: _remote("short", "read")),
+    ("WeightTensor.numpy (URL)", "a range answer longer than asked", lambda: _remote("long", "read")),
+    ("WeightTensor.numpy (URL)", "a server that ignores Range (200, the whole file)", lambda: _remote("no-range", "read")),
+    ("WeightTensor.numpy (URL)", "a Content-Range other than the range asked", lambda: _remote("wrong-range", "read")),
+    ("WeightTensor.numpy (URL)", "the file replaced since it was opened (412 to If-Match)", lambda: _remote(None, "read", act="replace")),
+    ("WeightTensor.numpy (URL)", "no ETag, and Content-Range gives another size", _remote_resized),
+]  # fmt: skip
+
+
 LOGICAL: list[Entry] = [
     ("Weights.logical", "config.json not JSON", lambda: _configured(b"{").logical()),
     ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
@@ -1107,6 +1204,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("GGUF (`kiln_np.gguf`)", GGUF),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
+    ("Remote sources (HTTP, S3 and other fsspec URLs)", REMOTE),
     ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Quantization schemes: FP8 (DeepSeek block-scaled, compressed-tensors, ModelOpt)", FP8),
     ("Quantization schemes: e2m1 (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
@@ -1126,11 +1224,14 @@ def _catch(trigger: Trigger) -> tuple[KilnError, str]:
         for directory in _SCRATCH:
             for shown in (os.path.realpath(directory), directory):
                 message = message.replace(shown, "<tmp>")
+        for url in _URLS:
+            message = message.replace(url, "https://host/")
         return exc, message
     finally:
         for directory in _SCRATCH:
             shutil.rmtree(directory, ignore_errors=True)
         _SCRATCH.clear()
+        _URLS.clear()
     raise AssertionError("trigger did not raise KilnError")
 
 

@@ -55,7 +55,7 @@ FLOORS: dict[str, int] = {
 """Unit (the first name below ``kiln_np``) -> floor, bottom up."""
 
 LAZY_THIRD_PARTY = frozenset(
-    {"onnx", "google", "matplotlib", "dask", "distributed", "torch", "zarr"}
+    {"onnx", "google", "matplotlib", "dask", "distributed", "torch", "zarr", "fsspec", "aiohttp"}
 )
 TOP_THIRD_PARTY = frozenset({"numpy"})
 DOORS: dict[str, frozenset[str]] = {"dask": frozenset({"dask"})}

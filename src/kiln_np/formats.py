@@ -55,6 +55,7 @@ from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.decode import block_of
 from kiln_np._weights.policy import QuantizePolicy, as_policy
+from kiln_np._weights.remote import is_url
 from kiln_np._weights.sources import (
     Dequantize,
     Progress,
@@ -317,7 +318,9 @@ FORMATS: tuple[WeightFormat, ...] = (
 
 
 @set_module("kiln_np")
-def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
+def open_weights(
+    path: PathLike, *, verify: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> Weights:
     """Open a weight file (or directory), recognised from its content.
 
     Parameters
@@ -328,6 +331,10 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
         split of a GGUF; a Kiln payload directory; a directory holding one
         weight file (a Hugging Face model folder).  The module docstring gives
         the order in which formats are tried (the order of :data:`FORMATS`).
+        A URL (``https://``, ``s3://``, ...: safetensors only) is read with
+        range requests (``open_safetensors``; docs/big-files.md).
+    storage_options : mapping, optional
+        For a URL: the options of its fsspec file system.
     verify : bool
         For a Kiln payload directory, also check every payload file's SHA-256
         against the manifest (this reads every byte; sizes are always checked).
@@ -362,9 +369,11 @@ def open_weights(path: PathLike, *, verify: bool = False) -> Weights:
     ('safetensors', ['w'], <Code.F32: 2>, 16)
     >>> w.close(); import shutil; shutil.rmtree(d)
     """
-    name = os.path.realpath(check_path(path))
     if isinstance(verify, bool) is False:
         raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
+    if is_url(path):
+        return open_safetensors(path, storage_options)
+    name = os.path.realpath(check_path(path))
     if os.path.isdir(name):
         for row in FORMATS:
             target = row.recognise(name, None, 0)

@@ -390,7 +390,7 @@ class _ByteReader:
 
     def __init__(self, t: WeightTensor) -> None:
         self._t = t
-        self._file: io.FileIO | None = None
+        self._file: io.RawIOBase | None = None
         self._opened: Any = None
         self._buffer = bytearray()
         self._memory: memoryview | None = None

@@ -50,6 +50,7 @@ from kiln_np._schemes import table
 from kiln_np._schemes.scheme import Facts, Plan, Scheme
 from kiln_np._schemes.table import scheme_named
 
+from .remote import is_url
 from .summary import human_bytes
 from .tensors import WeightTensor, mapped_file
 
@@ -419,6 +420,8 @@ def modelopt_quantization(path: str) -> Mapping[str, Any] | None:
 def _json_beside(path: str, name: str) -> tuple[str | None, dict[str, Any] | None]:
     """The JSON object file ``name`` beside ``path``: ``(where, object)``, or
     ``(None, None)`` when there is none; TYPE as :func:`read_config` says."""
+    if is_url(path):  # not read beside a URL: logical(config) is the door
+        return None, None
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     where = os.path.join(folder, name)
     if not os.path.lexists(where):

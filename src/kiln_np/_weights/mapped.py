@@ -118,7 +118,7 @@ class MappedFile:
         return cls(path, FileIdentity.of(check_regular_file(path)))
 
     @contextlib.contextmanager
-    def opened(self, needed: int = 0) -> Iterator[io.FileIO]:
+    def opened(self, needed: int = 0) -> Iterator[io.RawIOBase]:
         """The file, opened again (unbuffered) and checked to be the one that
         was opened, holding at least ``needed`` bytes.
 

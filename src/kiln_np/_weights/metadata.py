@@ -30,6 +30,7 @@ __all__ = [
     "MAX_METADATA_DEPTH",
     "Metadata",
     "check_json",
+    "check_json_size",
     "decode_metadata",
     "encode_metadata",
     "parse_json",
@@ -268,15 +269,25 @@ def read_json(path: str, where: str, max_bytes: int, what: str, *, serde: bool =
     :func:`parse_json`."""
     with open_regular_raw(path) as f:
         size = os.fstat(f.fileno()).st_size
-        if size > max_bytes:
-            raise KilnError(
-                "TYPE",
-                f"{where}expected {what} of at most {max_bytes} bytes, found {size}",
-                expected=max_bytes,
-                found=size,
-            )
+        check_json_size(size, max_bytes, where, what)
         raw = f.read(size + 1)  # never more than max_bytes + 1, if it grew meanwhile
     return parse_json(raw, where, serde=serde)
+
+
+def check_json_size(size: int, max_bytes: int, where: str, what: str) -> None:
+    """TYPE when a JSON document of ``size`` bytes is over ``max_bytes``
+    (``what`` names it: ``"an index"``), checked before anything is read, for
+    a local file and a URL alike.
+
+    >>> check_json_size(10, 100, "'i.json': ", "an index")
+    """
+    if size > max_bytes:
+        raise KilnError(
+            "TYPE",
+            f"{where}expected {what} of at most {max_bytes} bytes, found {size}",
+            expected=max_bytes,
+            found=size,
+        )
 
 
 def encode_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:

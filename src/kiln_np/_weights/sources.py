@@ -177,7 +177,10 @@ class TensorSource(NamedTuple):
         assert self.file is not None
         try:
             with self.file.opened(self.info.offset + n) as src:
-                done = _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress)
+                local = isinstance(src, io.FileIO)  # a URL's raw file has no descriptor
+                done = (
+                    _copy_in_kernel(src.fileno(), self.info.offset, n, fd, progress) if local else 0
+                )
                 if done < n:
                     done += _copy_through(src, self.info.offset + done, n - done, fd, progress)
         except KilnError as exc:  # replaced or modified since it was opened

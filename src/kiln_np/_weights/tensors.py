@@ -259,6 +259,8 @@ class WeightTensor:
             assert self._data is not None
             args = (self.name, int(info.code), info.shape, info.layout, self.format_dtype)
             return (_from_bytes, (*args, bytes(self._data)))
+        if type(self._file) is not MappedFile:  # a URL's file pickles itself
+            return (WeightTensor, (self.name, info, self._file, self.format_dtype))
         return (
             _reopen,
             (

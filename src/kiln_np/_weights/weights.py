@@ -20,6 +20,7 @@ from kiln_np._core.errors import KilnError
 
 from .logical import logical_tensors, modelopt_quantization, read_config
 from .mapped import MappedFile
+from .remote import is_url
 from .summary import Summary, human_bytes, human_count, summarize
 from .tensors import WeightTensor
 
@@ -96,7 +97,7 @@ class Weights(Mapping[str, WeightTensor]):
         self.format = format
         # A format's own read-only mapping (GGUF's parses values lazily) is kept.
         self.metadata = MappingProxyType(metadata) if isinstance(metadata, dict) else metadata
-        self.path = os.path.realpath(path)
+        self.path = path if is_url(path) else os.path.realpath(path)
         self._opener = opener
         self._owns_files = True
         self._selection: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
@@ -166,7 +167,8 @@ class Weights(Mapping[str, WeightTensor]):
         ----------
         config : mapping, bool or None
             None (the default): the ``quantization_config`` of the
-            ``config.json`` beside the checkpoint, when there is one, names the
+            ``config.json`` beside the checkpoint, when there is one (never
+            read beside a URL: pass its ``quantization_config``), names the
             scheme (or, without one, the ``quantization`` of NVIDIA ModelOpt's
             ``hf_quant_config.json``); else the parts are recognised by their
             names and types.

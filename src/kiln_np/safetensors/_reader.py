@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 from kiln_np._core.checks import check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
-from kiln_np._files.io import open_regular_raw
-from kiln_np._weights.mapped import FileIdentity, MappedFile
-from kiln_np._weights.metadata import parse_json, read_json
+from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.metadata import check_json_size, parse_json, read_json
+from kiln_np._weights.remote import RemoteFile, is_url, join_url, list_url
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -49,14 +52,22 @@ def looks_like_safetensors(head: bytes, size: int) -> bool:
 
 
 @set_module("kiln_np.safetensors")
-def open_safetensors(path: str | os.PathLike[str]) -> Weights:
+def open_safetensors(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> Weights:
     """Open a safetensors file, or a sharded checkpoint by its index, reading
     headers only.
 
     Parameters
     ----------
     path : str or os.PathLike
-        A ``.safetensors`` file, or a ``*.safetensors.index.json``.
+        A ``.safetensors`` file, or a ``*.safetensors.index.json``; or a URL
+        (``https://``, ``s3://``, any fsspec protocol installed) of either, or
+        of a directory holding one index or one ``*.safetensors`` file
+        (docs/big-files.md, "Remote sources").
+    storage_options : mapping, optional
+        For a URL: what fsspec's file system is made with (credentials,
+        ``endpoint_url``, ``client_kwargs``, headers).
 
     Returns
     -------
@@ -67,7 +78,9 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
     Raises
     ------
     KilnError
-        As the module docstring lists.
+        As the module docstring lists; for a URL, also as
+        ``kiln_np._weights.remote`` lists (a range answer short, long or of
+        another file; no fsspec: TYPE naming ``kiln-np[remote]``).
     OSError
         When a file cannot be read; ``FileNotFoundError`` for a missing shard.
 
@@ -82,10 +95,15 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
     ('I16', 64)
     >>> w.close(); import shutil; shutil.rmtree(d)
     """
+    if is_url(path):
+        assert isinstance(path, str)
+        return _open_url(path, storage_options)
     name = os.path.realpath(check_path(path))
     if name.endswith(INDEX_SUFFIX):
-        return _open_index(name)
-    file, tensors, metadata = _read_file(name)
+        index = read_json(name, f"{name!r}: ", MAX_INDEX_BYTES, "an index")
+        return _open_index(name, index, partial(_local_shard, os.path.dirname(name)))
+    file = MappedFile.open(name)
+    tensors, metadata = _read_file(file)
     return Weights(
         tensors,
         format="safetensors",
@@ -96,37 +114,83 @@ def open_safetensors(path: str | os.PathLike[str]) -> Weights:
     )
 
 
-def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str]]:
-    where = f"{path!r}: "
-    with open_regular_raw(path) as f:
-        identity = FileIdentity.of(os.fstat(f.fileno()))
-        size = identity.size
-        first = f.read(SIZE_BYTES)
-        if len(first) < SIZE_BYTES:
-            raise KilnError(
-                "LENGTH",
-                f"{where}expected at least 8 bytes (the header size), found {len(first)}",
-                expected=SIZE_BYTES,
-                found=len(first),
-            )
-        n = int.from_bytes(first, "little")
-        if n > MAX_HEADER_BYTES:
-            raise KilnError(
-                "TYPE",
-                f"{where}expected a header size of at most {MAX_HEADER_BYTES} bytes, found {n} "
-                f"(bytes {first.hex(' ')})",
-                expected=MAX_HEADER_BYTES,
-                found=n,
-            )
-        if n > size - SIZE_BYTES:
-            raise KilnError(
-                "LENGTH",
-                f"{where}expected a header of {n} bytes after the size, found a file of "
-                f"{size} bytes (short by {n - (size - SIZE_BYTES)})",
-                expected=n,
-                found=size - SIZE_BYTES,
-            )
-        raw = f.read(n)
+def _local_shard(directory: str, shard: str) -> MappedFile:
+    return MappedFile.open(os.path.join(directory, shard))
+
+
+def _open_url(url: str, options: Mapping[str, Any] | None) -> Weights:
+    """A URL: an index, a safetensors file, or a directory holding one index or
+    one ``*.safetensors`` file; anything else is TYPE (only safetensors is read
+    from URLs)."""
+    names = list_url(url, options)
+    if names is not None:
+        indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
+        files = [n for n in names if n.endswith(".safetensors")]
+        base = url if url.endswith("/") else url + "/"
+        if len(indexes) == 1 or (not indexes and len(files) == 1):
+            return _open_url(base + (indexes or files)[0], options)
+        held = ", ".join(map(repr, names[:4])) + (", ..." if len(names) > 4 else "")
+        raise KilnError(
+            "TYPE",
+            f"{url!r}: expected a directory holding one *{INDEX_SUFFIX} or one *.safetensors "
+            f"file (only safetensors is read from URLs; GGUF, ONNX and Kiln directories "
+            f"from local paths), found {held or 'nothing'}",
+        )
+    opener = partial(open_safetensors, storage_options=options)
+    file = RemoteFile.open(url, options)
+    where = f"{url!r}: "
+    if url.endswith(INDEX_SUFFIX):
+        check_json_size(file.size, MAX_INDEX_BYTES, where, "an index")
+        index = parse_json(file.read(0, file.size), where)
+        return _open_index(
+            url, index, lambda shard: RemoteFile.open(join_url(url, shard), options), opener
+        )
+    head = b"" if url.endswith(".safetensors") else file.read(0, 16)  # by name: no sniff
+    if head and not looks_like_safetensors(head, file.size):
+        raise KilnError(
+            "TYPE",
+            f"{where}expected a safetensors file or index (only safetensors is read from "
+            f"URLs; GGUF, ONNX and Kiln directories from local paths), found the bytes "
+            f"{head.hex(' ')}{' ...' * (file.size > len(head))}",
+            found=head,
+        )
+    tensors, metadata = _read_file(file)
+    return Weights(
+        tensors, format="safetensors", metadata=metadata, path=url, files=[file], opener=opener
+    )
+
+
+def _read_file(file: MappedFile) -> tuple[list[WeightTensor], dict[str, str]]:
+    """The tensors and ``__metadata__`` of one file's header, read with
+    ``file.read`` (a local file and a URL share every check)."""
+    where = f"{file.path!r}: "
+    size = file.size
+    first = file.read(0, SIZE_BYTES)
+    if len(first) < SIZE_BYTES:
+        raise KilnError(
+            "LENGTH",
+            f"{where}expected at least 8 bytes (the header size), found {len(first)}",
+            expected=SIZE_BYTES,
+            found=len(first),
+        )
+    n = int.from_bytes(first, "little")
+    if n > MAX_HEADER_BYTES:
+        raise KilnError(
+            "TYPE",
+            f"{where}expected a header size of at most {MAX_HEADER_BYTES} bytes, found {n} "
+            f"(bytes {first.hex(' ')})",
+            expected=MAX_HEADER_BYTES,
+            found=n,
+        )
+    if n > size - SIZE_BYTES:
+        raise KilnError(
+            "LENGTH",
+            f"{where}expected a header of {n} bytes after the size, found a file of "
+            f"{size} bytes (short by {n - (size - SIZE_BYTES)})",
+            expected=n,
+            found=size - SIZE_BYTES,
+        )
+    raw = file.read(SIZE_BYTES, n)
     header = parse_json(raw, f"{where}header: ")
     if not isinstance(header, dict):
         raise KilnError(
@@ -134,7 +198,6 @@ def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str
         )
     metadata = _metadata(header.pop("__metadata__", None), where)
     data_start = SIZE_BYTES + n
-    file = MappedFile(path, identity)
     entries = sorted(
         (_entry(name, value, where) for name, value in header.items()),
         key=lambda e: (e[0], e[1]),
@@ -164,7 +227,7 @@ def _read_file(path: str) -> tuple[MappedFile, list[WeightTensor], dict[str, str
             expected=end,
             found=held,
         )
-    return file, tensors, metadata
+    return tensors, metadata
 
 
 def _metadata(value: object, where: str) -> dict[str, str]:
@@ -218,9 +281,15 @@ def _entry(
     return offsets[0], offsets[1], name, row, info
 
 
-def _open_index(path: str) -> Weights:
+def _open_index(
+    path: str,
+    index: Any,
+    open_shard: Callable[[str], MappedFile],
+    opener: Callable[[str], Weights] = open_safetensors,
+) -> Weights:
+    """The checkpoint of the parsed ``index`` at ``path``, each shard opened by
+    ``open_shard(its name)`` (a local file, or a URL beside the index)."""
     where = f"{path!r}: "
-    index = read_json(path, where, MAX_INDEX_BYTES, "an index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not (
         isinstance(weight_map, dict)
@@ -232,13 +301,13 @@ def _open_index(path: str) -> Weights:
             f'{where}expected an index {{"metadata": {{...}}, "weight_map": {{tensor: '
             f"shard file}}}}, found {show_value(index)}",
         )
-    directory = os.path.dirname(path)
     shards = sorted(set(weight_map.values()), key=_shard_order)
     files, tensors = [], []
     metadata: dict[str, str] = {}
     for i, shard in enumerate(shards):
         _check_inside(shard, where)
-        file, held, meta = _read_file(os.path.join(directory, shard))
+        file = open_shard(shard)
+        held, meta = _read_file(file)
         files.append(file)
         metadata = meta if i == 0 else metadata
         for t in held:
@@ -265,7 +334,7 @@ def _open_index(path: str) -> Weights:
         metadata=metadata,
         path=path,
         files=files,
-        opener=open_safetensors,
+        opener=opener,
     )
 
 

@@ -1,0 +1,207 @@
+"""Servers on the loopback for the remote-source tests and benchmark: a small HTTP/1.1
+file server with byte ranges, and moto's S3 server.
+
+:class:`RangeServer` serves a directory on 127.0.0.1 (a free port): ``GET`` and
+``HEAD``, one ``Range: bytes=a-b`` per request (``206`` with ``Content-Range``,
+``416`` past the end), an ``ETag`` that changes when a file is replaced or
+modified, ``If-Match`` (``412`` when it does not match), ``Content-Length``
+always, an HTML index of links for a path ending ``/`` (what fsspec lists), and
+the body bytes served counted per path.  ``mode`` makes it misbehave on purpose:
+``"short"`` (a body one byte short of its ``Content-Length``, then the connection
+closed), ``"long"`` (one byte more than asked, honestly counted), ``"wrong-range"``
+(``Content-Range`` one byte off), ``"no-range"`` (``200`` and the whole file, as a
+server that ignores ``Range``), ``"no-etag"``, ``"no-length"`` (no
+``Content-Length``: the body ends when the connection closes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import re
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+class RangeServer:
+    """A directory served on 127.0.0.1 with byte ranges; ``url`` ends ``/``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.mode: str | None = None
+        self.served: Counter[str] = Counter()  # body bytes by path
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def start(self) -> RangeServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    @property
+    def total(self) -> int:
+        """Body bytes served, every path together."""
+        return sum(self.served.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.served.clear()
+            self.requests.clear()
+
+    def count(self, path: str, n: int, method: str, rng: str | None) -> None:
+        with self._lock:
+            self.served[path] += n
+            self.requests.append((method, path, rng))
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[RangeServer]:
+    """A :class:`RangeServer` of ``root``, stopped on leaving."""
+    server = RangeServer(root).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def etag_of(st: os.stat_result) -> str:
+    return f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
+    owner: RangeServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def _send(self, status: int, headers: dict[str, str], data: bytes, body: bool) -> None:
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if body and data:
+            self.wfile.write(data)
+            self.owner.count(self.path, len(data), self.command, self.headers.get("Range"))
+        elif not body:
+            self.owner.count(self.path, 0, self.command, None)
+
+    def _answer(self, body: bool) -> None:
+        owner, mode = self.owner, self.owner.mode
+        rel = unquote(self.path.split("?", 1)[0]).lstrip("/")
+        path = owner.root / rel
+        if ".." in Path(rel).parts or not path.exists():
+            self._send(404, {"Content-Length": "0"}, b"", body)
+            return
+        if path.is_dir():
+            links = "".join(
+                f'<a href="{html.escape(p.name)}">{html.escape(p.name)}</a>\n'
+                for p in sorted(path.iterdir())
+            )
+            page = f"<html><body>\n{links}</body></html>\n".encode()
+            self._send(
+                200, {"Content-Length": str(len(page)), "Content-Type": "text/html"}, page, body
+            )
+            return
+        st = path.stat()
+        size, etag = st.st_size, etag_of(st)
+        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        if mode != "no-etag":
+            headers["ETag"] = etag
+        wanted = self.headers.get("If-Match")
+        if wanted is not None and wanted not in ("*", etag):
+            self._send(412, {"Content-Length": "0"}, b"", body)
+            return
+        rng = self.headers.get("Range")
+        match = _RANGE.match(rng) if rng else None
+        if match is None or mode in ("no-range", "no-length"):
+            data = path.read_bytes() if body else b""
+            headers["Content-Length"] = str(size)
+            if mode == "no-length":
+                self.close_connection = True
+                headers["Connection"] = "close"
+                del headers["Content-Length"]
+            self._send(200, headers, data, body)
+            return
+        start = int(match[1])
+        stop = min(int(match[2]) + 1 if match[2] else size, size)
+        if start >= size or stop <= start:
+            self._send(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"}, b"", body)
+            return
+        with path.open("rb") as f:
+            f.seek(start)
+            data = f.read(stop - start)
+        shown = (start, stop - 1)
+        if mode == "wrong-range":
+            shown = (start + 1, stop)
+        headers["Content-Range"] = f"bytes {shown[0]}-{shown[1]}/{size}"
+        if mode == "long":
+            data += b"\0"
+        headers["Content-Length"] = str(len(data))
+        if mode == "no-length":
+            self.close_connection = True
+            headers["Connection"] = "close"
+            del headers["Content-Length"]
+        if mode == "short":
+            self.close_connection = True
+            headers["Connection"] = "close"
+            data = data[:-1]
+        self._send(206, headers, data, body)
+
+
+@contextlib.contextmanager
+def moto_s3(monkeypatch: Any) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 (a free port), fake credentials in the
+    environment and the instance-metadata lookup off, so nothing leaves the
+    loopback; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    # a free port chosen here: moto 5.0 cannot tell the one port=0 got
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
