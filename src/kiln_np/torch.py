@@ -345,11 +345,12 @@ def from_torch(
     data = np.ascontiguousarray(arr).reshape(-1).view(U8).data.toreadonly()
     p = Payload(row.code, data, element_shape(row, arr.shape), row.layout)
     if wanted is not None and (int(p.code) != as_code(code) or p.layout != layout):
+        natural = "" if p.layout is None else f", layout={p.layout!r}"
         raise KilnError(
             "TYPE",
-            f"{code_label(int(p.code))}: a {t.dtype} tensor is this code"
-            f"{'' if p.layout is None else f' with layout {p.layout!r}'}, found code={code!r}"
-            f"{'' if layout is None else f', layout={layout!r}'}; kiln_np never casts",
+            f"a {t.dtype} tensor: expected code={int(p.code)}{natural} ({code_label(int(p.code))})"
+            f" or none, found code={code!r}{'' if layout is None else f', layout={layout!r}'}; "
+            "kiln_np never casts",
             code=int(p.code),
         )
     return p
