@@ -258,7 +258,7 @@ def _int4_payload(
         )
     if int4 == "packed":
         data = np.ascontiguousarray(arr).reshape(-1).data.toreadonly()
-        return Payload(code, data, element_shape(_X2, arr.shape))
+        return Payload(wanted.code, data, element_shape(_X2, arr.shape))
     if code == Code.I4:
         bad = np.flatnonzero((arr < -8) | (arr > 7))
         if bad.size:
