@@ -56,6 +56,7 @@ without this module.
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -67,7 +68,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "kiln_np.torch needs torch: install the extra with pip install 'kiln-np[torch]'"
     ) from exc
 
-from ._codec import Payload, as_array, check_content, decode, from_numpy, host_order
+from ._codec import (
+    BIG_ENDIAN_HOST,
+    Payload,
+    as_array,
+    check_content,
+    decode,
+    from_numpy,
+    host_order,
+)
 from ._core.checks import U8, byte_view, set_module, show_value
 from ._core.errors import KilnError
 from ._core.foreign import FOREIGN_BY_CODE
@@ -94,10 +103,40 @@ _INT4 = ("packed", "values")
 
 # Per row: the numpy carrier dtype (what torch.from_numpy takes) and the torch
 # dtype the tensor is viewed as (None when the carrier is the dtype itself).
-_TORCH: dict[TorchType, tuple[np.dtype[Any], Any]] = {
-    row: (np.dtype(row.carrier), None if row.carrier == row.name else getattr(torch, row.name))
+_TORCH: dict[str, tuple[np.dtype[Any], Any]] = {
+    row.name: (
+        np.dtype(row.carrier),
+        None if row.carrier == row.name else getattr(torch, row.name),
+    )
     for row in TORCH_TYPES
 }
+# The small-call paths, by exact dtype (a look-up of a frozen dataclass would hash
+# every field): numpy dtype -> (carrier or None, torch dtype or None), for
+# to_torch of a native-order array; torch dtype -> (carrier torch dtype or None,
+# Kiln code), for from_torch of a closed code's tensor.
+_ARRAY_FAST: dict[np.dtype[Any], tuple[np.dtype[Any] | None, Any]] = {
+    row.dtype: (None if row.dtype == c else c, t)
+    for row in TORCH_TYPES
+    if row.per_byte == 1
+    for c, t in [_TORCH[row.name]]
+}
+_TENSOR_FAST: dict[Any, tuple[Any, int]] = {
+    getattr(torch, row.name): (None if t is None else getattr(torch, row.carrier), row.code)
+    for row in TORCH_TYPES
+    if row.per_byte == 1 and row.layout is None and row.code != Code.BOOL
+    for _, t in [_TORCH[row.name]]
+}
+# Payload -> torch for whole-byte closed codes but bool (whose bytes are checked):
+# Kiln code -> (carrier, torch dtype or None).
+_PAYLOAD_FAST: dict[int, tuple[np.dtype[Any], Any]] = {
+    row.code: _TORCH[row.name]
+    for row in TORCH_TYPES
+    if row.per_byte == 1 and row.layout is None and row.code != Code.BOOL
+}
+_Tensor = torch.Tensor
+_from_numpy = torch.from_numpy
+_frombuffer = np.frombuffer
+_new_payload = partial(tuple.__new__, Payload)  # Payload(...) without namedtuple's __new__
 _U8 = next(row for row in TORCH_TYPES if row.name == "uint8")
 _X2 = next(row for row in TORCH_TYPES if row.per_byte == 2)
 _NOT_WRITABLE = "The given NumPy array is not writable"
@@ -113,7 +152,7 @@ def _check_int4(int4: object) -> None:
 
 def _tensor(arr: np.ndarray, row: TorchType, copy: bool) -> torch.Tensor:
     """A tensor over ``arr`` (of ``row``'s numpy dtype or carrier) as ``row``'s dtype."""
-    carrier, dtype = _TORCH[row]
+    carrier, dtype = _TORCH[row.name]
     if arr.dtype != carrier:
         arr = arr.view(carrier)
     if copy:
@@ -127,7 +166,7 @@ def _shared_readonly(arr: np.ndarray) -> torch.Tensor:
     warning (the module docstring says why)."""
     global _quiet  # noqa: PLW0603 - one flag for the process, as torch's own
     if _quiet:
-        return torch.from_numpy(arr)
+        return _from_numpy(arr)
     with warnings.catch_warnings(record=True) as seen:
         warnings.filterwarnings("always", _NOT_WRITABLE, UserWarning)
         t = torch.from_numpy(arr)
@@ -225,6 +264,29 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
     >>> str(fp4.dtype), tuple(fp4.shape), fp4.view(torch.uint8).tolist()
     ('torch.float4_e2m1fn_x2', (2,), [33, 67])
     """
+    if type(x) is np.ndarray and not copy:
+        fast = _ARRAY_FAST.get(x.dtype)  # native order, a whole-byte element
+        if fast is not None:
+            if int4 != "packed":
+                _check_int4(int4)
+            carrier, dtype = fast
+            arr = x if carrier is None else x.view(carrier)
+            t = torch.from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+            return t if dtype is None else t.view(dtype)
+    if type(x) is Payload and x.layout is None and not copy and not BIG_ENDIAN_HOST:
+        fast = _PAYLOAD_FAST.get(x.code)
+        data = x.data
+        if fast is not None and type(data) is memoryview and data.c_contiguous:
+            info = payload_info(x.code, x.shape)
+            if data.nbytes == info.byte_length:
+                if int4 != "packed":
+                    _check_int4(int4)
+                carrier, dtype = fast
+                arr = _frombuffer(data, carrier)
+                if len(info.shape) != 1:
+                    arr = arr.reshape(info.shape)
+                t = _from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+                return t if dtype is None else t.view(dtype)
     if int4 != "packed":
         _check_int4(int4)
     if isinstance(x, WeightTensor):
@@ -329,6 +391,19 @@ def from_torch(
     >>> q.code, q.shape, kiln_np.to_numpy(*q).astype(int).tolist()
     (<Code.U4: 17>, (4,), [1, 2, 3, 0])
     """
+    if type(t) is _Tensor and code is None and layout is None and not BIG_ENDIAN_HOST:
+        fast = _TENSOR_FAST.get(t.dtype)
+        if fast is not None:
+            carrier, kiln = fast
+            try:
+                data = (t if carrier is None else t.view(carrier)).numpy().data
+            except (RuntimeError, TypeError):  # another device, a grad, a conj or neg bit
+                pass  # the general path says which, or reads it
+            else:
+                if data.c_contiguous and data.nbytes:
+                    if int4 != "packed":
+                        _check_int4(int4)
+                    return _new_payload((kiln, data.cast("B").toreadonly(), data.shape, None))
     if not is_tensor(t):
         raise KilnError("TYPE", f"expected a torch.Tensor, found {show_value(t)}")
     if int4 != "packed":
