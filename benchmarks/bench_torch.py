@@ -10,7 +10,10 @@ cost at most 3x ``torch.from_numpy`` of a 100-byte uint8 array (the least any
 numpy-to-torch call costs).  Measured for f32 (a numpy dtype: one
 ``torch.from_numpy``), bf16 (an ml_dtypes dtype: a same-size view, then
 ``Tensor.view(torch.bfloat16)``) and a read-only f32 payload (``Payload.data``),
-and for scale ``t.numpy()`` and ``torch.from_numpy`` of the f32 array itself.
+and for scale ``t.numpy()``, ``torch.from_numpy`` of the f32 array itself, and the
+torch calls alone that a bf16 view costs each way (``torch.from_numpy`` of the
+uint16 view then ``.view(torch.bfloat16)``; ``.view(torch.int16).numpy()``): the
+floor under ``to_torch`` / ``from_torch`` of bf16.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def small_calls(rounds: int) -> list[list[object]]:
         "from_torch bf16": partial(from_torch, t16),
         "torch.from_numpy f32": partial(torch.from_numpy, f32),
         "t.numpy() f32": t32.numpy,
+        "torch alone, bf16 in": lambda: torch.from_numpy(bf16.view(np.uint16)).view(torch.bfloat16),
+        "torch alone, bf16 out": lambda: t16.view(torch.int16).numpy(),
     }
     timing = time_interleaved(functions, "baseline", rounds)
     rows = []

@@ -390,3 +390,18 @@ def test_kiln_np_reads_what_safetensors_torch_writes(tmp_path: Path) -> None:
             assert back.dtype == t.dtype, name
             assert tuple(back.shape) == tuple(t.shape), name
             assert tensor_bytes(back) == tensor_bytes(t), name
+
+
+def test_interop_md_table_is_the_torch_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "interop.md").read_text()
+    block = text.split("<!-- torch-table")[1].split("<!-- /torch-table -->")[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    expected = []
+    for row in TORCH_TYPES:
+        if row.layout is None:
+            kiln = f"{row.code} {kiln_np.dtype_info(row.code).name}"
+        else:
+            kiln = f"foreign 0x{row.code:04x} `{row.layout.name}`"
+        per_byte = "" if row.per_byte == 1 else f" {row.per_byte}"
+        expected.append(f"| `{row.name}` | {kiln} | `{row.dtype.name}` |{per_byte} |")
+    assert rows == expected

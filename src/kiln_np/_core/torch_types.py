@@ -50,7 +50,7 @@ import numpy as np
 from .checks import U8
 from .errors import KilnError
 from .foreign import FOREIGN_BY_NAME
-from .table import DTYPES, DTypeIndex, Layout, spec_dtype
+from .table import DTYPES, Code, DTypeIndex, Layout, spec_dtype
 
 __all__ = [
     "TORCH_TYPES",
@@ -73,7 +73,7 @@ class TorchType:
     name : str
         The torch attribute (``'bfloat16'``: ``torch.bfloat16``).
     code : int
-        The Kiln code, or the foreign type's opaque code.
+        The Kiln code (a :class:`~kiln_np.Code`), or the foreign type's opaque code.
     layout : Layout or None
         The foreign type's layout (None for a closed code).
     dtype_spec : str
@@ -100,7 +100,7 @@ class TorchType:
 
 def _closed(name: str, kiln: str, carrier: str | None = None) -> TorchType:
     row = next(r for r in DTYPES if r.name == kiln)
-    return TorchType(name, int(row.code), None, row.dtype_spec, carrier or name)
+    return TorchType(name, row.code, None, row.dtype_spec, carrier or name)
 
 
 def _foreign(name: str, carrier: str | None = None) -> TorchType:
@@ -124,7 +124,7 @@ TORCH_TYPES: tuple[TorchType, ...] = (
     _closed("uint32", "u32"),
     _closed("int64", "i64"),
     _closed("uint64", "u64"),
-    TorchType("float4_e2m1fn_x2", 18, None, "|u1", "uint8", 2),
+    TorchType("float4_e2m1fn_x2", Code.E2M1, None, "|u1", "uint8", 2),
     _closed("float8_e8m0fnu", "e8m0", "uint8"),
     _foreign("float8_e4m3fnuz", "uint8"),
     _foreign("float8_e5m2fnuz", "uint8"),
