@@ -405,3 +405,23 @@ def test_interop_md_table_is_the_torch_table() -> None:
         per_byte = "" if row.per_byte == 1 else f" {row.per_byte}"
         expected.append(f"| `{row.name}` | {kiln} | `{row.dtype.name}` |{per_byte} |")
     assert rows == expected
+
+
+def test_gguf_quantize_and_pack_nibbles_take_tensors() -> None:
+    import kiln_np.gguf
+
+    values = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    for t in (torch.from_numpy(values), torch.from_numpy(values).to(torch.bfloat16)):
+        expected = kiln_np.gguf.quantize(tensor_bytes_as_array(t), "q8_0")
+        assert bytes(kiln_np.gguf.quantize(t, "q8_0").data) == bytes(expected.data)
+    nibbles = torch.tensor([1, 2, 3], dtype=torch.uint8)
+    assert kiln_np.pack_nibbles(nibbles).tobytes().hex(" ") == "21 03"
+    with pytest.raises(KilnError, match=r"t\.cpu"):
+        kiln_np.pack_nibbles(torch.zeros(2, dtype=torch.uint8, device="meta"))
+
+
+def tensor_bytes_as_array(t: torch.Tensor) -> np.ndarray:
+    """The tensor as numpy by hand: a same-size view, then the ml_dtypes type."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
