@@ -172,7 +172,7 @@ def _shared_readonly(arr: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(arr)
     # torch warns once (TORCH_WARN_ONCE): a call that no longer warns means later
     # ones will not either; until one is seen, every call is guarded.
-    _quiet = not seen
+    _quiet = not any(_NOT_WRITABLE in str(w.message) for w in seen)
     return t
 
 
