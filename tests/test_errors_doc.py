@@ -1195,6 +1195,74 @@ INT4: list[Entry] = [
 ]  # fmt: skip
 
 
+# -- torch -----------------------------------------------------------------------
+
+
+def _torch(name: str, *args: Any, **kwargs: Any) -> Any:
+    import kiln_np.torch
+
+    return getattr(kiln_np.torch, name)(*args, **kwargs)
+
+
+def _torch_tensor(dtype: str, values: Any = (0, 0), device: str = "cpu") -> Any:
+    import torch
+
+    return torch.tensor(values, dtype=getattr(torch, dtype), device=device)
+
+
+def _sparse_tensor() -> Any:
+    return _torch_tensor("float32").to_sparse()
+
+
+TORCH: list[Entry] = [
+    (
+        "from_torch",
+        "a torch dtype with no Kiln type (bits*, uint1-uint7, quantized)",
+        lambda: _torch("from_torch", _torch_tensor("uint8").view(__import__("torch").bits8)),
+    ),
+    (
+        "from_torch",
+        "a tensor on another device",
+        lambda: _torch("from_torch", _torch_tensor("bfloat16", device="meta")),
+    ),
+    (
+        "save_weights",
+        "a sparse torch tensor",
+        lambda: _save({"w": _sparse_tensor()}, "safetensors"),
+    ),
+    ("from_torch", "not a tensor", lambda: _torch("from_torch", np.zeros(2))),
+    (
+        "from_torch",
+        "a layout without a code",
+        lambda: _torch("from_torch", _torch_tensor("uint8"), layout=Layout("x", 1)),
+    ),
+    (
+        "from_torch",
+        "a code not the dtype's (e2m1, foreign types)",
+        lambda: _torch(
+            "from_torch",
+            _torch_tensor("uint8").view(__import__("torch").float8_e4m3fnuz),
+            code="u8",
+        ),
+    ),
+    (
+        "from_torch",
+        "i4/u4 from a tensor of the wrong dtype",
+        lambda: _torch("from_torch", _torch_tensor("int8"), code="i4"),
+    ),
+    (
+        "from_torch",
+        "an i4 value outside -8..7",
+        lambda: _torch("from_torch", _torch_tensor("int8", (3, 9)), code="i4", int4="values"),
+    ),
+    ("to_torch", "an unknown int4 mode", lambda: _torch("to_torch", np.zeros(2), int4="nibbles")),
+    (
+        "to_torch",
+        "e2m1 (or packed i4/u4) with an odd innermost dim",
+        lambda: _torch("to_torch", kiln_np.Payload(18, memoryview(b"\x21\x03"), (3,))),
+    ),
+]
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -1210,6 +1278,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Quantization schemes: e2m1 (NVFP4, gpt-oss MXFP4)", SCHEMES_FP4),
     ("Quantization schemes: int4 (GPTQ, AWQ, compressed-tensors pack-quantized)", INT4),
     ("Quantization schemes: bitsandbytes NF4/FP4", BNB),
+    ("torch (`kiln_np.torch`, and torch tensors at every door)", TORCH),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -49,6 +49,7 @@ FLOORS: dict[str, int] = {
     "mx": 7,
     "_explore": 8,
     "dask": 9,
+    "torch": 9,
     "cli": 10,
     "": 11,  # kiln_np/__init__.py: the public face, re-exports only
 }
@@ -58,7 +59,7 @@ LAZY_THIRD_PARTY = frozenset(
     {"onnx", "google", "matplotlib", "dask", "distributed", "torch", "zarr", "fsspec", "aiohttp"}
 )
 TOP_THIRD_PARTY = frozenset({"numpy"})
-DOORS: dict[str, frozenset[str]] = {"dask": frozenset({"dask"})}
+DOORS: dict[str, frozenset[str]] = {"dask": frozenset({"dask"}), "torch": frozenset({"torch"})}
 """Optional doors: a leaf unit that exists to meet one optional dependency
 imports it at its top (nothing below imports the door)."""
 ML_DTYPES_ACCESSOR = ("_core/table.py", "load_ml_dtypes")

@@ -94,6 +94,7 @@ from ._core.table import (
     resolve,
     row_for_dtype,
 )
+from ._core.torch_types import is_tensor, tensor_array
 from ._kernels import backend, nibbles, pool
 
 # to_numpy's small-call path calls the compiled unpack directly; when it was not
@@ -372,7 +373,9 @@ def _pack_array(array: np.ndarray, dst: np.ndarray, count: int) -> int:
 def as_array(array: object) -> np.ndarray:
     """``np.asarray(array)`` as a plain ndarray, or TYPE: a masked array (its
     masked-out values would be written), a ragged list, an ``__array__`` that
-    raises."""
+    raises.  A torch tensor is read bit for bit (``_core.torch_types``)."""
+    if is_tensor(array):
+        return tensor_array(array)
     if isinstance(array, np.ma.MaskedArray):
         raise KilnError(
             "TYPE",

@@ -35,6 +35,7 @@ from kiln_np._core.table import (
     dtype_info,
     row_for_dtype,
 )
+from kiln_np._core.torch_types import is_tensor, tensor_array
 from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import block_of, dequantize_blocks
@@ -174,9 +175,13 @@ def dequantized_chunks(q: Quantized) -> Iterator[tuple[np.ndarray, np.ndarray]]:
 def as_array(array: object) -> np.ndarray:
     """``np.asarray(array)``; TYPE when numpy cannot make an array of it.
 
+    A torch tensor is read bit for bit (``_core.torch_types``).
+
     >>> as_array([1, 2]).tolist()
     [1, 2]
     """
+    if is_tensor(array):
+        return tensor_array(array)
     try:
         return np.asarray(array)
     except Exception as exc:  # ragged nesting, a failing __array__: user code raised

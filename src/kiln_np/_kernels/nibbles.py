@@ -59,6 +59,7 @@ import numpy.typing as npt
 from kiln_np._core.checks import MAX_INT64, U8, byte_view, check_int, set_module, short_or_long
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, DTypeIndex, dtype_info
+from kiln_np._core.torch_types import is_tensor, tensor_array
 from kiln_np._kernels import backend, pool
 
 with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
@@ -319,7 +320,9 @@ def pack_nibbles(values: npt.ArrayLike, *, out: object = None) -> np.ndarray:
     '21 03'
     """
     try:
-        arr = np.asarray(values)
+        arr = tensor_array(values) if is_tensor(values) else np.asarray(values)
+    except KilnError:
+        raise
     except Exception as exc:  # a ragged list, an __array__ that raises: user input
         raise KilnError(
             "TYPE", f"expected an array of nibble values; numpy cannot make one: {exc}"

@@ -58,6 +58,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.foreign import foreign_for_dtype
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, Layout, as_dtype, code_for_dtype, code_label
+from kiln_np._core.torch_types import element_shape, is_tensor, tensor_bits
 from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
@@ -601,13 +602,19 @@ def _source(name: str, value: object) -> TensorSource:
             data = byte_view(value.data, "the payload's data")
             info.check_length(data.size)
             return TensorSource(name, info, data.data, None, None)
+        if is_tensor(value):
+            row, bits = tensor_bits(value)  # a view of its memory, bit for bit
+            if row.per_byte != 1:  # float4_e2m1fn_x2: the bytes are the payload
+                info = payload_info(row.code, element_shape(row, bits.shape))
+                return TensorSource(name, info, _flat(bits).data, None, None)
+            value = bits
         if isinstance(value, (np.ndarray, np.generic, LazyPayload)):
             arr = np.asarray(value)  # a LazyPayload decodes (and checks) its file
             foreign = foreign_for_dtype(arr.dtype)
             if foreign is not None and foreign.bits == 8 * foreign.dtype.itemsize:
                 # complex64, the FNUZ float8s: every bit is the element's; one block each
                 info = payload_info(foreign.code, arr.shape, foreign.layout)
-                raw = np.ascontiguousarray(arr, foreign.dtype).reshape(-1).view(U8)
+                raw = _flat(np.asarray(arr, foreign.dtype))
                 return TensorSource(name, info, raw.data, None, None)
             payload = from_numpy(arr)
             info = payload_info(payload.code, payload.shape, payload.layout)
@@ -616,24 +623,27 @@ def _source(name: str, value: object) -> TensorSource:
         raise exc.prefixed(where) from exc
     raise KilnError(
         "TYPE",
-        f"{where}expected a kiln_np.Payload, a numpy array or a WeightTensor, "
+        f"{where}expected a kiln_np.Payload, a numpy array, a torch tensor or a WeightTensor, "
         f"found {_foreign_array(value) or show_value(value)}",
     )
 
 
+def _flat(arr: np.ndarray) -> np.ndarray:
+    """The C-order bytes of ``arr``, flat uint8 (a view when it is C-contiguous)."""
+    return np.ascontiguousarray(arr).reshape(-1).view(U8)
+
+
 def _foreign_array(value: object) -> str | None:
-    """Another library's array (torch, jax, cupy, ...) as a message shows it,
-    with what to do, or None for anything else.  kiln_np does not convert them
-    itself: numpy's ``__array__`` works for some dtypes and fails for the ones
-    Kiln is for (a torch bfloat16 or float8 tensor)."""
+    """Another library's array (jax, cupy, ...) as a message shows it, with what
+    to do, or None for anything else.  torch tensors are read above; other
+    libraries' arrays are not converted here: numpy's ``__array__`` would work
+    for some dtypes and cast or fail for others."""
     if not any(hasattr(value, a) for a in ("__array__", "__dlpack__", "__array_interface__")):
         return None
     kind = type(value)
     dtype = show_value(getattr(value, "dtype", None)).partition(" ")[2]
     return (
-        f"a {kind.__module__}.{kind.__qualname__} of dtype {dtype}: kiln_np converts no "
-        "other library's arrays; pass a numpy array: np.asarray(x), or t.numpy() for a CPU "
-        "torch tensor of a numpy dtype, and for torch's bfloat16 and float8 types its bits "
-        "viewed, t.view(torch.int16).numpy().view(ml_dtypes.bfloat16), "
-        "t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)"
+        f"a {kind.__module__}.{kind.__qualname__} of dtype {dtype}: kiln_np reads numpy "
+        "arrays and torch tensors; pass a numpy array, np.asarray(x) (a JAX array of an "
+        "ml_dtypes type converts bit for bit: docs/interop.md)"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln_np._codec import Payload
+from kiln_np._codec import Payload, as_array
 from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout
@@ -101,7 +101,7 @@ def quantize(array: object, type: object) -> Payload:
     [-0.99993896484375, -0.96844482421875, -0.93695068359375]
     """
     block = quantize_type(type)
-    x = np.asarray(array)
+    x = as_array(array)  # a torch tensor too, bit for bit
     name = x.dtype.name
     if name not in _INPUT_DTYPES:
         raise KilnError(

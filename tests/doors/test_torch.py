@@ -1,0 +1,427 @@
+"""kiln_np.torch: to_torch / from_torch zero-copy and bit for bit, and torch tensors
+at every door that takes arrays (from_numpy, save_payload, save_weights, describe).
+
+Bits are compared as bytes (``.view(torch.uint8)`` / ``.view(np.uint8)``), never
+with ``==`` on floats: NaN payloads, signalling NaNs, -0.0 and subnormals are in
+every float case.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+
+import kiln_np
+from kiln_np import Code, KilnError, Layout
+from kiln_np._core.torch_types import TORCH_TYPES, TorchType
+from kiln_np.torch import from_torch, to_torch
+
+ROWS = [pytest.param(row, id=row.name) for row in TORCH_TYPES]
+
+# Bit patterns every float case carries, by storage width: NaN payloads, a
+# signalling NaN, -0.0, the smallest subnormals, infinities where the type has them.
+_SPECIAL = {
+    2: [0x7FC1, 0x7F81, 0xFF80, 0x8000, 0x0001, 0x8001, 0x7F80, 0x7C01, 0xFC00],
+    4: [0x7FC00001, 0x7F800001, 0x80000000, 0x00000001, 0xFF800000, 0x7FBFFFFF],
+    8: [0x7FF8000000000001, 0x7FF0000000000001, 0x8000000000000000, 1, 0xFFF0000000000000],
+}
+
+
+def bits_of(row: TorchType, n: int = 64) -> np.ndarray:
+    """``n`` (or, for 1-byte types, all 256) storage patterns of ``row``'s type as its
+    numpy dtype (the packed bytes for float4_e2m1fn_x2)."""
+    rng = np.random.default_rng(25)
+    size = row.dtype.itemsize
+    if row.name == "bool":
+        return np.asarray(rng.integers(0, 2, n) == 1).reshape(8, -1)
+    if size == 1:
+        raw = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    else:
+        raw = rng.integers(0, 256, n * size, dtype=np.uint8).view(f"<u{min(size, 8)}").copy()
+        special = _SPECIAL.get(min(size, 8), [])
+        raw[: len(special)] = special
+        raw = raw.reshape(8, -1)
+    return raw.view(row.dtype)
+
+
+def given(row: TorchType, arr: np.ndarray) -> Any:
+    """What to hand to_torch for ``arr``: the array, or for float4_e2m1fn_x2 (numpy
+    has no packed e2m1) a payload over the array's bytes."""
+    if row.per_byte == 1:
+        return arr
+    shape = (arr.shape[0], arr.shape[1] * row.per_byte)
+    return kiln_np.Payload(Code.E2M1, memoryview(arr.reshape(-1).data), shape)
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    return bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def address(buf: Any) -> int:
+    return int(np.frombuffer(buf, np.uint8).ctypes.data)
+
+
+def test_import_kiln_np_does_not_import_torch(tmp_path: Path) -> None:
+    # The doors detect a tensor through sys.modules: numpy callers never load torch.
+    code = (
+        "import sys, numpy as np, kiln_np\n"
+        "p = kiln_np.from_numpy(np.ones(3, '<f4'))\n"
+        "kiln_np.save_payload(sys.argv[1] + '/p.kiln', np.ones(3, '<f4'))\n"
+        "kiln_np.save_weights(sys.argv[1] + '/w.safetensors', {'w': np.ones(2)}, "
+        "format='safetensors')\n"
+        "kiln_np.describe(np.ones(3))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_array_round_trip_is_zero_copy_and_bit_exact(row: TorchType) -> None:
+    arr = bits_of(row)
+    t = to_torch(given(row, arr))
+    assert t.dtype == getattr(torch, row.name)
+    assert t.data_ptr() == arr.ctypes.data
+    assert tensor_bytes(t) == arr.tobytes()
+    p = from_torch(t)
+    assert bytes(p.data) == arr.tobytes()
+    assert address(p.data) == arr.ctypes.data  # contiguous: the payload is the memory
+    assert p.code == row.code
+    assert p.layout == row.layout
+    assert p.shape == (arr.shape[0], arr.shape[1] * row.per_byte)
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_writes_through_either_side_are_seen(row: TorchType) -> None:
+    arr = bits_of(row).copy()
+    t = to_torch(given(row, arr))
+    t.view(torch.uint8)[0, 0] = 1  # storage byte 1: a valid element of every type
+    assert arr.view(np.uint8)[0, 0] == 1
+    arr.view(np.uint8)[0, 1] = 0
+    assert int(t.view(torch.uint8)[0, 1]) == 0
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_payload_round_trip_shares_the_payloads_memory(row: TorchType) -> None:
+    arr = bits_of(row)
+    p = from_torch(to_torch(given(row, arr)))
+    t = to_torch(p)
+    assert t.data_ptr() == address(p.data)
+    assert tensor_bytes(t) == arr.tobytes()
+    assert tuple(t.shape) == arr.shape
+    owned = to_torch(p, copy=True)
+    assert owned.data_ptr() != t.data_ptr()
+    assert tensor_bytes(owned) == arr.tobytes()
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_from_torch_of_torch_made_tensors(row: TorchType) -> None:
+    # The bits torch itself makes (its own conversions), read as torch stores them.
+    dtype = getattr(torch, row.name)
+    if row.per_byte == 2:
+        source = torch.arange(256, dtype=torch.uint8).view(dtype)
+    else:
+        values = torch.tensor([0.0, -0.0, 1.5, -2.0, float("nan"), 3.0, 0.25, 1e-3])
+        source = (values.abs() if dtype == torch.float8_e8m0fnu else values).to(dtype)
+    p = from_torch(source)
+    assert bytes(p.data) == tensor_bytes(source)
+    back = to_torch(p)
+    assert back.dtype == dtype
+    assert tensor_bytes(back) == tensor_bytes(source)
+
+
+def test_read_only_memory_is_shared_without_a_warning() -> None:
+    # torch warns once per process about read-only memory; kiln_np swallows it where
+    # it hands such memory over (a fresh interpreter: the warning not yet spent).
+    code = (
+        "import warnings; warnings.simplefilter('error')\n"
+        "import numpy as np, kiln_np\n"
+        "from kiln_np.torch import to_torch\n"
+        "p = kiln_np.from_numpy(np.arange(4, dtype='<f4'))\n"
+        "a, b = to_torch(p), to_torch(kiln_np.to_numpy(2, bytes(8), (2,)))\n"
+        "print(a.tolist(), b.tolist(), a.data_ptr() == np.frombuffer(p.data, 'u1').ctypes.data)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("]") == ["[0.0, 1.0, 2.0, 3.0", " [0.0, 0.0", " True\n"]
+    assert done.stderr == ""
+
+
+def test_a_writable_buffer_aliases_the_tensor() -> None:
+    buf = bytearray(b"\x80\x3f\x00\xc0")
+    t = to_torch(kiln_np.to_numpy("bf16", buf, (2,)))
+    t[1] = 4.0
+    assert buf.hex() == "803f8040"
+
+
+def test_e2m1_counts_bytes_and_odd_innermost_is_shape() -> None:
+    p = kiln_np.Payload(Code.E2M1, memoryview(bytes([0x21, 0x43, 0x65, 0x87])), (2, 4))
+    t = to_torch(p)
+    assert str(t.dtype) == "torch.float4_e2m1fn_x2"
+    assert tuple(t.shape) == (2, 2)
+    assert t.view(torch.uint8).tolist() == [[0x21, 0x43], [0x65, 0x87]]
+    assert bytes(from_torch(t).data) == bytes(p.data)
+    assert from_torch(t).shape == (2, 4)
+    unpacked = kiln_np.to_numpy(*p)  # one element per byte: packed on the way (a copy)
+    assert to_torch(unpacked).view(torch.uint8).tolist() == [[0x21, 0x43], [0x65, 0x87]]
+    for shape, data in (((3,), b"\x21\x03"), ((), b"\x01"), ((2, 3), b"\x21\x43\x65")):
+        with pytest.raises(KilnError, match="expected an even innermost dimension") as info:
+            to_torch(kiln_np.Payload(Code.E2M1, memoryview(data), shape))
+        assert info.value.kind == "SHAPE"
+    # A 0-d float4_e2m1fn_x2 tensor is one byte: two elements.
+    assert from_torch(torch.tensor(0x21, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)).shape == (
+        2,
+    )
+
+
+@pytest.mark.parametrize(("code", "dtype"), [(Code.I4, ml_dtypes.int4), (Code.U4, ml_dtypes.uint4)])
+def test_int4_packed_bytes_or_values(code: Code, dtype: Any) -> None:
+    values = np.array([[1, 7, 0, 5], [3, 2, 6, 4]], dtype)
+    if code == Code.I4:
+        values = np.array([[1, -8, 0, 7], [-1, 2, -3, 4]], dtype)
+    p = kiln_np.from_numpy(values)
+    packed = to_torch(p)
+    assert packed.dtype == torch.uint8
+    assert tuple(packed.shape) == (2, 2)
+    assert packed.data_ptr() == address(p.data)
+    assert tensor_bytes(packed) == bytes(p.data)
+    exact = to_torch(p, int4="values")
+    assert exact.dtype == (torch.int8 if code == Code.I4 else torch.uint8)
+    assert exact.tolist() == values.astype(int).tolist()
+    assert to_torch(values).tolist() == packed.tolist()  # an unpacked array: packed first
+    for back in (from_torch(packed, code=code), from_torch(exact, code=code, int4="values")):
+        assert (back.code, back.shape, bytes(back.data)) == (code, (2, 4), bytes(p.data))
+    with pytest.raises(KilnError, match="expected an even innermost"):
+        to_torch(kiln_np.from_numpy(values[:, :3]))
+    odd = to_torch(kiln_np.from_numpy(values[:, :3]), int4="values")
+    assert odd.tolist() == values[:, :3].astype(int).tolist()
+
+
+def test_int4_values_out_of_range_and_wrong_dtypes_are_type() -> None:
+    with pytest.raises(KilnError, match=r"expected values -8\.\.7, found 8 at element 2") as info:
+        from_torch(torch.tensor([0, -8, 8], dtype=torch.int8), code="i4", int4="values")
+    assert (info.value.kind, info.value.index) == ("TYPE", 2)
+    with pytest.raises(KilnError, match=r"found 0x10 at element 1") as info:
+        from_torch(torch.tensor([15, 16], dtype=torch.uint8), code="u4", int4="values")
+    with pytest.raises(KilnError, match=r"expected a torch\.uint8 tensor, found torch\.int8"):
+        from_torch(torch.zeros(2, dtype=torch.int8), code="i4")
+    with pytest.raises(KilnError, match=r"expected a torch\.int8 tensor, found torch\.uint8"):
+        from_torch(torch.zeros(2, dtype=torch.uint8), code="i4", int4="values")
+    with pytest.raises(KilnError, match="int4: expected one of 'packed', 'values'"):
+        to_torch(np.zeros(2), int4="nibbles")  # type: ignore[arg-type]
+    with pytest.raises(KilnError, match="int4: expected one of 'packed', 'values'"):
+        from_torch(torch.zeros(2), int4=1)  # type: ignore[arg-type]
+
+
+def _quantized() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch 2.13 deprecates them
+        return torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)
+
+
+def _complex32() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "ComplexHalf support is experimental"
+        return torch.zeros(2, dtype=torch.complex32)
+
+
+def _zeros(name: str) -> Callable[[], torch.Tensor]:
+    return lambda: torch.zeros(2, dtype=getattr(torch, name))
+
+
+_SHELLS = ["bits8", "bits16"] + [f"{kind}{k}" for kind in ("uint", "int") for k in range(1, 8)]
+REFUSED: dict[str, tuple[Callable[[], torch.Tensor], str]] = {
+    "qint8": (_quantized, r"t\.int_repr\(\)"),
+    **{name: (_zeros(name), f"found torch\\.{name} ") for name in _SHELLS},
+    "complex32": (_complex32, r"found torch\.complex32"),
+    "sparse": (lambda: torch.zeros(2).to_sparse(), r"t\.to_dense\(\)"),
+    "meta": (lambda: torch.zeros(2, device="meta"), r"device 'meta'.*t\.cpu\(\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_tensors_are_type_at_every_door(case: str, tmp_path: Path) -> None:
+    make, pattern = REFUSED[case]
+    t = make()
+    doors: dict[str, Callable[[], object]] = {
+        "from_torch": lambda: from_torch(t),
+        "to_torch": lambda: to_torch(t),
+        "from_numpy": lambda: kiln_np.from_numpy(t),
+        "save_payload": lambda: kiln_np.save_payload(tmp_path / "p.kiln", t),
+        "save_weights": lambda: kiln_np.save_weights(
+            tmp_path / "w.safetensors", {"w": t}, format="safetensors"
+        ),
+        "describe": lambda: kiln_np.describe(t),
+    }
+    for door, call in doors.items():
+        with pytest.raises(KilnError, match=pattern) as info:
+            call()
+        assert info.value.kind == "TYPE", door
+    assert not (tmp_path / "w.safetensors").exists()
+
+
+def test_grad_conj_neg_and_strided_tensors_are_read_as_their_values() -> None:
+    x = torch.tensor([1.5, -0.0, 3.0], requires_grad=True)
+    assert bytes(from_torch(x).data) == np.array([1.5, -0.0, 3.0], "<f4").tobytes()
+    c = torch.tensor([1 + 2j, -3 - 4j], dtype=torch.complex64).conj()
+    assert np.frombuffer(from_torch(c).data, np.complex64).tolist() == [1 - 2j, -3 + 4j]
+    n = torch.tensor([1 + 2j], dtype=torch.complex64).conj().imag
+    assert n.is_neg()
+    assert np.frombuffer(from_torch(n).data, "<f4").tolist() == [-2.0]
+    base = torch.arange(24, dtype=torch.int16).view(torch.bfloat16).reshape(4, 6)
+    for view in (base.T, base[:, ::2], base[1:, 2:], base[:1].expand(3, 6)):
+        p = from_torch(view)
+        assert p.shape == tuple(view.shape)
+        assert bytes(p.data) == tensor_bytes(view)  # C order of the values seen
+    x2 = torch.arange(12, dtype=torch.uint8).reshape(3, 4).T.view(torch.float4_e2m1fn_x2)
+    assert bytes(from_torch(x2).data) == tensor_bytes(x2)
+    assert from_torch(x2).shape == (4, 6)
+
+
+def test_other_devices_say_cpu() -> None:
+    t = torch.zeros(2, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(KilnError, match=r"expected a CPU tensor, found torch\.bfloat16 of shape"):
+        from_torch(t)
+    with pytest.raises(KilnError, match=r"expected a torch\.Tensor, found ndarray"):
+        from_torch(np.zeros(2))  # type: ignore[arg-type]
+
+
+def test_code_must_be_the_dtypes() -> None:
+    t = torch.zeros(2, dtype=torch.bfloat16)
+    assert from_torch(t, code="bf16").code == Code.BF16
+    with pytest.raises(KilnError, match="expected float16 elements, found bfloat16"):
+        from_torch(t, code="f16")
+    fnuz = torch.zeros(2, dtype=torch.float8_e4m3fnuz)
+    with pytest.raises(KilnError, match=r"expected code=20242, layout=Layout\(name='onnx"):
+        from_torch(fnuz, code="u8")
+    with pytest.raises(KilnError, match="was given with code=None"):
+        from_torch(t, layout=Layout("x", 2))
+
+
+def test_opaque_blocks_travel_as_uint8_blocks() -> None:
+    layout = Layout("ggml.q8_0", 34)
+    p = kiln_np.Payload(0x4708, memoryview(bytes(range(68))), (2,), layout)
+    t = to_torch(p)
+    assert t.dtype == torch.uint8
+    assert tuple(t.shape) == (2, 34)
+    back = from_torch(t, code=0x4708, layout=layout)
+    assert (back.code, back.shape, back.layout, bytes(back.data)) == (
+        0x4708,
+        (2,),
+        layout,
+        bytes(range(68)),
+    )
+
+
+def test_non_native_byte_order_and_array_likes() -> None:
+    big = np.array([1.0, -0.0], ">f4")
+    assert tensor_bytes(to_torch(big)) == big.astype("<f4").tobytes()
+    assert to_torch([1, 2, 3]).tolist() == [1, 2, 3]
+    with pytest.raises(KilnError, match="TYPE"):
+        to_torch(np.zeros(2, ml_dtypes.int2))  # no torch dtype, no Kiln code
+
+
+def test_doors_take_torch_tensors(tmp_path: Path) -> None:
+    bf16 = torch.tensor([1.0, -2.0, float("nan")], dtype=torch.bfloat16)
+    f32 = torch.tensor([1.0, -0.0])
+    p = kiln_np.from_numpy(bf16)
+    assert (p.code, bytes(p.data)) == (Code.BF16, tensor_bytes(bf16))
+    assert kiln_np.from_numpy(f32).code == Code.F32  # as before, and now documented
+    kiln_np.save_payload(tmp_path / "b.kiln", bf16)
+    assert (tmp_path / "b.kiln").read_bytes() == tensor_bytes(bf16)
+    kiln_np.save_payload(tmp_path / "s.kiln", [bf16[:2], bf16[2:]], code="bf16", shape=(3,))
+    assert (tmp_path / "s.kiln").read_bytes() == tensor_bytes(bf16)
+    assert kiln_np.describe(bf16).nan == 1
+    path = tmp_path / "w.gguf"
+    kiln_np.save_weights(path, {"b": bf16, "f": f32}, format="gguf")
+    with kiln_np.open_weights(path) as w:
+        assert tensor_bytes(to_torch(w["b"])) == tensor_bytes(bf16)
+
+
+def test_weight_tensors_are_views_of_the_map(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    kiln_np.save_weights(path, {"w": np.arange(6, dtype="<f4")}, format="safetensors")
+    with kiln_np.open_weights(path) as w:
+        p = w["w"].payload()
+        t = to_torch(w["w"])
+        assert t.data_ptr() == address(p.data)
+        assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+# -- safetensors' own torch loader and writer as the oracle -------------------------
+
+
+def _oracle_tensors() -> dict[str, torch.Tensor]:
+    """A tensor of every dtype safetensors holds (all of the table but complex128)."""
+    rows = (row for row in TORCH_TYPES if row.name != "complex128")
+    return {row.name: to_torch(given(row, bits_of(row))) for row in rows}
+
+
+def test_safetensors_torch_reads_what_kiln_np_writes_from_torch(tmp_path: Path) -> None:
+    tensors = _oracle_tensors()
+    path = tmp_path / "k.safetensors"
+    kiln_np.save_weights(path, tensors, format="safetensors")
+    loaded = safetensors.torch.load_file(path)
+    assert sorted(loaded) == sorted(tensors)
+    for name, t in tensors.items():
+        assert loaded[name].dtype == t.dtype, name
+        assert tuple(loaded[name].shape) == tuple(t.shape), name
+        assert tensor_bytes(loaded[name]) == tensor_bytes(t), name
+
+
+def test_kiln_np_reads_what_safetensors_torch_writes(tmp_path: Path) -> None:
+    tensors = _oracle_tensors()
+    path = tmp_path / "s.safetensors"
+    safetensors.torch.save_file(tensors, path)
+    with kiln_np.open_weights(path) as w:
+        for name, t in tensors.items():
+            back = to_torch(w[name])
+            assert back.dtype == t.dtype, name
+            assert tuple(back.shape) == tuple(t.shape), name
+            assert tensor_bytes(back) == tensor_bytes(t), name
+
+
+def test_interop_md_table_is_the_torch_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "interop.md").read_text()
+    block = text.split("<!-- torch-table")[1].split("<!-- /torch-table -->")[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    expected = []
+    for row in TORCH_TYPES:
+        if row.layout is None:
+            kiln = f"{row.code} {kiln_np.dtype_info(row.code).name}"
+        else:
+            kiln = f"foreign 0x{row.code:04x} `{row.layout.name}`"
+        per_byte = "" if row.per_byte == 1 else f" {row.per_byte}"
+        expected.append(f"| `{row.name}` | {kiln} | `{row.dtype.name}` |{per_byte} |")
+    assert rows == expected
+
+
+def test_gguf_quantize_and_pack_nibbles_take_tensors() -> None:
+    import kiln_np.gguf
+
+    values = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    for t in (torch.from_numpy(values), torch.from_numpy(values).to(torch.bfloat16)):
+        expected = kiln_np.gguf.quantize(tensor_bytes_as_array(t), "q8_0")
+        assert bytes(kiln_np.gguf.quantize(t, "q8_0").data) == bytes(expected.data)
+    nibbles = torch.tensor([1, 2, 3], dtype=torch.uint8)
+    assert kiln_np.pack_nibbles(nibbles).tobytes().hex(" ") == "21 03"
+    with pytest.raises(KilnError, match=r"t\.cpu"):
+        kiln_np.pack_nibbles(torch.zeros(2, dtype=torch.uint8, device="meta"))
+
+
+def tensor_bytes_as_array(t: torch.Tensor) -> np.ndarray:
+    """The tensor as numpy by hand: a same-size view, then the ml_dtypes type."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
