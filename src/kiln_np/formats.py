@@ -74,6 +74,12 @@ from kiln_np.safetensors import open_safetensors, save_safetensors
 from kiln_np.safetensors._reader import looks_like_safetensors
 from kiln_np.safetensors._types import INDEX_SUFFIX
 from kiln_np.safetensors._writer import save_safetensors_paths
+from kiln_np.zarr import (
+    open_zarr_format,
+    save_zarr_format,
+    save_zarr_format_paths,
+    zarr_group_path,
+)
 
 __all__ = [
     "FORMATS",
@@ -299,6 +305,9 @@ def _gguf_paths(
 
 FORMATS: tuple[WeightFormat, ...] = (
     WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln, _kiln_paths, True),
+    WeightFormat(
+        "zarr", zarr_group_path, open_zarr_format, save_zarr_format, save_zarr_format_paths, True
+    ),
     WeightFormat(
         "safetensors",
         _safetensors_path,
