@@ -98,7 +98,8 @@ def test_a_group_reads_zero_copy(group: tuple[Path, dict[str, Any]]) -> None:
     path, _ = group
     with kiln_np.open_weights(path) as w:
         t = w["closed/bf16"]
-        assert t.path is not None and t.path.endswith(os.path.join("closed", "bf16", "c", "0", "0"))
+        assert t.path is not None
+        assert t.path.endswith(os.path.join("closed", "bf16", "c", "0", "0"))
 
 
 def test_zarr_python_reads_every_array_without_importing_kiln_np(
@@ -127,7 +128,7 @@ def test_zarr_python_reads_every_array_without_importing_kiln_np(
     )
     found = json.loads(done.stdout)
     for name, value in tensors.items():
-        dtype, shape, hexed = found[name]
+        dtype, _shape, hexed = found[name]
         if isinstance(value, kiln_np.Payload):  # foreign and opaque: the blocks' bytes
             assert bytes.fromhex(hexed) == bytes(value.data), name
         else:  # an ml_dtypes 4-bit array holds one element per byte, as the array here
@@ -282,13 +283,14 @@ def test_nan_fill_values_keep_their_bits(row: Any) -> None:
     if not np.isnan(float(scalar_from_bits(row, other))):
         other = row.nan
     written = fill_to_json(row, scalar_from_bits(row, other))
-    assert isinstance(written, str) and int(written, 16) == other
+    assert isinstance(written, str)
+    assert int(written, 16) == other
     assert scalar_bits(row, fill_from_json(row, written)) == other
 
 
 def test_fill_values_through_zarr(tmp_path: Path) -> None:
     nan = scalar_from_bits(kiln_np.zarr.ZARR_TYPES_BY_NAME["bfloat16"], 0x7FC5)
-    a = zarr.create_array(tmp_path / "a", shape=(2,), dtype=ml_dtypes.bfloat16, fill_value=nan)
+    zarr.create_array(tmp_path / "a", shape=(2,), dtype=ml_dtypes.bfloat16, fill_value=nan)
     doc = json.loads((tmp_path / "a" / "zarr.json").read_text())
     assert doc["fill_value"] == "0x7fc5"
     assert zarr.open_array(tmp_path / "a")[...].view(np.uint16).tolist() == [0x7FC5, 0x7FC5]
