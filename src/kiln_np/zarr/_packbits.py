@@ -255,14 +255,17 @@ def encode_packbits(values: np.ndarray, config: PackBitsConfig) -> np.ndarray:
     body = out[1:] if config.padding == "start_byte" else out[:size]
     if config.padding != "none":
         out[0 if config.padding == "start_byte" else -1] = pad
-    if plan.n_bits < 8:
+    four = plan.whole and plan.n_bits == 4
+    if plan.n_bits < 8 and not four:  # the nibble kernel checks as it packs, in one pass
         bad = nibbles.first_above(storage, (1 << plan.n_bits) - 1)
         if bad >= 0:
             raise _storage_error(plan.row, storage, bad, plan.n_bits)
-    if not plan.whole:
+    if four:
+        bad = nibbles.pack_into(storage, body)
+        if bad >= 0:
+            raise _storage_error(plan.row, storage, bad, plan.n_bits)
+    elif not plan.whole:
         _encode_range(storage, plan, body)
-    elif plan.n_bits == 4:
-        nibbles.pack_into(storage, body, checked=True)
     elif plan.n_bits == 2:
         subbyte.pack2_into(storage, body)
     elif plan.n_bits == 6:
