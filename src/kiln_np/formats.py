@@ -4,10 +4,10 @@ on it, :func:`open_weights` and :func:`save_weights`.
 :func:`open_weights` recognises a weight file from its content and returns a
 :class:`~kiln_np.Weights`, a read-only mapping of names to
 :class:`~kiln_np.WeightTensor` in file order; :func:`save_weights` writes any
-mapping of names to payloads, arrays or such tensors as safetensors, GGUF or a
-Kiln payload directory.  Each format lives in its own package or module
-(``kiln_np.kilndir``, ``kiln_np.safetensors``, ``kiln_np.gguf``,
-``kiln_np.onnx``), which imports the kit of ``kiln_np._weights`` and never this
+mapping of names to payloads, arrays or such tensors as safetensors, GGUF, a
+Kiln payload directory or a Zarr v3 group.  Each format lives in its own package
+or module (``kiln_np.kilndir``, ``kiln_np.safetensors``, ``kiln_np.gguf``,
+``kiln_np.onnx``, ``kiln_np.zarr``), which imports the kit of ``kiln_np._weights`` and never this
 module: the table is the one place that names them all.
 
 Recognising a format
@@ -16,13 +16,14 @@ The rows of :data:`FORMATS` are tried in order, the first that fits opens it:
 
 1. ``kiln``: a directory holding ``manifest.json``, or that file itself: a Kiln
    payload directory;
-2. ``safetensors``: a directory holding one ``*.safetensors.index.json``, or
+2. ``zarr``: a directory holding a Zarr v3 group's ``zarr.json``, or that file;
+3. ``safetensors``: a directory holding one ``*.safetensors.index.json``, or
    such an index file itself: a sharded checkpoint; or a file whose first 8
    bytes are a little-endian size of at most 100 MB and at most the rest of
    the file, followed by ``{``;
-3. ``gguf``: a file starting with ``GGUF`` (the first file of a split opens
+4. ``gguf``: a file starting with ``GGUF`` (the first file of a split opens
    the whole split);
-4. ``onnx``: a file that parses as a binary ONNX ``ModelProto``.  Protobuf has
+5. ``onnx``: a file that parses as a binary ONNX ``ModelProto``.  Protobuf has
    no magic, so this comes last, and only for a file whose first byte is
    ``0x08`` (the tag of ``ir_version``, field 1, which every ONNX writer puts
    first).
