@@ -27,6 +27,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
@@ -82,7 +83,7 @@ def packbits_rows(elements: int, rounds: int) -> list[list[object]]:
     packed = kiln_np.pack_nibbles(values)
     config = PackBitsConfig()
     u4 = values.dtype
-    functions = {
+    functions: dict[str, Callable[[], object]] = {
         "copy": lambda: np.copy(values),
         "encode": lambda: encode_packbits(values, config),
         "pack": lambda: kiln_np.pack_nibbles(values),

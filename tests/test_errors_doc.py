@@ -1174,7 +1174,7 @@ def _zarr_unreadable(doc: dict[str, Any], path: Path) -> None:
 def _zarr_big_endian_bf16() -> Any:
     import dataclasses
 
-    big = dataclasses.replace(kiln_np.zarr.DATA_TYPES["bfloat16"](), endianness="big")
+    big = dataclasses.replace(kiln_np.zarr.DATA_TYPES["bfloat16"](), endianness="big")  # type: ignore[call-arg]
     return big.to_native_dtype()
 
 

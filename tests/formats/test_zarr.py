@@ -38,10 +38,12 @@ def _random(dtype: Any, shape: tuple[int, ...], bits: int) -> np.ndarray:
     dtype = np.dtype(dtype)
     n = int(np.prod(shape))
     if bits < 8:
-        return RNG.integers(0, 1 << bits, n, dtype=np.uint8).view(dtype).reshape(shape)
+        out: np.ndarray = RNG.integers(0, 1 << bits, n, dtype=np.uint8).view(dtype)
+        return out.reshape(shape)
     if dtype == np.bool_:
-        return RNG.integers(0, 2, n).astype(bool).reshape(shape)
-    raw = RNG.integers(0, 256, n * dtype.itemsize, dtype=np.uint8)
+        flags: np.ndarray = RNG.integers(0, 2, n).astype(bool)
+        return flags.reshape(shape)
+    raw: np.ndarray = RNG.integers(0, 256, n * dtype.itemsize, dtype=np.uint8)
     return raw.view(dtype).reshape(shape)
 
 
@@ -414,3 +416,39 @@ def test_save_paths_are_what_save_writes(tmp_path: Path) -> None:
     kiln_np.save_weights(tmp_path / "g", tensors, format="zarr")
     written = sorted(str(p) for p in (tmp_path / "g").rglob("*") if p.is_file())
     assert sorted(listed) == written
+
+
+def _type_rows() -> list[str]:
+    rows = []
+    for t in ZARR_TYPES:
+        if t.code is None:
+            kiln = "none"
+        elif t.layout is None:
+            kiln = f"{t.code} ({kiln_np.dtype_info(t.code).name})"
+        else:
+            kiln = f"0x{t.code:04x} `{t.layout.name}`"
+        nan = f"`0x{t.nan:0{2 * t.dtype.itemsize}x}`" if t.nan is not None else "-"
+        spec = t.dtype_spec.removeprefix("ml_dtypes.")
+        source = "kiln_np" if t.plugin else "zarr"
+        inf = "yes" if t.infinity else "no"
+        rows.append(f"| `{t.name}` | {source} | `{spec}` | {t.bits} | {kiln} | {nan} | {inf} |")
+    return rows
+
+
+def test_the_docs_table_is_the_data() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "interop.md").read_text()
+    table = doc.split("<!-- zarr-types")[1].split("<!-- /zarr-types -->")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert rows[1:] == _type_rows()  # after the header
+
+
+def test_every_plugin_type_has_its_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    from kiln_np.zarr import DATA_TYPES
+
+    ours = [e for e in entry_points(group="zarr.data_type") if e.value.startswith("kiln_np.")]
+    assert {e.name: e.load() for e in ours} == DATA_TYPES
+    assert {e.value for e in entry_points(group="zarr.codecs", name="packbits")} == {
+        "kiln_np.zarr._plugin:PackBits"
+    }

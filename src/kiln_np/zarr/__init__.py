@@ -16,50 +16,23 @@ Two halves:
 
 Data types
 ----------
-<!-- zarr-types: generated from ZARR_TYPES; tests/formats/test_zarr.py checks it -->
+:data:`ZARR_TYPES` is the table, one row per type: the ``data_type`` name, the
+numpy/ml_dtypes type, bits, the Kiln code (a closed code or a foreign type's
+opaque code and layout, or none) and the bits ``"NaN"`` stands for; docs/interop.md
+shows it (a test checks that copy).  zarr's core types are rows too; kiln_np
+registers the rest: ``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2``,
+``float8_e8m0fnu``, ``int4``, ``uint4``, ``float4_e2m1fn`` (Kiln's closed codes),
+``float8_e4m3fnuz``, ``float8_e5m2fnuz``, ``int2``, ``uint2``, ``float6_e2m3fn``,
+``float6_e3m2fn`` (Kiln's foreign types) and ``float8_e4m3``, ``float8_e3m4``,
+``float8_e4m3b11fnuz`` (no Kiln element: zarr reads them, a ``Weights`` cannot
+hold them).
 
-=================== ================= ===== ==================== =================
-``data_type``       numpy / ml_dtypes bits  Kiln                 fill ``"NaN"``
-=================== ================= ===== ==================== =================
-float64             float64           64    1 (f64)              0x7ff8000000000000
-float32             float32           32    2 (f32)              0x7fc00000
-float16             float16           16    3 (f16)              0x7e00
-bool                bool              8     7 (bool)             -
-int8                int8              8     8 (i8)               -
-uint8               uint8             8     9 (u8)               -
-int16               int16             16    10 (i16)             -
-uint16              uint16            16    11 (u16)             -
-int32               int32             32    12 (i32)             -
-uint32              uint32            32    13 (u32)             -
-int64               int64             64    14 (i64)             -
-uint64              uint64            64    15 (u64)             -
-complex64           complex64         64    0x4f0e onnx.complex64  -
-complex128          complex128        128   0x4f0f onnx.complex128 -
-bfloat16            bfloat16          16    4 (bf16)             0x7fc0
-float8_e4m3fn       float8_e4m3fn     8     5 (f8e4m3)           0x7f
-float8_e5m2         float8_e5m2       8     6 (f8e5m2)           0x7e
-float8_e8m0fnu      float8_e8m0fnu    8     19 (e8m0)            0xff
-int4                int4              4     16 (i4)              -
-uint4               uint4             4     17 (u4)              -
-float4_e2m1fn       float4_e2m1fn     4     18 (e2m1)            -
-float8_e4m3fnuz     float8_e4m3fnuz   8     0x4f12 onnx.float8e4m3fnuz 0x80
-float8_e5m2fnuz     float8_e5m2fnuz   8     0x4f14 onnx.float8e5m2fnuz 0x80
-int2                int2              2     0x4f1a onnx.int2     -
-uint2               uint2             2     0x4f19 onnx.uint2    -
-float6_e2m3fn       float6_e2m3fn     6     0x4f1b onnx.float6e2m3 -
-float6_e3m2fn       float6_e3m2fn     6     0x4f1c onnx.float6e3m2 -
-float8_e4m3         float8_e4m3       8     (none)               0x7c
-float8_e3m4         float8_e3m4       8     (none)               0x78
-float8_e4m3b11fnuz  float8_e4m3b11fnuz 8    (none)               0x80
-=================== ================= ===== ==================== =================
-
-The first 14 are zarr's core types; kiln_np registers the rest.  ``float8_e4m3fn``
-(Kiln's f8e4m3, OCP E4M3, torch's ``float8_e4m3fn``) is not yet in the registry:
-its name is the one the registry's original proposal listed (zarr-extensions
-pull request 3) and ml_dtypes, LLVM and zarrs use.  Should the registry adopt
-another name, that name becomes this row's, and the reader keeps accepting
-``float8_e4m3fn`` as an alias.  ``float8_e4m3`` is a different type (IEEE-like,
-with infinities): kiln_np never writes Kiln's f8e4m3 as it.
+``float8_e4m3fn`` (Kiln's f8e4m3, OCP E4M3, torch's ``float8_e4m3fn``) is not yet in
+the registry: its name is the one the registry's original proposal listed
+(zarr-extensions pull request 3) and ml_dtypes, LLVM and zarrs use.  Should the
+registry adopt another name, that name becomes this row's, and the reader keeps
+accepting ``float8_e4m3fn`` as an alias.  ``float8_e4m3`` is a different type
+(IEEE-like, with infinities): kiln_np never writes Kiln's f8e4m3 as it.
 
 Fill values keep their bits: a NaN is written as its hex bits (``"0x7fc1"``),
 infinities by name, other floats as JSON numbers (``kiln_np.zarr._values``).
