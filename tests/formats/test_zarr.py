@@ -44,7 +44,8 @@ def _random(dtype: Any, shape: tuple[int, ...], bits: int) -> np.ndarray:
         flags: np.ndarray = RNG.integers(0, 2, n).astype(bool)
         return flags.reshape(shape)
     raw: np.ndarray = RNG.integers(0, 256, n * dtype.itemsize, dtype=np.uint8)
-    return raw.view(dtype).reshape(shape)
+    values: np.ndarray = raw.view(dtype).reshape(shape)
+    return values
 
 
 def _every_tensor() -> dict[str, Any]:
@@ -452,3 +453,23 @@ def test_every_plugin_type_has_its_entry_point() -> None:
     assert {e.value for e in entry_points(group="zarr.codecs", name="packbits")} == {
         "kiln_np.zarr._plugin:PackBits"
     }
+
+
+def test_kiln_np_never_imports_zarr_for_its_own_groups(group: tuple[Path, dict[str, Any]]) -> None:
+    path, _ = group
+    code = (
+        "import sys, kiln_np, kiln_np.zarr, numpy as np\n"
+        "assert not {'zarr', 'numcodecs'} & set(sys.modules)\n"
+        "kiln_np.zarr.save_zarr(sys.argv[2], {'w': np.zeros(3, np.float32)})\n"
+        "with kiln_np.open_weights(sys.argv[1]) as w:\n"
+        "    [bytes(t.payload().data) for t in w.values()]\n"
+        "print(sorted({'zarr', 'numcodecs', 'google_crc32c'} & set(sys.modules)))\n"
+    )
+    out = path.parent / "fresh.zarr"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["[]"]
