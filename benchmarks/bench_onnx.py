@@ -61,7 +61,7 @@ from _common import (
 
 from kiln_np import onnx as ko
 from kiln_np._kernels import backend as _backend
-from kiln_np.onnx import _subbyte
+from kiln_np._kernels import subbyte as _subbyte
 
 CASES = (ko.DataType.INT4, ko.DataType.UINT2, ko.DataType.FLOAT6E2M3)
 T = TypeVar("T")

@@ -37,6 +37,7 @@ import kiln_np
 import kiln_np.gguf as kg
 import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
+import kiln_np.zarr
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
 from kiln_np._schemes.bnb import NF4
@@ -1263,6 +1264,247 @@ TORCH: list[Entry] = [
     ),
 ]
 
+
+def _zarr_group(
+    edit: Callable[[dict[str, Any], Path], None], tensor: Any = None, name: str = "w"
+) -> Any:
+    """A Zarr group kiln_np wrote of one tensor, its array's ``zarr.json`` edited, opened."""
+    path = _scratch() / "g.zarr"
+    value = np.arange(6, dtype=np.float32).reshape(2, 3) if tensor is None else tensor
+    kiln_np.save_weights(path, {name: value}, format="zarr")
+    doc_path = path / name / "zarr.json"
+    doc = json.loads(doc_path.read_text())
+    edit(doc, path)
+    doc_path.write_text(json.dumps(doc))
+    return kiln_np.open_weights(path)
+
+
+def _zarr_root(edit: Callable[[dict[str, Any]], None]) -> Any:
+    path = _scratch() / "g.zarr"
+    kiln_np.save_weights(path, {"w": np.zeros(2, np.uint8)}, format="zarr")
+    doc = json.loads((path / "zarr.json").read_text())
+    edit(doc)
+    (path / "zarr.json").write_text(json.dumps(doc))
+    return kiln_np.zarr.open_zarr(path)
+
+
+def _zarr_symlink_chunk() -> Any:
+    def edit(doc: dict[str, Any], path: Path) -> None:
+        chunk = path / "w" / "c" / "0" / "0"
+        chunk.unlink()
+        chunk.symlink_to(path / "zarr.json")
+
+    return _zarr_group(edit)
+
+
+def _zarr_padding_byte(doc: dict[str, Any], path: Path) -> None:
+    doc["codecs"] = [{"name": "packbits", "configuration": {"padding_encoding": "end_byte"}}]
+
+
+def _zarr_shard_lie() -> Any:
+    def edit(doc: dict[str, Any], path: Path) -> None:
+        chunk = path / "w" / "c" / "0" / "0"
+        data = bytearray(chunk.read_bytes())
+        data[-16] ^= 1
+        chunk.write_bytes(bytes(data))
+
+    return _zarr_group(edit, np.zeros((4096, 2304), ml_dtypes.bfloat16))
+
+
+def _zarr_huge(doc: dict[str, Any], path: Path) -> None:
+    grid = {"name": "regular", "configuration": {"chunk_shape": [1, 1]}}
+    doc.update(shape=[2**20, 2**20], chunk_grid=grid)
+
+
+def _zarr_without_zarr() -> Any:
+    saved = sys.modules.get("zarr")
+    sys.modules["zarr"] = None  # type: ignore[assignment]  # import zarr -> ImportError
+    try:
+        return _zarr_group(
+            lambda doc, path: doc.update(
+                codecs=[{"name": "bytes", "configuration": {"endian": "big"}}]
+            )
+        )
+    finally:
+        if saved is not None:
+            sys.modules["zarr"] = saved
+
+
+def _zarr_unreadable(doc: dict[str, Any], path: Path) -> None:
+    doc["codecs"] = [
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "zstd", "configuration": {"level": 0, "checksum": False}},
+    ]
+
+
+def _zarr_big_endian_bf16() -> Any:
+    import dataclasses
+
+    big = dataclasses.replace(kiln_np.zarr.DATA_TYPES["bfloat16"](), endianness="big")  # type: ignore[call-arg]
+    return big.to_native_dtype()
+
+
+def _packbits(**config: Any) -> Any:
+    return kiln_np.zarr.packbits_config(config)
+
+
+def _pb_decode(data: bytes, count: int, padding: str = "none") -> Any:
+    config = kiln_np.zarr.PackBitsConfig(padding)
+    return kiln_np.zarr.decode_packbits(
+        np.frombuffer(data, np.uint8), np.dtype(ml_dtypes.uint4), count, config
+    )
+
+
+def _zarr_fill(name: str, value: Any) -> Any:
+    from kiln_np.zarr._values import fill_from_json
+
+    return fill_from_json(kiln_np.zarr.ZARR_TYPES_BY_NAME[name], value)
+
+
+ZARR: list[Entry] = [
+    (
+        "kiln_np.zarr.packbits_config",
+        "a bit index that is no integer",
+        lambda: _packbits(first_bit=1.5),
+    ),
+    (
+        "kiln_np.zarr.packbits_config",
+        "a configuration that is no object",
+        lambda: kiln_np.zarr.packbits_config([1]),
+    ),
+    ("kiln_np.zarr.packbits_config", "an unknown key", lambda: _packbits(bits=4)),
+    (
+        "kiln_np.zarr.packbits_config",
+        "both spellings of the bit range",
+        lambda: _packbits(first_bit=0, end_bit=3),
+    ),
+    (
+        "kiln_np.zarr.packbits_config",
+        "an unknown padding_encoding",
+        lambda: _packbits(padding_encoding="middle"),
+    ),
+    (
+        "kiln_np.zarr.packbits_config",
+        "last_bit below first_bit",
+        lambda: _packbits(start_bit=3, end_bit=1),
+    ),
+    (
+        "kiln_np.zarr.encode_packbits",
+        "a non-numeric dtype",
+        lambda: kiln_np.zarr.encode_packbits(np.array(["a"]), kiln_np.zarr.PackBitsConfig()),
+    ),
+    (
+        "kiln_np.zarr.encode_packbits",
+        "a bit range outside the type",
+        lambda: kiln_np.zarr.encode_packbits(
+            np.zeros(2, ml_dtypes.uint4), kiln_np.zarr.PackBitsConfig(last_bit=4)
+        ),
+    ),
+    (
+        "kiln_np.zarr.encode_packbits",
+        "a bool byte that is not 0 or 1",
+        lambda: kiln_np.zarr.encode_packbits(
+            np.array([0, 2], np.uint8).view(bool), kiln_np.zarr.PackBitsConfig()
+        ),
+    ),
+    ("kiln_np.zarr.decode_packbits", "one byte short", lambda: _pb_decode(b"\x21", 3)),
+    (
+        "kiln_np.zarr.decode_packbits",
+        "a padding byte that is not the padding",
+        lambda: _pb_decode(b"\x03\x21\x03", 3, "start_byte"),
+    ),
+    ("kiln_np.zarr.decode_packbits", "nonzero padding bits", lambda: _pb_decode(b"\x21\x13", 3)),
+    (
+        "kiln_np.zarr.PackBits.from_dict",
+        "another codec's object",
+        lambda: kiln_np.zarr.PackBits.from_dict({"name": "bytes"}),
+    ),
+    (
+        "kiln_np.zarr.DATA_TYPES['bfloat16']",
+        "big-endian (as a bytes codec would ask)",
+        _zarr_big_endian_bf16,
+    ),
+    ("kiln_np.zarr fill values", "an integer out of range", lambda: _zarr_fill("int4", 8)),
+    (
+        "kiln_np.zarr fill values",
+        "a name the type has no value for",
+        lambda: _zarr_fill("float8_e4m3fn", "Infinity"),
+    ),
+    (
+        "open_weights (zarr)",
+        "a root zarr.json that is no group",
+        lambda: _zarr_root(lambda doc: doc.update(node_type="array")),
+    ),
+    (
+        "open_weights (zarr)",
+        "tensors in the root's attributes not a list of str",
+        lambda: _zarr_root(lambda doc: doc["attributes"]["kiln_np"].update(tensors=[1])),
+    ),
+    (
+        "open_weights (zarr)",
+        "a listed tensor that is no node path",
+        lambda: _zarr_root(lambda doc: doc["attributes"]["kiln_np"].update(tensors=["../w"])),
+    ),
+    (
+        "open_weights (zarr)",
+        "an array document with a bad shape",
+        lambda: _zarr_group(lambda doc, path: doc.update(shape="x")),
+    ),
+    (
+        "open_weights (zarr)",
+        "a data type with no Kiln code",
+        lambda: _zarr_group(lambda doc, path: doc.update(data_type="float8_e4m3", attributes={})),
+    ),
+    (
+        "open_weights (zarr)",
+        "a shape that lies (chunk file too short)",
+        lambda: _zarr_group(
+            lambda doc, path: doc.update(
+                shape=[2, 4],
+                chunk_grid={"name": "regular", "configuration": {"chunk_shape": [2, 4]}},
+            )
+        ),
+    ),
+    ("open_weights (zarr)", "a chunk file that is a symlink", _zarr_symlink_chunk),
+    (
+        "open_weights (zarr)",
+        "a packbits chunk of the wrong size",
+        lambda: _zarr_group(_zarr_padding_byte, np.zeros(3, ml_dtypes.uint4)),
+    ),
+    ("open_weights (zarr)", "a shard index that lies", _zarr_shard_lie),
+    (
+        "open_weights (zarr)",
+        "a huge shape over a few stored bytes",
+        lambda: _zarr_group(_zarr_huge),
+    ),
+    ("open_weights (zarr)", "another layout, without zarr-python", _zarr_without_zarr),
+    (
+        "open_weights (zarr)",
+        "another layout zarr-python cannot read",
+        lambda: _zarr_group(_zarr_unreadable),
+    ),
+    (
+        "save_weights (zarr)",
+        "a name that is no node path",
+        lambda: kiln_np.save_weights(_scratch() / "g", {"a//b": np.zeros(1)}, format="zarr"),
+    ),
+    (
+        "save_weights (zarr)",
+        "a tensor named as another's group",
+        lambda: kiln_np.save_weights(
+            _scratch() / "g", {"a": np.zeros(1), "a/b": np.zeros(1)}, format="zarr"
+        ),
+    ),
+    (
+        "save_weights (zarr)",
+        "max_shard_size",
+        lambda: kiln_np.save_weights(
+            _scratch() / "g", {"a": np.zeros(1)}, format="zarr", max_shard_size=1
+        ),
+    ),
+]
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -1279,6 +1521,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Quantization schemes: int4 (GPTQ, AWQ, compressed-tensors pack-quantized)", INT4),
     ("Quantization schemes: bitsandbytes NF4/FP4", BNB),
     ("torch (`kiln_np.torch`, and torch tensors at every door)", TORCH),
+    ("Zarr v3 (`kiln_np.zarr`)", ZARR),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -45,6 +45,7 @@ FLOORS: dict[str, int] = {
     "safetensors": 5,
     "gguf": 5,
     "kilndir": 5,
+    "zarr": 5,
     "formats": 6,
     "mx": 7,
     "_explore": 8,
@@ -59,7 +60,11 @@ LAZY_THIRD_PARTY = frozenset(
     {"onnx", "google", "matplotlib", "dask", "distributed", "torch", "zarr", "fsspec", "aiohttp"}
 )
 TOP_THIRD_PARTY = frozenset({"numpy"})
-DOORS: dict[str, frozenset[str]] = {"dask": frozenset({"dask"}), "torch": frozenset({"torch"})}
+DOORS: dict[str, frozenset[str]] = {
+    "dask": frozenset({"dask"}),
+    "torch": frozenset({"torch"}),
+    "zarr": frozenset({"zarr"}),
+}
 """Optional doors: a leaf unit that exists to meet one optional dependency
 imports it at its top (nothing below imports the door)."""
 ML_DTYPES_ACCESSOR = ("_core/table.py", "load_ml_dtypes")

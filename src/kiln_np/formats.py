@@ -4,10 +4,10 @@ on it, :func:`open_weights` and :func:`save_weights`.
 :func:`open_weights` recognises a weight file from its content and returns a
 :class:`~kiln_np.Weights`, a read-only mapping of names to
 :class:`~kiln_np.WeightTensor` in file order; :func:`save_weights` writes any
-mapping of names to payloads, arrays or such tensors as safetensors, GGUF or a
-Kiln payload directory.  Each format lives in its own package or module
-(``kiln_np.kilndir``, ``kiln_np.safetensors``, ``kiln_np.gguf``,
-``kiln_np.onnx``), which imports the kit of ``kiln_np._weights`` and never this
+mapping of names to payloads, arrays or such tensors as safetensors, GGUF, a
+Kiln payload directory or a Zarr v3 group.  Each format lives in its own package
+or module (``kiln_np.kilndir``, ``kiln_np.safetensors``, ``kiln_np.gguf``,
+``kiln_np.onnx``, ``kiln_np.zarr``), which imports the kit of ``kiln_np._weights`` and never this
 module: the table is the one place that names them all.
 
 Recognising a format
@@ -16,13 +16,14 @@ The rows of :data:`FORMATS` are tried in order, the first that fits opens it:
 
 1. ``kiln``: a directory holding ``manifest.json``, or that file itself: a Kiln
    payload directory;
-2. ``safetensors``: a directory holding one ``*.safetensors.index.json``, or
+2. ``zarr``: a directory holding a Zarr v3 group's ``zarr.json``, or that file;
+3. ``safetensors``: a directory holding one ``*.safetensors.index.json``, or
    such an index file itself: a sharded checkpoint; or a file whose first 8
    bytes are a little-endian size of at most 100 MB and at most the rest of
    the file, followed by ``{``;
-3. ``gguf``: a file starting with ``GGUF`` (the first file of a split opens
+4. ``gguf``: a file starting with ``GGUF`` (the first file of a split opens
    the whole split);
-4. ``onnx``: a file that parses as a binary ONNX ``ModelProto``.  Protobuf has
+5. ``onnx``: a file that parses as a binary ONNX ``ModelProto``.  Protobuf has
    no magic, so this comes last, and only for a file whose first byte is
    ``0x08`` (the tag of ``ir_version``, field 1, which every ONNX writer puts
    first).
@@ -46,7 +47,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from kiln_np._codec import Payload
 from kiln_np._core.checks import check_path, set_module, show_value, written_path
@@ -58,11 +59,12 @@ from kiln_np._weights.policy import QuantizePolicy, as_policy
 from kiln_np._weights.remote import is_url
 from kiln_np._weights.sources import (
     Dequantize,
+    KeptTensor,
     Progress,
     blocks_refused,
     dequantize_code,
     ggml_blocks,
-    tensor_sources,
+    quantize_kept,
 )
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
@@ -75,6 +77,12 @@ from kiln_np.safetensors import open_safetensors, save_safetensors
 from kiln_np.safetensors._reader import looks_like_safetensors
 from kiln_np.safetensors._types import INDEX_SUFFIX
 from kiln_np.safetensors._writer import save_safetensors_paths
+from kiln_np.zarr import (
+    open_zarr_format,
+    save_zarr_format,
+    save_zarr_format_paths,
+    zarr_group_path,
+)
 
 __all__ = [
     "FORMATS",
@@ -300,6 +308,9 @@ def _gguf_paths(
 
 FORMATS: tuple[WeightFormat, ...] = (
     WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln, _kiln_paths, True),
+    WeightFormat(
+        "zarr", zarr_group_path, open_zarr_format, save_zarr_format, save_zarr_format_paths, True
+    ),
     WeightFormat(
         "safetensors",
         _safetensors_path,
@@ -693,47 +704,6 @@ def save_weights_paths(
     paths = row.paths(target, tensors, max_shard_size, dequantize, policy)
     config = plain_config(target, tensors, row.name, max_shard_size, dequantize)
     return paths if config is None else [*paths, config[0]]
-
-
-class KeptTensor(NamedTuple):
-    """A tensor that keeps its type although a quantize policy named it (or named
-    nothing for it): its ``name``, the ``type`` it keeps (``"f32"``, ``"i32"``,
-    ``"ggml.q8_0"``: what ``kiln-np ls`` shows as ``kiln``) and the ``reason``."""
-
-    name: str
-    type: str
-    reason: str
-
-
-def quantize_kept(tensors: Mapping[str, Any], quantize: Quantize) -> list[KeptTensor]:
-    """Every tensor of ``tensors`` that ``save_weights(..., quantize=quantize)``
-    writes with its own type although the policy named it (or named nothing for
-    it, having no default), in order, with the reason; nothing is written.
-
-    Raises
-    ------
-    KilnError
-        TYPE for a malformed ``quantize``, and what ``save_weights`` refuses of
-        the tensors themselves.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> tensors = {"w": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
-    ...            "ids": np.arange(64, dtype=np.int32).reshape(2, 32)}
-    >>> for kept in quantize_kept(tensors, "q8_0"):
-    ...     print(kept.name, kept.type, "-", kept.reason)
-    norm f32 - a 1-D tensor: Q8_0 quantizes rows of two dims or more
-    ids i32 - i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors
-    """
-    policy = as_policy(quantize)
-    if policy is None:
-        return []
-    return [
-        KeptTensor(s.name, s.info.layout.name if s.info.layout else s.info.element.name, s.kept)
-        for s in tensor_sources(tensors, quantize=policy)
-        if s.kept is not None
-    ]
 
 
 def check_blocks(

@@ -26,7 +26,7 @@ from kiln_np import onnx as ko
 from kiln_np._kernels import backend as _backend
 from kiln_np._kernels import native as _kernels
 from kiln_np._kernels import pool as _pool
-from kiln_np.onnx import _subbyte
+from kiln_np._kernels import subbyte as _subbyte
 
 Unpack = Callable[[np.ndarray, np.ndarray, int], None]
 Pack = Callable[[np.ndarray, np.ndarray], None]

@@ -47,7 +47,7 @@ import io
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -74,12 +74,14 @@ __all__ = [
     "DEQUANTIZE_TYPES",
     "Dequantize",
     "Dequantized",
+    "KeptTensor",
     "Progress",
     "Quantized",
     "TensorSource",
     "blocks_refused",
     "dequantize_code",
     "ggml_blocks",
+    "quantize_kept",
     "sha256_file",
     "tensor_sources",
 ]
@@ -647,3 +649,46 @@ def _foreign_array(value: object) -> str | None:
         "arrays and torch tensors; pass a numpy array, np.asarray(x) (a JAX array of an "
         "ml_dtypes type converts bit for bit: docs/interop.md)"
     )
+
+
+class KeptTensor(NamedTuple):
+    """A tensor that keeps its type although a quantize policy named it (or named
+    nothing for it): its ``name``, the ``type`` it keeps (``"f32"``, ``"i32"``,
+    ``"ggml.q8_0"``: what ``kiln-np ls`` shows as ``kiln``) and the ``reason``."""
+
+    name: str
+    type: str
+    reason: str
+
+
+def quantize_kept(
+    tensors: Mapping[str, Any], quantize: QuantizePolicy | str | None
+) -> list[KeptTensor]:
+    """Every tensor of ``tensors`` that ``save_weights(..., quantize=quantize)``
+    writes with its own type although the policy named it (or named nothing for
+    it, having no default), in order, with the reason; nothing is written.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a malformed ``quantize``, and what ``save_weights`` refuses of
+        the tensors themselves.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensors = {"w": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
+    ...            "ids": np.arange(64, dtype=np.int32).reshape(2, 32)}
+    >>> for kept in quantize_kept(tensors, "q8_0"):
+    ...     print(kept.name, kept.type, "-", kept.reason)
+    norm f32 - a 1-D tensor: Q8_0 quantizes rows of two dims or more
+    ids i32 - i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors
+    """
+    policy = as_policy(quantize)
+    if policy is None:
+        return []
+    return [
+        KeptTensor(s.name, s.info.layout.name if s.info.layout else s.info.element.name, s.kept)
+        for s in tensor_sources(tensors, quantize=policy)
+        if s.kept is not None
+    ]

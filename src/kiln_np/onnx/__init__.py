@@ -86,7 +86,7 @@ Modules
 -------
 ``_types`` (the table), ``_raw`` (``raw_data`` and the Kiln bridge),
 ``_fields`` (typed fields and STRING), ``_proto`` (protos, models, external
-data), ``_subbyte`` (the 2- and 6-bit kernels), ``_weights`` (a model file
+data), ``_weights`` (a model file
 as ``kiln_np.Weights``, for ``kiln_np.open_weights``).  The functions that take
 bytes and field values need only numpy and ml_dtypes; the ones that take
 ``onnx.TensorProto``/``ModelProto`` import ``onnx`` when called

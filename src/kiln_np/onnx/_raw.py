@@ -21,8 +21,8 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Layout
 from kiln_np._kernels import nibbles, pool
+from kiln_np._kernels import subbyte as _subbyte
 
-from . import _subbyte
 from ._types import DataType, RawType, raw_type, row_for_dtype, type_for_kiln
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Vectorized 2-bit and 6-bit pack/unpack kernels for ONNX ``raw_data``.
+"""Vectorized 2-bit and 6-bit pack/unpack kernels (ONNX ``raw_data``, Zarr ``packbits``).
 
 Wire rules (ONNX data-type table):
 
