@@ -108,12 +108,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.end_headers()
+        # counted before the bytes go out: a client that has them may look at once
         if body and data:
-            self.wfile.write(data)
             self.owner.count(self.path, len(data), self.command, self.headers.get("Range"))
         elif not body:
             self.owner.count(self.path, 0, self.command, None)
+        self.end_headers()
+        if body and data:
+            self.wfile.write(data)
 
     def _answer(self, body: bool) -> None:
         owner, mode = self.owner, self.owner.mode
