@@ -77,12 +77,7 @@ from kiln_np.safetensors import open_safetensors, save_safetensors
 from kiln_np.safetensors._reader import looks_like_safetensors
 from kiln_np.safetensors._types import INDEX_SUFFIX
 from kiln_np.safetensors._writer import save_safetensors_paths
-from kiln_np.zarr import (
-    open_zarr_format,
-    save_zarr_format,
-    save_zarr_format_paths,
-    zarr_group_path,
-)
+from kiln_np.zarr import open_zarr, save_zarr, save_zarr_paths, zarr_group_path
 
 __all__ = [
     "FORMATS",
@@ -205,28 +200,60 @@ def _open_onnx(path: str, verify: bool) -> Weights:
     return open_model_weights(path)
 
 
-def _save_kiln(
-    path: str,
-    tensors: Mapping[str, Any],
-    metadata: Mapping[str, Any] | None,
-    max_shard_size: int | None,
-    progress: Progress | None,
-    dequantize: Dequantize,
-    quantize: Quantize,
-) -> list[str]:
-    if max_shard_size is not None:
-        raise KilnError(
-            "TYPE", "expected max_shard_size only for safetensors or GGUF, found it for 'kiln'"
+class _Directory:
+    """The ``save`` and ``paths`` doors of a format written as one directory
+    (``kiln``, ``zarr``): its own writer and path list, no shards."""
+
+    def __init__(
+        self,
+        name: str,
+        save: Callable[..., None],
+        paths: Callable[[str, Mapping[str, Any]], list[str]],
+    ) -> None:
+        self.name, self._save, self._paths = name, save, paths
+
+    def _no_shards(self, max_shard_size: int | None) -> None:
+        if max_shard_size is not None:
+            raise KilnError(
+                "TYPE",
+                f"expected max_shard_size only for safetensors or GGUF, found it for {self.name!r}",
+            )
+
+    def save(
+        self,
+        path: str,
+        tensors: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None,
+        max_shard_size: int | None,
+        progress: Progress | None,
+        dequantize: Dequantize,
+        quantize: Quantize,
+    ) -> list[str]:
+        self._no_shards(max_shard_size)
+        self._save(
+            path,
+            tensors,
+            metadata=metadata,
+            progress=progress,
+            dequantize=dequantize,
+            quantize=quantize,
         )
-    save_kiln(
-        path,
-        tensors,
-        metadata=metadata,
-        progress=progress,
-        dequantize=dequantize,
-        quantize=quantize,
-    )
-    return [path]
+        return [path]
+
+    def paths(
+        self,
+        path: str,
+        tensors: Mapping[str, Any],
+        max_shard_size: int | None,
+        dequantize: Dequantize,
+        quantize: Quantize,
+    ) -> list[str]:
+        self._no_shards(max_shard_size)
+        return self._paths(path, tensors)
+
+
+_KILN = _Directory("kiln", save_kiln, save_kiln_paths)
+_ZARR = _Directory("zarr", save_zarr, save_zarr_paths)
 
 
 def _save_safetensors(
@@ -271,16 +298,6 @@ def _save_gguf(
     )
 
 
-def _kiln_paths(
-    path: str,
-    tensors: Mapping[str, Any],
-    max_shard_size: int | None,
-    dequantize: Dequantize,
-    quantize: Quantize,
-) -> list[str]:
-    return save_kiln_paths(path, tensors)
-
-
 def _safetensors_paths(
     path: str,
     tensors: Mapping[str, Any],
@@ -307,10 +324,8 @@ def _gguf_paths(
 
 
 FORMATS: tuple[WeightFormat, ...] = (
-    WeightFormat("kiln", _kiln_path, open_kiln, _save_kiln, _kiln_paths, True),
-    WeightFormat(
-        "zarr", zarr_group_path, open_zarr_format, save_zarr_format, save_zarr_format_paths, True
-    ),
+    WeightFormat("kiln", _kiln_path, open_kiln, _KILN.save, _KILN.paths, True),
+    WeightFormat("zarr", zarr_group_path, open_zarr, _ZARR.save, _ZARR.paths, True),
     WeightFormat(
         "safetensors",
         _safetensors_path,

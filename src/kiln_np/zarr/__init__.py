@@ -74,7 +74,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._formats import open_zarr_format, save_zarr_format, save_zarr_format_paths
 from ._group import ZARR_JSON, open_zarr, save_zarr, save_zarr_paths, zarr_group_path
 from ._layout import CHUNK_BYTES
 from ._packbits import PackBitsConfig, decode_packbits, encode_packbits, packbits_config
@@ -95,11 +94,8 @@ __all__ = [
     "decode_packbits",
     "encode_packbits",
     "open_zarr",
-    "open_zarr_format",
     "packbits_config",
     "save_zarr",
-    "save_zarr_format",
-    "save_zarr_format_paths",
     "save_zarr_paths",
     "zarr_group_path",
 ]
