@@ -28,6 +28,7 @@ from ._kernels.nibbles import pack_nibbles, unpack_nibbles
 from ._version import __version__
 
 if _typing.TYPE_CHECKING:
+    from ._convert.policy import QuantizePolicy
     from ._explore import (
         Comparison,
         Description,
@@ -43,7 +44,6 @@ if _typing.TYPE_CHECKING:
     )
     from ._explore.report import report
     from ._weights.logical import LogicalTensor
-    from ._weights.policy import QuantizePolicy
     from ._weights.tensors import WeightTensor
     from ._weights.weights import Weights
     from .formats import open_weights, save_weights
@@ -69,7 +69,7 @@ _LAZY = {
     "Weights": "._weights.weights",
     "LogicalTensor": "._weights.logical",
     "WeightTensor": "._weights.tensors",
-    "QuantizePolicy": "._weights.policy",
+    "QuantizePolicy": "._convert.policy",
     **dict.fromkeys(("open_weights", "save_weights"), ".formats"),
 }
 

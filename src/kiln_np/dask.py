@@ -8,8 +8,9 @@ quantized ones as their values; :func:`to_payload` writes a dask array's
 chunks in parallel, each to its own byte range of one file.
 
 :func:`convert` writes a sharded safetensors checkpoint with one task per
-output shard, byte-identical to :func:`kiln_np.save_weights` (the same shard
-plan, ``kiln_np.safetensors._writer.shard_plan``); :func:`describe` computes
+output shard, byte-identical to :func:`kiln_np.save_weights` (it executes the
+same conversion plan, :func:`run_plan`, each shard as the format's row writes
+it); :func:`describe` computes
 the statistics of every tensor with one task per tensor, equal to
 :func:`kiln_np.describe`.  Without a client both run on dask's local threaded
 scheduler.
@@ -46,6 +47,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._codec import from_numpy
+from ._convert.plan import Plan, sharded_writer
+from ._convert.row import Sharded
+from ._convert.sources import Dequantize, tensor_sources
 from ._core.checks import U8, check_offset, check_path, set_module, show_value, written_path
 from ._core.errors import KilnError
 from ._core.payload import PayloadInfo, payload_info
@@ -56,22 +60,14 @@ from ._files.io import TEMP_SUFFIX, building_directory, replacing, write_all
 from ._files.payload import LazyPayload
 from ._quants.decode import block_of
 from ._weights.logical import LogicalTensor
-from ._weights.sources import Dequantize, tensor_sources
 from ._weights.tensors import WeightTensor
 from ._weights.weights import Weights
-from .formats import open_weights, plain_config
-from .safetensors._writer import (
-    Shard,
-    checkpoint_files,
-    shard_plan,
-    write_index,
-    write_shard,
-)
+from .formats import open_weights, plan_weights
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["convert", "describe", "from_payload", "from_weights", "to_payload"]
+__all__ = ["convert", "describe", "from_payload", "from_weights", "run_plan", "to_payload"]
 
 
 @set_module("kiln_np.dask")
@@ -487,17 +483,23 @@ def _run(jobs: list[Any], client: Client | None, kind: str) -> list[Any]:
 
 
 class _ShardJob:
-    """One task of :func:`convert`: write one planned shard (its tensors travel by
+    """One task of :func:`run_plan`: write one planned shard (its tensors travel by
     reference and are reopened on the worker)."""
 
     def __init__(
-        self, shard: Shard, tensors: dict[str, WeightTensor], dequantize: Dequantize, to: str
+        self,
+        sharded: Sharded,
+        shard: Any,
+        tensors: dict[str, WeightTensor],
+        dequantize: Dequantize,
+        to: str,
     ) -> None:
-        self.shard, self.tensors, self.dequantize, self.to = shard, tensors, dequantize, to
+        self.sharded, self.shard, self.tensors = sharded, shard, tensors
+        self.dequantize, self.to = dequantize, to
 
     def __call__(self) -> str:
         sources = tensor_sources(self.tensors, dequantize=self.dequantize)
-        return write_shard(self.shard, {s.name: s for s in sources}, self.to)
+        return self.sharded.write(self.shard, {s.name: s for s in sources}, self.to)
 
 
 @set_module("kiln_np.dask")
@@ -605,30 +607,66 @@ def _convert(
     patterns = (include,) if isinstance(include, str) else tuple(include)
     excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
     view = weights.select(*patterns, exclude=excluded) if patterns or excluded else weights
-    sources = tensor_sources(view, dequantize=dequantize)
-    plan = shard_plan(sources, max_shard_size, metadata=metadata)
-    config = plain_config(target, view, "safetensors", max_shard_size, dequantize)
-    with building_directory(target, checkpoint_files) as tmp:
+    plan = plan_weights(
+        target,
+        view,
+        format="safetensors",
+        metadata=metadata,
+        max_shard_size=max_shard_size,
+        dequantize=dequantize,
+        distributed=True,
+    )
+    return run_plan(plan, view, client=client)
+
+
+@set_module("kiln_np.dask")
+def run_plan(plan: Plan, tensors: Mapping[str, Any], *, client: Client | None = None) -> list[str]:
+    """Execute a conversion plan (``kiln_np.formats.plan_weights``) of weight-file
+    ``tensors`` one task per output shard, as the format's row writes a shard
+    (:attr:`~kiln_np._convert.row.WeightFormat.sharded`); byte-identical to
+    :func:`kiln_np.save_weights` of the same plan.  :func:`convert` documents the
+    rest.
+
+    Raises
+    ------
+    KilnError
+        TYPE (``kiln-np convert --scheduler``: USAGE) for a plan whose format does
+        not write shards a task at a time, or that has no ``max_shard_size``.
+
+    Examples
+    --------
+    >>> from kiln_np.formats import plan_weights
+    >>> plan = plan_weights("m.gguf", {"a": np.zeros(2, "<f4")}, format="gguf")
+    >>> try:
+    ...     run_plan(plan, {})
+    ... except KilnError as e:
+    ...     print(e.message[:60])
+    expected a plan of a sharded safetensors checkpoint, one tas
+    """
+    sharded = sharded_writer(plan)
+    assert plan.max_shard_size is not None  # sharded_writer refuses a plan without it
+    shards = sharded.plan(plan.sources, plan.max_shard_size, plan.metadata)
+    with building_directory(plan.target, sharded.owned) as tmp:
         jobs = [
-            _ShardJob(shard, {n: view[n] for n in shard.tensors}, dequantize, tmp)
-            for shard in plan.shards
+            _ShardJob(sharded, shard, {n: tensors[n] for n in shard.tensors}, plan.dequantize, tmp)
+            for shard in shards.shards
         ]
         _run(jobs, client, "shard")
-        _sweep(plan.shards, tmp)
-        write_index(plan, tmp)
-        if config is not None:
-            with open(os.path.join(tmp, os.path.basename(config[0])), "xb") as f:
-                f.write(config[1])
-    return [target]
+        _sweep([shard.name for shard in shards.shards], tmp)
+        sharded.finish(shards, tmp)
+        for where, body in plan.extras:
+            with open(os.path.join(tmp, os.path.basename(where)), "xb") as f:
+                f.write(body)
+    return [plan.target]
 
 
-def _sweep(shards: tuple[Shard, ...], directory: str) -> None:
+def _sweep(names: list[str], directory: str) -> None:
     """Remove a ``NAME.part`` that a task whose worker died (or one the scheduler
     gave up on while it still ran) left in ``directory`` beside its retried
     task's whole ``NAME``, before the directory is swapped in."""
-    for shard in shards:
+    for name in names:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(directory, shard.name + TEMP_SUFFIX))
+            os.unlink(os.path.join(directory, name + TEMP_SUFFIX))
 
 
 class _StatsJob:

@@ -30,9 +30,13 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from kiln_np._convert.plan import execute, plan_conversion
+from kiln_np._convert.policy import QuantizePolicy
+from kiln_np._convert.row import WeightFormat
+from kiln_np._convert.sources import Dequantize, Progress, TensorSource, sha256_file
 from kiln_np._core.checks import check_path, check_regular_file, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
@@ -46,8 +50,6 @@ from kiln_np._weights.metadata import (
     encode_metadata,
     read_json,
 )
-from kiln_np._weights.policy import QuantizePolicy
-from kiln_np._weights.sources import Dequantize, Progress, sha256_file, tensor_sources
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -55,12 +57,15 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
+    "FORMAT",
     "MANIFEST",
     "MAX_MANIFEST_BYTES",
+    "kiln_paths",
     "open_kiln",
     "payload_file_name",
     "save_kiln",
     "save_kiln_paths",
+    "write_kiln",
 ]
 
 MANIFEST = "manifest.json"
@@ -272,6 +277,24 @@ def payload_file_name(index: int, name: str) -> str:
     return f"{index:04d}_{cleaned[:100]}.kiln"
 
 
+def kiln_paths(
+    path: str, sources: Sequence[TensorSource], *, max_shard_size: int | None = None
+) -> list[str]:
+    """The files :func:`write_kiln` will write into the directory ``path`` for these
+    sources, in order, absolute, without writing anything: each payload file, then
+    the manifest.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kiln_np._convert.sources import tensor_sources
+    >>> sources = tensor_sources({"a/b": np.zeros(1), "c": np.zeros(1)})
+    >>> [os.path.basename(p) for p in kiln_paths("/w", sources)]
+    ['0000_a_b.kiln', '0001_c.kiln', 'manifest.json']
+    """
+    return save_kiln_paths(path, [s.name for s in sources])
+
+
 def save_kiln_paths(path: str | os.PathLike[str], names: Iterable[str]) -> list[str]:
     """The files :func:`save_kiln` will write into the directory ``path`` for
     tensors of these names, in order, absolute, without writing anything: each
@@ -285,6 +308,18 @@ def save_kiln_paths(path: str | os.PathLike[str], names: Iterable[str]) -> list[
     target = written_path(check_path(path))
     files = [payload_file_name(i, name) for i, name in enumerate(names)]
     return [os.path.join(target, file) for file in [*files, MANIFEST]]
+
+
+def _recognise(path: str, head: bytes | None, size: int) -> str | None:
+    if head is None:
+        return path if os.path.lexists(os.path.join(path, MANIFEST)) else None
+    return os.path.dirname(path) if os.path.basename(path) == MANIFEST else None
+
+
+def _open(
+    path: str, *, verify: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> Weights:
+    return open_kiln(path, verify)
 
 
 def save_kiln(
@@ -343,8 +378,34 @@ def save_kiln(
     >>> import shutil; shutil.rmtree(os.path.dirname(d))
     """
     target = written_path(check_path(path))
-    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
-    source_format = tensors.format if isinstance(tensors, Weights) else None
+    plan = plan_conversion(
+        tensors, target, FORMAT, metadata=metadata, dequantize=dequantize, quantize=quantize
+    )
+    execute(plan, progress=progress)
+
+
+def write_kiln(
+    path: str,
+    sources: Sequence[TensorSource],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    source_format: str | None = None,
+    max_shard_size: int | None = None,
+    progress: Progress | None = None,
+) -> list[str]:
+    """Write checked sources as a Kiln payload directory at the absolute ``path``
+    (the kiln row's ``save``; :func:`save_kiln` documents the rest), recording
+    ``source_format``; returns ``[path]``.
+
+    >>> import tempfile, numpy as np
+    >>> from kiln_np._convert.sources import tensor_sources
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = os.path.join(tmp, "w")
+    ...     write_kiln(out, tensor_sources({"a": np.zeros(2, np.uint8)})) == [out]
+    True
+    """
+    assert max_shard_size is None  # the plan refuses it: the row has no shards
+    target = path
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)
     head = json.dumps(
@@ -397,6 +458,7 @@ def save_kiln(
         _check_manifest(text)
         with open(os.path.join(tmp, MANIFEST), "x", encoding="utf-8") as f:
             f.write(text)
+    return [target]
 
 
 def _check_manifest(text: str) -> None:
@@ -421,3 +483,17 @@ def _hash_later(pool: ThreadPoolExecutor, path: str) -> Callable[[], str]:
     except RuntimeError:
         digest = sha256_file(path)
         return lambda: digest
+
+
+FORMAT = WeightFormat(
+    "kiln",
+    _recognise,
+    _open,
+    write_kiln,
+    kiln_paths,
+    folder=True,
+    holds_blocks=True,
+    carries=lambda metadata: True,
+)
+"""The Kiln payload directory: a directory holding ``manifest.json``, or that file;
+any metadata is carried, with its types."""

@@ -108,8 +108,8 @@ def test_the_format_comes_from_the_suffix_or_from_to(
     status, out, err = run_main(capsys, "convert", "m.gguf", "weights", "--dequantize", "f32")
     assert (status, out) == (2, "")
     assert err == (
-        "kiln-np: USAGE: cannot tell the format to write from 'weights' (only *.safetensors "
-        "and *.gguf say it): pass --to safetensors, gguf or kiln\n"
+        "kiln-np: USAGE: cannot tell the format to write from 'weights' (only *.zarr, "
+        "*.safetensors and *.gguf say it): pass --to kiln, zarr, safetensors or gguf\n"
     )
     assert not os.path.exists("weights")
     assert (

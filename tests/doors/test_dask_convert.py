@@ -7,6 +7,7 @@ an interrupted run, ``kiln-np convert --scheduler``; from_weights and describe."
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -30,7 +31,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 import kiln_np
 import kiln_np.dask as kd
 from kiln_np import KilnError
-from kiln_np.safetensors import _writer, save_safetensors
+from kiln_np.safetensors import save_safetensors
 
 SHARD = 9_000_000  # one 2048x2048 bf16 weight (8 MiB) per shard, with its norm
 FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
@@ -283,14 +284,20 @@ def test_a_stale_attempts_part_file_is_not_swapped_in(
 ) -> None:
     # an attempt the scheduler gave up on that still wrote after its retry finished
     src, reference = checkpoint
-    whole = _writer.write_shard
+    row = next(r for r in kiln_np.formats.FORMATS if r.name == "safetensors")
+    assert row.sharded is not None
+    whole = row.sharded.write
 
     def write_then_stale(*args: Any, **kwargs: Any) -> str:
         path = whole(*args, **kwargs)
         Path(path + ".part").write_bytes(b"half a shard")
         return path
 
-    monkeypatch.setattr("kiln_np.dask.write_shard", write_then_stale)
+    stale = dataclasses.replace(
+        row, sharded=dataclasses.replace(row.sharded, write=write_then_stale)
+    )
+    rows = tuple(stale if r is row else r for r in kiln_np.formats.FORMATS)
+    monkeypatch.setattr(kiln_np.formats, "FORMATS", rows)
     kd.convert(src, tmp_path / "bf16", max_shard_size=SHARD, dequantize="bf16")
     assert _files(tmp_path / "bf16") == reference
     assert _leftovers(tmp_path) == []

@@ -22,10 +22,11 @@ import pytest
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload
+from kiln_np._convert import sources
+from kiln_np._convert.plan import CLI, PYTHON
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
-from kiln_np._weights import sources
-from kiln_np.formats import check_blocks, save_weights_paths
+from kiln_np.formats import plan_weights, save_weights_paths
 from kiln_np.gguf import dequantize
 
 GOLDEN = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "dequantize.npz")
@@ -203,6 +204,14 @@ def test_a_type_with_no_decoder_keeps_its_bytes_or_says_why(tmp_path: Path) -> N
     for option in ("dequantize", "--dequantize"):
         with pytest.raises(KilnError, match=f"{option} cannot turn them into numbers"):
             check_blocks(tensors, format="safetensors", dequantize="f16", option=option)
+
+
+def check_blocks(
+    tensors: Any, *, format: str, dequantize: str | None = None, option: str = "dequantize"
+) -> None:
+    """The plan's one check of GGML blocks a format cannot hold, as ``option`` spells it."""
+    spelling = CLI if option.startswith("-") else PYTHON
+    plan_weights("out", tensors, format=format, dequantize=dequantize, spelling=spelling)
 
 
 def test_check_blocks_spells_the_option_as_asked(mixed: kiln_np.Weights) -> None:

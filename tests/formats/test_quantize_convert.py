@@ -27,10 +27,10 @@ import pytest
 
 import kiln_np
 from kiln_np import KilnError, Payload, QuantizePolicy
+from kiln_np._convert import sources
+from kiln_np._convert.policy import decide
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
-from kiln_np._weights import sources
-from kiln_np._weights.policy import decide
 from kiln_np.formats import KeptTensor, quantize_kept, save_weights_paths
 from kiln_np.gguf import dequantize, quantize, read_gguf
 
@@ -451,7 +451,7 @@ def test_a_kiln_directory_takes_the_blocks(tmp_path: Path) -> None:
 def test_safetensors_refuses_quantize_before_writing(tmp_path: Path) -> None:
     out = tmp_path / "o.safetensors"
     message = (
-        r"^TYPE: expected quantize only for a format that holds GGML blocks \(gguf, kiln\), "
+        r"^TYPE: expected quantize only for a format that holds GGML blocks \(gguf, kiln, zarr\), "
         r"found quantize='Q8_0' for 'safetensors'$"
     )
     with pytest.raises(KilnError, match=message):

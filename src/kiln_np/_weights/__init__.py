@@ -20,7 +20,7 @@ payload_info(...).with_offset(offset), mapped_file, format_dtype)`` and returns
 ``Weights(tensors, format=..., metadata=..., path=..., files=[...],
 opener=...)``, where ``opener`` is its own function that opens ``path`` again
 (what a ``Weights`` pickles as); to write, it turns the caller's mapping into
-:class:`~kiln_np._weights.sources.TensorSource` items with ``tensor_sources``
+:class:`~kiln_np._convert.sources.TensorSource` items with ``tensor_sources``
 (every tensor checked before anything is written), writes a file through
 ``kiln_np._files.io.replacing`` or a directory through
 ``kiln_np._files.io.building_directory``, and copies each payload with

@@ -12,26 +12,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from kiln_np import formats
+from kiln_np._convert.plan import (
+    CLI,
+    OptionsError,
+    Plan,
+    Step,
+    carried_metadata,
+    execute,
+)
+from kiln_np._convert.row import WeightFormat
+from kiln_np._convert.sources import DEQUANTIZE_TYPES
 from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._explore.report import input_files
 from kiln_np._weights.logical import LogicalTensor
-from kiln_np._weights.policy import QuantizePolicy
-from kiln_np._weights.sources import DEQUANTIZE_TYPES, tensor_sources
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
-from kiln_np.formats import (
-    FORMATS,
-    check_blocks,
-    open_weights,
-    save_weights,
-    save_weights_paths,
-)
 
 from .args import json_flag, parse_size, subparser
 from .errors import CliError, file_error
@@ -70,7 +71,7 @@ def open_weights_file(path: str) -> Weights:
     """:func:`kiln_np.open_weights`, an ``OSError`` as FILE naming the user's own
     spelling of the path, or the shard the error is about."""
     try:
-        return open_weights(path)
+        return formats.open_weights(path)
     except OSError as exc:
         named = path if exc.filename in (None, os.path.abspath(path)) else exc.filename
         raise file_error("read", named, exc) from exc
@@ -84,13 +85,10 @@ def save_weights_file(
     *,
     format: str,
     metadata: Mapping[str, Any] | None,
-    max_shard_size: int | None = None,
-    dequantize: str | None = None,
-    quantize: QuantizePolicy | None = None,
 ) -> list[str]:
     """:func:`kiln_np.save_weights` with a progress bar ``label`` over the
     payload bytes, an ``OSError`` as FILE naming ``path``; returns the paths
-    written, spelled as ``path`` is (GGUF splits beside it).
+    written, spelled as ``path`` is.
 
     Examples
     --------
@@ -103,27 +101,8 @@ def save_weights_file(
     ...     written == [out], sorted(os.listdir(out))
     (True, ['0000_b.kiln', 'manifest.json'])
     """
-    with Progress(max(total_bytes, 1), label) as bar:
-        try:
-            written = save_weights(
-                path,
-                tensors,
-                format=format,
-                metadata=metadata,
-                max_shard_size=max_shard_size,
-                progress=bar.advance,
-                dequantize=dequantize,
-                quantize=quantize,
-            )
-        except OSError as exc:
-            raise file_error("write", path, exc) from exc
-        bar.advance(bar.total - bar.done)
-    given = os.fspath(path)
-    folder = os.path.dirname(given)
-    return [
-        given if p == written_path(given) else os.path.join(folder, os.path.basename(p))
-        for p in written
-    ]
+    plan = formats.plan_weights(path, tensors, format=format, metadata=metadata)
+    return _execute(plan, os.fspath(path), label, total_bytes)
 
 
 def select_args(parser: argparse.ArgumentParser) -> None:
@@ -306,21 +285,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _carried_metadata(weights: Weights, to: str) -> Mapping[str, Any] | None:
-    """The source's metadata when the target format can hold it, else None."""
-    metadata = weights.metadata
-    if to in ("kiln", weights.format):
-        return metadata
-    all_text = all(isinstance(v, str) for v in metadata.values())
-    if to == "gguf" and getattr(metadata, "types", None) is not None:
-        return metadata
-    return metadata if all_text else None
-
-
-def _refuse_replacing(dst: str, splits: bool) -> None:
+def _refuse_replacing(dst: str, row: WeightFormat, sharded: bool) -> None:
     """FILE when ``convert`` would replace what is there (unless ``--force``):
-    DST itself, a file or a directory that is not empty, and with GGUF splits
-    any ``STEM-NNNNN-of-NNNNN.gguf`` beside it, whatever their count."""
+    DST itself, a file or a directory that is not empty, and when writing shards
+    what the format's row says they replace (a GGUF's splits of its name)."""
     force = "pass --force to replace"
     try:
         if os.path.isdir(dst):
@@ -330,86 +298,46 @@ def _refuse_replacing(dst: str, splits: bool) -> None:
         elif os.path.exists(dst):
             what = f"a file of {os.stat(dst).st_size} bytes"
             raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
-        if splits:
-            folder, name = os.path.split(dst)
-            stem = re.escape(name.removesuffix(".gguf"))
-            found = sorted(
-                f
-                for f in os.listdir(folder or os.curdir)
-                if re.fullmatch(rf"{stem}-\d{{5}}-of-\d{{5}}\.gguf", f)
-            )
-            if found:
-                shown = ", ".join(repr(os.path.join(folder, f)) for f in found[:3])
-                shown += ", ..." if len(found) > 3 else ""
-                raise CliError(
-                    "FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them"
-                )
     except OSError:
         return  # unreadable or gone meanwhile: writing will say so
+    found = row.replaces(dst) if sharded and row.replaces is not None else []
+    if found:
+        shown = ", ".join(repr(f) for f in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise CliError("FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them")
 
 
-_SUFFIXES = {".safetensors": "safetensors", ".gguf": "gguf"}
-"""The format ``convert`` writes when ``--to`` is not given, by DST's suffix."""
+def _writers() -> list[WeightFormat]:
+    """The rows of the format table that write: ``--to``'s choices."""
+    return [row for row in formats.FORMATS if row.save is not None]
 
 
-def _target_format(args: argparse.Namespace) -> str:
-    """``--to``, or the format DST's suffix names; USAGE when it names none.
+def _target_format(args: argparse.Namespace) -> WeightFormat:
+    """The row of ``--to``, or of the format DST's suffix names; USAGE when it names none.
 
     Examples
     --------
-    >>> _target_format(argparse.Namespace(to=None, dst="out.safetensors"))
-    'safetensors'
+    >>> _target_format(argparse.Namespace(to=None, dst="out.zarr/")).name
+    'zarr'
     """
+    rows = _writers()
     if args.to is not None:
-        return str(args.to)
+        return next(row for row in rows if row.name == args.to)
     suffix = os.path.splitext(args.dst.rstrip("/" + os.sep))[1]
-    if suffix in _SUFFIXES:
-        return _SUFFIXES[suffix]
+    for row in rows:
+        if suffix and suffix in row.suffixes:
+            return row
+    suffixes = [f"*{s}" for row in rows for s in row.suffixes]
+    spelled = ", ".join(suffixes[:-1]) + f" and {suffixes[-1]}"
+    names = [row.name for row in rows]
     raise CliError(
         "USAGE",
-        f"cannot tell the format to write from {args.dst!r} (only *.safetensors and *.gguf "
-        "say it): pass --to safetensors, gguf or kiln",
+        f"cannot tell the format to write from {args.dst!r} (only {spelled} say it): pass "
+        f"--to {', '.join(names[:-1])} or {names[-1]}",
     )
 
 
-def _policy(args: argparse.Namespace, to: str) -> QuantizePolicy | None:
-    """``--quantize`` parsed (TYPE naming the entry when malformed); USAGE with
-    ``--dequantize`` or for a format that holds no GGML blocks."""
-    if args.quantize is None:
-        return None
-    if args.dequantize is not None:
-        raise CliError(
-            "USAGE",
-            "pass --quantize or --dequantize, not both: kiln_np does not requantize GGML "
-            "blocks (with --quantize they keep their type)",
-        )
-    row = next(f for f in FORMATS if f.name == to)
-    if not row.holds_blocks:
-        raise CliError(
-            "USAGE",
-            f"--quantize writes GGML blocks, which {to} cannot hold: convert to gguf or kiln",
-        )
-    return QuantizePolicy.parse(args.quantize)
-
-
-def _refuse_scheduler(args: argparse.Namespace, to: str) -> None:
-    """USAGE for ``--scheduler`` without a sharded safetensors target: the
-    distributed conversion writes one task per shard."""
-    if args.scheduler is None:
-        return
-    if to != "safetensors" or args.max_shard_size is None:
-        found = f"--to {to}" + ("" if args.max_shard_size is None else " --max-shard-size")
-        raise CliError(
-            "USAGE",
-            "--scheduler writes a sharded safetensors checkpoint, one task per shard: pass "
-            f"--to safetensors and --max-shard-size SIZE (found {found})",
-        )
-
-
-def _save_on_cluster(
-    args: argparse.Namespace, chosen: Weights, metadata: Mapping[str, Any] | None
-) -> list[str]:
-    """``kiln_np.dask.convert`` on the cluster of ``--scheduler`` (a
+def _save_on_cluster(args: argparse.Namespace, plan: Plan, chosen: Weights) -> list[str]:
+    """The plan executed a shard per task on the cluster of ``--scheduler`` (a
     ``distributed`` scheduler's address); FILE when it cannot be reached."""
     # kiln_np.dask (and dask) load only for --scheduler: the extra is optional.
     door = importlib.import_module("kiln_np.dask")
@@ -423,109 +351,182 @@ def _save_on_cluster(
         ) from exc
     with client:
         try:
-            door.convert(
-                chosen,
-                args.dst,
-                max_shard_size=args.max_shard_size,
-                dequantize=args.dequantize,
-                metadata=metadata,
-                client=client,
-            )
+            door.run_plan(plan, chosen, client=client)
         except OSError as exc:
             raise file_error("write", args.dst, exc) from exc
     return [args.dst]
 
 
+def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: WeightFormat) -> Plan:
+    """The conversion's plan (its refusals about the options as USAGE)."""
+    try:
+        plan = formats.plan_weights(
+            args.dst,
+            chosen,
+            format=row.name,
+            metadata=carried_metadata(weights, row),
+            max_shard_size=args.max_shard_size,
+            dequantize=args.dequantize,
+            quantize=args.quantize,
+            spelling=CLI,
+            distributed=args.scheduler is not None,
+        )
+    except OptionsError as exc:
+        raise CliError("USAGE", exc.usage) from None
+    return plan
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
-    limit = args.max_shard_size
-    to = _target_format(args)
-    dequantize = args.dequantize
-    policy = _policy(args, to)
-    _refuse_scheduler(args, to)
+    row = _target_format(args)
     with open_weights_file(args.src) as stored:
-        weights = stored if dequantize is None else logical_view(stored, args, args.src)
+        weights = stored if args.dequantize is None else logical_view(stored, args, args.src)
         chosen = select_tensors(weights, args, args.src, logical=False)
         selection = selection_record(args, len(chosen), len(weights))
         inputs = weights_inputs(weights)
         refuse_overwrite(args.dst, inputs)
-        check_blocks(chosen, format=to, dequantize=dequantize, option="--dequantize")
-        outputs = save_weights_paths(
-            args.dst,
-            chosen,
-            format=to,
-            max_shard_size=limit,
-            dequantize=dequantize,
-            quantize=policy,
-        )
-        refuse_writing_inputs(outputs, inputs)
+        plan = _plan(args, chosen, weights, row)
+        count = _count_text(len(chosen), len(weights), selection)
+        if args.dry_run:
+            return _print_plan(args, plan, weights, count, selection)
+        refuse_writing_inputs(plan.outputs, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
         if not args.force:
-            _refuse_replacing(args.dst, to == "gguf" and limit is not None)
-        metadata = _carried_metadata(weights, to)
-        # descriptions only
-        sources = tensor_sources(chosen, dequantize=dequantize, quantize=policy)
-        total = sum(s.info.byte_length for s in sources)
-        kept = [
-            {
-                "name": s.name,
-                "type": s.info.layout.name if s.info.layout else s.info.element.name,
-                "reason": s.kept,
-            }
-            for s in sources
-            if s.kept is not None
-        ]
+            _refuse_replacing(args.dst, row, args.max_shard_size is not None)
+        kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
         for k in kept:
             print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
+        total = sum(s.target_bytes for s in plan.steps)
         if args.scheduler is not None:
-            written = _save_on_cluster(args, chosen, metadata)
+            written = _save_on_cluster(args, plan, chosen)
         else:
-            written = save_weights_file(
-                args.dst,
-                chosen,
-                f"convert {args.src}",
-                total,
-                format=to,
-                metadata=metadata,
-                max_shard_size=limit,
-                dequantize=dequantize,
-                quantize=policy,
-            )
+            written = _execute(plan, args.dst, f"convert {args.src}", total)
+        actions = plan.totals()["actions"]
         record = {
             "format": "kiln-np-convert/1",
             "input": args.src,
             "output": args.dst,
             "from": weights.format,
-            "to": to,
+            "to": row.name,
             "tensors": len(chosen),
             "byte_length": total,
-            "metadata": "carried" if metadata is not None else "dropped",
-            "dequantize": dequantize,
-            "dequantized": sum(s.dequantized is not None or s.logical is not None for s in sources),
-            "quantize": None if policy is None else str(policy),
-            "quantized": sum(s.quantized is not None for s in sources),
+            "metadata": "carried" if plan.metadata is not None else "dropped",
+            "dequantize": plan.dequantize,
+            "dequantized": actions.get("dequantize", 0),
+            "quantize": None if plan.quantize is None else str(plan.quantize),
+            "quantized": actions.get("quantize", 0),
             "kept": kept,
             "files": written,
             "selection": selection,
             "scheduler": args.scheduler,
         }
-        count = _count_text(len(chosen), len(weights), selection)
+    emit(args, record, f"{_files_text(written)}: {count}, {_summary(record, plan)}")
+    return 0
+
+
+def _kept(plan: Plan) -> list[Step]:
+    return [s for s in plan.steps if s.action == "keep"]
+
+
+def _summary(record: Mapping[str, Any], plan: Plan) -> str:
+    """The end of ``convert``'s line: bytes, formats, what was done, the metadata."""
+    to = record["to"]
     dropped = (
         ""
-        if metadata is not None
+        if plan.metadata is not None
         else f"; {record['from']} metadata not carried ({to} cannot hold it)"
     )
     decoded = (
-        f", {record['dequantized']} dequantized to {dequantize}" if dequantize is not None else ""
+        f", {record['dequantized']} dequantized to {plan.dequantize}"
+        if plan.dequantize is not None
+        else ""
     )
-    if policy is not None:
-        decoded = f", {record['quantized']} quantized ({policy}), {len(kept)} kept their type"
-    emit(
-        args,
-        record,
-        f"{_files_text(written)}: {count}, "
-        f"{record['byte_length']} payload bytes, {record['from']} -> {to}{decoded}{dropped}",
+    if plan.quantize is not None:
+        decoded = (
+            f", {record['quantized']} quantized ({plan.quantize}), "
+            f"{len(_kept(plan))} kept their type"
+        )
+    return f"{record['byte_length']} payload bytes, {record['from']} -> {to}{decoded}{dropped}"
+
+
+def _execute(plan: Plan, dst: str, label: str, total_bytes: int) -> list[str]:
+    """The plan executed with a progress bar over the payload bytes, an ``OSError``
+    as FILE naming ``dst``; the paths written, spelled as ``dst`` is."""
+    with Progress(max(total_bytes, 1), label) as bar:
+        try:
+            written = execute(plan, progress=bar.advance)
+        except OSError as exc:
+            raise file_error("write", dst, exc) from exc
+        bar.advance(bar.total - bar.done)
+    return _spelled(written, dst)
+
+
+def _spelled(written: list[str], given: str) -> list[str]:
+    """The absolute paths ``written``, spelled as the user's ``given`` path is
+    (GGUF splits beside it).
+
+    >>> _spelled([os.path.abspath("x-00001-of-00002.gguf")], "x.gguf")
+    ['x-00001-of-00002.gguf']
+    """
+    folder = os.path.dirname(given)
+    return [
+        given if p == written_path(given) else os.path.join(folder, os.path.basename(p))
+        for p in written
+    ]
+
+
+def _print_plan(
+    args: argparse.Namespace,
+    plan: Plan,
+    weights: Weights,
+    count: str,
+    selection: dict[str, Any] | None,
+) -> int:
+    """``convert --dry-run``: the plan, tensor by tensor, and its totals; nothing written."""
+    totals = plan.totals()
+    record = {
+        "format": "kiln-np-convert-plan/1",
+        "input": args.src,
+        "output": args.dst,
+        "from": weights.format,
+        "to": plan.row.name,
+        "tensors": [s.record() for s in plan.steps],
+        "totals": totals,
+        "files": _spelled(plan.outputs, args.dst),
+        "metadata": "carried" if plan.metadata is not None else "dropped",
+        "selection": selection,
+    }
+    if args.json:
+        print_json(record)
+        return 0
+    rows = [["name", "action", "type", "bytes", "bpw", "why"]]
+    for step in (s.record() for s in plan.steps):
+        change = step["source_type"]
+        size = human_bytes(step["source_bytes"])
+        if step["target_type"] != step["source_type"]:
+            change += f" -> {step['target_type']}"
+            size += f" -> {human_bytes(step['target_bytes'])}"
+        rows.append([step["name"], step["action"], change, size, _bpw_text(step), step["reason"]])
+    print(table(rows))
+    actions = ", ".join(f"{n} {a}" for a, n in totals["actions"].items())
+    print(
+        f"{count} ({actions}), {human_bytes(totals['source_bytes'])} -> "
+        f"{human_bytes(totals['target_bytes'])}, {_bpw_text(totals)} bits per weight, "
+        f"{weights.format} -> {plan.row.name}; would write {_files_text(record['files'])}"
     )
     return 0
+
+
+def _bpw_text(record: Mapping[str, Any]) -> str:
+    """Bits per weight, before -> after when they differ.
+
+    >>> _bpw_text({"source_bpw": 16.0, "target_bpw": 8.5}), _bpw_text({"source_bpw": None,
+    ...                                                                   "target_bpw": None})
+    ('16 -> 8.5', '-')
+    """
+    a, b = record["source_bpw"], record["target_bpw"]
+    if a is None:
+        return "-"
+    return f"{a:g}" if a == b else f"{a:g} -> {b:g}"
 
 
 def _files_text(paths: list[str]) -> str:
@@ -576,16 +577,19 @@ def add_convert(sub: Any) -> None:
         sub,
         "convert",
         "write a weight file in another format",
-        "Write every tensor of a weight file as safetensors, GGUF or a Kiln payload "
-        "directory, bit for bit, streamed; a tensor the target cannot hold is an error "
-        "before anything is written.  With --dequantize, GGML quantized tensors are "
-        "written as float values instead of blocks; with --quantize (GGUF, kiln), float "
-        "tensors are quantized to GGML blocks by a policy of name patterns, and each "
-        "tensor that keeps its type is listed on stderr with the reason.  Metadata goes "
-        "along when the target can hold it.  With --include or --exclude, only the tensors "
-        "they select are written.  An existing DST is replaced only with --force.",
+        "Write every tensor of a weight file as safetensors, GGUF, a Kiln payload directory "
+        "or a Zarr v3 group, bit for bit, streamed; a tensor the target cannot hold is an "
+        "error before anything is written.  With --dequantize, GGML quantized tensors are "
+        "written as float values instead of blocks; with --quantize (GGUF, kiln, zarr), float"
+        " tensors are quantized to GGML blocks by a policy of name patterns, and each tensor "
+        "that keeps its type is listed on stderr with the reason.  Metadata goes along when "
+        "the target can hold it.  With --include or --exclude, only the tensors they select "
+        "are written.  --dry-run prints the plan and writes nothing.  An existing DST is "
+        "replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
+            "kiln-np convert model.safetensors model.zarr",
+            "kiln-np convert model.safetensors model.gguf --quantize q4_k --dry-run",
             "kiln-np convert model.gguf model.safetensors --dequantize bf16",
             "kiln-np convert model.safetensors model.gguf --quantize q8_0",
             "kiln-np convert model.safetensors model.gguf "
@@ -596,10 +600,12 @@ def add_convert(sub: Any) -> None:
     )
     parser.add_argument("src", metavar="SRC")
     parser.add_argument("dst", metavar="DST")
+    writers = _writers()
+    named = ", ".join(f"{s} ({row.name})" for row in writers for s in row.suffixes)
     parser.add_argument(
         "--to",
-        choices=["safetensors", "gguf", "kiln"],
-        help="the format to write (default: from DST's suffix, .safetensors or .gguf)",
+        choices=[row.name for row in writers],
+        help=f"the format to write (default: from DST's suffix: {named})",
     )
     parser.add_argument(
         "--dequantize",
@@ -623,6 +629,13 @@ def add_convert(sub: Any) -> None:
         type=parse_size,
         help="write shards (safetensors: DST is a directory with an index) or GGUF splits "
         "of at most SIZE data bytes: 5GB (5*10**9), 500MB, 2GiB (2*2**30), 4096",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and write nothing: each tensor's action (copy, dequantize, "
+        "quantize, keep) and why, its type and size before and after, bits per weight, "
+        "the totals and the files it would write; reads headers only",
     )
     parser.add_argument(
         "--force",

@@ -108,18 +108,19 @@ Modules
 ``_types`` (the GGML type table and the format's constants), ``_values``
 (metadata value types: the checked scan, the lazy mapping, the encoder),
 ``_reader`` and ``_writer``, which both build on those two and never on each
-other; ``_dequantize`` and ``_quantize``, the GGML types' numbers both ways
+other; ``_format``, the format's row (``FORMAT``) and ``save_gguf``, a conversion
+planned and executed into it; ``_dequantize`` and ``_quantize``, the GGML types' numbers both ways
 (``dequantize``: ggml's ``dequantize_row_*``; ``quantize``: the bytes
 ``ggml_quantize_chunk`` writes with no importance matrix), on
 ``kiln_np._quants``.  ``kiln_np.gguf`` needs nothing but numpy.
 """
 
 from ._dequantize import dequantize
+from ._format import save_gguf
 from ._quantize import quantize
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
 from ._values import GGUFArrays, GGUFMetadata, ValueType
-from ._writer import save_gguf
 
 __all__ = [
     "TYPES",

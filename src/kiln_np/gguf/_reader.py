@@ -13,7 +13,6 @@ import bisect
 import math
 import mmap
 import os
-import re
 import struct
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -34,6 +33,7 @@ from ._types import (
     MAX_ALIGNMENT,
     MAX_DIMS,
     SET_KEY,
+    SPLIT_NAME,
     TYPES,
     GGMLType,
     split_path,
@@ -45,7 +45,6 @@ from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 __all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
 
 _HEADER_BYTES = 24
-_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
 @set_module("kiln_np.gguf")
@@ -375,7 +374,7 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
     if count <= 1:
         return first  # a single split names itself as one
     no = _split_value(first, "split.no")
-    match = _SPLIT.match(os.path.basename(path))
+    match = SPLIT_NAME.match(os.path.basename(path))
     if no != 0 or match is None or int(match["count"]) != count:
         raise malformed(
             f"{path!r}: ",

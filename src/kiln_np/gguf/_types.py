@@ -14,6 +14,7 @@ an :func:`unknown_type`: its tensors are opaque bytes whose layout
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,10 +32,13 @@ __all__ = [
     "MAX_DIMS",
     "MAX_TYPE_ID",
     "SET_KEY",
+    "SPLIT_NAME",
     "TYPES",
     "GGMLType",
     "ggml_type_for_code",
+    "later_split",
     "split_path",
+    "split_siblings",
     "unknown_dims",
     "unknown_layout",
     "unknown_type",
@@ -54,6 +58,11 @@ MAX_DIMS = 4
 """GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
 
 
+SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+"""A split's file name as gguf-split gives it (:func:`split_path`): the one spelling
+that reading, writing, ``open_weights`` of a folder and ``kiln-np convert`` share."""
+
+
 def split_path(stem: str, no: int, count: int) -> str:
     """The name gguf-split gives split ``no`` (1-based) of ``count``: ``STEM-0000N-of-0000M.gguf``.
 
@@ -61,6 +70,37 @@ def split_path(stem: str, no: int, count: int) -> str:
     'llama-00001-of-00003.gguf'
     """
     return f"{stem}-{no:05d}-of-{count:05d}.gguf"
+
+
+def later_split(name: str) -> bool:
+    """Whether the file ``name`` is a split other than the first (opened with it).
+
+    >>> later_split("m-00002-of-00003.gguf"), later_split("m-00001-of-00003.gguf")
+    (True, False)
+    """
+    match = SPLIT_NAME.match(name)
+    return match is not None and match["no"] != "00001"
+
+
+def split_siblings(path: str) -> list[str]:
+    """The splits of ``path``'s stem (``NAME.gguf`` -> ``NAME-NNNNN-of-NNNNN.gguf``)
+    that exist beside it, whatever their count, sorted; [] when its folder cannot
+    be listed.
+
+    >>> split_siblings("/no/such/folder/m.gguf")
+    []
+    """
+    folder, name = os.path.split(path)
+    stem = name.removesuffix(".gguf")
+    try:
+        found = os.listdir(folder or os.curdir)
+    except OSError:
+        return []
+    return sorted(
+        os.path.join(folder, f)
+        for f in found
+        if (m := SPLIT_NAME.match(f)) is not None and m["stem"] == stem
+    )
 
 
 SET_KEY = "kiln_np.split.set_id"

@@ -9,19 +9,17 @@ written, each to a temporary sibling renamed into place.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
+from kiln_np._convert.sources import TensorSource
+from kiln_np._core.checks import check_int, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing, write_all
-from kiln_np._weights.policy import QuantizePolicy
-from kiln_np._weights.sources import Dequantize, TensorSource, tensor_sources
 
 from ._types import (
     DEFAULT_ALIGNMENT,
@@ -34,9 +32,9 @@ from ._types import (
     split_path,
     unknown_dims,
 )
-from ._values import U32, U64, GGUFMetadata, ValueType, encode_value, parse_spec, spell, utf8
+from ._values import U32, U64, ValueType, encode_value, parse_spec, spell, utf8
 
-__all__ = ["save_gguf", "save_gguf_paths"]
+__all__ = ["gguf_paths", "write_gguf"]
 
 _MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
 _ZEROS = memoryview(bytes(MAX_ALIGNMENT))  # every padding is a slice of it: none is allocated
@@ -157,116 +155,46 @@ def _limit(max_shard_size: int | None) -> int | None:
     )
 
 
-def save_gguf_paths(
-    path: str | os.PathLike[str],
-    tensors: Mapping[str, Any],
-    *,
-    max_shard_size: int | None = None,
-    dequantize: Dequantize = None,
-    quantize: QuantizePolicy | str | None = None,
+def gguf_paths(
+    path: str, sources: Sequence[TensorSource], *, max_shard_size: int | None = None
 ) -> list[str]:
-    """The files :func:`save_gguf` will write for these arguments, absolute,
-    without writing anything.
-
-    ``kiln-np convert`` checks them against the files it reads.
+    """The files :func:`write_gguf` will write for these sources, every tensor
+    checked as it checks them (GGUF's types, dims and names), without writing
+    anything: ``path``, or its splits.
 
     Examples
     --------
     >>> import numpy as np
-    >>> tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
-    >>> [os.path.basename(p) for p in save_gguf_paths("m.gguf", tensors, max_shard_size=64)]
+    >>> from kiln_np._convert.sources import tensor_sources
+    >>> sources = tensor_sources({"a": np.zeros(8), "b": np.zeros(8)})  # 64 bytes each
+    >>> [os.path.basename(p) for p in gguf_paths("/m.gguf", sources, max_shard_size=64)]
     ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
     """
-    target = written_path(check_path(path))
-    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
-    sizes = [s.info.byte_length for s in sources]
-    return _names(target, len(_shards(sizes, _limit(max_shard_size))))
+    sizes = [_plan(s).source.info.byte_length for s in sources]
+    return _names(path, len(_shards(sizes, _limit(max_shard_size))))
 
 
-@set_module("kiln_np.gguf")
-def save_gguf(
-    path: str | os.PathLike[str],
-    tensors: Mapping[str, Any],
-    metadata: Mapping[str, Any] | None = None,
+def write_gguf(
+    path: str,
+    sources: Sequence[TensorSource],
     *,
-    metadata_types: Mapping[str, str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    source_format: str | None = None,
     max_shard_size: int | None = None,
     progress: Callable[[int], None] | None = None,
-    dequantize: Dequantize = None,
-    quantize: QuantizePolicy | str | None = None,
+    metadata_types: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Write tensors and metadata as a GGUF (version 3) file, or as splits.
+    """Write checked sources as a GGUF file at the absolute ``path``, or as splits
+    (the GGUF row's ``save``; ``kiln_np.gguf.save_gguf`` documents the rest;
+    ``source_format`` is not recorded).  Returns the files written.
 
-    Everything is checked before a byte is written; the data is streamed
-    (a weight-file tensor is copied from its file a chunk at a time).  Each
-    file is written to a temporary sibling and renamed into place; with
-    splits, each is closed before the next is opened (one descriptor however
-    many splits), none is renamed until all are written, and the first is
-    renamed last, so a reader never finds a first split whose others are
-    missing.  Every split holds the same random ``kiln_np.split.set_id``: a
-    crash between the renames leaves a mix that reading refuses.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file; with splits, ``NAME.gguf`` becomes ``NAME-00001-of-000NN.gguf``...
-    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
-        In the order to write.  Kiln f32, f16, bf16, f64, i8, i16, i32, i64,
-        and GGML blocks (code ``0x4700 + type id`` with its ``ggml.*`` layout).
-        A scalar (shape ``()``) of a plain type is written with ``n_dims`` 0
-        and reads back as a scalar (llama.cpp sees a 1-element tensor).
-    metadata : Mapping[str, Any], optional
-        Key/values, written in order.  Values say their type (see the module
-        docstring); a Python ``int`` is int32 (int64 or uint64 when it needs
-        them), a Python ``float`` float32 when float32 holds it exactly.
-        ``split.*`` keys are dropped: splits get their own.
-    metadata_types : Mapping[str, str], optional
-        Types by key, overriding what values say; a :class:`GGUFMetadata`
-        passed as ``metadata`` brings its own :attr:`~GGUFMetadata.types`.
-    max_shard_size : int, optional
-        Start a new split before a tensor that would take a split's data past
-        this many bytes (gguf-split's ``--split-max-size``).  When everything
-        fits in one split, ``path`` itself is written.
-    progress : callable, optional
-        Called with each number of payload bytes written.
-    dequantize : {"f32", "bf16", "f16"}, optional
-        Write each tensor of a decodable GGML block type as F32, BF16 or F16
-        values, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
-        without it, blocks are copied as they are.
-    quantize : str or kiln_np.QuantizePolicy, optional
-        Quantize float tensors to GGML blocks (or store them as another float
-        type) by name, as the policy says (``"q8_0"``, ``"q4_k,*norm*=f32"``:
-        see ``kiln_np.save_weights``), a bounded run of blocks at a time, byte
-        for byte as :func:`quantize`; not with ``dequantize``.
-
-    Returns
-    -------
-    list of str
-        The files written.
-
-    Raises
-    ------
-    KilnError
-        TYPE for a tensor type GGUF cannot hold (naming the tensor and its
-        type), a name longer than 63 bytes, a metadata value of no GGUF type;
-        a NaN or infinity in a tensor to quantize (naming it and the index:
-        raised while the file is a temporary, nothing is left);
-        SHAPE for more than 4 dims, an empty tensor or a one-block scalar;
-        LENGTH for a Payload whose bytes are not its shape's.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, os
-    >>> from kiln_np.gguf import read_gguf
+    >>> import numpy as np, tempfile
+    >>> from kiln_np._convert.sources import tensor_sources
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     p = os.path.join(tmp, "m.gguf")
-    ...     _ = save_gguf(p, {"w": np.ones((2, 3), np.float32)}, {"n": np.uint32(7)})
-    ...     g = read_gguf(p)
-    ...     print(g.tensors[0].dims, g.metadata["n"], g.metadata.types["n"])
-    (3, 2) 7 uint32
+    ...     out = os.path.join(tmp, "m.gguf")
+    ...     write_gguf(out, tensor_sources({"w": np.ones(2, np.float32)})) == [out]
+    True
     """
-    target = written_path(check_path(path))
-    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
     plans = [_plan(source) for source in sources]
     limit = _limit(max_shard_size)
     metadata = {} if metadata is None else metadata
@@ -274,14 +202,14 @@ def save_gguf(
         if not isinstance(given, Mapping):
             raise KilnError("TYPE", f"expected {what} as a Mapping, found {show_value(given)}")
     if metadata_types is None:
-        metadata_types = metadata.types if isinstance(metadata, GGUFMetadata) else {}
+        metadata_types = getattr(metadata, "types", None) or {}
     meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
     kv = _metadata_bytes(meta, metadata_types)
     alignment = kv.alignment
     shards = [
         plans[r.start : r.stop] for r in _shards([p.source.info.byte_length for p in plans], limit)
     ]
-    names = _names(target, len(shards))
+    names = _names(path, len(shards))
     set_id = secrets.token_hex(16)  # one per write: a mix of two writes' splits is refused
     # Nothing replaces a destination until every split is written: each split's
     # replacing() block stays open on the stack, and they rename as it unwinds, the

@@ -14,7 +14,10 @@ opened.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
+from kiln_np._convert.row import WeightFormat
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._files.io import open_regular_raw
@@ -25,7 +28,7 @@ from kiln_np._weights.weights import Weights
 from ._proto import external_range, model_to_kiln
 from ._types import raw_type
 
-__all__ = ["open_model_weights"]
+__all__ = ["FORMAT", "open_model_weights"]
 
 _HEAD = 16  # bytes shown of a file that does not parse
 
@@ -107,3 +110,19 @@ def open_model_weights(path: str) -> Weights:
         files=files.values(),
         opener=open_model_weights,
     )
+
+
+def _recognise(path: str, head: bytes | None, size: int) -> str | None:
+    # 0x08: field 1 (ir_version) as a varint, the tag every ONNX writer puts first
+    return path if head is not None and head[:1] == b"\x08" else None
+
+
+def _open(
+    path: str, *, verify: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> Weights:
+    return open_model_weights(path)
+
+
+FORMAT = WeightFormat("onnx", _recognise, _open, suffixes=(".onnx",))
+"""ONNX, read only: a file that parses as a ``ModelProto``, first byte ``0x08``
+(protobuf has no magic, so this row comes last)."""

@@ -59,9 +59,12 @@ its shard (TYPE otherwise).
 Modules
 -------
 ``_types`` (the dtype table and the format's constants), ``_reader`` and
-``_writer``, which both build on ``_types`` and never on each other.
+``_writer``, which both build on ``_types`` and never on each other, and
+``_format``: the format's row (``FORMAT``) and ``save_safetensors``, a
+conversion planned and executed into it.
 """
 
+from ._format import save_safetensors
 from ._reader import open_safetensors
 from ._types import (
     DTYPES,
@@ -71,7 +74,6 @@ from ._types import (
     SafetensorsDType,
     safetensors_dtype,
 )
-from ._writer import save_safetensors
 
 __all__ = [
     "DTYPES",

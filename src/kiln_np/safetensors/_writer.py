@@ -8,22 +8,16 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from kiln_np._core.checks import check_int, check_path, set_module, show_value, written_path
+from kiln_np._convert.sources import Progress, TensorSource
+from kiln_np._core.checks import check_int, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import TEMP_SUFFIX, building_directory, replacing
 from kiln_np._weights.metadata import read_json
-from kiln_np._weights.sources import (
-    Dequantize,
-    Progress,
-    TensorSource,
-    blocks_refused,
-    tensor_sources,
-)
 
 from ._types import (
     INDEX_SUFFIX,
@@ -39,93 +33,48 @@ __all__ = [
     "Shard",
     "ShardPlan",
     "checkpoint_files",
-    "save_safetensors",
-    "save_safetensors_paths",
+    "safetensors_paths",
     "shard_plan",
     "write_index",
+    "write_safetensors",
     "write_shard",
 ]
 
 
-@set_module("kiln_np.safetensors")
-def save_safetensors(
-    path: str | os.PathLike[str],
-    tensors: Mapping[str, Any],
+def write_safetensors(
+    path: str,
+    sources: Sequence[TensorSource],
     *,
-    metadata: Mapping[str, str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    source_format: str | None = None,
     max_shard_size: int | None = None,
     progress: Progress | None = None,
-    dequantize: Dequantize = None,
-) -> None:
-    """Write tensors as a safetensors file, or as a sharded checkpoint.
+) -> list[str]:
+    """:func:`save_safetensors` of checked sources to the absolute ``path``: the
+    safetensors row's ``save`` (``source_format`` is not recorded); returns ``[path]``.
 
-    Every tensor is checked before a byte is written; data is copied a bounded
-    chunk at a time (in the kernel, from a weight file's tensors).  Tensors
-    are written widest element first (8-byte, 4, 2, then 1-byte and F4), in
-    the given order within a width, so every tensor is aligned to its element
-    size, as safetensors' own writer ensures; the header is padded with spaces
-    to a multiple of 8 bytes.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file (written to a temporary sibling, renamed into place); with
-        ``max_shard_size``, a directory, built beside and renamed into place,
-        holding ``model-00001-of-0000N.safetensors`` ... and
-        ``model.safetensors.index.json`` (``{"metadata": {"total_size": ...},
-        "weight_map": ...}``, written as transformers writes it).
-    tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
-    metadata : Mapping[str, str], optional
-        Written as ``__metadata__`` as given (every shard gets it).
-    max_shard_size : int, optional
-        Start a new shard before a tensor that would take a shard's data past
-        this many bytes; a larger tensor gets a shard of its own.
-    progress : callable, optional
-        Called with each number of payload bytes written.
-    dequantize : {"f32", "bf16", "f16"}, optional
-        Write each tensor of a decodable GGML block type as its values of this
-        type, decoded a chunk at a time (``kiln_np.gguf.dequantize``'s bits);
-        every other tensor keeps its bytes.
-
-    Raises
-    ------
-    KilnError
-        TYPE for a tensor safetensors cannot hold (i4, u4, an odd-count e2m1,
-        an opaque code other than the foreign types, GGML blocks without
-        ``dequantize``; naming the tensor), a
-        name that is ``__metadata__`` or not UTF-8, metadata that is not str
-        to str, a header past 100 MB; LENGTH for a payload whose bytes are not
-        its shape's.
-
-    Examples
-    --------
-    >>> import os, tempfile, numpy as np, ml_dtypes
-    >>> from kiln_np.safetensors import open_safetensors
-    >>> d = tempfile.mkdtemp()
-    >>> fp4 = np.array([0.5, -6.0], ml_dtypes.float4_e2m1fn)
-    >>> save_safetensors(d + "/f4.safetensors", {"q": fp4}, metadata={"format": "pt"})
-    >>> with open_safetensors(d + "/f4.safetensors") as w:
-    ...     print(w["q"].format_dtype, bytes(w["q"].payload().data).hex())
-    F4 f1
-    >>> import shutil; shutil.rmtree(d)
+    >>> import os, tempfile, numpy as np
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     out = os.path.join(d, "m.safetensors")
+    ...     write_safetensors(out, tensor_sources({"a": np.zeros(2)})) == [out]
+    True
     """
-    target = written_path(check_path(path))
-    sources = tensor_sources(tensors, dequantize=dequantize)
     rows = [_row_for(s) for s in sources]
     meta = _check_metadata(metadata)
     if max_shard_size is None:
         header = _header(sources, rows, meta)
-        with replacing(target) as (_, f):
+        with replacing(path) as (_, f):
             f.write(header)
             f.flush()
             for source in _widest_first(sources, rows):
                 source.write_to(f.fileno(), progress=progress)
-        return
+        return [path]
     plan = shard_plan(sources, max_shard_size, metadata=meta, rows=rows)
-    with building_directory(target, checkpoint_files) as tmp:
+    with building_directory(path, checkpoint_files) as tmp:
         for shard in plan.shards:
             write_shard(shard, plan.sources, tmp, progress=progress)
         write_index(plan, tmp)
+    return [path]  # the directory of a sharded checkpoint
 
 
 INDEX = "model" + INDEX_SUFFIX
@@ -157,7 +106,7 @@ class ShardPlan:
 
 
 def shard_plan(
-    sources: list[TensorSource],
+    sources: Sequence[TensorSource],
     max_shard_size: int,
     *,
     metadata: Mapping[str, str] | None,
@@ -248,34 +197,29 @@ def _shard_names(count: int) -> list[str]:
     return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
 
 
-def save_safetensors_paths(
-    path: str | os.PathLike[str],
-    tensors: Mapping[str, Any],
-    *,
-    max_shard_size: int | None = None,
-    dequantize: Dequantize = None,
+def safetensors_paths(
+    path: str, sources: Sequence[TensorSource], *, max_shard_size: int | None = None
 ) -> list[str]:
-    """The files :func:`save_safetensors` will write for these arguments, absolute,
-    without writing anything: ``path`` itself, or with ``max_shard_size`` the shards
-    and the index inside the directory ``path``.
+    """The files :func:`write_safetensors` will write for these sources, every
+    tensor checked as it checks them, without writing anything: ``path`` itself,
+    or with ``max_shard_size`` the shards and the index inside the directory ``path``.
 
     Examples
     --------
     >>> import numpy as np
-    >>> tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
-    >>> for p in save_safetensors_paths("ckpt", tensors, max_shard_size=64):
-    ...     print(os.path.basename(p))
-    model-00001-of-00002.safetensors
-    model-00002-of-00002.safetensors
-    model.safetensors.index.json
+    >>> sources = tensor_sources({"a": np.zeros(8), "b": np.zeros(8)})  # 64 bytes each
+    >>> for p in safetensors_paths("/ckpt", sources, max_shard_size=64):
+    ...     print(p)
+    /ckpt/model-00001-of-00002.safetensors
+    /ckpt/model-00002-of-00002.safetensors
+    /ckpt/model.safetensors.index.json
     """
-    target = written_path(check_path(path))
+    rows = [_row_for(s) for s in sources]
     if max_shard_size is None:
-        return [target]
-    sources = tensor_sources(tensors, dequantize=dequantize)
+        return [path]
     limit = check_int(max_shard_size, "max_shard_size", minimum=1)
-    names = _shard_names(len(_shard(sources, [_row_for(s) for s in sources], limit)))
-    return [os.path.join(target, name) for name in [*names, INDEX]]
+    names = _shard_names(len(_shard(sources, rows, limit)))
+    return [os.path.join(path, name) for name in [*names, INDEX]]
 
 
 def _row_for(source: TensorSource) -> SafetensorsDType:
@@ -291,8 +235,7 @@ def _row_for(source: TensorSource) -> SafetensorsDType:
     except UnicodeEncodeError as exc:
         raise KilnError("TYPE", f"{at}expected a name that UTF-8 can encode: {exc}") from None
     except KilnError as exc:
-        refused = blocks_refused(source.name, source.info, "safetensors", "dequantize")
-        raise (exc.prefixed(at) if refused is None else refused) from None
+        raise exc.prefixed(at) from None
 
 
 def _check_metadata(metadata: object) -> dict[str, str] | None:
@@ -314,13 +257,15 @@ def _check_metadata(metadata: object) -> dict[str, str] | None:
     return dict(metadata)
 
 
-def _widest_first(sources: list[TensorSource], rows: list[SafetensorsDType]) -> list[TensorSource]:
+def _widest_first(
+    sources: Sequence[TensorSource], rows: list[SafetensorsDType]
+) -> list[TensorSource]:
     order = sorted(range(len(sources)), key=lambda i: -rows[i].alignment)  # stable
     return [sources[i] for i in order]
 
 
 def _header(
-    sources: list[TensorSource], rows: list[SafetensorsDType], meta: dict[str, str] | None
+    sources: Sequence[TensorSource], rows: list[SafetensorsDType], meta: dict[str, str] | None
 ) -> bytes:
     by_source = dict(zip((id(s) for s in sources), rows, strict=True))
     obj: dict[str, Any] = {} if meta is None else {"__metadata__": meta}
@@ -345,7 +290,7 @@ def _header(
 
 
 def _shard(
-    sources: list[TensorSource], rows: list[SafetensorsDType], limit: int
+    sources: Sequence[TensorSource], rows: list[SafetensorsDType], limit: int
 ) -> list[list[tuple[TensorSource, SafetensorsDType]]]:
     shards: list[list[tuple[TensorSource, SafetensorsDType]]] = [[]]
     held = 0

@@ -14,20 +14,22 @@ import json
 import math
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from kiln_np._codec import from_numpy
+from kiln_np._convert.plan import execute, plan_conversion
+from kiln_np._convert.policy import QuantizePolicy
+from kiln_np._convert.row import WeightFormat
+from kiln_np._convert.sources import Dequantize, Progress, TensorSource
 from kiln_np._core.checks import U8, check_path, check_regular_file, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import building_directory, open_regular_raw, write_all
 from kiln_np._weights.mapped import FileIdentity, MappedFile
 from kiln_np._weights.metadata import Metadata, decode_metadata, encode_metadata, read_json
-from kiln_np._weights.policy import QuantizePolicy
-from kiln_np._weights.sources import Dequantize, Progress, TensorSource, tensor_sources
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -36,12 +38,15 @@ from ._layout import ArrayLayout, array_document, chunk_rows, group_document, pa
 from ._packbits import decode_packbits, packbits_size, packbits_type
 
 __all__ = [
+    "FORMAT",
     "MAX_ZARR_JSON_BYTES",
     "ZARR_JSON",
     "open_zarr",
     "save_zarr",
     "save_zarr_paths",
+    "write_zarr",
     "zarr_group_path",
+    "zarr_paths",
 ]
 
 ZARR_JSON = "zarr.json"
@@ -268,6 +273,20 @@ def _check_name(name: str) -> list[str]:
     return parts
 
 
+def zarr_paths(
+    path: str, sources: Sequence[TensorSource], *, max_shard_size: int | None = None
+) -> list[str]:
+    """The files :func:`write_zarr` will write for these sources, every name checked
+    as it checks them, without writing anything (:func:`save_zarr_paths`).
+
+    >>> from kiln_np._convert.sources import tensor_sources
+    >>> [os.path.relpath(p, "/w") for p in zarr_paths("/w", tensor_sources({"a": np.zeros(2)}))]
+    ['a/zarr.json', 'a/c/0', 'zarr.json']
+    """
+    _check_groups(sources)
+    return save_zarr_paths(path, {s.name: s.info for s in sources})
+
+
 def save_zarr_paths(path: str | os.PathLike[str], tensors: Mapping[str, Any]) -> list[str]:
     """Every file :func:`save_zarr` writes for tensors of these names, absolute,
     without writing anything: each array's ``zarr.json`` and chunk file, the
@@ -284,7 +303,8 @@ def save_zarr_paths(path: str | os.PathLike[str], tensors: Mapping[str, Any]) ->
     files, groups = [], []
     for name, value in tensors.items():
         parts = _check_name(name)
-        shape = np.shape(value) if not hasattr(value, "info") else value.info.shape
+        shape = value.shape if isinstance(value, PayloadInfo) else np.shape(value)
+        shape = value.info.shape if hasattr(value, "info") else shape
         files.append(os.path.join(target, *parts, ZARR_JSON))
         if math.prod(shape):
             files.append(os.path.join(target, *parts, "c", *(["0"] * len(shape))))
@@ -343,21 +363,40 @@ def save_zarr(
     >>> import shutil; shutil.rmtree(os.path.dirname(d))
     """
     target = written_path(check_path(path))
-    sources = tensor_sources(tensors, dequantize=dequantize, quantize=quantize)
-    arrays = {tuple(_check_name(s.name)) for s in sources}
-    for parts in arrays:
-        for i in range(1, len(parts)):
-            if parts[:i] in arrays:
-                raise KilnError(
-                    "TYPE",
-                    f"tensor {'/'.join(parts)!r}: expected no tensor named as its group, found "
-                    f"{'/'.join(parts[:i])!r}",
-                )
+    plan = plan_conversion(
+        tensors, target, FORMAT, metadata=metadata, dequantize=dequantize, quantize=quantize
+    )
+    execute(plan, progress=progress)
+
+
+def write_zarr(
+    path: str,
+    sources: Sequence[TensorSource],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    source_format: str | None = None,
+    max_shard_size: int | None = None,
+    progress: Progress | None = None,
+) -> list[str]:
+    """Write checked sources as a Zarr v3 group at the absolute ``path`` (the zarr
+    row's ``save``; :func:`save_zarr` documents the rest), recording
+    ``source_format``; returns ``[path]``.
+
+    >>> import tempfile
+    >>> from kiln_np._convert.sources import tensor_sources
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = os.path.join(tmp, "w.zarr")
+    ...     write_zarr(out, tensor_sources({"a": np.zeros(2, np.uint8)})) == [out]
+    True
+    """
+    assert max_shard_size is None  # the plan refuses it: the row has no shards
+    target = path
+    _check_groups(sources)
     encoded = {} if metadata is None else encode_metadata(metadata)
     types = getattr(metadata, "types", None)
     root = {
         "format": GROUP_FORMAT,
-        "source_format": tensors.format if isinstance(tensors, Weights) else None,
+        "source_format": source_format,
         "tensors": [s.name for s in sources],
         "metadata": encoded,
         "metadata_types": None if types is None else dict(types),
@@ -373,6 +412,20 @@ def save_zarr(
                     _write_json(os.path.join(tmp, *parts[:i], ZARR_JSON), group_document({}))
             _write_array(os.path.join(tmp, *parts), source, progress)
         _write_json(os.path.join(tmp, ZARR_JSON), group_document({"kiln_np": root}))
+    return [target]
+
+
+def _check_groups(sources: Sequence[TensorSource]) -> None:
+    """TYPE for a tensor name that is not a Zarr node path, or that is the group of another."""
+    arrays = {tuple(_check_name(s.name)) for s in sources}
+    for parts in arrays:
+        for i in range(1, len(parts)):
+            if parts[:i] in arrays:
+                raise KilnError(
+                    "TYPE",
+                    f"tensor {'/'.join(parts)!r}: expected no tensor named as its group, found "
+                    f"{'/'.join(parts[:i])!r}",
+                )
 
 
 def _write_json(path: str, doc: Mapping[str, Any]) -> None:
@@ -400,3 +453,22 @@ def _write_array(folder: str, source: TensorSource, progress: Progress | None) -
             write_all(fd, index)
     finally:
         os.close(fd)
+
+
+def _open(
+    path: str, *, verify: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> Weights:
+    return open_zarr(path, verify)
+
+
+FORMAT = WeightFormat(
+    "zarr",
+    zarr_group_path,
+    _open,
+    write_zarr,
+    zarr_paths,
+    suffixes=(".zarr",),
+    folder=True,
+    holds_blocks=True,
+)
+"""Zarr v3: a directory holding a ``zarr.json`` of ``"node_type": "group"``, or that file."""

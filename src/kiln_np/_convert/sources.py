@@ -17,7 +17,7 @@ chunk at a time (never mapping them), decodes each chunk into one reused buffer
 that fixed buffer, however large the tensor.
 
 Quantizing on the way: ``tensor_sources(tensors, quantize=policy)`` (a
-:class:`~kiln_np._weights.policy.QuantizePolicy` or its string) describes each
+:class:`~kiln_np._convert.policy.QuantizePolicy` or its string) describes each
 tensor the policy turns into GGML blocks (or another float type) as what will be
 written, and says in :attr:`TensorSource.kept` why each other tensor the policy
 names keeps its type.  :meth:`TensorSource.write_to` then reads the float values
@@ -64,11 +64,11 @@ from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
 from kiln_np._quants.decode import block_of, dequantize_into
 from kiln_np._quants.quantize import not_finite, quantize_into
+from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
+from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.tensors import WeightTensor, mapped_file
 
-from .logical import LogicalTensor, read_part, row_chunks
-from .mapped import MappedFile
 from .policy import QuantizePolicy, as_policy, decide
-from .tensors import WeightTensor, mapped_file
 
 __all__ = [
     "DEQUANTIZE_TYPES",
@@ -491,7 +491,7 @@ def tensor_sources(
     With ``quantize`` (a :class:`~kiln_np.QuantizePolicy` or its string), each
     tensor the policy turns into GGML blocks or another float type is described
     as what :meth:`TensorSource.write_to` writes; each other tensor keeps its
-    bytes, and its ``kept`` says why (``kiln_np._weights.policy.decide``).
+    bytes, and its ``kept`` says why (``kiln_np._convert.policy.decide``).
 
     Raises
     ------

@@ -119,7 +119,7 @@ class QuantizePolicy:
     (None: it keeps its type).  Types are GGML types kiln_np quantizes to
     (``"Q8_0"``, ``"q4_k"``: any case) or ``"f32"``, ``"f16"``, ``"bf16"``;
     they are kept in canonical spelling (GGML types upper case, float types
-    lower case).  :meth:`parse` reads the string grammar (``kiln_np._weights.policy``
+    lower case).  :meth:`parse` reads the string grammar (``kiln_np._convert.policy``
     documents it); ``str()`` gives it back.
 
     Raises

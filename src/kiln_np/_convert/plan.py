@@ -1,0 +1,402 @@
+"""Conversion as a plan, then its execution: :func:`plan_conversion` computes once,
+from the tensors to write, the destination's format row and the options, everything
+a conversion will do, and :func:`execute` does it.
+
+The plan holds, before a byte is written:
+
+- each tensor's :class:`Step`: its action (``copy`` its bytes, ``dequantize`` GGML
+  blocks or a scheme's parts to a float type, ``quantize`` to a GGML or float
+  type, ``keep`` its type although the policy named it), the reason, its output
+  name, its type and bytes before and after;
+- the checked :class:`~kiln_np._convert.sources.TensorSource` items the writer
+  streams;
+- every path the format's writer will write (shards, splits, payload files, an
+  index) and the other files written beside (a plain ``config.json``);
+- the metadata carried, or why it is dropped;
+- every refusal, raised here and nowhere else: both ``dequantize`` and
+  ``quantize``; ``quantize`` for a format that holds no GGML blocks; GGML blocks
+  for such a format without ``dequantize``; what the format's own writer refuses
+  of a tensor (its ``paths`` makes every check its ``save`` makes); a plain config
+  over the source's own.  A refusal about the options themselves is
+  :class:`OptionsError` (TYPE, a ``KilnError``), whose :attr:`~OptionsError.usage`
+  is the command line's wording (``kiln-np`` reports it as USAGE).
+
+Only headers, sidecar JSON and the small tensors a logical view reads to describe
+itself are read: ``kiln-np convert --dry-run`` prints a plan and reads no tensor
+data.  ``save_weights``, ``kiln-np convert`` and ``kiln_np.dask.convert`` execute
+the same plan.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo
+from kiln_np._files.io import replacing
+from kiln_np._quants.elements import element_of
+from kiln_np._weights.weights import Weights
+
+from .policy import QuantizePolicy, as_policy
+from .row import Sharded, WeightFormat
+from .sources import (
+    Dequantize,
+    Progress,
+    TensorSource,
+    blocks_refused,
+    dequantize_code,
+    tensor_sources,
+)
+
+__all__ = [
+    "CLI",
+    "PLAIN_CONFIG",
+    "PYTHON",
+    "OptionsError",
+    "Plan",
+    "Spelling",
+    "Step",
+    "carried_metadata",
+    "execute",
+    "plan_conversion",
+    "sharded_writer",
+]
+
+PLAIN_CONFIG = "config.json"
+"""The Hugging Face config written beside (or, sharded, inside) a safetensors
+checkpoint dequantized from a logical view that had one."""
+
+
+class Spelling(NamedTuple):
+    """How the options are spelled in a refusal: Python's keywords or the command line's."""
+
+    dequantize: str
+    quantize: str
+    cli: bool
+
+
+PYTHON = Spelling("dequantize", "quantize", False)
+CLI = Spelling("--dequantize", "--quantize", True)
+
+
+class OptionsError(KilnError):
+    """A refusal about the options themselves: TYPE for Python, and :attr:`usage`,
+    the command line's wording, which ``kiln-np`` reports as USAGE.
+
+    >>> err = OptionsError("expected x", "pass x")
+    >>> err.kind, err.usage
+    ('TYPE', 'pass x')
+    """
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__("TYPE", message)
+        self.usage = usage
+
+
+class Step(NamedTuple):
+    """One tensor of a plan: ``action`` (``copy``, ``dequantize``, ``quantize``,
+    ``keep``), why, and its type, bytes and bits per weight before and after."""
+
+    name: str
+    action: str
+    reason: str
+    source_type: str
+    target_type: str
+    source_bytes: int
+    target_bytes: int
+    elements: int
+
+    def record(self) -> dict[str, Any]:
+        """The step as JSON (``kiln-np convert --dry-run --json``)."""
+        return {
+            **self._asdict(),
+            "source_bpw": _bpw(self.source_bytes, self.elements),
+            "target_bpw": _bpw(self.target_bytes, self.elements),
+        }
+
+
+def _bpw(n: int, elements: int) -> float | None:
+    """Bits per weight, to 4 places.
+
+    >>> _bpw(18, 32), _bpw(0, 0)
+    (4.5, None)
+    """
+    return round(8 * n / elements, 4) if elements else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A conversion before a byte is written (:func:`plan_conversion`)."""
+
+    row: WeightFormat
+    target: str
+    source_format: str | None
+    sources: tuple[TensorSource, ...]
+    steps: tuple[Step, ...]
+    paths: tuple[str, ...]
+    extras: tuple[tuple[str, bytes], ...]
+    metadata: Mapping[str, Any] | None
+    max_shard_size: int | None
+    dequantize: str | None
+    quantize: QuantizePolicy | None
+
+    @property
+    def outputs(self) -> list[str]:
+        """Every file the plan writes: the format's, then the extras."""
+        return [*self.paths, *(where for where, _ in self.extras)]
+
+    def totals(self) -> dict[str, Any]:
+        """Tensors per action and bytes before and after.
+
+        >>> import numpy as np
+        >>> from kiln_np.formats import FORMATS
+        >>> row = next(r for r in FORMATS if r.name == "gguf")
+        >>> plan = plan_conversion({"w": np.ones((2, 32), "<f4")}, "m.gguf", row, quantize="q8_0")
+        >>> plan.totals()["actions"], plan.totals()["target_bytes"]
+        ({'quantize': 1}, 68)
+        """
+        actions: dict[str, int] = {}
+        for s in self.steps:
+            actions[s.action] = actions.get(s.action, 0) + 1
+        source = sum(s.source_bytes for s in self.steps)
+        target = sum(s.target_bytes for s in self.steps)
+        elements = sum(s.elements for s in self.steps)
+        return {
+            "tensors": len(self.steps),
+            "actions": actions,
+            "source_bytes": source,
+            "target_bytes": target,
+            "elements": elements,
+            "source_bpw": _bpw(source, elements),
+            "target_bpw": _bpw(target, elements),
+        }
+
+
+def carried_metadata(weights: Weights, row: WeightFormat) -> Mapping[str, Any] | None:
+    """The metadata of ``weights`` when the format of ``row`` can hold it (its own
+    format's always; another's as :attr:`WeightFormat.carries` says), else None.
+
+    >>> from kiln_np.formats import FORMATS
+    >>> gguf = next(r for r in FORMATS if r.name == "gguf")
+    >>> gguf.carries({"format": "pt"}), gguf.carries({"n": 1})
+    (True, False)
+    """
+    metadata = weights.metadata
+    return metadata if weights.format == row.name or row.carries(metadata) else None
+
+
+def plan_conversion(
+    tensors: Mapping[str, Any],
+    target: str,
+    row: WeightFormat,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    max_shard_size: int | None = None,
+    dequantize: Dequantize = None,
+    quantize: QuantizePolicy | str | None = None,
+    spelling: Spelling = PYTHON,
+    distributed: bool = False,
+) -> Plan:
+    """The plan of writing ``tensors`` to ``target`` (absolute) in the format of ``row``
+    (``distributed``: a shard per task, as ``kiln_np.dask`` executes it).
+
+    Raises
+    ------
+    KilnError
+        Every refusal (the module docstring), before anything is written:
+        :class:`OptionsError` for the options, TYPE, SHAPE or LENGTH naming the
+        tensor for what the format cannot hold.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kiln_np.formats import FORMATS
+    >>> row = next(r for r in FORMATS if r.name == "gguf")
+    >>> w = {"w": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
+    >>> plan = plan_conversion(w, "/tmp/m.gguf", row, quantize="q8_0")
+    >>> [(s.name, s.action, s.target_type) for s in plan.steps]
+    [('w', 'quantize', 'ggml.q8_0'), ('b', 'keep', 'f32')]
+    >>> plan.paths
+    ('/tmp/m.gguf',)
+    """
+    assert row.paths is not None  # the caller found a writer
+    if distributed:
+        _sharded(row, max_shard_size)  # a shard per task: the format must say how
+    code = dequantize_code(dequantize, spelling.dequantize)
+    policy = as_policy(quantize, spelling.quantize)
+    if code is not None and policy is not None:
+        raise OptionsError(
+            "expected dequantize or quantize, not both: kiln_np does not requantize GGML "
+            f"blocks (found dequantize={str(dequantize)!r} and quantize={str(policy)!r})",
+            "pass --quantize or --dequantize, not both: kiln_np does not requantize GGML "
+            "blocks (with --quantize they keep their type)",
+        )
+    if policy is not None and not row.holds_blocks:
+        raise OptionsError(
+            "expected quantize only for a format that holds GGML blocks (gguf, kiln, zarr), "
+            f"found quantize={str(policy)!r} for {row.name!r}",
+            f"--quantize writes GGML blocks, which {row.name} cannot hold: convert to gguf or kiln",
+        )
+    if max_shard_size is not None and not row.shards:
+        raise KilnError(
+            "TYPE",
+            f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
+        )
+    sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy)
+    if not row.holds_blocks:
+        _refuse_blocks(sources, row.name, spelling.dequantize)
+    paths = row.paths(target, sources, max_shard_size=max_shard_size)
+    config = _plain_config(target, tensors, row, max_shard_size, code is not None)
+    return Plan(
+        row,
+        target,
+        tensors.format if isinstance(tensors, Weights) else None,
+        tuple(sources),
+        tuple(_step(s, policy) for s in sources),
+        tuple(paths),
+        () if config is None else (config,),
+        metadata,
+        max_shard_size,
+        None if code is None else code.name.lower(),
+        policy,
+    )
+
+
+def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:
+    """Write what ``plan`` says, in one process: the format's files, then the extras.
+    Returns the paths the format's writer wrote."""
+    save = plan.row.save
+    assert save is not None  # a plan is made only for a format with a writer
+    written = save(
+        plan.target,
+        plan.sources,
+        metadata=plan.metadata,
+        source_format=plan.source_format,
+        max_shard_size=plan.max_shard_size,
+        progress=progress,
+    )
+    for where, body in plan.extras:
+        with replacing(where) as (_, f):
+            f.write(body)
+    return written
+
+
+def sharded_writer(plan: Plan) -> Sharded:
+    """How the plan's format writes its shards one task at a time (``kiln_np.dask``,
+    ``kiln-np convert --scheduler``); :class:`OptionsError` for a format that
+    cannot, or a plan without ``max_shard_size``.
+
+    >>> from kiln_np.formats import plan_weights
+    >>> plan = plan_weights("m.gguf", {}, format="gguf")
+    >>> try:
+    ...     sharded_writer(plan)
+    ... except OptionsError as e:
+    ...     print(e.usage[:51])
+    --scheduler writes a sharded safetensors checkpoint
+    """
+    return _sharded(plan.row, plan.max_shard_size)
+
+
+def _sharded(row: WeightFormat, max_shard_size: int | None) -> Sharded:
+    if row.sharded is None or max_shard_size is None:
+        found = f"--to {row.name}" + ("" if max_shard_size is None else " --max-shard-size")
+        raise OptionsError(
+            "expected a plan of a sharded safetensors checkpoint, one task per shard (format "
+            f"'safetensors' with max_shard_size), found format {row.name!r} with "
+            f"max_shard_size={max_shard_size}",
+            "--scheduler writes a sharded safetensors checkpoint, one task per shard: pass "
+            f"--to safetensors and --max-shard-size SIZE (found {found})",
+        )
+    return row.sharded
+
+
+def _refuse_blocks(sources: Sequence[TensorSource], target: str, option: str) -> None:
+    """TYPE for a tensor of GGML blocks left as blocks, which ``target`` cannot hold."""
+    for s in sources:
+        if s.dequantized is None and s.logical is None:
+            refused = blocks_refused(s.name, s.info, target, option)
+            if refused is not None:
+                raise refused
+
+
+def _kiln_type(info: PayloadInfo) -> str:
+    return info.layout.name if info.layout is not None else info.element.name
+
+
+def _elements(info: PayloadInfo) -> int:
+    return info.count * element_of(info.code, info.layout).per_block
+
+
+def _rule(policy: QuantizePolicy, name: str) -> str:
+    """Which entry of ``policy`` chose the type of tensor ``name``.
+
+    >>> _rule(QuantizePolicy.parse("q8_0,*norm*=f32"), "attn_norm")
+    "'*norm*=F32'"
+    """
+    for pattern, type_ in policy.rules:
+        if fnmatch.fnmatchcase(name, pattern):
+            return repr(f"{pattern}={type_.upper()}")
+    return f"the default {policy.default}"
+
+
+def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
+    info = s.info
+    target_type = _kiln_type(info)
+    if s.logical is not None:
+        t = s.logical
+        parts = ", ".join(t.parts)
+        reason = f"a {t.scheme} weight stored as {len(t.parts)} tensors ({parts}), decoded"
+        return Step(
+            s.name, "dequantize", reason, t.scheme, target_type, t.byte_length, info.byte_length,
+            t.size,
+        )  # fmt: skip
+    if s.dequantized is not None:
+        blocks = s.dequantized.blocks
+        reason = f"GGML {s.dequantized.block.name} blocks decoded (ggml's float32)"
+        return Step(
+            s.name, "dequantize", reason, _kiln_type(blocks), target_type, blocks.byte_length,
+            info.byte_length, info.count,
+        )  # fmt: skip
+    if s.quantized is not None:
+        values = s.quantized.values
+        assert policy is not None  # only a policy quantizes
+        reason = f"{_rule(policy, s.name)} of the policy"
+        return Step(
+            s.name, "quantize", reason, _kiln_type(values), target_type, values.byte_length,
+            info.byte_length, values.count,
+        )  # fmt: skip
+    action, reason = ("keep", s.kept) if s.kept is not None else ("copy", "its bytes as they are")
+    n = info.byte_length
+    return Step(s.name, action, reason, target_type, target_type, n, n, _elements(info))
+
+
+def _plain_config(
+    target: str, tensors: object, row: WeightFormat, shards: int | None, dequantized: bool
+) -> tuple[str, bytes] | None:
+    """Where and what the plain checkpoint's ``config.json`` is: the source's, without
+    its ``quantization_config``; None unless a logical view with a config is
+    dequantized to safetensors.  TYPE when it would replace the source's own config.
+    """
+    if (
+        not dequantized
+        or not row.hf_config
+        or not isinstance(tensors, Weights)
+        or tensors.config is None
+    ):
+        return None
+    folder = target if shards is not None else os.path.dirname(target)
+    where = os.path.join(folder, PLAIN_CONFIG)
+    source = tensors.config_path
+    if source is not None and os.path.lexists(where) and os.path.samefile(where, source):
+        raise KilnError(
+            "TYPE",
+            f"{where!r}: expected to write the plain checkpoint's config beside it, found the "
+            "source checkpoint's own config there: write the output into another directory",
+        )
+    kept = {k: v for k, v in tensors.config.items() if k != "quantization_config"}
+    return where, (json.dumps(kept, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
