@@ -518,12 +518,7 @@ def tensor_sources(
     """
     code = dequantize_code(dequantize)
     policy = as_policy(quantize)
-    if code is not None and policy is not None:
-        raise KilnError(
-            "TYPE",
-            "expected dequantize or quantize, not both: kiln_np does not requantize GGML "
-            f"blocks (found dequantize={show_value(dequantize)} and quantize={str(policy)!r})",
-        )
+    assert code is None or policy is None  # the plan refuses both
     if not isinstance(tensors, Mapping):
         raise KilnError(
             "TYPE", f"expected a mapping of tensor names to tensors, found {show_value(tensors)}"
