@@ -189,7 +189,7 @@ def _shown_bytes(data: object) -> str:
 # module on every call measured 20-40 ns slower than a global of this module.
 _frombuffer = np.frombuffer
 _empty = np.empty
-_ONE_CALL = 2 * nibbles.UNPACK.threshold  # elements; pool.empty is np.empty below it
+_ONE_CALL = nibbles.ONE_CALL  # elements; pool.empty is np.empty below it
 
 # Payload(...) runs namedtuple's __new__, a Python function: the fast paths make
 # the same tuple without it, _new_payload((code, data, shape, layout)).
@@ -358,7 +358,8 @@ def _pack_array(array: np.ndarray, dst: np.ndarray, count: int) -> int:
     bytes as they are, with no uint8 view; below the threading threshold, one
     kernel call is all of it."""
     if count < _ONE_CALL:
-        return nibbles.PACK.pick()(array, dst, 0, count)
+        bad: int = nibbles.PACK.pick()(array, dst, 0, count)
+        return bad
     return nibbles.pack_into(array.reshape(-1).view(U8), dst)
 
 

@@ -12,13 +12,12 @@ import contextlib
 import numpy as np
 
 from kiln_np._kernels import backend, pool
-
 from kiln_np._kernels.dispatch import Kernel, register
 
 with contextlib.suppress(ImportError):  # not built: the rows' compiled drivers are None
     from kiln_np._kernels import native
 
-__all__ = ["MXFP4", "REPACK", "mxfp4_to_float32_into", "repack_ggml"]
+__all__ = ["MXFP4", "REPACK", "SCALED_PAIRS", "mxfp4_to_float32_into", "repack_ggml"]
 
 _E2M1 = np.array(
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -127,9 +126,9 @@ def _repack_numpy(
         body[...] = codes[:, 0::2] | codes[:, 1::2] << 4
         heads[...] = blocks[:, :header]
     else:
-        codes = np.stack([body & 15, body >> 4], axis=2).reshape(m, -1, group)
+        grouped = np.stack([body & 15, body >> 4], axis=2).reshape(m, -1, group)
         half = group // 2
-        blocks[:, header:] = (codes[:, :, :half] | codes[:, :, half:] << 4).reshape(m, -1)
+        blocks[:, header:] = (grouped[:, :, :half] | grouped[:, :, half:] << 4).reshape(m, -1)
         blocks[:, :header] = heads
 
 
@@ -142,3 +141,17 @@ REPACK = register(
     )
 )
 """The row of :func:`repack_ggml`: ``(ggml, values, scales, block_bytes, to_kiln)``."""
+
+
+def _scaled_pairs(
+    codes: np.ndarray, sbytes: np.ndarray, flags: np.ndarray, joint: np.ndarray, block: int
+) -> tuple[int, int, int]:
+    a, i, b = codes.shape
+    codes, sbytes = np.ascontiguousarray(codes), np.ascontiguousarray(sbytes)
+    return native.scaled_pairs(codes, sbytes, flags, joint, i, b, block, 0, a)
+
+
+SCALED_PAIRS = _scaled_pairs if backend.BUILT else None
+"""The compiled driver of the block-scaled pair counts (``kiln_np._explore.scaled``
+registers its row, with the numpy twin): ``(codes, sbytes, flags, joint, block) ->
+(saturated, zero blocks, flags seen)``, counting into ``joint``'s four lanes."""

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from kiln_np._kernels import backend, pool
-
 from kiln_np._kernels.dispatch import Kernel, register
 
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None

@@ -38,7 +38,6 @@ import numpy as np
 
 from kiln_np._core.checks import U8
 from kiln_np._kernels import backend, pool
-
 from kiln_np._kernels.dispatch import Kernel, register
 
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None

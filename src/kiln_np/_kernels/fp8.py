@@ -27,7 +27,6 @@ import numpy as np
 
 from kiln_np._core.table import spec_dtype
 from kiln_np._kernels import backend, pool
-
 from kiln_np._kernels.dispatch import Kernel, register
 
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None

@@ -59,7 +59,6 @@ from typing import NamedTuple
 import numpy as np
 
 from kiln_np._kernels import backend, pool
-
 from kiln_np._kernels.dispatch import Kernel, register
 
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None

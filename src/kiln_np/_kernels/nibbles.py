@@ -68,6 +68,7 @@ with contextlib.suppress(ImportError):  # not built: the rows' compiled drivers 
 
 __all__ = [
     "FIRST_ABOVE",
+    "ONE_CALL",
     "PACK",
     "UNPACK",
     "check_padding",
@@ -82,6 +83,10 @@ SMALL_LANES = 1 << 11
 """Below this many lanes the numpy unpack is one table gather (``np.take``)
 and pack two strided ufunc calls after one ``max``: fewer calls than the lane
 kernels, whose fixed cost is several microseconds."""
+
+ONE_CALL = 2 * pool.COMPILED_THREAD_MIN_LANES
+"""Elements below which the compiled pack or unpack is one call of the kernel
+(``UNPACK.pick()(src, dst, 0, count)``): the numpy twin splits on its own."""
 
 _NIBBLES = dtype_info(Code.U4)  # the packed rule, ceil(count / 2), lives in the table row
 _FOUR_BIT = DTypeIndex((dtype_info(c).dtype_spec, True) for c in (Code.I4, Code.U4, Code.E2M1))
@@ -172,7 +177,8 @@ def first_above(src: np.ndarray, limit: int) -> int:
     n = src.size
     run = FIRST_ABOVE.pick()
     if n // 2 < pool.COMPILED_THREAD_MIN_LANES or run is _first_above_numpy:
-        return run(src, limit, 0, n)  # the numpy twin splits on its own thresholds
+        bad: int = run(src, limit, 0, n)  # the numpy twin splits on its own thresholds
+        return bad
     return pool.smallest_bad(pool.run_compiled(partial(run, src, limit), n))
 
 
@@ -347,7 +353,8 @@ def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int
     if run is _pack_numpy:
         return _pack_numpy(src, dst, 0, n, not checked)  # splits on its own thresholds
     if n // 2 < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
-        return run(src, dst, 0, n)
+        found: int = run(src, dst, 0, n)
+        return found
     return pool.smallest_bad(pool.run_compiled(partial(run, src, dst), n))
 
 
