@@ -19,7 +19,7 @@ ways and compares the bytes.
 >>> import numpy as np
 >>> row = kernel("unpack")
 >>> dst = np.empty(3, np.uint8)
->>> row.pick()(b"\\x21\\x03", dst, 3)
+>>> row.pick()(b"\\x21\\x03", dst, 0, 3)
 >>> dst.tolist(), row.name in KERNELS
 ([1, 2, 3], True)
 """

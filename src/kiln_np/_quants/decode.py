@@ -1,7 +1,7 @@
 """Dequantize runs of GGML blocks: on the compiled kernels where they are built,
 on the numpy decoders otherwise, split over the thread pool by whole blocks.
 
-Both give ggml's float32 bits for every block (``tests/kernels/test_ggml.py``
+Both give ggml's float32 bits for every block (``tests/quants/test_ggml.py``
 holds them to ggml's own output and to each other); other output types are the
 float32 values rounded once, to nearest even.
 """

@@ -3,7 +3,7 @@ on the numpy encoders otherwise, split over the thread pool by whole blocks.
 
 Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
 ``llama-quantize`` runs) writes with no importance matrix
-(``tests/kernels/test_ggml_quantize.py`` holds them to ggml's own output and to
+(``tests/quants/test_ggml_quantize.py`` holds them to ggml's own output and to
 each other).  Every block is encoded on its own, so the result does not depend
 on how the blocks are split over threads.  ggml's result on a NaN or an
 infinity is undefined: both refuse them, reporting the first.
