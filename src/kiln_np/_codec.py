@@ -69,7 +69,6 @@ written bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from functools import partial
 from typing import Any, NamedTuple
@@ -95,12 +94,7 @@ from ._core.table import (
     row_for_dtype,
 )
 from ._core.torch_types import is_tensor, tensor_array
-from ._kernels import backend, nibbles, pool
-
-# to_numpy's small-call path calls the compiled unpack directly; when it was not
-# built, backend.COMPILED is False and nothing here calls it.
-with contextlib.suppress(ImportError):
-    from ._kernels import native
+from ._kernels import nibbles, pool
 
 __all__ = [
     "BIG_ENDIAN_HOST",
@@ -195,6 +189,7 @@ def _shown_bytes(data: object) -> str:
 # module on every call measured 20-40 ns slower than a global of this module.
 _frombuffer = np.frombuffer
 _empty = np.empty
+_ONE_CALL = nibbles.ONE_CALL  # elements; pool.empty is np.empty below it
 
 # Payload(...) runs namedtuple's __new__, a Python function: the fast paths make
 # the same tuple without it, _new_payload((code, data, shape, layout)).
@@ -330,15 +325,11 @@ def _unpack_bytes(buf: bytes, info: PayloadInfo) -> np.ndarray:
     count = info.count
     if count % 2 and buf[-1] > 0x0F:  # only an odd count has a padding nibble
         nibbles.check_padding(buf, count, info.context)  # raises
-    if not backend.COMPILED:
-        out = pool.empty(info.shape, U8, count)
-        nibbles.unpack_into(buf, out, count)
-        return out.view(info.dtype)
-    # The compiled kernel writes any 1-byte buffer, so the ml_dtypes array
-    # itself; below the threading threshold, one kernel call is all of it.
-    if count < 2 * pool.COMPILED_THREAD_MIN_LANES:
+    # Both kernels write any 1-byte array, so the ml_dtypes array itself; below
+    # the threading threshold, one kernel call is all of it.
+    if count < _ONE_CALL:
         out = _empty(info.shape, info.dtype)
-        native.unpack(buf, out, 0, count)
+        nibbles.UNPACK.pick()(buf, out, 0, count)
     else:
         out = pool.empty(info.shape, info.dtype, count)
         nibbles.unpack_into(buf, out, count)
@@ -364,9 +355,11 @@ def decode(info: PayloadInfo, src: np.ndarray, *, copy: bool = False) -> np.ndar
 def _pack_array(array: np.ndarray, dst: np.ndarray, count: int) -> int:
     """:func:`nibbles.pack_into` of the C-contiguous 4-bit ``array``: the first
     storage byte above 0x0f, or -1.  The compiled kernel reads the array's
-    bytes as they are, so below the threading threshold it needs no uint8 view."""
-    if backend.COMPILED and count < 2 * pool.COMPILED_THREAD_MIN_LANES:
-        return native.pack(array, dst, 0, count)
+    bytes as they are, with no uint8 view; below the threading threshold, one
+    kernel call is all of it."""
+    if count < _ONE_CALL:
+        bad: int = nibbles.PACK.pick()(array, dst, 0, count)
+        return bad
     return nibbles.pack_into(array.reshape(-1).view(U8), dst)
 
 

@@ -31,7 +31,7 @@ BACKENDS = [True, False]
 @pytest.fixture(params=BACKENDS, ids=["compiled", "numpy"])
 def compiled(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Each test on the compiled kernel (where it is built) and on numpy."""
-    on = bool(request.param) and backend._BUILT
+    on = bool(request.param) and backend.BUILT
     monkeypatch.setattr(backend, "COMPILED", on)
     return on
 
@@ -232,10 +232,10 @@ def test_compiled_and_numpy_agree_on_a_larger_tensor(monkeypatch: pytest.MonkeyP
     scales = rng.integers(112, 132, (300, 90)).astype(np.uint8).view(E8M0)
     got = []
     for on in BACKENDS:
-        monkeypatch.setattr(backend, "COMPILED", on and backend._BUILT)
+        monkeypatch.setattr(backend, "COMPILED", on and backend.BUILT)
         got.append(describe(values, scales, first=8).to_dict())
     assert got[0] == got[1]
-    monkeypatch.setattr(backend, "COMPILED", backend._BUILT)
+    monkeypatch.setattr(backend, "COMPILED", backend.BUILT)
     _check(describe(values, scales, first=8), values, scales, 32, -1, 8)
 
 
@@ -269,7 +269,7 @@ def test_empty_tensors(compiled: bool) -> None:
     assert (d.dequantized.min, d.dequantized.mean, d.dequantized.count) == (None, None, 0)
 
 
-@pytest.mark.skipif(not backend._BUILT, reason="the compiled extension is not built")
+@pytest.mark.skipif(not backend.BUILT, reason="the compiled extension is not built")
 def test_the_kernel_counts_pairs_and_blocks() -> None:
     codes = np.array([[1, 1, 7, 0, 0], [0, 0, 0, 2, 2]], np.uint8)
     scales = np.array([[5, 9], [4, 4]], np.uint8)

@@ -1,6 +1,6 @@
 """``kiln_np.gguf.dequantize``: GGUF files' quantized tensors as llama.cpp's numbers.
 
-The bits per block are checked in tests/kernels/test_ggml.py (ggml's golden vectors);
+The bits per block are checked in tests/quants/test_ggml.py (ggml's golden vectors);
 here: the public entry on files gguf-py wrote, shapes, output dtypes, and the places
 where llama.cpp's reading of MXFP4/NVFP4 differs from OCP's (``kiln_np.mx``).
 """

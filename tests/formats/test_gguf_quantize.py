@@ -1,6 +1,6 @@
 """``kiln_np.gguf.quantize``: what it takes, what it gives, what it refuses.
 
-The bytes themselves are held to ggml's by ``tests/kernels/test_ggml_quantize*.py``;
+The bytes themselves are held to ggml's by ``tests/quants/test_ggml_quantize*.py``;
 here: the Payload it returns (code, layout, block shape, read back by ``dequantize``
 and by the GGUF writer), inputs of every float dtype and memory order, and each
 refusal with its error code and message.

@@ -8,7 +8,7 @@ of equal elements and numpy does not: the sign of a zero.  A Q4_0/Q5_0 block of 
 whose first is -0.0 (ggml's largest stays +0.0, d = 0 / -8 = -0.0; gguf-py takes the
 -0.0, d = +0.0), and a Q4_1/Q5_1 block whose minimum is a zero (ggml stores the first
 zero's sign; numpy's ``min`` another).  There kiln_np writes ggml's bytes: the golden
-file from ggml holds them, and tests/kernels/test_ggml_quantize_basic.py states them.
+file from ggml holds them, and tests/quants/test_ggml_quantize_basic.py states them.
 """
 
 from __future__ import annotations

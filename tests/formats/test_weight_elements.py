@@ -104,7 +104,7 @@ def test_every_decoder_gives_gguf_py_values_through_a_tensor(tmp_path: Path, nam
         gguf_py_file(path, {"w": (raw, Q[name])})
         theirs = gguf.GGUFReader(path).tensors[0]
         expected = gguf.quants.dequantize(theirs.data, theirs.tensor_type)
-    else:  # written by kiln_np; ggml's own bits are tests/kernels/test_ggml.py's
+    else:  # written by kiln_np; ggml's own bits are tests/quants/test_ggml.py's
         layout = Layout(block.layout_name, block.bytes)
         payload = Payload(block.code, memoryview(raw.tobytes()), (3, 2), layout)
         kiln_np.save_weights(path, {"w": payload}, format="gguf")

@@ -261,7 +261,7 @@ def _random_case(layout: str, desc: bool) -> tuple[Scheme, dict[str, np.ndarray]
     return (GPTQ if layout == "gptq" else AWQ), arrays, {"quant_method": layout}
 
 
-@pytest.mark.skipif(not backend._BUILT, reason="the compiled extension is not built here")
+@pytest.mark.skipif(not backend.BUILT, reason="the compiled extension is not built here")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("which", ["gptq", "gptq-desc", "awq", "rows", "rows-zero"])
 def test_numpy_kernel_equals_compiled(
@@ -287,7 +287,7 @@ def test_numpy_kernel_equals_compiled(
 
 
 def test_compiled_kernel_refuses_what_does_not_fit() -> None:
-    if not backend._BUILT:
+    if not backend.BUILT:
         pytest.skip("the compiled extension is not built here")
     from kiln_np._kernels import native
 
@@ -448,7 +448,7 @@ def test_logical_view_without_a_config() -> None:
         assert (_bits(got) == _bits(c.want("bfloat16"))) is same
 
 
-@pytest.mark.skipif(not backend._BUILT, reason="the compiled extension is not built here")
+@pytest.mark.skipif(not backend.BUILT, reason="the compiled extension is not built here")
 @pytest.mark.parametrize("native", ["float16", "bfloat16"])
 def test_every_scale_and_code_rounds_as_numpy(native: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every 16-bit scale pattern (NaNs, infinities, subnormals, both zeros) times every

@@ -22,7 +22,6 @@ the ``first`` values are dequantized.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +37,8 @@ from kiln_np._core.checks import MAX_INT64, U8, check_int, set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, DType, code_label, dtype_info, row_for_dtype
 from kiln_np._files.payload import LazyPayload
-from kiln_np._kernels import backend
+from kiln_np._kernels import block_scaled
+from kiln_np._kernels.dispatch import Kernel, register
 from kiln_np.mx.inputs import repeats
 from kiln_np.mx.kinds import ELEMENTS, SCALES, Kind
 
@@ -47,9 +47,6 @@ from .chunks import Source, as_array, refuse_opaque
 from .description import Description, html_table, share
 from .patterns import PatternCounts, pattern_floats
 from .stats import Summary
-
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
-    from kiln_np._kernels import native
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -128,21 +125,10 @@ class _Pairs:
         a, i, b = codes.shape
         if not a * i * b:
             return 0
-        if backend.COMPILED:
-            codes, sbytes = np.ascontiguousarray(codes), np.ascontiguousarray(sbytes)
-            sat, zero, seen = native.scaled_pairs(
-                codes, sbytes, self.flags, self.joint, i, b, self.block_size, 0, a
-            )
-        else:
-            index = np.repeat(sbytes, repeats(i, self.block_size), axis=1).astype(np.uint16)
-            index <<= 8
-            index |= codes
-            self.joint[:_BINS] += np.bincount(index.reshape(-1), minlength=_BINS)
-            starts = np.arange(0, i, self.block_size)
-            per_block = np.bitwise_or.reduceat(self.flags[codes], starts, axis=1)
-            sat = int(np.count_nonzero(per_block & _SATURATING))
-            zero = int(np.count_nonzero((per_block & _NONZERO) == 0))
-            seen = int(np.bitwise_or.reduce(per_block, axis=None))
+        sat: int
+        zero: int
+        seen: int
+        sat, zero, seen = PAIRS.pick()(codes, sbytes, self.flags, self.joint, self.block_size)
         self.saturated += sat
         self.zero_blocks += zero
         return seen
@@ -151,6 +137,26 @@ class _Pairs:
         """``counts[s, c]``: elements of byte ``c`` in blocks of scale byte ``s``."""
         counts: np.ndarray = self.joint.reshape(_LANES, 256, 256).sum(axis=0)
         return counts
+
+
+def _pairs_numpy(
+    codes: np.ndarray, sbytes: np.ndarray, flags: np.ndarray, joint: np.ndarray, block: int
+) -> tuple[int, int, int]:
+    """The numpy twin of ``block_scaled.SCALED_PAIRS``: the same counts, all in
+    ``joint``'s first lane."""
+    i = codes.shape[1]
+    index = np.repeat(sbytes, repeats(i, block), axis=1).astype(np.uint16)
+    index <<= 8
+    index |= codes
+    joint[:_BINS] += np.bincount(index.reshape(-1), minlength=_BINS)
+    per_block = np.bitwise_or.reduceat(flags[codes], np.arange(0, i, block), axis=1)
+    sat = int(np.count_nonzero(per_block & _SATURATING))
+    zero = int(np.count_nonzero((per_block & _NONZERO) == 0))
+    return sat, zero, int(np.bitwise_or.reduce(per_block, axis=None))
+
+
+PAIRS = register(Kernel("scaled_pairs", block_scaled.SCALED_PAIRS, _pairs_numpy, None))
+"""The pair counts' row in the kernel table (the caller chunks; no split)."""
 
 
 def _blocks_input(x: Source, what: str) -> tuple[np.ndarray | LazyPayload, DType, Kind]:

@@ -1,9 +1,10 @@
 """Which kernels run: the compiled extension (``kiln_np._kernels.native``) or the
 numpy kernels.
 
-Modules that call the extension import it where they use it, guarded, and call it
-only while :data:`COMPILED` is true (read as ``backend.COMPILED``, so tests can
-switch it with monkeypatch).  ``KILN_NP_PURE=1`` (read at import) turns the
+Only ``kiln_np._kernels`` imports the extension: each compiled kernel is a row of
+the kernel table (:mod:`kiln_np._kernels.dispatch`), which runs it only while
+:data:`COMPILED` is true (read at call time as ``backend.COMPILED``, so tests and
+benchmarks can switch it).  ``KILN_NP_PURE=1`` (read at import) turns the
 compiled kernels off.
 """
 
@@ -16,13 +17,14 @@ from kiln_np._core.checks import set_module
 try:
     from kiln_np._kernels import native  # noqa: F401  (whether it loads is the question)
 except ImportError:  # built without a C compiler: the numpy kernels
-    _BUILT = False
+    BUILT = False
 else:
-    _BUILT = True
+    BUILT = True
+"""Whether the compiled extension was built (and imports)."""
 
-__all__ = ["COMPILED", "kernel_backend"]
+__all__ = ["BUILT", "COMPILED", "kernel_backend"]
 
-COMPILED = _BUILT and os.environ.get("KILN_NP_PURE", "").strip() in ("", "0")
+COMPILED = BUILT and os.environ.get("KILN_NP_PURE", "").strip() in ("", "0")
 """Whether the compiled kernels run: built, and not turned off by ``KILN_NP_PURE``."""
 
 

@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["decode_4bit"]
+__all__ = ["DECODE_4BIT", "decode_4bit"]
 
 _KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
 _QUIET_NAN = {"bfloat16": 0x7FC0, "float16": 0x7E00}
@@ -85,9 +86,33 @@ def decode_4bit(
     block of ``blocksize`` elements from element 0 (at least up to element
     ``b - 1``'s).  Overflow and invalid products are values (inf, NaN), not
     warnings."""
+    result: np.ndarray = DECODE_4BIT.pick()(codes, table, scales, blocksize, a, b, dtype)
+    return result
+
+
+def _numpy_quiet(
+    codes: np.ndarray,
+    table: np.ndarray,
+    scales: np.ndarray,
+    size: int,
+    a: int,
+    b: int,
+    dtype: np.dtype[Any],
+) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
-        if not backend.COMPILED:
-            return _numpy(codes, table, scales, blocksize, a, b, dtype)
+        return _numpy(codes, table, scales, size, a, b, dtype)
+
+
+def _compiled(
+    codes: np.ndarray,
+    table: np.ndarray,
+    scales: np.ndarray,
+    blocksize: int,
+    a: int,
+    b: int,
+    dtype: np.dtype[Any],
+) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
         out = pool.empty(b - a, dtype, b - a)
         raw = out.view(np.uint8)  # the buffer protocol knows no ml_dtypes type
         pool.run_ranges(
@@ -98,3 +123,14 @@ def decode_4bit(
             compiled=True,
         )
         return out
+
+
+DECODE_4BIT = register(
+    Kernel(
+        "bnb4",
+        _compiled if backend.BUILT else None,
+        _numpy_quiet,
+        pool.COMPILED_THREAD_MIN_LANES,  # elements
+    )
+)
+"""The row of :func:`decode_4bit`: its arguments, the same bits."""

@@ -38,11 +38,12 @@ import numpy as np
 
 from kiln_np._core.checks import U8
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["E2M1", "KINDS", "scaled_into", "scaled_numpy"]
+__all__ = ["E2M1", "KINDS", "SCALED", "scaled_into", "scaled_numpy"]
 
 E2M1 = np.array(
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
@@ -104,7 +105,20 @@ def scaled_into(
     ``table`` (256 float32, C-contiguous); ``block`` even (the compiled kernel
     takes multiples of 16, the numpy one the rest); code 8 is -0.0, or +0.0
     when not ``minus_zero`` (ModelOpt's table).  See the module's docstring."""
-    if not backend.COMPILED or block % 16:
+    SCALED.pick()(packed, scales, table, out, block, post, minus_zero=minus_zero)
+
+
+def _scaled_compiled(
+    packed: np.ndarray,
+    scales: np.ndarray,
+    table: np.ndarray,
+    out: np.ndarray,
+    block: int,
+    post: float,
+    *,
+    minus_zero: bool = True,
+) -> None:
+    if block % 16:  # the compiled kernel takes multiples of 16
         scaled_numpy(packed, scales, table, out, block, post, minus_zero=minus_zero)
         return
     kind = KINDS[out.dtype.name]
@@ -119,3 +133,14 @@ def scaled_into(
         codes.size,
         block,
     )
+
+
+SCALED = register(
+    Kernel(
+        "fp4_scaled",
+        _scaled_compiled if backend.BUILT else None,
+        scaled_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # elements, split by whole blocks
+    )
+)
+"""The row of :func:`scaled_into`: its arguments, the same bits."""

@@ -19,6 +19,7 @@ give the same bits; large inputs are split by rows over the thread pool.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from functools import cache, partial
 from typing import Any
 
@@ -26,11 +27,12 @@ import numpy as np
 
 from kiln_np._core.table import spec_dtype
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["KINDS", "dequantize", "values"]
+__all__ = ["DEQUANT", "KINDS", "dequantize", "values"]
 
 KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
 """The output dtypes (by name) and the compiled kernel's code for each."""
@@ -84,18 +86,31 @@ def dequantize(
     if scales.shape[1] < -(-cols // b1) or (rows and scales.shape[0] < (row0 + rows - 1) // b0 + 1):
         raise ValueError(f"scales {scales.shape} do not cover rows {row0}.. of {codes.shape}")
     out = pool.empty((rows, cols), dtype, rows * cols)
-    per_row = max(cols, 1)
-    if backend.COMPILED:
-        task = partial(_compiled, KINDS[dtype.name], codes, scales, out, b0, b1, row0)
-        least = -(-pool.COMPILED_THREAD_MIN_LANES // per_row)
-    else:
-        task = partial(_numpy, codes, scales, out, b0, b1, row0)
-        least = -(-pool.THREAD_MIN_LANES // per_row)
-    if rows < least:
+    DEQUANT.pick()(codes, scales, out, b0, b1, row0)
+    return out
+
+
+def _split_rows(task: Callable[[int, int], None], rows: int, cols: int, least: int) -> None:
+    """``task`` over rows, split over the pool from ``least`` elements on."""
+    fewest = -(-least // max(cols, 1))
+    if rows < fewest:
         task(0, rows)
     else:
-        pool.run_ranges(task, rows, compiled=backend.COMPILED, least=least)
-    return out
+        pool.run_ranges(task, rows, least=fewest)
+
+
+def _dequant_compiled(
+    codes: np.ndarray, scales: np.ndarray, out: np.ndarray, b0: int, b1: int, row0: int
+) -> None:
+    task = partial(_compiled, KINDS[out.dtype.name], codes, scales, out, b0, b1, row0)
+    _split_rows(task, codes.shape[0], codes.shape[1], pool.COMPILED_THREAD_MIN_LANES)
+
+
+def _dequant_numpy(
+    codes: np.ndarray, scales: np.ndarray, out: np.ndarray, b0: int, b1: int, row0: int
+) -> None:
+    task = partial(_numpy, codes, scales, out, b0, b1, row0)
+    _split_rows(task, codes.shape[0], codes.shape[1], pool.THREAD_MIN_LANES)
 
 
 def _compiled(
@@ -134,3 +149,14 @@ def _numpy(
         per = np.repeat(srows, b1, axis=1)[:, :cols]
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are results here
             out[r0:r1] = (table[codes[r0:r1]] * per).astype(out.dtype)
+
+
+DEQUANT = register(
+    Kernel(
+        "fp8_dequant",
+        _dequant_compiled if backend.BUILT else None,
+        _dequant_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # elements, split by whole rows
+    )
+)
+"""The row of :func:`dequantize`'s work: ``(codes, scales, out, b0, b1, row0)``."""

@@ -8,7 +8,7 @@
 #include "ggml.h"
 
 /* ggml's kvalues_iq4nl (ggml-common.h): IQ4_NL's and IQ4_XS's levels.  The same numbers
- * as kiln_np._quants.basic.KVALUES_IQ4NL (tests/kernels/test_ggml_basic.py checks). */
+ * as kiln_np._quants.basic.KVALUES_IQ4NL (tests/quants/test_ggml_basic.py checks). */
 static const float KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                         1,    13,   25,  38,  53,  69,  89,  113};
 

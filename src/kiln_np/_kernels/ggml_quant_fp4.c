@@ -10,7 +10,7 @@
  * with no branch, so the compiler runs it on a vector of elements at a time. */
 #include "ggml.h"
 
-/* LOG2_FLOOR_BITS of encode_fp4.py (tests/kernels/test_ggml_quantize_fp4.py checks the
+/* LOG2_FLOOR_BITS of encode_fp4.py (tests/quants/test_ggml_quantize_fp4.py checks the
  * two): by n + 148 for n = -148 ... 128, the float32 bits from which floorf(log2f(x)) is n
  * (log2f correctly rounded, as glibc's is there): 2**n, less the floats just below it
  * whose logarithm rounds up to n. */

@@ -34,11 +34,12 @@ import numpy as np
 
 from kiln_np._core.table import as_dtype
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["AWQ_NIBBLE", "KINDS", "LAYOUTS", "int4_rows"]
+__all__ = ["AWQ_NIBBLE", "INT4_ROWS", "KINDS", "LAYOUTS", "int4_rows"]
 
 LAYOUTS = {"gptq": 0, "awq": 1, "rows": 2}
 """Where the code of element ``(o, i)`` is, and the compiled kernel's number:
@@ -81,18 +82,43 @@ def int4_rows(
     rows, n_in = out.shape
     if not rows or not n_in:
         return
-    if backend.COMPILED:
-        lay, nat, okind = LAYOUTS[layout], KINDS[native_dtype], KINDS[out.dtype.name]
-        wcols = words.shape[1]
+    INT4_ROWS.pick()(words, layout, r0, gidx, group, scale, zero, native_dtype, out)
 
-        def task(lo: int, hi: int) -> None:
-            native.int4_rows(
-                words, lay, wcols, r0, gidx, group, scale, zero, nat, out, okind, lo, hi
-            )
 
-        least = -(-pool.COMPILED_THREAD_MIN_LANES // n_in)
-        pool.run_ranges(task, rows, compiled=True, least=least)
-        return
+def _rows_compiled(
+    words: np.ndarray,
+    layout: str,
+    r0: int,
+    gidx: np.ndarray,
+    group: int,
+    scale: np.ndarray,
+    zero: np.ndarray,
+    native_dtype: str,
+    out: np.ndarray,
+) -> None:
+    rows, n_in = out.shape
+    lay, nat, okind = LAYOUTS[layout], KINDS[native_dtype], KINDS[out.dtype.name]
+    wcols = words.shape[1]
+
+    def task(lo: int, hi: int) -> None:
+        native.int4_rows(words, lay, wcols, r0, gidx, group, scale, zero, nat, out, okind, lo, hi)
+
+    least = -(-pool.COMPILED_THREAD_MIN_LANES // n_in)
+    pool.run_ranges(task, rows, compiled=True, least=least)
+
+
+def _rows_numpy(
+    words: np.ndarray,
+    layout: str,
+    r0: int,
+    gidx: np.ndarray,
+    group: int,
+    scale: np.ndarray,
+    zero: np.ndarray,
+    native_dtype: str,
+    out: np.ndarray,
+) -> None:
+    rows, n_in = out.shape
     step = max(1, _NUMPY_ELEMENTS // n_in)
     for lo in range(0, rows, step):
         hi = min(rows, lo + step)
@@ -134,3 +160,14 @@ def _numpy_rows(
         table: Any = product.astype(as_dtype(native_dtype)).astype(out.dtype)
     r = np.arange(hi - lo)[:, None]
     out[lo:hi] = table[r, gidx[None, :], codes]
+
+
+INT4_ROWS = register(
+    Kernel(
+        "int4_rows",
+        _rows_compiled if backend.BUILT else None,
+        _rows_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # elements, split by whole rows
+    )
+)
+"""The row of :func:`int4_rows`: its arguments, the same bits."""

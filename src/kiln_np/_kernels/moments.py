@@ -59,11 +59,12 @@ from typing import NamedTuple
 import numpy as np
 
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["BLOCK", "KINDS", "Moments", "moments"]
+__all__ = ["BLOCK", "KINDS", "MOMENTS", "Moments", "moments"]
 
 BLOCK = 2048
 """Elements per block of the two-pass sums (the compiled kernel's and the numpy one's)."""
@@ -157,18 +158,27 @@ def moments(values: np.ndarray, kind: str) -> Moments:
         raise ValueError("values must be a 1-D C-contiguous array in native byte order")
     if dtype.itemsize != _ITEMSIZE[kind]:
         raise ValueError(f"{kind} elements are {_ITEMSIZE[kind]} bytes, got dtype {dtype}")
-    count = values.size
-    if backend.COMPILED:
-        kernel = partial(_compiled, KINDS[kind], values)
-        if count < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
-            return kernel(0, count)
-        parts = pool.run_compiled(kernel, count, per=1)
-    else:
-        parts = pool.run_ranges(partial(_numpy, values, kind), count)
+    result: Moments = MOMENTS.pick()(values, kind)
+    return result
+
+
+def _merged(parts: list[Moments]) -> Moments:
     result = parts[0]
     for part in parts[1:]:
         result = result.merge(part)
     return result
+
+
+def _moments_compiled(values: np.ndarray, kind: str) -> Moments:
+    count = values.size
+    kernel = partial(_compiled, KINDS[kind], values)
+    if count < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
+        return kernel(0, count)
+    return _merged(pool.run_compiled(kernel, count, per=1))
+
+
+def _moments_numpy(values: np.ndarray, kind: str) -> Moments:
+    return _merged(pool.run_ranges(partial(_numpy, values, kind), values.size))
 
 
 def _compiled(code: int, values: np.ndarray, lo: int, hi: int) -> Moments:
@@ -277,3 +287,15 @@ def _pairwise(rows: np.ndarray) -> tuple[float, float]:
         mean = np.concatenate([merged_mean, mean[even:]])
         m2 = np.concatenate([merged_m2, m2[even:]])
     return float(mean[0]), float(m2[0])
+
+
+MOMENTS = register(
+    Kernel(
+        "moments",
+        _moments_compiled if backend.BUILT else None,
+        _moments_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # elements
+    )
+)
+"""The row of :func:`moments`: ``(values, kind) -> Moments``; the two sum in another
+order, so ``mean`` and ``m2`` agree within the contract (exactly on small integers)."""

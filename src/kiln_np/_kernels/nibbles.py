@@ -61,11 +61,16 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code, DTypeIndex, dtype_info
 from kiln_np._core.torch_types import is_tensor, tensor_array
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
+with contextlib.suppress(ImportError):  # not built: the rows' compiled drivers are None
     from kiln_np._kernels import native
 
 __all__ = [
+    "FIRST_ABOVE",
+    "ONE_CALL",
+    "PACK",
+    "UNPACK",
     "check_padding",
     "first_above",
     "pack_into",
@@ -78,6 +83,10 @@ SMALL_LANES = 1 << 11
 """Below this many lanes the numpy unpack is one table gather (``np.take``)
 and pack two strided ufunc calls after one ``max``: fewer calls than the lane
 kernels, whose fixed cost is several microseconds."""
+
+ONE_CALL = 2 * pool.COMPILED_THREAD_MIN_LANES
+"""Elements below which the compiled pack or unpack is one call of the kernel
+(``UNPACK.pick()(src, dst, 0, count)``): the numpy twin splits on its own."""
 
 _NIBBLES = dtype_info(Code.U4)  # the packed rule, ceil(count / 2), lives in the table row
 _FOUR_BIT = DTypeIndex((dtype_info(c).dtype_spec, True) for c in (Code.I4, Code.U4, Code.E2M1))
@@ -125,26 +134,52 @@ def _first_above_chunked(values: np.ndarray, limit: int) -> int:
     return -1
 
 
+def _first_above_numpy(src: np.ndarray, limit: int, lo: int, hi: int) -> int:
+    """The numpy twin of ``native.first_above``: the first index in ``[lo, hi)``,
+    split over the thread pool on the numpy kernels' own thresholds."""
+    if lo:
+        bad = _first_above_numpy(src[lo:hi], limit, 0, hi - lo)
+        return bad if bad < 0 else lo + bad
+    n = hi
+    lanes = n // 2
+
+    def scan(a: int, b: int) -> int:
+        start = 2 * a
+        bad = _first_above_chunked(src[start : n if b == lanes else 2 * b], limit)
+        return bad if bad < 0 else start + bad
+
+    return pool.smallest_bad(pool.run_ranges(scan, lanes))
+
+
+FIRST_ABOVE = register(
+    Kernel(
+        "first_above",
+        native.first_above if backend.BUILT else None,
+        _first_above_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # lanes: two bytes
+    )
+)
+"""The row of ``native.first_above(src, limit, lo, hi)``: bytes ``[lo, hi)``;
+threshold in lanes of two bytes."""
+
+
 def first_above(src: np.ndarray, limit: int) -> int:
     """The flat index of the first byte above ``limit`` (1 for bool bytes, 15 for
     nibbles: a power of two minus one) in the uint8 array ``src``, or -1.
 
     One read of ``src``, split across the thread pool for large inputs; the
     smallest bad index over all ranges wins.  Extra memory: none compiled,
-    one chunk in numpy."""
+    one chunk in numpy.
+
+    >>> first_above(np.array([0, 1, 7, 1, 9], np.uint8), 1)
+    2
+    """
     n = src.size
-    lanes = n // 2
-    if backend.COMPILED:
-        if lanes < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
-            return native.first_above(src, limit, 0, n)
-        return pool.smallest_bad(pool.run_compiled(partial(native.first_above, src, limit), n))
-
-    def scan(lo: int, hi: int) -> int:
-        start = 2 * lo
-        bad = _first_above_chunked(src[start : n if hi == lanes else 2 * hi], limit)
-        return bad if bad < 0 else start + bad
-
-    return pool.smallest_bad(pool.run_ranges(scan, lanes))
+    run = FIRST_ABOVE.pick()
+    if n // 2 < pool.COMPILED_THREAD_MIN_LANES or run is _first_above_numpy:
+        bad: int = run(src, limit, 0, n)  # the numpy twin splits on its own thresholds
+        return bad
+    return pool.smallest_bad(pool.run_compiled(partial(run, src, limit), n))
 
 
 def _unpack_lanes(src: np.ndarray, dst16: np.ndarray, lo: int, hi: int) -> int:
@@ -183,30 +218,58 @@ def _pack_lanes(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, *, check: bo
     return -1
 
 
-def unpack_into(src: np.ndarray | bytes, dst: np.ndarray, count: int) -> None:
-    """Unpack ``count`` nibbles of ``src`` (a flat uint8 array or ``bytes``,
-    exactly ``ceil(count/2)`` bytes, padding already checked, not overlapping
-    ``dst``) into the C-contiguous uint8 array ``dst`` of ``count`` bytes, of
-    any shape (so a caller can allocate the decoded shape at once and skip a
-    view of its bytes)."""
-    lanes = count // 2
-    if backend.COMPILED:
-        if lanes < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
-            native.unpack(src, dst, 0, count)
-        else:
-            pool.run_compiled(partial(native.unpack, src, dst), count)
-        return
+def _unpack_numpy(src: np.ndarray | bytes, dst: np.ndarray, lo: int, hi: int) -> None:
+    """The numpy twin of ``native.unpack``: elements ``[lo, hi)`` (``lo`` even) of
+    ``src`` into the same elements of ``dst`` (any 1-byte dtype), split over the
+    thread pool on the numpy kernels' own thresholds."""
     if isinstance(src, bytes):
         src = np.frombuffer(src, U8)
     dst = dst.reshape(-1)
+    if dst.dtype != U8:
+        dst = dst.view(U8)
+    if lo:
+        src, dst = src[lo // 2 :], dst[lo:]
+    count = hi - lo
+    lanes = count // 2
     if lanes and lanes < SMALL_LANES:
         # The method, not np.take: numpy's Python wrapper costs about 0.8 µs more a call.
         _PAIRS.take(src[:lanes], 0, dst[: 2 * lanes].reshape(lanes, 2), "clip")
     elif lanes:
         dst16 = dst[: 2 * lanes].view(_LANE)
-        pool.run_ranges(lambda lo, hi: _unpack_lanes(src, dst16, lo, hi), lanes)
+        pool.run_ranges(lambda a, b: _unpack_lanes(src, dst16, a, b), lanes)
     if count % 2:
-        dst[-1] = src[-1]
+        dst[count - 1] = src[lanes] & 15
+
+
+UNPACK = register(
+    Kernel(
+        "unpack",
+        native.unpack if backend.BUILT else None,
+        _unpack_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # lanes: two elements, one packed byte
+    )
+)
+"""The row of ``native.unpack(src, dst, lo, hi)``: elements ``[lo, hi)``; threshold
+in lanes.  A call of fewer lanes runs whole: ``UNPACK.pick()(src, dst, 0, count)``."""
+
+
+def unpack_into(src: np.ndarray | bytes, dst: np.ndarray, count: int) -> None:
+    """Unpack ``count`` nibbles of ``src`` (a flat uint8 array or ``bytes``,
+    exactly ``ceil(count/2)`` bytes, padding already checked, not overlapping
+    ``dst``) into the C-contiguous array ``dst`` of ``count`` bytes, of any
+    shape and any 1-byte dtype (so a caller can allocate the decoded array at
+    once and skip a view of its bytes).
+
+    >>> dst = np.empty(3, np.uint8)
+    >>> unpack_into(b"\\x21\\x03", dst, 3)
+    >>> dst.tolist()
+    [1, 2, 3]
+    """
+    run = UNPACK.pick()
+    if count // 2 < pool.COMPILED_THREAD_MIN_LANES or run is _unpack_numpy:
+        run(src, dst, 0, count)  # the numpy twin splits on its own thresholds
+    else:
+        pool.run_compiled(partial(run, src, dst), count)
 
 
 def check_padding(src: np.ndarray | bytes, count: int, context: str = "") -> None:
@@ -227,39 +290,72 @@ def check_padding(src: np.ndarray | bytes, count: int, context: str = "") -> Non
         )
 
 
+def _pack_numpy(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, check: bool = True) -> int:
+    """The numpy twin of ``native.pack``: elements ``[lo, hi)`` (``lo`` even) of
+    ``src`` (C-contiguous, any 1-byte dtype) into bytes ``[lo / 2, ...)`` of
+    ``dst``; the first index above 15, or -1.  ``check=False`` skips the per-chunk
+    test (the caller has run :func:`first_above`)."""
+    src = src.reshape(-1)
+    if src.dtype != U8:
+        src = src.view(U8)
+    if lo:
+        bad = _pack_numpy(src[lo:hi], dst[lo // 2 :], 0, hi - lo, check)
+        return bad if bad < 0 else lo + bad
+    n = hi
+    lanes = n // 2
+    if lanes < SMALL_LANES:
+        if check and n and int(src[:n].max()) > 15:
+            return _first_above_chunked(src[:n], 15)
+        high = dst[:lanes]  # two strided calls beat the lane kernel's fixed cost here
+        np.left_shift(src[1 : 2 * lanes : 2], _FOUR_U8, out=high)
+        np.bitwise_or(high, src[0 : 2 * lanes : 2], out=high)
+    else:
+        bad = pool.smallest_bad(
+            pool.run_ranges(lambda a, b: _pack_lanes(src, dst, a, b, check=check), lanes)
+        )
+        if bad >= 0:
+            return bad
+    if n % 2:
+        if src[n - 1] > 15:
+            return n - 1
+        dst[lanes] = src[n - 1]
+    return -1
+
+
+PACK = register(
+    Kernel(
+        "pack",
+        native.pack if backend.BUILT else None,
+        _pack_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # lanes: two elements, one packed byte
+    )
+)
+"""The row of ``native.pack(src, dst, lo, hi) -> index``: elements ``[lo, hi)``;
+threshold in lanes.  A call of fewer lanes runs whole: ``PACK.pick()(src, dst, 0, n)``."""
+
+
 def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int:
-    """Pack the uint8 values ``src`` into ``dst`` (``ceil(src.size/2)`` bytes, not
-    overlapping ``src``).
+    """Pack the values ``src`` (flat, C-contiguous, uint8) into ``dst``
+    (``ceil(src.size/2)`` bytes, not overlapping ``src``).
 
     Returns the flat index of the first value above 15, or -1.  Chunks before
     a bad one may already be written: callers that promise an untouched
     destination call :func:`first_above` first and pass ``checked=True``,
     which lets the numpy kernels skip their per-chunk test (the compiled
     kernel's test is fused into its one pass, so it always runs).
+
+    >>> dst = np.empty(2, np.uint8)
+    >>> pack_into(np.array([1, 2, 3], np.uint8), dst), dst.tobytes().hex(" ")
+    (-1, '21 03')
     """
     n = src.size
-    lanes = n // 2
-    if backend.COMPILED:
-        if lanes < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
-            return native.pack(src, dst, 0, n)
-        return pool.smallest_bad(pool.run_compiled(partial(native.pack, src, dst), n))
-    if lanes < SMALL_LANES:
-        if not checked and n and int(src.max()) > 15:
-            return _first_above_chunked(src, 15)
-        high = dst[:lanes]  # two strided calls beat the lane kernel's fixed cost here
-        np.left_shift(src[1 : 2 * lanes : 2], _FOUR_U8, out=high)
-        np.bitwise_or(high, src[0 : 2 * lanes : 2], out=high)
-    else:
-        bad = pool.smallest_bad(
-            pool.run_ranges(lambda lo, hi: _pack_lanes(src, dst, lo, hi, check=not checked), lanes)
-        )
-        if bad >= 0:
-            return bad
-    if n % 2:
-        if src[-1] > 15:
-            return n - 1
-        dst[-1] = src[-1]
-    return -1
+    run = PACK.pick()
+    if run is _pack_numpy:
+        return _pack_numpy(src, dst, 0, n, not checked)  # splits on its own thresholds
+    if n // 2 < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
+        found: int = run(src, dst, 0, n)
+        return found
+    return pool.smallest_bad(pool.run_compiled(partial(run, src, dst), n))
 
 
 def nibble_error(values: np.ndarray, index: int, what: str = "a nibble value") -> KilnError:

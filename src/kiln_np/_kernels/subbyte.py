@@ -13,7 +13,8 @@ storage of ml_dtypes ``int2``/``uint2``/``float6_*``).  Padding and the range
 of unpacked bytes are checked by the callers; these kernels assume both.
 
 Two implementations, as for the nibble kernels of :mod:`kiln_np._kernels.nibbles`,
-chosen by its ``COMPILED`` flag (``KILN_NP_PURE=1`` turns it off):
+rows of the kernel table (:mod:`kiln_np._kernels.dispatch`; ``KILN_NP_PURE=1`` turns
+the compiled ones off):
 
 - **Compiled** (``unpack2``/``pack2``/``unpack6``/``pack6`` of
   ``kiln_np._kernels``): one pass each, split over the thread pool on groups
@@ -37,11 +38,21 @@ import numpy as np
 
 from kiln_np._core.checks import U8
 from kiln_np._kernels import backend, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
-with contextlib.suppress(ImportError):  # no C compiler at install: COMPILED is False
+with contextlib.suppress(ImportError):  # no C compiler at install: no compiled rows
     from kiln_np._kernels import native
 
-__all__ = ["pack2_into", "pack6_into", "unpack2_into", "unpack6_into"]
+__all__ = [
+    "PACK2",
+    "PACK6",
+    "UNPACK2",
+    "UNPACK6",
+    "pack2_into",
+    "pack6_into",
+    "unpack2_into",
+    "unpack6_into",
+]
 
 _LANE = np.dtype("<u4")
 
@@ -109,6 +120,29 @@ def _tail_word(fields: np.ndarray, bits: int) -> int:
     return int(np.bitwise_or.reduce(fields.astype(np.uint32) << shifts, initial=0))
 
 
+def _unpack2_compiled(src: np.ndarray, dst: np.ndarray, count: int) -> None:
+    pool.run_compiled(partial(native.unpack2, src, dst), count, per=4)
+
+
+def _unpack2_numpy(src: np.ndarray, dst: np.ndarray, count: int) -> None:
+    full = count // 4
+    if full:
+        dst32 = dst[: 4 * full].view(_LANE)
+        pool.run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
+    if count % 4:
+        dst[4 * full :] = _tail_fields(int(src[full]), count % 4, 2)
+
+
+UNPACK2 = register(
+    Kernel(
+        "unpack2",
+        _unpack2_compiled if backend.BUILT else None,
+        _unpack2_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # groups of four elements
+    )
+)
+
+
 def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     """Unpack ``count`` 2-bit elements of ``src`` (``ceil(count/4)`` bytes)
     into the uint8 array ``dst`` of ``count`` bytes.
@@ -118,15 +152,30 @@ def unpack2_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     >>> dst
     array([0, 1, 2, 3, 1], dtype=uint8)
     """
-    if backend.COMPILED:
-        pool.run_compiled(partial(native.unpack2, src, dst), count, per=4)
-        return
-    full = count // 4
+    UNPACK2.pick()(src, dst, count)
+
+
+def _pack2_compiled(src: np.ndarray, dst: np.ndarray) -> None:
+    pool.run_compiled(partial(native.pack2, src, dst), src.size, per=4)
+
+
+def _pack2_numpy(src: np.ndarray, dst: np.ndarray) -> None:
+    full = src.size // 4
     if full:
-        dst32 = dst[: 4 * full].view(_LANE)
-        pool.run_ranges(lambda lo, hi: _unpack2_lanes(src, dst32, lo, hi), full)
-    if count % 4:
-        dst[4 * full :] = _tail_fields(int(src[full]), count % 4, 2)
+        src32 = src[: 4 * full].view(_LANE)
+        pool.run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
+    if src.size % 4:
+        dst[full] = _tail_word(src[4 * full :], 2)
+
+
+PACK2 = register(
+    Kernel(
+        "pack2",
+        _pack2_compiled if backend.BUILT else None,
+        _pack2_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # groups of four elements
+    )
+)
 
 
 def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
@@ -137,15 +186,7 @@ def pack2_into(src: np.ndarray, dst: np.ndarray) -> None:
     >>> dst.tobytes().hex(" ")
     'e4 01'
     """
-    if backend.COMPILED:
-        pool.run_compiled(partial(native.pack2, src, dst), src.size, per=4)
-        return
-    full = src.size // 4
-    if full:
-        src32 = src[: 4 * full].view(_LANE)
-        pool.run_ranges(lambda lo, hi: _pack2_lanes(src32, dst, lo, hi), full)
-    if src.size % 4:
-        dst[full] = _tail_word(src[4 * full :], 2)
+    PACK2.pick()(src, dst)
 
 
 # ---------------------------------------------------------------- 6-bit
@@ -191,18 +232,11 @@ def _pack6_lanes(src32: np.ndarray, dst24: np.ndarray, lo: int, hi: int) -> int:
     return -1
 
 
-def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
-    """Unpack ``count`` 6-bit elements of ``src`` (``ceil(6*count/8)`` bytes)
-    into the uint8 array ``dst`` of ``count`` bytes.
+def _unpack6_compiled(src: np.ndarray, dst: np.ndarray, count: int) -> None:
+    pool.run_compiled(partial(native.unpack6, src, dst), count, per=4)
 
-    >>> dst = np.empty(2, np.uint8)
-    >>> unpack6_into(np.array([0x41, 0x00], np.uint8), dst, 2)  # 1 | 1 << 6
-    >>> dst
-    array([1, 1], dtype=uint8)
-    """
-    if backend.COMPILED:
-        pool.run_compiled(partial(native.unpack6, src, dst), count, per=4)
-        return
+
+def _unpack6_numpy(src: np.ndarray, dst: np.ndarray, count: int) -> None:
     full = count // 4
     # A lane reads 4 bytes from 3k, so the strided view stops one group early
     # unless a byte follows the last full group.
@@ -217,17 +251,33 @@ def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
         dst[4 * strided :] = _tail_fields(word, rest, 6)
 
 
-def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
-    """Pack the uint8 values ``src`` (each 0-63) into ``dst`` (``ceil(6n/8)`` bytes).
+UNPACK6 = register(
+    Kernel(
+        "unpack6",
+        _unpack6_compiled if backend.BUILT else None,
+        _unpack6_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # groups of four elements
+    )
+)
 
-    >>> dst = np.empty(3, np.uint8)
-    >>> pack6_into(np.array([1, 2, 3, 63], np.uint8), dst)
-    >>> dst.tobytes().hex(" ")
-    '81 30 fc'
+
+def unpack6_into(src: np.ndarray, dst: np.ndarray, count: int) -> None:
+    """Unpack ``count`` 6-bit elements of ``src`` (``ceil(6*count/8)`` bytes)
+    into the uint8 array ``dst`` of ``count`` bytes.
+
+    >>> dst = np.empty(2, np.uint8)
+    >>> unpack6_into(np.array([0x41, 0x00], np.uint8), dst, 2)  # 1 | 1 << 6
+    >>> dst
+    array([1, 1], dtype=uint8)
     """
-    if backend.COMPILED:
-        pool.run_compiled(partial(native.pack6, src, dst), src.size, per=4)
-        return
+    UNPACK6.pick()(src, dst, count)
+
+
+def _pack6_compiled(src: np.ndarray, dst: np.ndarray) -> None:
+    pool.run_compiled(partial(native.pack6, src, dst), src.size, per=4)
+
+
+def _pack6_numpy(src: np.ndarray, dst: np.ndarray) -> None:
     full = src.size // 4
     if full:
         src32 = src[: 4 * full].view(_LANE)
@@ -237,3 +287,24 @@ def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
     if rest:
         word = _tail_word(src[4 * full :], 6)
         dst[3 * full :] = np.frombuffer(word.to_bytes(dst.size - 3 * full, "little"), U8)
+
+
+PACK6 = register(
+    Kernel(
+        "pack6",
+        _pack6_compiled if backend.BUILT else None,
+        _pack6_numpy,
+        pool.COMPILED_THREAD_MIN_LANES,  # groups of four elements
+    )
+)
+
+
+def pack6_into(src: np.ndarray, dst: np.ndarray) -> None:
+    """Pack the uint8 values ``src`` (each 0-63) into ``dst`` (``ceil(6n/8)`` bytes).
+
+    >>> dst = np.empty(3, np.uint8)
+    >>> pack6_into(np.array([1, 2, 3, 63], np.uint8), dst)
+    >>> dst.tobytes().hex(" ")
+    '81 30 fc'
+    """
+    PACK6.pick()(src, dst)

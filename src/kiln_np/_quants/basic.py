@@ -63,7 +63,7 @@ KVALUES_IQ4NL = np.array(
 )
 """IQ4_NL's and IQ4_XS's 16 levels: ggml's ``kvalues_iq4nl`` (``ggml-common.h``),
 the same numbers as ``ggml_basic.c``'s ``KVALUES_IQ4NL`` and gguf-py's
-``IQ4_NL.kvalues`` (``tests/kernels/test_ggml_basic.py`` checks all three)."""
+``IQ4_NL.kvalues`` (``tests/quants/test_ggml_basic.py`` checks all three)."""
 
 KVALUES_FP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
 """MXFP4's and NVFP4's E2M1 levels, doubled so they are integers: ggml's

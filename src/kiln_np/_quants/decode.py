@@ -1,15 +1,15 @@
 """Dequantize runs of GGML blocks: on the compiled kernels where they are built,
 on the numpy decoders otherwise, split over the thread pool by whole blocks.
 
-Both give ggml's float32 bits for every block (``tests/kernels/test_ggml.py``
+Both give ggml's float32 bits for every block (``tests/quants/test_ggml.py``
 holds them to ggml's own output and to each other); other output types are the
 float32 values rounded once, to nearest even.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -19,14 +19,12 @@ import numpy.typing as npt
 from kiln_np._core.checks import U8, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout, as_dtype
-from kiln_np._kernels import backend, pool
+from kiln_np._kernels import ggml, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
 from . import basic, iquants, kquants
 from .blocks import BLOCKS, Block
 from .decoder import Decoder
-
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
-    from kiln_np._kernels import native
 
 __all__ = [
     "DECODERS",
@@ -45,10 +43,6 @@ DECODERS: Mapping[str, Decoder] = MappingProxyType(
 
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 """The dtypes a dequantized result may have (float32 is ggml's own)."""
-
-_COMPILED: frozenset[int] = (
-    frozenset(t for t, _, _ in native.ggml_types()) if backend.COMPILED else frozenset()
-)
 
 _CHUNK_ELEMENTS = 1 << 16
 """Elements the numpy decoders (and a conversion to another dtype) take at a time:
@@ -102,15 +96,13 @@ def dequantize_into(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
     >>> out[:2].tolist()
     [6.0, 6.0]
     """
+    KERNELS[name].pick()(blocks, out)
+
+
+def _numpy_blocks(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
+    """The numpy twin of the compiled driver of GGML type ``name``."""
     block, dec = BLOCKS[name], DECODERS[name]
     count = blocks.size // block.bytes
-    if block.type_id in _COMPILED and backend.COMPILED:
-        pool.run_blocks(
-            lambda b0, b1: native.ggml_to_float32(block.type_id, blocks, out, b0, b1),
-            count,
-            block.elements,
-        )
-        return
     rows = blocks.reshape(count, block.bytes)
     dst = out.reshape(count, block.elements)
     total = count * block.elements
@@ -120,6 +112,22 @@ def dequantize_into(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
         ),
         total,
     )
+
+
+KERNELS: Mapping[str, Kernel] = MappingProxyType(
+    {
+        name: register(
+            Kernel(
+                f"ggml_to_float32.{name}",
+                ggml.decoder(BLOCKS[name].type_id, BLOCKS[name].elements),
+                partial(_numpy_blocks, name),
+                ggml.THRESHOLD,
+            )
+        )
+        for name in DECODERS
+    }
+)
+"""Each decodable type's row in the kernel table: ``(blocks, out)``."""
 
 
 def output_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:

@@ -21,7 +21,7 @@ byte of the int32) wraps it to 232 ... 255, a huge scale under which every
 element is level 0.  ``floorf(log2f(amax))`` depends on how ``log2f`` rounds
 just below a power of two, where ``log2f`` reaches the integer above:
 :data:`LOG2_FLOOR_BITS` holds, for the correctly rounded ``log2f`` (glibc's),
-where each integer starts (``tests/kernels/test_ggml_quantize_fp4.py`` checks
+where each integer starts (``tests/quants/test_ggml_quantize_fp4.py`` checks
 them against the C library's ``log2f``).
 
 NVFP4's scales are ggml's ``ggml_fp32_to_ue4m3(amax / 6)``: ``x`` above 448 is

@@ -3,7 +3,7 @@ on the numpy encoders otherwise, split over the thread pool by whole blocks.
 
 Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
 ``llama-quantize`` runs) writes with no importance matrix
-(``tests/kernels/test_ggml_quantize.py`` holds them to ggml's own output and to
+(``tests/quants/test_ggml_quantize.py`` holds them to ggml's own output and to
 each other).  Every block is encoded on its own, so the result does not depend
 on how the blocks are split over threads.  ggml's result on a NaN or an
 infinity is undefined: both refuse them, reporting the first.
@@ -11,21 +11,19 @@ infinity is undefined: both refuse them, reporting the first.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
+from functools import partial
 from types import MappingProxyType
 
 import numpy as np
 
 from kiln_np._core.errors import KilnError
-from kiln_np._kernels import backend, pool
+from kiln_np._kernels import ggml, pool
+from kiln_np._kernels.dispatch import Kernel, register
 
 from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
 from .blocks import BLOCKS, Block
 from .encoder import Encoder
-
-with contextlib.suppress(ImportError):  # not built: backend.COMPILED is False
-    from kiln_np._kernels import native
 
 __all__ = ["ENCODERS", "NEEDS_IMATRIX", "encoder", "not_finite", "quantize_into", "refusal"]
 
@@ -43,10 +41,6 @@ NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S", "IQ1
 """The grid types, whose ggml quantizers are meant to run with an importance matrix."""
 
 _NOT_STORED = ("Q8_1", "Q8_K")
-
-_COMPILED: frozenset[int] = (
-    frozenset(t for t, _, _ in native.ggml_quant_types()) if backend.COMPILED else frozenset()
-)
 
 _CHUNK_ELEMENTS = 1 << 14
 """Elements the numpy encoders take at a time: their float32 temporaries (a few
@@ -140,20 +134,38 @@ def quantize_into(name: str, src: np.ndarray, dst: np.ndarray) -> int:
     >>> quantize_into("Q8_0", np.array([0.0] * 5 + [np.inf] * 27, np.float32), dst)
     5
     """
+    bad = pool.smallest_bad(KERNELS[name].pick()(src, dst))
+    return -1 if bad < 0 else _first_bad(src, BLOCKS[name], bad)
+
+
+def _least(block: Block) -> int:
+    return max(1, _THREAD_MIN_ELEMENTS // block.elements)
+
+
+def _numpy_blocks(name: str, src: np.ndarray, dst: np.ndarray) -> list[int]:
+    """The numpy twin of the compiled driver of GGML type ``name``."""
     block, enc = BLOCKS[name], ENCODERS[name]
     count = src.size // block.elements
-    least = max(1, _THREAD_MIN_ELEMENTS // block.elements)
-    if block.type_id in _COMPILED and backend.COMPILED:
-        found = pool.run_ranges(
-            lambda b0, b1: native.ggml_from_float32(block.type_id, src, dst, b0, b1),
-            count,
-            least=least,
+    x = src.reshape(count, block.elements)
+    out = dst.reshape(count, block.bytes)
+    return pool.run_ranges(
+        lambda b0, b1: _numpy_range(enc, x, out, b0, b1), count, least=_least(block)
+    )
+
+
+KERNELS: Mapping[str, Kernel] = MappingProxyType(
+    {
+        name: register(
+            Kernel(
+                f"ggml_from_float32.{name}",
+                ggml.encoder(
+                    BLOCKS[name].type_id, BLOCKS[name].elements, partial(_least, BLOCKS[name])
+                ),
+                partial(_numpy_blocks, name),
+                _least(BLOCKS[name]),  # blocks
+            )
         )
-    else:
-        x = src.reshape(count, block.elements)
-        out = dst.reshape(count, block.bytes)
-        found = pool.run_ranges(
-            lambda b0, b1: _numpy_range(enc, x, out, b0, b1), count, least=least
-        )
-    bad = pool.smallest_bad(found)
-    return -1 if bad < 0 else _first_bad(src, block, bad)
+        for name in ENCODERS
+    }
+)
+"""Each quantizable type's row in the kernel table: ``(src, dst) -> bad block per range``."""

@@ -1,7 +1,7 @@
 """GGML's one-scale block types (``kiln_np._quants.basic``, ``ggml_basic.c``) on hand-made
 blocks whose values can be stated, on both backends.
 
-``tests/kernels/test_ggml.py`` holds every type to ggml's own output on random
+``tests/quants/test_ggml.py`` holds every type to ggml's own output on random
 blocks; here are the cases a reader can check by hand: Q8_1 (which has no ggml
 decoder, so no golden), the lookup tables (IQ4's ``kvalues_iq4nl``, FP4's
 ``kvalues_fp4``) against gguf-py's and across both backends, GGUF's reading of
