@@ -252,8 +252,8 @@ def source(array: Source) -> tuple[DType, tuple[int, ...], Iterable[np.ndarray]]
             values = (v.reshape(-1) for _, v in dequantized_chunks(q))
             return dtype_info(Code.F32), q.shape, values
         info = array.info
-        element = element_of(info.code, info.layout).foreign
-        foreign = None if element is None else FOREIGN_ROWS.get(element.code)
+        found = element_of(info.code, info.layout).foreign
+        foreign = None if found is None else FOREIGN_ROWS.get(found.code)
         if foreign is not None:
             data = byte_view(array.data, "the payload's data")
             info.check_length(data.size)
