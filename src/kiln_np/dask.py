@@ -58,7 +58,7 @@ from ._explore.weight_stats import TensorStats, WeightStats, tensor_stats
 from ._files.chunks import decode_span
 from ._files.io import TEMP_SUFFIX, building_directory, replacing, write_all
 from ._files.payload import LazyPayload
-from ._quants.decode import block_of
+from ._quants.elements import element_of
 from ._weights.logical import LogicalTensor
 from ._weights.tensors import WeightTensor
 from ._weights.weights import Weights
@@ -332,7 +332,7 @@ class _TensorRows:
             whole = tensor.numpy()
             self.shape, self.dtype = whole.shape, whole.dtype
         else:
-            block = block_of(info.code, info.layout)
+            block = element_of(info.code, info.layout).decoded
             if block is not None and len(info.shape) == 1:
                 self.per_row = block.elements
             empty = self._stored(0, 0)  # the dtype and trailing axes, from no bytes

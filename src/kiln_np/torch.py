@@ -79,7 +79,6 @@ from ._codec import (
 )
 from ._core.checks import U8, byte_view, set_module, show_value
 from ._core.errors import KilnError
-from ._core.foreign import FOREIGN_BY_CODE
 from ._core.payload import PayloadInfo, payload_info
 from ._core.table import NEEDS_OPAQUE, Code, CodeLike, DType, Layout, as_code, code_label, resolve
 from ._core.torch_types import (
@@ -90,6 +89,7 @@ from ._core.torch_types import (
     tensor_bits,
     torch_type_for_dtype,
 )
+from ._quants.elements import element_of
 from ._weights.tensors import WeightTensor
 
 __all__ = ["Int4", "from_torch", "to_torch"]
@@ -201,10 +201,8 @@ def _payload_tensor(p: Payload, int4: str, copy: bool) -> torch.Tensor:
     info.check_length(src.size)
     element = info.element
     if isinstance(element, Layout):
-        foreign = FOREIGN_BY_CODE.get(info.code)
-        row = None
-        if foreign is not None and foreign.layout == element:
-            row = torch_type_for_dtype(foreign.dtype)
+        foreign = element_of(info.code, element).foreign
+        row = None if foreign is None else torch_type_for_dtype(foreign.dtype)
         if row is not None:
             return _tensor(src.view(row.dtype).reshape(info.shape), row, copy)
         return _tensor(src.reshape(info.decoded_shape), _U8, copy)

@@ -44,6 +44,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._core.table import Code
 from kiln_np._quants.blocks import BLOCKS, Block
+from kiln_np._quants.elements import element_of
 from kiln_np._quants.quantize import ENCODERS, refusal
 
 __all__ = ["FLOAT_TARGETS", "QuantizePolicy", "Target", "as_policy", "decide"]
@@ -292,7 +293,7 @@ def decide(policy: QuantizePolicy, name: str, info: PayloadInfo) -> Target | str
     kind = _kiln_type(info)
     if asked is None:
         return "no pattern of the policy matches it and it has no default type"
-    if info.layout is not None and info.layout.name.startswith("ggml."):
+    if info.layout is not None and element_of(info.code, info.layout).kind == "ggml":
         return f"already GGML {info.layout.name[5:].upper()} blocks (kiln_np does not requantize)"
     if info.code not in _FLOAT_SOURCES:
         does = "is stored as" if asked in FLOAT_TARGETS else "quantizes"

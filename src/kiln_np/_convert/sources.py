@@ -61,8 +61,9 @@ from kiln_np._core.table import Code, Layout, as_dtype, code_for_dtype, code_lab
 from kiln_np._core.torch_types import element_shape, is_tensor, tensor_bits
 from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
-from kiln_np._quants.blocks import BLOCKS, CODE_BASE, Block
-from kiln_np._quants.decode import block_of, dequantize_into
+from kiln_np._quants.blocks import Block
+from kiln_np._quants.decode import dequantize_into
+from kiln_np._quants.elements import element_of
 from kiln_np._quants.quantize import not_finite, quantize_into
 from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
 from kiln_np._weights.mapped import MappedFile
@@ -80,7 +81,6 @@ __all__ = [
     "TensorSource",
     "blocks_refused",
     "dequantize_code",
-    "ggml_blocks",
     "quantize_kept",
     "sha256_file",
     "tensor_sources",
@@ -421,25 +421,6 @@ def dequantize_code(dequantize: object, option: str = "dequantize") -> Code | No
     return code
 
 
-def ggml_blocks(info: PayloadInfo) -> Block | None:
-    """The GGML block type of payloads described by ``info`` (code ``0x4700 + type
-    id`` with a ``ggml.*`` layout), decodable or not, or None for anything else.
-
-    >>> from kiln_np import Layout
-    >>> ggml_blocks(payload_info(0x4708, (2,), Layout("ggml.q8_0", 34))).name
-    'Q8_0'
-    """
-    layout = info.layout
-    if layout is None or not layout.name.startswith("ggml.") or info.code >> 8 != CODE_BASE >> 8:
-        return None
-    known = BLOCKS.get(layout.name[5:].upper())
-    if known is not None and known.code == info.code and known.bytes == layout.block_size:
-        return known
-    type_id = int(info.code) - CODE_BASE
-    name = layout.name[5:].upper() if known is not None else f"type {type_id}"
-    return Block(type_id, name, 1, layout.block_size)
-
-
 def blocks_refused(name: str, info: PayloadInfo, target: str, option: str) -> KilnError | None:
     """The TYPE error for tensor ``name`` of GGML blocks, which ``target`` cannot
     hold: naming ``option`` (``"dequantize"`` for Python, ``"--dequantize"`` for
@@ -451,13 +432,14 @@ def blocks_refused(name: str, info: PayloadInfo, target: str, option: str) -> Ki
     ...                      "safetensors", "dequantize").message)  # doctest: +ELLIPSIS
     tensor 'w': safetensors cannot hold GGML Q8_0 blocks (opaque code 18184 (0x4708) ...
     """
-    block = ggml_blocks(info)
-    if block is None:
+    element = element_of(info.code, info.layout)
+    block = element.block
+    if element.kind != "ggml" or block is None:
         return None
     cli = option.startswith("-")
     spelled = f"{option} f32 (or bf16, f16)" if cli else f"{option}='f32' (or 'bf16', 'f16')"
     keep = "convert to GGUF or a Kiln directory, which keep the blocks"
-    if block_of(info.code, info.layout) is not None:
+    if element.decodable:
         why = (
             f"pass {spelled} to write their values (ggml's float32, rounded "
             f"to nearest even for bf16 and f16), or {keep}"
@@ -561,7 +543,7 @@ def _dequantized(source: TensorSource, code: Code) -> TensorSource:
     if source.logical is not None:
         return source._replace(info=payload_info(code, source.logical.shape), format_dtype=None)
     blocks = source.info
-    block = block_of(blocks.code, blocks.layout)
+    block = element_of(blocks.code, blocks.layout).decoded
     if block is None:
         return source
     shape = blocks.shape

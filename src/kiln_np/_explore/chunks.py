@@ -25,7 +25,7 @@ import numpy.typing as npt
 from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import byte_view
 from kiln_np._core.errors import KilnError
-from kiln_np._core.foreign import FOREIGN, FOREIGN_BY_CODE, foreign_for_dtype
+from kiln_np._core.foreign import FOREIGN, foreign_for_dtype
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import (
     Code,
@@ -38,7 +38,8 @@ from kiln_np._core.table import (
 from kiln_np._core.torch_types import is_tensor, tensor_array
 from kiln_np._files.payload import LazyPayload
 from kiln_np._quants.blocks import Block
-from kiln_np._quants.decode import block_of, dequantize_blocks
+from kiln_np._quants.decode import dequantize_blocks
+from kiln_np._quants.elements import element_of
 from kiln_np._weights.logical import LogicalTensor, row_chunks
 from kiln_np._weights.tensors import WeightTensor
 
@@ -140,13 +141,13 @@ def quantized(x: object) -> Quantized | None:
     ('Q8_0', (64,), True)
     """
     if isinstance(x, WeightTensor):
-        if block_of(x.code, x.layout) is None:
+        if element_of(x.code, x.layout).decoded is None:
             return None
         x = x.payload()
     if not isinstance(x, Payload):
         return None
     info = x.info
-    block = block_of(info.code, info.layout)
+    block = element_of(info.code, info.layout).decoded
     if block is None:
         return None
     data = byte_view(x.data, "the payload's data")
@@ -251,8 +252,9 @@ def source(array: Source) -> tuple[DType, tuple[int, ...], Iterable[np.ndarray]]
             values = (v.reshape(-1) for _, v in dequantized_chunks(q))
             return dtype_info(Code.F32), q.shape, values
         info = array.info
-        foreign = FOREIGN_ROWS.get(info.code)
-        if foreign is not None and info.layout == FOREIGN_BY_CODE[info.code].layout:
+        found = element_of(info.code, info.layout).foreign
+        foreign = None if found is None else FOREIGN_ROWS.get(found.code)
+        if foreign is not None:
             data = byte_view(array.data, "the payload's data")
             info.check_length(data.size)
             return foreign, info.shape, flat_chunks(data.view(foreign.dtype), COUNT_CHUNK)

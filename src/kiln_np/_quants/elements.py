@@ -48,6 +48,17 @@ class Element(NamedTuple):
         return f is not None and f.bits == 8 * f.layout.block_size
 
     @property
+    def decoded(self) -> Block | None:
+        """The block type of a ``"ggml"`` payload kiln_np decodes, else None.
+
+        >>> element_of(0x4708, Layout("ggml.q8_0", 34)).decoded.name
+        'Q8_0'
+        >>> element_of(0x47FF, Layout("ggml.new", 10)).decoded is None
+        True
+        """
+        return self.block if self.decodable else None
+
+    @property
     def per_block(self) -> int:
         """Elements per block (a closed code's element, an opaque block, GGML blocks of
         a type kiln_np does not know: 1).

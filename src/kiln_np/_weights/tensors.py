@@ -25,11 +25,12 @@ import numpy as np
 
 from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import set_module
-from kiln_np._core.foreign import FOREIGN_BY_CODE, ForeignType
+from kiln_np._core.foreign import ForeignType
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Layout, as_dtype, code_label
 from kiln_np._quants.blocks import Block
-from kiln_np._quants.decode import OUTPUT_DTYPES, block_of, dequantize_blocks
+from kiln_np._quants.decode import OUTPUT_DTYPES, dequantize_blocks
+from kiln_np._quants.elements import element_of
 
 from .mapped import FileIdentity, MappedFile
 from .summary import human_bytes
@@ -148,14 +149,12 @@ class WeightTensor:
 
     def _block(self) -> Block | None:
         """The decodable GGML block type of the payload, or None."""
-        return block_of(self.info.code, self.info.layout)
+        return element_of(self.info.code, self.info.layout).decoded
 
     def _foreign(self) -> ForeignType | None:
         """The foreign element type whose bits fill each block, or None."""
-        found = FOREIGN_BY_CODE.get(self.info.code)
-        if found is None or found.layout != self.info.layout:
-            return None
-        return found if found.bits == 8 * found.layout.block_size else None
+        element = element_of(self.info.code, self.info.layout)
+        return element.foreign if element.fills else None
 
     @property
     def layout(self) -> Layout | None:

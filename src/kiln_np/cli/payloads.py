@@ -33,7 +33,7 @@ from kiln_np._files.chunks import file_where, read_chunks
 from kiln_np._files.io import open_regular
 from kiln_np._files.npy import npy_header, read_npy_header
 from kiln_np._files.saving import save_payload
-from kiln_np._quants.decode import block_of
+from kiln_np._quants.elements import element_of
 from kiln_np._weights.mapped import MappedFile
 
 from .args import describe_payload, json_flag, parse_code, parse_first, payload_args, subparser
@@ -300,7 +300,7 @@ def _quantized(opened: _Input, first: int) -> QuantizedDescription | None:
     and block scales from the mapped file (a bounded run of blocks at a time);
     None for any other payload."""
     info = opened.info
-    if block_of(info.code, info.layout) is None:
+    if element_of(info.code, info.layout).decoded is None:
         return None
     file = MappedFile.open(opened.path)
     try:

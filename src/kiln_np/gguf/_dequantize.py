@@ -11,7 +11,8 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import payload_info
 from kiln_np._core.table import code_label
 from kiln_np._quants.blocks import CODE_BASE
-from kiln_np._quants.decode import block_of, dequantize_blocks
+from kiln_np._quants.decode import dequantize_blocks
+from kiln_np._quants.elements import element_of
 
 from ._types import unknown_dims
 
@@ -65,12 +66,14 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """
     p = _payload(x)
     info = payload_info(p.code, p.shape, p.layout)
-    block = block_of(info.code, info.layout)
+    element = element_of(info.code, info.layout)
+    block = element.decoded
     if block is None:
+        # GGUF's own spelling of a type it does not know (unknown_layout) says which
         why = (
             f" (GGML type {info.code - CODE_BASE} is one kiln_np does not know: its bytes are "
             "opaque, readable with payload())"
-            if unknown_dims(info.code, info.layout) is not None
+            if element.kind == "ggml" and unknown_dims(info.code, info.layout) is not None
             else ""
         )
         raise KilnError(
