@@ -215,7 +215,8 @@ def test_a_new_format_is_one_row_convert_into_it_by_to_and_by_suffix(
 def test_a_new_format_is_one_row_convert_out_of_it(
     toy: WeightFormat, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    given = {**_tensors(), "q": _q8_0()}
+    q8 = _q8_0()
+    given: dict[str, Any] = {**_tensors(), "q": q8}
     save_toy(os.path.abspath("src.toy"), [*_sources(given)])
     # out of it into safetensors, the GGML blocks dequantized on the way
     status, out, err = run_main(
@@ -230,7 +231,7 @@ def test_a_new_format_is_one_row_convert_out_of_it(
     status, out, err = run_main(capsys, "convert", "src.toy", "o.gguf", "--exclude", "nan")
     assert (status, err) == (0, "")
     got = _payloads("o.gguf")
-    assert got["q"] == ("ggml.q8_0", bytes(given["q"].data))
+    assert got["q"] == ("ggml.q8_0", bytes(q8.data))
     assert got["blk.0.attn_q.weight"] == want["blk.0.attn_q.weight"]
 
 
@@ -343,8 +344,9 @@ def test_quantize_plan_executed_is_save_weights_byte_for_byte(
     row: WeightFormat, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    given = {**_tensors(), "q": _q8_0()}
-    del given["nan"]  # a NaN cannot be quantized
+    floats = _tensors()
+    del floats["nan"]  # a NaN cannot be quantized
+    given: dict[str, Any] = {**floats, "q": _q8_0()}
     policy = "q8_0,*norm*=f32"
     plan = formats.plan_weights(_target(row, "a"), given, format=row.name, quantize=policy)
     steps = [(s.name, s.action, s.source_type, s.target_type, s.target_bytes) for s in plan.steps]
@@ -362,9 +364,9 @@ def test_quantize_plan_executed_is_save_weights_byte_for_byte(
     kiln_np.save_weights(_target(row, "b"), given, format=row.name, quantize=policy)
     assert _tree(_target(row, "a")) == _tree(_target(row, "b"))
     got = _payloads(_target(row, "a"))
-    want = kiln_np.gguf.quantize(given["blk.0.attn_q.weight"], "q8_0")
+    want = kiln_np.gguf.quantize(floats["blk.0.attn_q.weight"], "q8_0")
     assert got["blk.0.attn_q.weight"] == ("ggml.q8_0", bytes(want.data))
-    norm = given["blk.0.attn_norm.weight"].astype(np.float32)
+    norm = floats["blk.0.attn_norm.weight"].astype(np.float32)
     assert got["blk.0.attn_norm.weight"] == ("f32", norm.view(np.uint8).tobytes())
 
 
