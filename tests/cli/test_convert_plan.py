@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +191,32 @@ def q8_gguf(work: Path) -> Path:
     return work / "m.gguf"
 
 
+def _documented_keys(section: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    block = text.split(f"<!-- {section} -->")[1].split(f"<!-- /{section} -->")[0]
+    return re.findall(r"^\| `(\w+)` \|", block, re.M)
+
+
+def test_dry_run_json_keys_are_the_documented_ones(
+    q8_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["convert", "m.gguf", "o.gguf", "--dry-run", "--json"]
+    record = json.loads(run_main(capsys, *argv)[1])
+    assert list(record) == _documented_keys("convert-plan-json")
+    assert list(record["tensors"][0]) == _documented_keys("convert-plan-tensor-json")
+    assert list(record["totals"]) == [
+        "tensors",
+        "actions",
+        "source_bytes",
+        "target_bytes",
+        "elements",
+        "source_bpw",
+        "target_bpw",
+    ]
+
+
 def _rows(text: str) -> list[list[str]]:
     """The table's rows, cells split on runs of two spaces or more."""
-    import re
-
     return [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[:-1]]
 
 
@@ -496,6 +519,36 @@ def test_dry_run_writes_nothing_and_still_refuses(
         assert "would write" in out
     assert _listing(q8_gguf.parent) == before
     assert sorted(os.listdir(q8_gguf.parent)) == ["f.safetensors", "m.gguf"]
+
+
+def test_dry_run_refuses_writing_over_its_inputs(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The splits DST names are the input's own; a directory DST holds the input.
+    kiln_np.save_weights(
+        "s.gguf", {"a": np.zeros(8), "b": np.ones(8)}, format="gguf", max_shard_size=64
+    )
+    (work / "d").mkdir()
+    kiln_np.save_weights("d/m.safetensors", _given(), format="safetensors")
+    before = _listing(work)
+    cases = [
+        (
+            ["s-00001-of-00002.gguf", "s.gguf", "--max-shard-size", "64"],
+            f"kiln-np: FILE: cannot write {str(work / 's-00001-of-00002.gguf')!r}: it is the input "
+            "file",
+        ),
+        (
+            ["d/m.safetensors", "d", "--to", "kiln"],
+            "kiln-np: FILE: cannot write 'd': it holds the input "
+            f"{str(work / 'd' / 'm.safetensors')!r}",
+        ),
+    ]
+    for argv, message in cases:
+        for dry in (["--dry-run"], ["--dry-run", "--json"], ["--force"]):
+            status, out, err = run_main(capsys, "convert", *argv, *dry)
+            assert (status, out) == (2, ""), (argv, dry)
+            assert err.startswith(message), (argv, dry, err)
+    assert _listing(work) == before
 
 
 # -- --dry-run reads headers only ---------------------------------------------------

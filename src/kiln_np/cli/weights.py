@@ -386,10 +386,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         refuse_overwrite(args.dst, inputs)
         plan = _plan(args, chosen, weights, row)
         count = _count_text(len(chosen), len(weights), selection)
-        if args.dry_run:
-            return _print_plan(args, plan, weights, count, selection)
+        # Never writing over an input is a refusal of the plan: a dry run makes it too.
         refuse_writing_inputs(plan.outputs, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
+        if args.dry_run:
+            return _print_plan(args, plan, weights, count, selection)
         if not args.force:
             _refuse_replacing(args.dst, row, args.max_shard_size is not None)
         kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
