@@ -386,10 +386,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         refuse_overwrite(args.dst, inputs)
         plan = _plan(args, chosen, weights, row)
         count = _count_text(len(chosen), len(weights), selection)
-        if args.dry_run:
-            return _print_plan(args, plan, weights, count, selection)
+        # Never writing over an input is a refusal of the plan: a dry run makes it too.
         refuse_writing_inputs(plan.outputs, inputs)
         refuse_directory_over_inputs(args.dst, inputs)
+        if args.dry_run:
+            return _print_plan(args, plan, weights, count, selection)
         if not args.force:
             _refuse_replacing(args.dst, row, args.max_shard_size is not None)
         kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
@@ -461,17 +462,26 @@ def _execute(plan: Plan, dst: str, label: str, total_bytes: int) -> list[str]:
 
 
 def _spelled(written: list[str], given: str) -> list[str]:
-    """The absolute paths ``written``, spelled as the user's ``given`` path is
-    (GGUF splits beside it).
+    """The absolute paths ``written``, spelled as the user's ``given`` path is:
+    GGUF splits beside it, the files of a directory written (a plan's shards,
+    payload files, index) inside it.
 
     >>> _spelled([os.path.abspath("x-00001-of-00002.gguf")], "x.gguf")
     ['x-00001-of-00002.gguf']
+    >>> _spelled([os.path.abspath(os.path.join("d", "s", "zarr.json"))], "d/")
+    ['d/s/zarr.json']
     """
+    target = written_path(given)
     folder = os.path.dirname(given)
-    return [
-        given if p == written_path(given) else os.path.join(folder, os.path.basename(p))
-        for p in written
-    ]
+    spelled = []
+    for p in written:
+        if p == target:
+            spelled.append(given)
+        elif p.startswith(target + os.sep):
+            spelled.append(os.path.join(given, os.path.relpath(p, target)))
+        else:
+            spelled.append(os.path.join(folder, os.path.basename(p)))
+    return spelled
 
 
 def _print_plan(
