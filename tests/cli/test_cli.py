@@ -18,13 +18,12 @@ import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-import safetensors.numpy
-from _helpers import bits, kiln_np_exe
+from _helpers import bits, kiln_np_exe, optional
 
 import kiln_np
 from kiln_np import DTYPES, from_numpy
@@ -33,6 +32,13 @@ from kiln_np._files import chunks
 from kiln_np.cli import args, main, payloads
 from kiln_np.cli import entry as cli_entry
 from kiln_np.cli.output import Progress
+
+if TYPE_CHECKING:
+    import onnx
+    import safetensors.numpy
+else:
+    onnx = optional("onnx")
+    safetensors = optional("safetensors", "numpy")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

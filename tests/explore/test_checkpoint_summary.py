@@ -7,18 +7,25 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import numpy as np
-import onnx
 import pytest
-from _helpers import gguf_py_file
-from gguf import GGMLQuantizationType as Q
-from onnx import numpy_helper
+from _helpers import gguf_py_file, optional
 
 import kiln_np
 from kiln_np import Weights
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from gguf import GGMLQuantizationType as Q
+    from onnx import numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    Q = gguf.GGMLQuantizationType
+    numpy_helper = optional("onnx.numpy_helper")
 
 
 def layered(layers: int = 12, *, extra: int | None = None) -> dict[str, np.ndarray]:

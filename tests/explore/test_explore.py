@@ -10,14 +10,12 @@ import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits
-from matplotlib.container import BarContainer
+from _helpers import bits, optional
 
 import kiln_np
 from kiln_np import (
@@ -30,6 +28,13 @@ from kiln_np import (
     bit_values,
     describe,
 )
+
+if TYPE_CHECKING:
+    import matplotlib
+    from matplotlib.container import BarContainer
+else:
+    matplotlib = optional("matplotlib")
+    BarContainer = optional("matplotlib.container").BarContainer
 
 matplotlib.use("Agg")
 

@@ -13,21 +13,27 @@ from __future__ import annotations
 import math
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
-import matplotlib
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, gguf_py_file
-from gguf import GGMLQuantizationType as Q
+from _helpers import bits, gguf_py_file, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, QuantizedDescription, bit_histogram, describe
 from kiln_np._explore import chunks
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
+
+if TYPE_CHECKING:
+    import gguf
+    import matplotlib
+    from gguf import GGMLQuantizationType as Q
+else:
+    gguf = optional("gguf")
+    matplotlib = optional("matplotlib")
+    Q = gguf.GGMLQuantizationType
 
 matplotlib.use("Agg")
 

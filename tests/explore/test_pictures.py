@@ -5,20 +5,27 @@ histogram grid and ``kiln_np.plot_histograms`` on safetensors and GGUF files."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import load_script
-from matplotlib.colors import LogNorm
-from matplotlib.figure import Figure
-from matplotlib.text import Text
+from _helpers import load_script, optional
 
 import kiln_np
 from kiln_np import KilnError
 from kiln_np._explore import heatmap_figure, histogram_grid, layer_grid, layer_role
+
+if TYPE_CHECKING:
+    import matplotlib
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+else:
+    matplotlib = optional("matplotlib")
+    LogNorm = optional("matplotlib.colors").LogNorm
+    Figure = optional("matplotlib.figure").Figure
+    Text = optional("matplotlib.text").Text
 
 matplotlib.use("Agg")
 

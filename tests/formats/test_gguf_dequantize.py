@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
-import gguf.quants
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import gguf_py_file
+from _helpers import gguf_py_file, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, mx
@@ -23,6 +22,12 @@ from kiln_np import gguf as kg
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
 from kiln_np._quants.quantize import ENCODERS, NEEDS_IMATRIX
+
+if TYPE_CHECKING:
+    import gguf
+    import gguf.quants
+else:
+    gguf = optional("gguf", "quants")
 
 GG = gguf.GGMLQuantizationType
 # The types gguf-py 0.19 can quantize (so write a file of): its own oracle blocks.

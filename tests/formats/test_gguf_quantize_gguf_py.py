@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
-import gguf.quants
 import numpy as np
 import pytest
-from _helpers import gguf_py_file
+from _helpers import gguf_py_file, optional
 
 import kiln_np
 from kiln_np import gguf as kg
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
+
+if TYPE_CHECKING:
+    import gguf
+    import gguf.quants
+else:
+    gguf = optional("gguf", "quants")
 
 GG = gguf.GGMLQuantizationType
 GGUF_PY = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "MXFP4")

@@ -11,23 +11,29 @@ import sys
 import textwrap
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-import safetensors.numpy
-from _helpers import bits, external_tensor
+from _helpers import bits, external_tensor, optional
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import numpy_helper
 
 import kiln_np
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
 from kiln_np._core.foreign import FOREIGN_BY_CODE
 from kiln_np._core.table import code_label
+
+if TYPE_CHECKING:
+    import onnx
+    import safetensors.numpy
+    from onnx import numpy_helper
+else:
+    onnx = optional("onnx")
+    safetensors = optional("safetensors", "numpy")
+    numpy_helper = optional("onnx.numpy_helper")
 
 ROWS = ko.DATA_TYPES
 RAW_ROWS = [r for r in ROWS if r.bits is not None]

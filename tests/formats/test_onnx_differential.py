@@ -7,15 +7,21 @@ in tests/formats/test_onnx.py under "the seed wins".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 import pytest
-from onnx import numpy_helper
+from _helpers import optional
 
 import kiln_np
 from kiln_np import onnx as ko
+
+if TYPE_CHECKING:
+    import onnx
+    from onnx import numpy_helper
+else:
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 RAW_ROWS = [r for r in ko.DATA_TYPES if r.bits is not None]
 SHAPES = [(), (0,), (1,), (2,), (3,), (4,), (5,), (7,), (9,), (2, 3), (3, 0, 2), (1, 4, 3)]

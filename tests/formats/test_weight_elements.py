@@ -13,20 +13,29 @@ import doctest
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits, gguf_py_file, run_command
-from gguf import GGMLQuantizationType as Q
-from onnx import helper, numpy_helper
+from _helpers import bits, gguf_py_file, optional, run_command
 
 import kiln_np
 from kiln_np import Layout, Payload
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from gguf import GGMLQuantizationType as Q
+    from onnx import helper, numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    Q = gguf.GGMLQuantizationType
+    helper = optional("onnx.helper")
+    numpy_helper = optional("onnx.numpy_helper")
 
 DECODED = sorted(DECODERS)
 FNUZ = [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz]

@@ -16,17 +16,14 @@ import tempfile
 import textwrap
 import tracemalloc
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import gguf
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits
+from _helpers import bits, optional
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import numpy_helper
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, Weights, WeightTensor
@@ -34,6 +31,15 @@ from kiln_np import gguf as kgguf
 from kiln_np import onnx as konnx
 from kiln_np._weights import metadata
 from kiln_np._weights.metadata import decode_metadata, encode_metadata
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from onnx import numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 
 def _raise(kind: str, call: Any, *args: Any, **kwargs: Any) -> KilnError:

@@ -31,13 +31,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits, external_tensor
+from _helpers import bits, external_tensor, optional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -65,6 +64,11 @@ import kiln_np
 from kiln_np import KilnError, Layout, LazyPayload
 from kiln_np import onnx as ko
 from kiln_np._core.foreign import FOREIGN_BY_CODE, foreign_for_dtype
+
+if TYPE_CHECKING:
+    import onnx
+else:
+    onnx = optional("onnx")
 
 FILE_EXAMPLES = max(1, settings().max_examples // 2)
 """File properties create and map a file per example: half the profile's examples

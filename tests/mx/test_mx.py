@@ -22,21 +22,27 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-import gguf
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits
+from _helpers import bits, optional
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx.reference import ReferenceEvaluator
 
 import kiln_np
 from kiln_np import Code, KilnError, Layout, Payload, from_numpy, mx
 from kiln_np._core.checks import U8
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    ReferenceEvaluator = optional("onnx.reference").ReferenceEvaluator
 
 GG = gguf.GGMLQuantizationType
 E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
