@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, optional
+from _helpers import available, bits, optional
 
 import kiln_np
 from kiln_np import (
@@ -31,12 +31,12 @@ from kiln_np import (
 
 if TYPE_CHECKING:
     import matplotlib
-    from matplotlib.container import BarContainer
+    import matplotlib.container
 else:
-    matplotlib = optional("matplotlib")
-    BarContainer = optional("matplotlib.container").BarContainer
+    matplotlib = optional("matplotlib", "container")
 
-matplotlib.use("Agg")
+if available("matplotlib"):
+    matplotlib.use("Agg")
 
 COUNTED = [r for r in DTYPES if r.bits <= 16]
 SMALL = [r for r in DTYPES if r.bits <= 8]
@@ -770,7 +770,7 @@ def test_plot_draws_the_histogram_with_value_labels(dtype: Any, bars: int, ticks
     try:
         assert len(ax.patches) == bars
         drawn = ax.containers[0]
-        assert isinstance(drawn, BarContainer)
+        assert isinstance(drawn, matplotlib.container.BarContainer)
         np.testing.assert_array_equal(np.asarray(drawn.datavalues), np.full(bars, 2))
         labels = [t.get_text() for t in ax.get_xticklabels()]
         assert len(labels) == ticks

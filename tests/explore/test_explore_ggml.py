@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, gguf_py_file, optional
+from _helpers import available, bits, gguf_py_file, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, QuantizedDescription, bit_histogram, describe
@@ -29,13 +29,12 @@ from kiln_np._quants.decode import DECODERS
 if TYPE_CHECKING:
     import gguf
     import matplotlib
-    from gguf import GGMLQuantizationType as Q
 else:
     gguf = optional("gguf")
     matplotlib = optional("matplotlib")
-    Q = gguf.GGMLQuantizationType
 
-matplotlib.use("Agg")
+if available("matplotlib"):
+    matplotlib.use("Agg")
 
 DECODED = sorted(DECODERS)
 FNUZ = [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz]
@@ -56,7 +55,8 @@ def _q8_0_file(path: Path) -> Path:
     rng = np.random.default_rng(3)
     floats = rng.standard_normal((8, 128)).astype(np.float32) * np.float32(0.02)
     floats[5] = 0.0
-    return gguf_py_file(path, {"w": (gguf.quants.quantize(floats, Q.Q8_0), Q.Q8_0)})
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
+    return gguf_py_file(path, {"w": (gguf.quants.quantize(floats, q8_0), q8_0)})
 
 
 def _quantized(x: Payload | kiln_np.WeightTensor, first: int = 8) -> QuantizedDescription:
@@ -76,7 +76,7 @@ def _same(ours: dict[str, Any], whole: dict[str, Any]) -> None:
 def test_q8_0_from_gguf_py_describes_its_values_and_d(tmp_path: Path) -> None:
     path = _q8_0_file(tmp_path / "q.gguf")
     theirs = gguf.GGUFReader(path).tensors[0]
-    values = gguf.quants.dequantize(theirs.data, Q.Q8_0)
+    values = gguf.quants.dequantize(theirs.data, gguf.GGMLQuantizationType.Q8_0)
     d_field = theirs.data.reshape(8, 4, 34)[..., :2].copy().view(np.float16)[..., 0]
     with kiln_np.open_weights(path) as weights:
         t = weights["w"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import load_script, optional
+from _helpers import available, load_script, optional
 
 import kiln_np
 from kiln_np import KilnError
@@ -18,16 +18,14 @@ from kiln_np._explore import heatmap_figure, histogram_grid, layer_grid, layer_r
 
 if TYPE_CHECKING:
     import matplotlib
-    from matplotlib.colors import LogNorm
+    import matplotlib.colors
+    import matplotlib.text
     from matplotlib.figure import Figure
-    from matplotlib.text import Text
 else:
-    matplotlib = optional("matplotlib")
-    LogNorm = optional("matplotlib.colors").LogNorm
-    Figure = optional("matplotlib.figure").Figure
-    Text = optional("matplotlib.text").Text
+    matplotlib = optional("matplotlib", "colors", "text")
 
-matplotlib.use("Agg")
+if available("matplotlib"):
+    matplotlib.use("Agg")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -184,8 +182,8 @@ def texts_outside(fig: Figure) -> list[str]:
                 ):
                     undrawn |= {id(tick.label1), id(tick.label2)}
     out = []
-    for text in fig.findobj(Text):
-        assert isinstance(text, Text)
+    for text in fig.findobj(matplotlib.text.Text):
+        assert isinstance(text, matplotlib.text.Text)
         if not text.get_visible() or not text.get_text() or id(text) in undrawn:
             continue
         extent = text.get_window_extent(renderer)
@@ -232,7 +230,7 @@ def test_heatmap_image_is_the_grid_with_blank_cells_on_a_log_scale() -> None:
     expected = np.array([v if v is not None else 0.0 for v in values[:93]] + [0.0] + values[93:])
     assert data.filled(0).ravel().tolist() == np.where(np.isnan(expected), 0.0, expected).tolist()
     norm = ax.images[0].norm
-    assert isinstance(norm, LogNorm)
+    assert isinstance(norm, matplotlib.colors.LogNorm)
     positive = [v for v in values if v is not None and v > 0]
     assert (norm.vmin, norm.vmax) == (min(positive), max(positive))
     assert bar.get_ylabel() == "std (log scale)"
