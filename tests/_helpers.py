@@ -34,6 +34,7 @@ __all__ = [
     "optional",
     "quantized_gguf",
     "run_command",
+    "skip_reason",
 ]
 
 OPTIONAL = {
@@ -55,7 +56,8 @@ OPTIONAL = {
 and where each comes from: a test that needs a missing one skips, saying which."""
 
 
-def _reason(name: str) -> str:
+def skip_reason(name: str) -> str:
+    """Why a test that needs ``name`` skips: the package and its extra."""
     root = name.partition(".")[0]
     return f"needs {root} ({OPTIONAL[root]}), which is not installed"
 
@@ -69,8 +71,8 @@ def needs(*names: str) -> pytest.MarkDecorator:
     """A mark skipping a test (or a module, as ``pytestmark``) when one of these
     optional packages is missing, with the reason naming it and its extra."""
     missing = [name for name in names if not available(name)]
-    reason = "; ".join(_reason(name) for name in missing) or f"needs {', '.join(names)}"
-    return pytest.mark.skipif(bool(missing), reason=reason)
+    why = "; ".join(skip_reason(name) for name in missing) or f"needs {', '.join(names)}"
+    return pytest.mark.skipif(bool(missing), reason=why)
 
 
 class _Missing:
@@ -85,7 +87,7 @@ class _Missing:
         __tracebackhide__ = True  # the skip is reported at the line that used the package
         if attribute.startswith("_"):  # pytest's and hypothesis's introspection
             raise AttributeError(attribute)
-        pytest.skip(_reason(self._name), allow_module_level=True)
+        pytest.skip(skip_reason(self._name), allow_module_level=True)
 
     def __repr__(self) -> str:
         return f"<{self._name}: not installed>"
@@ -136,7 +138,7 @@ def external_tensor(
 ) -> Any:
     """An ONNX ``TensorProto`` (FLOAT [2] by default) whose data is external, at
     ``location``, with the other ``external_data`` entries given (``offset="8"``)."""
-    onnx = pytest.importorskip("onnx", reason=_reason("onnx"))
+    onnx = pytest.importorskip("onnx", reason=skip_reason("onnx"))
     tensor = onnx.TensorProto()
     tensor.name = name
     tensor.data_type = data_type
