@@ -23,6 +23,7 @@ __all__ = [
     "OPTIONAL",
     "available",
     "bits",
+    "every_code",
     "external_tensor",
     "gguf_bytes",
     "gguf_info",
@@ -32,7 +33,9 @@ __all__ = [
     "llama_safetensors",
     "needs",
     "optional",
+    "payload_bytes",
     "quantized_gguf",
+    "raises_kind",
     "run_command",
     "skip_reason",
 ]
@@ -289,3 +292,45 @@ def quantized_gguf(path: Path) -> Path:
         tensors[f"blk.{i}.attn_norm.weight"] = (np.ones(64, np.float32), None)
     tensors["output_norm.weight"] = (np.ones(64, np.float32), None)
     return gguf_py_file(path, tensors)
+
+
+def raises_kind(kind: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` raises a KilnError of ``kind``: that error."""
+    from kiln_np import KilnError
+
+    with pytest.raises(KilnError) as info:
+        call(*args, **kwargs)
+    assert info.value.kind == kind, str(info.value)
+    return info.value
+
+
+def every_code() -> dict[str, Any]:
+    """One tensor per closed code, an opaque one, odd shapes, empties, scalars."""
+    import kiln_np
+    from kiln_np import Layout, Payload
+
+    rng = np.random.default_rng(5)
+    tensors: dict[str, Any] = {}
+    for row in kiln_np.DTYPES:
+        if row.packed:
+            raw = rng.integers(0, 16, 7, dtype=np.uint8)
+            tensors[row.name] = raw.view(row.dtype)
+        elif row.name == "bool":
+            tensors[row.name] = rng.integers(0, 2, (2, 3)).astype(bool)
+        else:
+            raw = rng.integers(0, 256, 6 * row.dtype.itemsize, dtype=np.uint8)
+            tensors[row.name] = raw.view(row.dtype).reshape(3, 2)
+    tensors["empty"] = np.zeros((0, 4), np.float32)
+    tensors["scalar"] = np.array(-0.0, np.float64)
+    tensors["snan"] = np.array([0x7F800001, 0xFFC00001], np.uint32).view("<f4")
+    tensors["q4"] = Payload(0x4702, memoryview(bytes(range(36))), (2, 1), Layout("ggml.q4_0", 18))
+    return tensors
+
+
+def payload_bytes(value: Any) -> bytes:
+    """The payload bytes of a Payload, or of an array as from_numpy encodes it."""
+    from kiln_np import Payload, from_numpy
+
+    if isinstance(value, Payload):
+        return bytes(value.data)
+    return bytes(from_numpy(value).data)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import available, bits, optional
+from _helpers import available, bits, needs, optional
 
 import kiln_np
 from kiln_np import (
@@ -700,6 +700,7 @@ def test_block_scaled_defaults_and_saturation() -> None:
     assert raw.to_dict() == d.to_dict()
 
 
+@needs("matplotlib")
 def test_block_scaled_repr_html_json_plot() -> None:
     import matplotlib.pyplot as plt
 
@@ -758,6 +759,7 @@ def test_block_scaled_errors(call: Any, kind: str, message: str) -> None:
 # -- plots -------------------------------------------------------------------------------
 
 
+@needs("matplotlib")
 @pytest.mark.parametrize(
     ("dtype", "bars", "ticks"),
     [(E2M1, 16, 16), (ml_dtypes.float8_e4m3fn, 256, 16), (np.bool_, 2, 2)],
@@ -783,6 +785,7 @@ def test_plot_draws_the_histogram_with_value_labels(dtype: Any, bars: int, ticks
         plt.close("all")
 
 
+@needs("matplotlib")
 def test_plot_exponents_of_wide_floats() -> None:
     import matplotlib.pyplot as plt
 
@@ -829,6 +832,7 @@ def _inside(fig: Any, artist: Any) -> bool:
     )
 
 
+@needs("matplotlib")
 def test_every_plot_lays_itself_out(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
@@ -854,6 +858,7 @@ def test_every_plot_lays_itself_out(tmp_path: Path) -> None:
         plt.close("all")
 
 
+@needs("matplotlib")
 def test_plot_on_given_axes_keeps_the_figure_layout() -> None:
     import matplotlib.pyplot as plt
 
@@ -874,6 +879,7 @@ def test_public_names() -> None:
         assert getattr(kiln_np, name).__module__ == "kiln_np"
 
 
+@needs("gguf", "matplotlib", "onnx")
 def test_explore_doc_leaves_no_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = doctest.testfile(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import available, bits, gguf_py_file, optional
+from _helpers import available, bits, gguf_py_file, needs, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, QuantizedDescription, bit_histogram, describe
@@ -209,6 +209,7 @@ def test_nan_scales_make_nan_blocks() -> None:
     assert (d.scales["d"].nan, d.scales["d"].inf) == (1, 1)
 
 
+@needs("matplotlib")
 def test_plots() -> None:
     block = bytes([0x00, 0x38]) + bytes([2, 0xFE] * 16)
     d = _quantized(Payload(0x4708, memoryview(block * 3), (3,), Layout("ggml.q8_0", 34)))
@@ -240,6 +241,7 @@ def test_an_opaque_tensor_with_no_reading_is_refused(tmp_path: Path) -> None:
                 look(weights["p"])
 
 
+@needs("matplotlib")
 @pytest.mark.parametrize("dtype", FNUZ, ids=lambda d: np.dtype(d).name)
 def test_fnuz_tensor_describes_as_its_float_type(tmp_path: Path, dtype: type) -> None:
     storage = np.random.default_rng(0).integers(0, 256, (32, 16), dtype=np.uint8)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import available, load_script, optional
+from _helpers import available, load_script, needs, optional
 
 import kiln_np
 from kiln_np import KilnError
@@ -130,6 +130,7 @@ def test_layer_grid_masks_none_nan_and_with_positive_zero_and_negative() -> None
     assert layer_grid(names, values, positive=True)["blk"].values.mask.all()
 
 
+@needs("matplotlib")
 def test_layer_grid_folds_experts_into_their_largest_value() -> None:
     names = [
         f"model.layers.{layer}.mlp.experts.{e}.down.weight" for layer in (0, 1) for e in range(128)
@@ -156,6 +157,7 @@ def test_layer_grid_gives_one_grid_per_stack_in_first_seen_order() -> None:
     assert grids["language_model.model.layers"].roles == ("mlp.up_proj",)
 
 
+@needs("matplotlib")
 def test_layer_grid_refuses_unaligned_values() -> None:
     with pytest.raises(KilnError, match="one value per tensor name, found 2 names and 1 values"):
         layer_grid(["blk.0.a", "blk.1.a"], [1.0])
@@ -259,6 +261,7 @@ def test_heatmap_labels_stay_inside_the_picture_and_layer_ticks_thin_out() -> No
     assert {t.get_rotation() for t in ax.get_xticklabels()} == {90.0}
 
 
+@needs("matplotlib")
 def test_heatmap_folds_experts_and_says_so() -> None:
     names = [
         f"model.layers.{layer}.mlp.experts.{e}.down_proj.weight"
@@ -308,6 +311,7 @@ def test_heatmap_draws_each_stack_on_one_colour_scale_or_the_stack_asked_for() -
         heatmap_figure(names, [1.0, 2.0, 0.1, 0.2], label="std", stack="nope")
 
 
+@needs("matplotlib")
 def test_heatmap_of_nothing_positive_says_so_in_its_panel() -> None:
     fig = heatmap_figure(["blk.0.a.weight", "blk.1.a.weight"], [0.0, None], label="std")
     (ax,) = fig.axes
@@ -322,6 +326,7 @@ def test_heatmap_of_nothing_positive_says_so_in_its_panel() -> None:
     assert [ax.get_title() for ax in fig.axes] == ["a", ""]
 
 
+@needs("matplotlib")
 def test_heatmap_of_one_value_still_has_a_colour_range() -> None:
     fig = heatmap_figure(["blk.0.a.weight"], [0.5], label="std")
     norm = fig.axes[0].images[0].norm
@@ -329,6 +334,7 @@ def test_heatmap_of_one_value_still_has_a_colour_range() -> None:
     fig.canvas.draw()
 
 
+@needs("matplotlib")
 @pytest.mark.parametrize("suffix", ["png", "svg"])
 def test_pictures_save_as_png_and_svg(tmp_path: Path, suffix: str) -> None:
     names, values = big_checkpoint()
@@ -345,6 +351,7 @@ def test_pictures_save_as_png_and_svg(tmp_path: Path, suffix: str) -> None:
 # -- histograms ------------------------------------------------------------------------------
 
 
+@needs("matplotlib")
 def test_histogram_grid_draws_one_titled_panel_per_tensor() -> None:
     rng = np.random.default_rng(1)
     long_name = "model.language_model.layers.12.self_attn.q_proj.weight"
@@ -386,6 +393,7 @@ def test_histogram_grid_keeps_the_exponent_ends_when_thinning() -> None:
     assert fig.axes[0].get_yscale() == "log"
 
 
+@needs("matplotlib")
 def test_histogram_grid_of_nothing_and_bad_columns() -> None:
     fig = histogram_grid([])
     assert [t.get_text() for t in fig.axes[0].texts] == ["no tensors to draw"]
@@ -418,6 +426,7 @@ def test_plot_histograms_on_safetensors_in_file_order_with_the_limit_noted(tmp_p
         kiln_np.plot_histograms(tensors)  # type: ignore[arg-type]
 
 
+@needs("matplotlib")
 def test_plot_histograms_on_a_quantized_gguf(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     floats = rng.standard_normal((4, 256)).astype(np.float32)
@@ -448,6 +457,7 @@ def test_plot_histograms_on_a_quantized_gguf(tmp_path: Path) -> None:
     assert out.stat().st_size > 1000
 
 
+@needs("matplotlib")
 def test_the_docs_picture_script_runs(tmp_path: Path) -> None:
     script = load_script(ROOT / "docs" / "images" / "make_pictures.py")
     written = script.main(tmp_path)
@@ -455,6 +465,7 @@ def test_the_docs_picture_script_runs(tmp_path: Path) -> None:
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
 
 
+@needs("matplotlib")
 def test_the_inside_check_finds_a_label_outside() -> None:
     import matplotlib.pyplot as plt
 
@@ -466,6 +477,7 @@ def test_the_inside_check_finds_a_label_outside() -> None:
     assert texts_outside(fig) == ["out here"]
 
 
+@needs("matplotlib")
 def test_hostile_names_are_drawn_as_their_escapes(tmp_path: Path) -> None:
     """A name with bytes that are not UTF-8 (a lone surrogate) or a control
     character: matplotlib cannot draw them (TypeError, a missing-glyph warning,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, external_tensor, optional
+from _helpers import bits, external_tensor, needs, optional
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -289,6 +289,7 @@ def test_typed_field_kinds() -> None:
     _raise("TYPE", ko.decode_field, 1, [1e300], (1,))
 
 
+@needs("onnx")
 def test_strings_keep_bom_and_nul() -> None:
     # "UTF-8, no terminator, no byte-order mark": so a leading EF BB BF is the
     # character U+FEFF (not a BOM to strip) and a trailing NUL is content.
@@ -549,6 +550,7 @@ def test_external_data_ranges(tmp_path: Path) -> None:
     _raise("TYPE", ko.to_numpy, external_tensor(""), tmp_path)
 
 
+@needs("onnx")
 def test_model_to_kiln(tmp_path: Path) -> None:
     weights = {
         "f": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -634,6 +636,7 @@ def test_hostile_external_data_entries_are_type_errors(tmp_path: Path) -> None:
     assert ko.to_numpy(tensor, tmp_path).tolist() == [0, 0]
 
 
+@needs("onnx")
 def test_names_that_are_not_utf8_are_type_errors(tmp_path: Path) -> None:
     tensor = _garbled(ko.from_numpy(np.zeros(2, "<f4"), name="\u00e9"), "\u00e9")
     assert isinstance(tensor.name, bytes)  # what protobuf hands back
@@ -729,6 +732,7 @@ class _RaisingArray:
         raise RuntimeError("no array today")
 
 
+@needs("onnx")
 def test_array_raising_in_encode_paths_is_type() -> None:
     for call in (ko.encode_raw, ko.from_numpy):
         error = _raise("TYPE", call, _RaisingArray())

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from _helpers import optional
+from _helpers import needs, optional
 
 import kiln_np
 from kiln_np import onnx as ko
@@ -149,6 +149,7 @@ def test_every_bit_pattern(row: ko.OnnxType) -> None:
     _same(ko.to_numpy(tensor), numpy_helper.to_array(tensor))
 
 
+@needs("onnx")
 @pytest.mark.parametrize("row", RAW_ROWS, ids=lambda r: r.name)
 def test_from_numpy_matches_from_array(row: ko.OnnxType) -> None:
     raw = valid_raw(row, 7, np.random.default_rng(int(row.data_type)))
@@ -165,6 +166,7 @@ def test_from_numpy_matches_from_array(row: ko.OnnxType) -> None:
     assert bytes(ko.encode_raw(doubled)) == raw
 
 
+@needs("onnx")
 def test_from_numpy_strings_match_from_array() -> None:
     array = np.array(["a", "\u00e9", "", "\ufeffx"], dtype=object).reshape(2, 2)
     ours = ko.from_numpy(array, name="s")
@@ -175,6 +177,7 @@ def test_from_numpy_strings_match_from_array() -> None:
     )
 
 
+@needs("onnx")
 def test_external_data_matches_numpy_helper(tmp_path: Any) -> None:
     from onnx import external_data_helper
 

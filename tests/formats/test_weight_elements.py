@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, gguf_py_file, optional, run_command
+from _helpers import bits, gguf_py_file, needs, optional, run_command
 
 import kiln_np
 from kiln_np import Layout, Payload
@@ -269,6 +269,7 @@ def test_ls_lists_element_shapes(q8_file: Path, capsys: pytest.CaptureFixture[st
     ]
 
 
+@needs("safetensors")
 def test_weights_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/weights.md walks through a Q8_0 tensor's numbers and blocks.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

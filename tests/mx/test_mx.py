@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, optional
+from _helpers import bits, needs, optional
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -495,6 +495,7 @@ def test_nvfp4_against_gguf_py() -> None:
     assert np.isfinite(g[1]).all()
 
 
+@needs("onnx")
 def test_onnx_dequantize_linear_agrees() -> None:
     rng = np.random.default_rng(12)
     x = rng.integers(0, 16, (3, 64), dtype=np.uint8).view(E2M1)
@@ -916,6 +917,7 @@ def test_weights_tensors_in_one_call(tmp_path: Path) -> None:
         assert np.array_equal(got.view(np.uint32)[keep], want.view(np.uint32)[keep])
 
 
+@needs("onnx")
 def test_gpt_oss_and_onnx_weight_files_in_one_call(tmp_path: Path) -> None:
     rng = np.random.default_rng(17)
     blocks = rng.integers(0, 256, (2, 3, 16), dtype=np.uint8)
@@ -1152,6 +1154,7 @@ def test_inputs_numpy_cannot_read_are_type(entry: str, bad: Any) -> None:
         assert info.value.kind == "TYPE", info.value
 
 
+@needs("onnx")
 @pytest.mark.parametrize(
     "call",
     [
