@@ -51,7 +51,17 @@ def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return k
 
 
-_DOCTEST_IMPORT = re.compile(r"^\s*(?:>>>|\.\.\.)\s+(?:import|from)\s+([A-Za-z_][\w.]*)", re.M)
+# `>>> import a, b as c` or `>>> from a.b import c` (or after `...`): the modules named
+_DOCTEST_IMPORT = re.compile(r"^\s*(?:>>>|\.\.\.)\s+(?:import\s+([^#;\n]+)|from\s+([\w.]+))", re.M)
+
+
+def _doctest_imports(text: str) -> set[str]:
+    """The top-level packages a page's examples import."""
+    found = set()
+    for listed, source in _DOCTEST_IMPORT.findall(text):
+        for name in [source] if source else listed.split(","):
+            found.add(name.split()[0].partition(".")[0])
+    return found
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -62,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.path))
         if path.suffix != ".md":  # a page of docs/ or README.md: its doctests
             continue
-        wanted = {m.partition(".")[0] for m in _DOCTEST_IMPORT.findall(path.read_text())}
+        wanted = _doctest_imports(path.read_text())
         missing = sorted(m for m in wanted & OPTIONAL.keys() if not available(m))
         if missing:
             why = "; ".join(skip_reason(m) for m in missing)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, kiln_np_exe, needs, optional
+from _helpers import available, bits, kiln_np_exe, needs, optional
 
 import kiln_np
 from kiln_np import DTYPES, from_numpy
@@ -366,7 +366,6 @@ def test_outputs_keep_permissions_and_symlinks(work: Path, run: Runner) -> None:
 # -- issue 11.7: FIFOs and other non-regular files -------------------------------------
 
 
-@needs("onnx")
 def test_non_regular_inputs_are_refused_before_opening(work: Path, run: Runner) -> None:
     os.mkfifo("pipe")
     os.mkdir("adir")
@@ -376,7 +375,8 @@ def test_non_regular_inputs_are_refused_before_opening(work: Path, run: Runner) 
     run("encode", "pipe", "o.kiln").error("TYPE", "found a FIFO")
     run("inspect", "adir", *payload).error("TYPE", "found a directory")
     run("inspect", os.devnull, *payload).error("TYPE", "found a character device")
-    run("onnx", "pipe", "outdir").error("TYPE", "found a FIFO")
+    if available("onnx"):  # the subcommand needs onnx before it looks at its input
+        run("onnx", "pipe", "outdir").error("TYPE", "found a FIFO")
     run("decode", "f32x3.kiln", "--code", "u8", "--shape", "12", "pipe").error("TYPE", "FIFO")
 
 
@@ -791,8 +791,10 @@ ERRORS: list[tuple[str, list[str], str, str]] = [
 ]
 
 
-@needs("onnx")
-@pytest.mark.parametrize(("case", "argv", "kind", "text"), ERRORS, ids=[e[0] for e in ERRORS])
+@pytest.mark.parametrize(
+    ("case", "argv", "kind", "text"),
+    [pytest.param(*e, id=e[0], marks=needs("onnx") if e[1][0] == "onnx" else ()) for e in ERRORS],
+)
 def test_errors_are_one_clean_line(
     work: Path, run: Runner, case: str, argv: list[str], kind: str, text: str
 ) -> None:
