@@ -6,6 +6,7 @@ soon as a second test file needs it, instead of copying it.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shutil
 import struct
@@ -15,11 +16,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import gguf
 import numpy as np
+import pytest
 
 __all__ = [
+    "OPTIONAL",
+    "available",
     "bits",
+    "every_code",
     "external_tensor",
     "gguf_bytes",
     "gguf_info",
@@ -27,9 +31,94 @@ __all__ = [
     "gguf_py_file",
     "kiln_np_exe",
     "llama_safetensors",
+    "needs",
+    "optional",
+    "payload_bytes",
     "quantized_gguf",
+    "raises_kind",
     "run_command",
+    "skip_reason",
 ]
+
+OPTIONAL = {
+    "aiohttp": "the remote extra",
+    "dask": "the dask extra",
+    "distributed": "the dask extra",
+    "fsspec": "the remote extra",
+    "gguf": "a test-only oracle of the test extra",
+    "matplotlib": "the plot extra",
+    "moto": "a test-only fake S3 of the test extra",
+    "onnx": "the onnx extra",
+    "s3fs": "the remote extra",
+    "safetensors": "a test-only oracle of the test extra",
+    "selenium": "a test-only browser driver of the test extra",
+    "torch": "the torch extra",
+    "zarr": "the zarr extra",
+}
+"""The packages outside the runtime dependencies (numpy, ml_dtypes) that tests use,
+and where each comes from: a test that needs a missing one skips, saying which."""
+
+
+def skip_reason(name: str) -> str:
+    """Why a test that needs ``name`` skips: the package and its extra."""
+    root = name.partition(".")[0]
+    return f"needs {root} ({OPTIONAL[root]}), which is not installed"
+
+
+def available(name: str) -> bool:
+    """Whether the optional package ``name`` is installed (found, not imported)."""
+    return importlib.util.find_spec(name.partition(".")[0]) is not None
+
+
+def needs(*names: str) -> pytest.MarkDecorator:
+    """A mark skipping a test (or a module, as ``pytestmark``) when one of these
+    optional packages is missing, with the reason naming it and its extra."""
+    missing = [name for name in names if not available(name)]
+    why = "; ".join(skip_reason(name) for name in missing) or f"needs {', '.join(names)}"
+    return pytest.mark.skipif(bool(missing), reason=why)
+
+
+class _Missing:
+    """What :func:`optional` gives for a package that is not installed: its first
+    public attribute read skips, the test that reads it, or the whole module when
+    read as the module is imported (a parametrize list of its types)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        __tracebackhide__ = True  # the skip is reported at the line that used the package
+        if attribute.startswith("_"):  # pytest's and hypothesis's introspection
+            raise AttributeError(attribute)
+        pytest.skip(skip_reason(self._name), allow_module_level=True)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}: not installed>"
+
+
+def optional(name: str, *submodules: str) -> Any:
+    """``import name`` (and ``name.sub`` for each of ``submodules``) for a package
+    outside the runtime dependencies, at the top of a test module whose other tests
+    run without it: the module, or when the package is not installed a stand-in whose
+    first use skips with the reason.  Spell it ``if TYPE_CHECKING: import x`` /
+    ``else: x = optional("x")`` so mypy still sees the package's types."""
+    root = name.partition(".")[0]
+    assert root in OPTIONAL, f"{root} is not in _helpers.OPTIONAL"
+    try:
+        module = importlib.import_module(name)
+        for sub in submodules:
+            importlib.import_module(f"{name}.{sub}")
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] != root:
+            raise  # installed but broken: an error, not a skip
+        return _Missing(name)
+    return module
+
+
+def _gguf() -> Any:
+    """gguf-py, the oracle's reader and writer, imported where a helper needs it
+    (every test imports _helpers, only some need gguf): skips without it."""
+    return optional("gguf", "quants")
 
 
 def bits(arr: Any) -> bytes:
@@ -52,8 +141,7 @@ def external_tensor(
 ) -> Any:
     """An ONNX ``TensorProto`` (FLOAT [2] by default) whose data is external, at
     ``location``, with the other ``external_data`` entries given (``offset="8"``)."""
-    import onnx
-
+    onnx = pytest.importorskip("onnx", reason=skip_reason("onnx"))
     tensor = onnx.TensorProto()
     tensor.name = name
     tensor.data_type = data_type
@@ -68,7 +156,8 @@ def external_tensor(
 def kiln_np_exe() -> list[str]:
     """The installed ``kiln-np`` entry point next to this interpreter, as argv."""
     exe = shutil.which("kiln-np", path=str(Path(sys.executable).parent)) or shutil.which("kiln-np")
-    assert exe is not None, "kiln-np is not installed next to this interpreter"
+    if exe is None:  # a source tree on PYTHONPATH, not installed
+        pytest.skip("needs the kiln-np console script: pip install kiln_np")
     return [exe]
 
 
@@ -143,7 +232,7 @@ def gguf_py_file(path: Path, tensors: dict[str, tuple[np.ndarray, Any]]) -> Path
     """A GGUF file written by gguf-py's ``GGUFWriter`` (the oracle's writer): each
     tensor is ``(array, raw_dtype)``, ``raw_dtype`` a ``GGMLQuantizationType`` for
     blocks from ``gguf.quants.quantize`` or None for a plain array."""
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = _gguf().GGUFWriter(str(path), "llama")
     for name, (arr, raw) in tensors.items():
         writer.add_tensor(name, arr, raw_dtype=raw)
     writer.write_header_to_file()
@@ -194,6 +283,7 @@ def quantized_gguf(path: Path) -> Path:
     """A GGUF file (gguf-py's writer) of two llama blocks: Q8_0 ``attn_q``, F32
     ``attn_norm``, then an F32 ``output_norm``; seeded."""
     rng = np.random.default_rng(23)
+    gguf = _gguf()
     q8_0 = gguf.GGMLQuantizationType.Q8_0
     tensors: dict[str, tuple[np.ndarray, Any]] = {}
     for i in range(2):
@@ -202,3 +292,45 @@ def quantized_gguf(path: Path) -> Path:
         tensors[f"blk.{i}.attn_norm.weight"] = (np.ones(64, np.float32), None)
     tensors["output_norm.weight"] = (np.ones(64, np.float32), None)
     return gguf_py_file(path, tensors)
+
+
+def raises_kind(kind: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` raises a KilnError of ``kind``: that error."""
+    from kiln_np import KilnError
+
+    with pytest.raises(KilnError) as info:
+        call(*args, **kwargs)
+    assert info.value.kind == kind, str(info.value)
+    return info.value
+
+
+def every_code() -> dict[str, Any]:
+    """One tensor per closed code, an opaque one, odd shapes, empties, scalars."""
+    import kiln_np
+    from kiln_np import Layout, Payload
+
+    rng = np.random.default_rng(5)
+    tensors: dict[str, Any] = {}
+    for row in kiln_np.DTYPES:
+        if row.packed:
+            raw = rng.integers(0, 16, 7, dtype=np.uint8)
+            tensors[row.name] = raw.view(row.dtype)
+        elif row.name == "bool":
+            tensors[row.name] = rng.integers(0, 2, (2, 3)).astype(bool)
+        else:
+            raw = rng.integers(0, 256, 6 * row.dtype.itemsize, dtype=np.uint8)
+            tensors[row.name] = raw.view(row.dtype).reshape(3, 2)
+    tensors["empty"] = np.zeros((0, 4), np.float32)
+    tensors["scalar"] = np.array(-0.0, np.float64)
+    tensors["snan"] = np.array([0x7F800001, 0xFFC00001], np.uint32).view("<f4")
+    tensors["q4"] = Payload(0x4702, memoryview(bytes(range(36))), (2, 1), Layout("ggml.q4_0", 18))
+    return tensors
+
+
+def payload_bytes(value: Any) -> bytes:
+    """The payload bytes of a Payload, or of an array as from_numpy encodes it."""
+    from kiln_np import Payload, from_numpy
+
+    if isinstance(value, Payload):
+        return bytes(value.data)
+    return bytes(from_numpy(value).data)

@@ -7,8 +7,11 @@ more examples.  Choose with ``HYPOTHESIS_PROFILE=dev``.
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
+from _helpers import OPTIONAL, available, skip_reason
 from hypothesis import HealthCheck, settings
 
 from kiln_np._kernels import nibbles as _nibbles
@@ -46,3 +49,31 @@ def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     k: int = request.param
     monkeypatch.setattr(_pool, "_threads", lambda: k)
     return k
+
+
+# `>>> import a, b as c` or `>>> from a.b import c` (or after `...`): the modules named
+_DOCTEST_IMPORT = re.compile(r"^\s*(?:>>>|\.\.\.)\s+(?:import\s+([^#;\n]+)|from\s+([\w.]+))", re.M)
+
+
+def _doctest_imports(text: str) -> set[str]:
+    """The top-level packages a page's examples import."""
+    found = set()
+    for listed, source in _DOCTEST_IMPORT.findall(text):
+        for name in [source] if source else listed.split(","):
+            found.add(name.split()[0].partition(".")[0])
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A Markdown page's doctests (``--doctest-glob=*.md`` over docs/ and README.md)
+    run as one item: where the page imports an optional package that is missing, the
+    item skips, naming it, instead of failing on the import."""
+    for item in items:
+        path = Path(str(item.path))
+        if path.suffix != ".md":  # a page of docs/ or README.md: its doctests
+            continue
+        wanted = _doctest_imports(path.read_text())
+        missing = sorted(m for m in wanted & OPTIONAL.keys() if not available(m))
+        if missing:
+            why = "; ".join(skip_reason(m) for m in missing)
+            item.add_marker(pytest.mark.skip(reason=f"{path.name}: {why}"))

@@ -30,7 +30,7 @@ from typing import Any, cast
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import gguf_bytes, gguf_info, gguf_kv, run_command
+from _helpers import gguf_bytes, gguf_info, gguf_kv, needs, run_command
 from _remote_server import serving
 
 import kiln_np
@@ -1568,6 +1568,7 @@ def render() -> str:
     return "\n".join(lines)
 
 
+@needs("dask")
 def test_errors_md_table_is_current() -> None:
     text = DOC.read_text()
     table = BEGIN + text.split(BEGIN)[1].split(END)[0] + END
@@ -1587,6 +1588,7 @@ def _construction_sites() -> set[tuple[str, int]]:
     return sites
 
 
+@needs("dask")
 def test_every_construction_site_is_catalogued() -> None:
     reached: set[tuple[str, int]] = set()
     init_code = KilnError.__init__.__code__
@@ -1622,6 +1624,7 @@ def _module_name(filename: str) -> str:
 _CATALOGUED_MODULES = frozenset(path.relative_to(SRC).as_posix() for path in SRC.rglob("*.py"))
 
 
+@needs("onnx", "torch")
 @pytest.mark.parametrize(
     ("entry", "when", "trigger"), CATALOGUE, ids=[f"{e}: {w}" for e, w, _ in CATALOGUE]
 )

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _helpers import needs
 
 import kiln_np
 
@@ -31,6 +32,15 @@ def test_public_objects_say_where_they_live(name: str) -> None:
     assert getattr(kiln_np, name).__module__ == "kiln_np"
 
 
+def _installed() -> bool:
+    try:
+        metadata.version("kiln-np")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _installed(), reason="kiln-np is not installed (a source tree on the path)")
 def test_version_matches_metadata() -> None:
     assert kiln_np.__version__ == metadata.version("kiln-np")
 
@@ -209,7 +219,33 @@ def _modules() -> list[str]:
     )
 
 
-@pytest.mark.parametrize("module", _modules())
+DOCTEST_NEEDS = {
+    "kiln_np._explore.description": "matplotlib",
+    "kiln_np._explore.entry": "matplotlib",
+    "kiln_np._explore.pictures": "matplotlib",
+    "kiln_np._explore.plot": "matplotlib",
+    "kiln_np._explore.quantized": "matplotlib",
+    "kiln_np._explore.report": "matplotlib",
+    "kiln_np._explore.scaled": "matplotlib",
+    "kiln_np._explore.weight_stats": "matplotlib",
+    "kiln_np._weights.remote": "fsspec",
+    "kiln_np.dask": "dask",
+    "kiln_np.mx.layouts": "onnx",
+    "kiln_np.onnx._proto": "onnx",
+    "kiln_np.onnx._weights": "onnx",
+    "kiln_np.torch": "torch",
+    "kiln_np.zarr._plugin": "zarr",
+}
+"""The modules whose examples use an optional package: they skip without it."""
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        pytest.param(m, marks=needs(DOCTEST_NEEDS[m]) if m in DOCTEST_NEEDS else ())
+        for m in _modules()
+    ],
+)
 def test_doctests(module: str) -> None:
     mod = importlib.import_module(module)
     finder = _DefinedHere()

@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import numpy as np
-import onnx
 import pytest
-from _helpers import gguf_py_file, run_main
-from onnx import numpy_helper
+from _helpers import gguf_py_file, optional, run_main
 
 import kiln_np
 from kiln_np.cli.output import human_bytes, human_count
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from onnx import numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 
 @pytest.mark.parametrize(

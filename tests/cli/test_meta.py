@@ -8,17 +8,24 @@ import struct
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import numpy as np
-import onnx
 import pytest
-from _helpers import gguf_bytes, gguf_info, gguf_kv, gguf_py_file, kiln_np_exe, run_main
-from onnx import numpy_helper
+from _helpers import gguf_bytes, gguf_info, gguf_kv, gguf_py_file, kiln_np_exe, optional, run_main
 
 import kiln_np
 from kiln_np.cli.meta import json_value, meta_text
 from kiln_np.gguf import GGUFMetadata, read_gguf, save_gguf
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from onnx import numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 VOCAB = 150_000
 

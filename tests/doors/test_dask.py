@@ -12,12 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dask
-import dask.array as da
 import ml_dtypes
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 import kiln_np
 from kiln_np import (
@@ -30,7 +27,16 @@ from kiln_np import (
     open_payload,
     save_payload,
 )
-from kiln_np.dask import from_payload, from_weights, to_payload
+
+pytest.importorskip("dask", reason="needs dask (the dask extra), which is not installed")
+pytest.importorskip(
+    "distributed", reason="needs distributed (the dask extra), which is not installed"
+)
+import dask
+import dask.array as da
+from distributed import Client, LocalCluster
+
+from kiln_np.dask import from_payload, from_weights, to_payload  # imports dask
 
 
 def bits(a: np.ndarray) -> bytes:

@@ -20,18 +20,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dask
 import ml_dtypes
 import numpy as np
 import pytest
 from _helpers import run_main
+
+import kiln_np
+from kiln_np import KilnError
+from kiln_np.safetensors import save_safetensors
+
+pytest.importorskip("dask", reason="needs dask (the dask extra), which is not installed")
+pytest.importorskip(
+    "distributed", reason="needs distributed (the dask extra), which is not installed"
+)
+import dask
 from distributed import Client, LocalCluster, get_task_stream
 from distributed.diagnostics.plugin import WorkerPlugin
 
-import kiln_np
-import kiln_np.dask as kd
-from kiln_np import KilnError
-from kiln_np.safetensors import save_safetensors
+import kiln_np.dask as kd  # imports dask
 
 SHARD = 9_000_000  # one 2048x2048 bf16 weight (8 MiB) per shard, with its norm
 FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}

@@ -18,13 +18,20 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-import safetensors.torch
-import torch
 
 import kiln_np
 from kiln_np import Code, KilnError, Layout
 from kiln_np._core.torch_types import TORCH_TYPES, TorchType
-from kiln_np.torch import from_torch, to_torch
+
+pytest.importorskip(
+    "safetensors",
+    reason="needs safetensors (a test-only oracle of the test extra), which is not installed",
+)
+pytest.importorskip("torch", reason="needs torch (the torch extra), which is not installed")
+import safetensors.torch
+import torch
+
+from kiln_np.torch import from_torch, to_torch  # imports torch
 
 ROWS = [pytest.param(row, id=row.name) for row in TORCH_TYPES]
 

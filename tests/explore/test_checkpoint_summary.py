@@ -7,18 +7,23 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import numpy as np
-import onnx
 import pytest
-from _helpers import gguf_py_file
-from gguf import GGMLQuantizationType as Q
-from onnx import numpy_helper
+from _helpers import gguf_py_file, optional
 
 import kiln_np
 from kiln_np import Weights
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from onnx import numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 
 def layered(layers: int = 12, *, extra: int | None = None) -> dict[str, np.ndarray]:
@@ -141,14 +146,16 @@ def test_sharded_safetensors(tmp_path: Path) -> None:
 
 
 def gguf_file(tmp_path: Path) -> Path:
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
+    q4_0 = gguf.GGMLQuantizationType.Q4_0
     rng = np.random.default_rng(0)
     floats = rng.standard_normal((4, 256)).astype(np.float32)
     tensors: dict[str, tuple[np.ndarray, Any]] = {
         "token_embd.weight": (floats, None),
-        "blk.0.attn_q.weight": (gguf.quants.quantize(floats, Q.Q8_0), Q.Q8_0),
-        "blk.1.attn_q.weight": (gguf.quants.quantize(floats, Q.Q8_0), Q.Q8_0),
-        "blk.0.ffn_down.weight": (gguf.quants.quantize(floats, Q.Q4_0), Q.Q4_0),
-        "blk.1.ffn_down.weight": (gguf.quants.quantize(floats, Q.Q4_0), Q.Q4_0),
+        "blk.0.attn_q.weight": (gguf.quants.quantize(floats, q8_0), q8_0),
+        "blk.1.attn_q.weight": (gguf.quants.quantize(floats, q8_0), q8_0),
+        "blk.0.ffn_down.weight": (gguf.quants.quantize(floats, q4_0), q4_0),
+        "blk.1.ffn_down.weight": (gguf.quants.quantize(floats, q4_0), q4_0),
         "output_norm.weight": (floats[0].astype(np.float16), None),
     }
     return gguf_py_file(tmp_path / "m.gguf", tensors)

@@ -10,14 +10,12 @@ import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits
-from matplotlib.container import BarContainer
+from _helpers import available, bits, needs, optional
 
 import kiln_np
 from kiln_np import (
@@ -31,7 +29,14 @@ from kiln_np import (
     describe,
 )
 
-matplotlib.use("Agg")
+if TYPE_CHECKING:
+    import matplotlib
+    import matplotlib.container
+else:
+    matplotlib = optional("matplotlib", "container")
+
+if available("matplotlib"):
+    matplotlib.use("Agg")
 
 COUNTED = [r for r in DTYPES if r.bits <= 16]
 SMALL = [r for r in DTYPES if r.bits <= 8]
@@ -695,6 +700,7 @@ def test_block_scaled_defaults_and_saturation() -> None:
     assert raw.to_dict() == d.to_dict()
 
 
+@needs("matplotlib")
 def test_block_scaled_repr_html_json_plot() -> None:
     import matplotlib.pyplot as plt
 
@@ -753,6 +759,7 @@ def test_block_scaled_errors(call: Any, kind: str, message: str) -> None:
 # -- plots -------------------------------------------------------------------------------
 
 
+@needs("matplotlib")
 @pytest.mark.parametrize(
     ("dtype", "bars", "ticks"),
     [(E2M1, 16, 16), (ml_dtypes.float8_e4m3fn, 256, 16), (np.bool_, 2, 2)],
@@ -765,7 +772,7 @@ def test_plot_draws_the_histogram_with_value_labels(dtype: Any, bars: int, ticks
     try:
         assert len(ax.patches) == bars
         drawn = ax.containers[0]
-        assert isinstance(drawn, BarContainer)
+        assert isinstance(drawn, matplotlib.container.BarContainer)
         np.testing.assert_array_equal(np.asarray(drawn.datavalues), np.full(bars, 2))
         labels = [t.get_text() for t in ax.get_xticklabels()]
         assert len(labels) == ticks
@@ -778,6 +785,7 @@ def test_plot_draws_the_histogram_with_value_labels(dtype: Any, bars: int, ticks
         plt.close("all")
 
 
+@needs("matplotlib")
 def test_plot_exponents_of_wide_floats() -> None:
     import matplotlib.pyplot as plt
 
@@ -824,6 +832,7 @@ def _inside(fig: Any, artist: Any) -> bool:
     )
 
 
+@needs("matplotlib")
 def test_every_plot_lays_itself_out(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
@@ -849,6 +858,7 @@ def test_every_plot_lays_itself_out(tmp_path: Path) -> None:
         plt.close("all")
 
 
+@needs("matplotlib")
 def test_plot_on_given_axes_keeps_the_figure_layout() -> None:
     import matplotlib.pyplot as plt
 
@@ -869,6 +879,7 @@ def test_public_names() -> None:
         assert getattr(kiln_np, name).__module__ == "kiln_np"
 
 
+@needs("gguf", "matplotlib", "onnx")
 def test_explore_doc_leaves_no_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = doctest.testfile(

@@ -13,15 +13,12 @@ from __future__ import annotations
 import math
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
-import matplotlib
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits, gguf_py_file
-from gguf import GGMLQuantizationType as Q
+from _helpers import available, bits, gguf_py_file, needs, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, QuantizedDescription, bit_histogram, describe
@@ -29,7 +26,15 @@ from kiln_np._explore import chunks
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
 
-matplotlib.use("Agg")
+if TYPE_CHECKING:
+    import gguf
+    import matplotlib
+else:
+    gguf = optional("gguf")
+    matplotlib = optional("matplotlib")
+
+if available("matplotlib"):
+    matplotlib.use("Agg")
 
 DECODED = sorted(DECODERS)
 FNUZ = [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz]
@@ -50,7 +55,8 @@ def _q8_0_file(path: Path) -> Path:
     rng = np.random.default_rng(3)
     floats = rng.standard_normal((8, 128)).astype(np.float32) * np.float32(0.02)
     floats[5] = 0.0
-    return gguf_py_file(path, {"w": (gguf.quants.quantize(floats, Q.Q8_0), Q.Q8_0)})
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
+    return gguf_py_file(path, {"w": (gguf.quants.quantize(floats, q8_0), q8_0)})
 
 
 def _quantized(x: Payload | kiln_np.WeightTensor, first: int = 8) -> QuantizedDescription:
@@ -70,7 +76,7 @@ def _same(ours: dict[str, Any], whole: dict[str, Any]) -> None:
 def test_q8_0_from_gguf_py_describes_its_values_and_d(tmp_path: Path) -> None:
     path = _q8_0_file(tmp_path / "q.gguf")
     theirs = gguf.GGUFReader(path).tensors[0]
-    values = gguf.quants.dequantize(theirs.data, Q.Q8_0)
+    values = gguf.quants.dequantize(theirs.data, gguf.GGMLQuantizationType.Q8_0)
     d_field = theirs.data.reshape(8, 4, 34)[..., :2].copy().view(np.float16)[..., 0]
     with kiln_np.open_weights(path) as weights:
         t = weights["w"]
@@ -203,6 +209,7 @@ def test_nan_scales_make_nan_blocks() -> None:
     assert (d.scales["d"].nan, d.scales["d"].inf) == (1, 1)
 
 
+@needs("matplotlib")
 def test_plots() -> None:
     block = bytes([0x00, 0x38]) + bytes([2, 0xFE] * 16)
     d = _quantized(Payload(0x4708, memoryview(block * 3), (3,), Layout("ggml.q8_0", 34)))
@@ -234,6 +241,7 @@ def test_an_opaque_tensor_with_no_reading_is_refused(tmp_path: Path) -> None:
                 look(weights["p"])
 
 
+@needs("matplotlib")
 @pytest.mark.parametrize("dtype", FNUZ, ids=lambda d: np.dtype(d).name)
 def test_fnuz_tensor_describes_as_its_float_type(tmp_path: Path, dtype: type) -> None:
     storage = np.random.default_rng(0).integers(0, 256, (32, 16), dtype=np.uint8)

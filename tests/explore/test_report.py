@@ -20,6 +20,7 @@ from _helpers import (
     gguf_bytes,
     gguf_kv,
     llama_safetensors,
+    needs,
     quantized_gguf,
     run_command,
     run_main,
@@ -145,6 +146,7 @@ def test_llama_report_shows_counts_sections_and_tree(llama: Path, tmp_path: Path
     assert '"pt"' in parsed.text["metadata-table"]
 
 
+@needs("matplotlib")
 def test_names_and_metadata_are_text_never_markup(tmp_path: Path) -> None:
     hostile = {
         "<script>alert(1)</script>": np.zeros(2, np.float32),
@@ -268,6 +270,7 @@ def test_the_report_is_the_same_every_time(llama: Path, tmp_path: Path) -> None:
     assert _write(llama, tmp_path / "a.html") == _write(llama, tmp_path / "b.html")
 
 
+@needs("matplotlib")
 def test_command_line_report(
     llama: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -285,6 +288,7 @@ def test_command_line_report(
     assert 'id="tensor-count">1<' in out.read_text(encoding="utf-8")
 
 
+@needs("matplotlib")
 def test_command_line_errors(
     llama: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -344,6 +348,7 @@ def _pngs(part: str) -> list[tuple[int, int, int, int]]:
     return found
 
 
+@needs("matplotlib")
 def test_statistics_heatmap_and_histograms(llama: Path, tmp_path: Path) -> None:
     page = _write(llama, tmp_path / "r.html")
     parsed = check_self_contained(page)
@@ -372,6 +377,7 @@ def test_statistics_heatmap_and_histograms(llama: Path, tmp_path: Path) -> None:
     assert parsed.text["subtitle"].startswith("safetensors - ")
 
 
+@needs("matplotlib")
 def test_nan_and_infinities_are_flagged(tmp_path: Path) -> None:
     x = np.array([1, np.nan, np.inf, -np.inf, np.nan], np.float32)
     path = tmp_path / "bad.safetensors"
@@ -389,6 +395,7 @@ def test_nan_and_infinities_are_flagged(tmp_path: Path) -> None:
     assert "No std is positive and finite: nothing to draw on a log scale." in heatmap
 
 
+@needs("matplotlib")
 def test_the_statistics_table_is_bounded(tmp_path: Path) -> None:
     tensors = {f"t{i:03d}": np.zeros(1, np.float32) for i in range(40)}
     path = tmp_path / "many.safetensors"

@@ -8,21 +8,27 @@ import re
 import sys
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import run_main
-from onnx import numpy_helper
+from _helpers import optional, run_main
 
 import kiln_np
 from kiln_np._explore.weight_stats import TensorStats, WeightStats
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
 from kiln_np._quants.decoder import float_scales
+
+if TYPE_CHECKING:
+    import matplotlib
+    import onnx
+    from onnx import numpy_helper
+else:
+    matplotlib = optional("matplotlib")
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 BF16 = ml_dtypes.bfloat16
 stats_module = sys.modules["kiln_np._explore.weight_stats"]

@@ -22,6 +22,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import needs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -1233,7 +1234,14 @@ def test_unpickling_checks_the_file_again(tmp_path: Path) -> None:
 # -- the documentation's examples clean up after themselves --------------------------
 
 
-@pytest.mark.parametrize("source", ["docs/big-files.md", "kiln_np._files.io", "kiln_np.dask"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param("docs/big-files.md", marks=needs("dask")),
+        "kiln_np._files.io",
+        pytest.param("kiln_np.dask", marks=needs("dask")),
+    ],
+)
 def test_doctests_leave_no_temporary_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import run_main
+from _helpers import needs, run_main
 from _remote_server import RangeServer, moto_s3, serving
 
 import kiln_np
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "formats"))
 from test_stream_convert import DEEPSEEK, fp8_checkpoint
 
 pytestmark = [
+    needs("fsspec", "aiohttp"),  # every URL is read through fsspec's HTTP file system
     # botocore and aiobotocore, in moto's server threads and s3fs's calls
     pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
@@ -119,6 +120,7 @@ def test_listing_over_http_is_the_local_listing(
         same_listing(remote, local)
 
 
+@needs("s3fs", "moto")
 def test_listing_over_s3_is_the_local_listing(tmp_path: Path, s3: dict[str, Any]) -> None:
     mixed_checkpoint(tmp_path / "ck")
     upload(s3, tmp_path / "ck", "models", "ck")
@@ -252,6 +254,7 @@ def test_without_an_etag_a_file_of_another_size_is_type(tmp_path: Path, http: Ra
             t.numpy()
 
 
+@needs("s3fs", "moto")
 def test_a_file_replaced_since_listing_is_type_over_s3(tmp_path: Path, s3: dict[str, Any]) -> None:
     import s3fs
 
@@ -362,6 +365,7 @@ def test_remote_fp8_conversion_is_the_local_one_byte_for_byte(
     assert files_of(tmp_path / "api") == want
 
 
+@needs("s3fs", "moto")
 def test_remote_fp8_conversion_over_s3_is_the_local_one(tmp_path: Path, s3: dict[str, Any]) -> None:
     src = tmp_path / "fp8"
     fp8_checkpoint(src, [(300, 520), (129, 4096)], shard=300_000)

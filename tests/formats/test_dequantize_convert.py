@@ -12,13 +12,12 @@ import os
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
-import gguf.quants
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload
@@ -28,6 +27,12 @@ from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
 from kiln_np.formats import plan_weights, save_weights_paths
 from kiln_np.gguf import dequantize
+
+if TYPE_CHECKING:
+    import gguf
+    import gguf.quants
+else:
+    gguf = optional("gguf", "quants")
 
 GOLDEN = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "dequantize.npz")
 DTYPES: dict[str, Any] = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}

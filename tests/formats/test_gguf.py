@@ -12,22 +12,28 @@ import os
 import struct
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import bits
+from _helpers import bits, optional
 from _helpers import gguf_bytes as _file
 from _helpers import gguf_info as _info
 from _helpers import gguf_kv as _kv
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFValueType as V
 
 import kiln_np
 import kiln_np.gguf as kg
 from kiln_np import Code, KilnError, Layout
+
+if TYPE_CHECKING:
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from gguf import GGUFValueType as V
+else:
+    gguf = optional("gguf")
+    Q = gguf.GGMLQuantizationType
+    V = gguf.GGUFValueType
 
 U8 = np.uint8
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
-import gguf.quants
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import gguf_py_file
+from _helpers import gguf_py_file, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, mx
@@ -24,7 +23,12 @@ from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
 from kiln_np._quants.quantize import ENCODERS, NEEDS_IMATRIX
 
-GG = gguf.GGMLQuantizationType
+if TYPE_CHECKING:
+    import gguf
+    import gguf.quants
+else:
+    gguf = optional("gguf", "quants")
+
 # The types gguf-py 0.19 can quantize (so write a file of): its own oracle blocks.
 GGUF_PY_QUANTIZES = [n for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "MXFP4")
                      if n in DECODERS]  # fmt: skip
@@ -41,12 +45,14 @@ def payload(name: str, blocks: np.ndarray, shape: tuple[int, ...] | None = None)
 def test_files_gguf_py_wrote(tmp_path: Path, name: str) -> None:
     rng = np.random.default_rng(BLOCKS[name].type_id)
     x = rng.standard_normal((3, 4, 2 * BLOCKS[name].elements)).astype(np.float32)
-    q = gguf.quants.quantize(x, GG.__members__[name])
+    q = gguf.quants.quantize(x, gguf.GGMLQuantizationType.__members__[name])
     path = tmp_path / "m.gguf"
-    gguf_py_file(path, {"w": (q, GG.__members__[name])})
+    gguf_py_file(path, {"w": (q, gguf.GGMLQuantizationType.__members__[name])})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        want = gguf.quants.dequantize(q, GG.__members__[name]).astype(np.float32)
+        want = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.__members__[name]).astype(
+            np.float32
+        )
     with kiln_np.open_weights(path) as weights:
         got = kg.dequantize(weights["w"])
         assert got.shape == want.shape == x.shape

@@ -10,16 +10,20 @@ import subprocess
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import numpy as np
 import pytest
-from _helpers import gguf_info, gguf_kv, kiln_np_exe
+from _helpers import gguf_info, gguf_kv, kiln_np_exe, optional
 
 import kiln_np
 import kiln_np.gguf as kg
 from kiln_np import KilnError
+
+if TYPE_CHECKING:
+    import gguf
+else:
+    gguf = optional("gguf")
 
 MAX_ALIGNMENT = 1 << 16  # docs/weights.md: the largest general.alignment read or written
 

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
-import gguf.quants
 import numpy as np
 import pytest
-from _helpers import gguf_py_file
+from _helpers import gguf_py_file, optional
 
 import kiln_np
 from kiln_np import gguf as kg
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
 
-GG = gguf.GGMLQuantizationType
+if TYPE_CHECKING:
+    import gguf
+    import gguf.quants
+else:
+    gguf = optional("gguf", "quants")
+
 GGUF_PY = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "MXFP4")
 TYPES = [name for name in GGUF_PY if name in ENCODERS]
 GOLDEN = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "quantize.npz")
@@ -39,7 +43,7 @@ GGUF_PY_DIFFERS = {name: {"signed zeros"} for name in ("Q4_0", "Q4_1", "Q5_0", "
 def gguf_py(x: np.ndarray, name: str) -> np.ndarray:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        blocks: np.ndarray = gguf.quants.quantize(x, GG.__members__[name])
+        blocks: np.ndarray = gguf.quants.quantize(x, gguf.GGMLQuantizationType.__members__[name])
     return blocks
 
 
@@ -66,7 +70,9 @@ def test_ordinary_data_is_gguf_pys_bytes(name: str) -> None:
 @pytest.mark.parametrize("name", TYPES)
 def test_a_file_gguf_py_wrote_holds_kiln_nps_bytes(tmp_path: Path, name: str) -> None:
     x = ordinary(name, (3, 4, 2 * 256))
-    path = gguf_py_file(tmp_path / "m.gguf", {"w": (gguf_py(x, name), GG.__members__[name])})
+    path = gguf_py_file(
+        tmp_path / "m.gguf", {"w": (gguf_py(x, name), gguf.GGMLQuantizationType.__members__[name])}
+    )
     got = kg.quantize(x, name)
     with kiln_np.open_weights(path) as weights:
         stored = weights["w"].payload()

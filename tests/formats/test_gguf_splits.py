@@ -13,15 +13,20 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import numpy as np
 import pytest
-from _helpers import gguf_info, gguf_kv, kiln_np_exe
+from _helpers import gguf_info, gguf_kv, kiln_np_exe, optional
 
 import kiln_np
 import kiln_np.gguf as kg
 from kiln_np import KilnError
+
+if TYPE_CHECKING:
+    import gguf
+else:
+    gguf = optional("gguf")
 
 SET_KEY = "kiln_np.split.set_id"  # the key every split of one save_gguf write holds
 

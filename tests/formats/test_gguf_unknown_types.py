@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import numpy as np
 import pytest
-from _helpers import gguf_bytes, gguf_info, run_command
-from gguf import GGMLQuantizationType as Q
+from _helpers import gguf_bytes, gguf_info, optional, run_command
 
 import kiln_np
 import kiln_np.gguf as kg
 import kiln_np.onnx as ko
 from kiln_np import KilnError, Layout, mx
+
+if TYPE_CHECKING:
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+else:
+    gguf = optional("gguf")
+    Q = gguf.GGMLQuantizationType
 
 FORK_ID = 142  # a private id of a llama.cpp fork
 REMOVED = (4, 5, 31, 32, 33, 36, 37, 38)  # Q4_2, Q4_3, the repacked Q4_0 / IQ4_NL variants

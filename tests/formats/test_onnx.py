@@ -11,23 +11,29 @@ import sys
 import textwrap
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-import safetensors.numpy
-from _helpers import bits, external_tensor
+from _helpers import bits, external_tensor, needs, optional
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import numpy_helper
 
 import kiln_np
 from kiln_np import KilnError, Layout
 from kiln_np import onnx as ko
 from kiln_np._core.foreign import FOREIGN_BY_CODE
 from kiln_np._core.table import code_label
+
+if TYPE_CHECKING:
+    import onnx
+    import safetensors.numpy
+    from onnx import numpy_helper
+else:
+    onnx = optional("onnx")
+    safetensors = optional("safetensors", "numpy")
+    numpy_helper = optional("onnx.numpy_helper")
 
 ROWS = ko.DATA_TYPES
 RAW_ROWS = [r for r in ROWS if r.bits is not None]
@@ -283,6 +289,7 @@ def test_typed_field_kinds() -> None:
     _raise("TYPE", ko.decode_field, 1, [1e300], (1,))
 
 
+@needs("onnx")
 def test_strings_keep_bom_and_nul() -> None:
     # "UTF-8, no terminator, no byte-order mark": so a leading EF BB BF is the
     # character U+FEFF (not a BOM to strip) and a trailing NUL is content.
@@ -543,6 +550,7 @@ def test_external_data_ranges(tmp_path: Path) -> None:
     _raise("TYPE", ko.to_numpy, external_tensor(""), tmp_path)
 
 
+@needs("onnx")
 def test_model_to_kiln(tmp_path: Path) -> None:
     weights = {
         "f": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -628,6 +636,7 @@ def test_hostile_external_data_entries_are_type_errors(tmp_path: Path) -> None:
     assert ko.to_numpy(tensor, tmp_path).tolist() == [0, 0]
 
 
+@needs("onnx")
 def test_names_that_are_not_utf8_are_type_errors(tmp_path: Path) -> None:
     tensor = _garbled(ko.from_numpy(np.zeros(2, "<f4"), name="\u00e9"), "\u00e9")
     assert isinstance(tensor.name, bytes)  # what protobuf hands back
@@ -723,6 +732,7 @@ class _RaisingArray:
         raise RuntimeError("no array today")
 
 
+@needs("onnx")
 def test_array_raising_in_encode_paths_is_type() -> None:
     for call in (ko.encode_raw, ko.from_numpy):
         error = _raise("TYPE", call, _RaisingArray())

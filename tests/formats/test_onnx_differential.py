@@ -7,15 +7,21 @@ in tests/formats/test_onnx.py under "the seed wins".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 import pytest
-from onnx import numpy_helper
+from _helpers import needs, optional
 
 import kiln_np
 from kiln_np import onnx as ko
+
+if TYPE_CHECKING:
+    import onnx
+    from onnx import numpy_helper
+else:
+    onnx = optional("onnx")
+    numpy_helper = optional("onnx.numpy_helper")
 
 RAW_ROWS = [r for r in ko.DATA_TYPES if r.bits is not None]
 SHAPES = [(), (0,), (1,), (2,), (3,), (4,), (5,), (7,), (9,), (2, 3), (3, 0, 2), (1, 4, 3)]
@@ -143,6 +149,7 @@ def test_every_bit_pattern(row: ko.OnnxType) -> None:
     _same(ko.to_numpy(tensor), numpy_helper.to_array(tensor))
 
 
+@needs("onnx")
 @pytest.mark.parametrize("row", RAW_ROWS, ids=lambda r: r.name)
 def test_from_numpy_matches_from_array(row: ko.OnnxType) -> None:
     raw = valid_raw(row, 7, np.random.default_rng(int(row.data_type)))
@@ -159,6 +166,7 @@ def test_from_numpy_matches_from_array(row: ko.OnnxType) -> None:
     assert bytes(ko.encode_raw(doubled)) == raw
 
 
+@needs("onnx")
 def test_from_numpy_strings_match_from_array() -> None:
     array = np.array(["a", "\u00e9", "", "\ufeffx"], dtype=object).reshape(2, 2)
     ours = ko.from_numpy(array, name="s")
@@ -169,6 +177,7 @@ def test_from_numpy_strings_match_from_array() -> None:
     )
 
 
+@needs("onnx")
 def test_external_data_matches_numpy_helper(tmp_path: Any) -> None:
     from onnx import external_data_helper
 

@@ -18,12 +18,12 @@ import re
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import optional
 
 import kiln_np
 from kiln_np import KilnError, Payload, QuantizePolicy
@@ -33,6 +33,11 @@ from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
 from kiln_np.formats import KeptTensor, quantize_kept, save_weights_paths
 from kiln_np.gguf import dequantize, quantize, read_gguf
+
+if TYPE_CHECKING:
+    import gguf
+else:
+    gguf = optional("gguf")
 
 TYPES = list(ENCODERS)
 ROW = math.lcm(*(BLOCKS[name].elements for name in TYPES))  # a whole number of every block

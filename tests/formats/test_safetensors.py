@@ -11,13 +11,12 @@ import struct
 import tempfile
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
 import pytest
-import safetensors
-from _helpers import bits
+from _helpers import bits, optional
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,6 +26,11 @@ from kiln_np import onnx as konnx
 from kiln_np import safetensors as kst
 from kiln_np._core.foreign import FOREIGN_BY_NAME
 from kiln_np.safetensors._types import BY_NAME
+
+if TYPE_CHECKING:
+    import safetensors
+else:
+    safetensors = optional("safetensors")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 st_deserialize: Any = safetensors.deserialize  # the package ships no annotations for it

@@ -31,13 +31,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits, external_tensor
+from _helpers import bits, external_tensor, needs, optional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -65,6 +64,11 @@ import kiln_np
 from kiln_np import KilnError, Layout, LazyPayload
 from kiln_np import onnx as ko
 from kiln_np._core.foreign import FOREIGN_BY_CODE, foreign_for_dtype
+
+if TYPE_CHECKING:
+    import onnx
+else:
+    onnx = optional("onnx")
 
 FILE_EXAMPLES = max(1, settings().max_examples // 2)
 """File properties create and map a file per example: half the profile's examples
@@ -358,6 +362,7 @@ def test_model_to_kiln_oracle(tensor: Any, base: Any) -> None:
     assert p.shape == tuple(tensor.dims)
 
 
+@needs("onnx")
 @settings(max_examples=FILE_EXAMPLES)
 @given(
     content=st.binary(max_size=64),
@@ -383,6 +388,7 @@ names: st.SearchStrategy[Any] = st.one_of(
 )
 
 
+@needs("onnx")
 @given(
     arr=st.one_of(
         arrays(ONNX_DTYPES),
@@ -889,6 +895,7 @@ REGRESSIONS: list[tuple[str, str, Any]] = [
 ]  # fmt: skip
 
 
+@needs("onnx")
 @pytest.mark.parametrize(("kind", "what", "call"), REGRESSIONS, ids=[w for _, w, _ in REGRESSIONS])
 def test_fuzz_findings_are_kiln_errors(kind: str, what: str, call: Any) -> None:
     with pytest.raises(KilnError) as info:
@@ -897,6 +904,7 @@ def test_fuzz_findings_are_kiln_errors(kind: str, what: str, call: Any) -> None:
     assert any(word in str(info.value) for word in ("expected", "must", "cannot"))
 
 
+@needs("onnx")
 def test_unicode_string_tensor_still_round_trips() -> None:
     """The STRING checks refuse only what decode_field refuses."""
     arr = np.array(["", "\u00e9", "\U0010ffff", "ab"]).astype(">U2")

@@ -22,15 +22,20 @@ import itertools
 import struct
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import numpy as np
-from _helpers import gguf_bytes, gguf_info
+from _helpers import gguf_bytes, gguf_info, optional
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import kiln_np.gguf as kg
 from kiln_np import KilnError
+
+if TYPE_CHECKING:
+    import gguf
+else:
+    gguf = optional("gguf")
 
 EXAMPLES = max(1, settings().max_examples // 2)
 

@@ -22,23 +22,27 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-import gguf
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits
+from _helpers import bits, needs, optional
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx.reference import ReferenceEvaluator
 
 import kiln_np
 from kiln_np import Code, KilnError, Layout, Payload, from_numpy, mx
 from kiln_np._core.checks import U8
 
-GG = gguf.GGMLQuantizationType
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    import onnx.reference
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx", "reference")
+
 E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 E5M2 = np.dtype(ml_dtypes.float8_e5m2)
@@ -428,7 +432,7 @@ def test_mxfp4_against_gguf_py(kernels: str) -> None:
     blocks = rng.integers(0, 256, (6, 200, 17), dtype=np.uint8)
     blocks[..., 0] = rng.integers(0, 0xFD, (6, 200))  # exclusions 2 and 4: 0xfd-0xff below
     blocks[0, :, 0] = np.arange(200) % 0xFD  # every finite-in-float32 scale byte
-    want = gguf.quants.dequantize(blocks.reshape(6, -1), GG.MXFP4)
+    want = gguf.quants.dequantize(blocks.reshape(6, -1), gguf.GGMLQuantizationType.MXFP4)
     got = ocp_ggml(mxfp4_payload(blocks))
     assert got.shape == want.shape == (6, 6400)
     values, _ = mx.from_ggml(mxfp4_payload(blocks))
@@ -444,7 +448,9 @@ def test_mxfp4_against_gguf_py(kernels: str) -> None:
     top[0, :, 1:] = 0x76  # elements 4.0 (code 0x6) and 6.0 (code 0x7)
     top[0, 2, 1:] = 0x11  # 0.5 x 2**128 is finite in float32
     with np.errstate(over="ignore"):
-        g = gguf.quants.dequantize(top.reshape(1, -1), GG.MXFP4).reshape(3, 32)
+        g = gguf.quants.dequantize(top.reshape(1, -1), gguf.GGMLQuantizationType.MXFP4).reshape(
+            3, 32
+        )
     assert np.isinf(g[:2]).all()
     assert (g[2] == 2.0**127).all()
     with pytest.raises(KilnError, match=r"block \(0, 0\)"):
@@ -460,7 +466,9 @@ def test_nvfp4_against_gguf_py() -> None:
     blocks = rng.integers(0, 256, (300, 36), dtype=np.uint8)
     blocks[:, :4] = rng.integers(0, 0x7F, (300, 4))  # exclusion 3: 0x7f and signs below
     blocks[0, :4] = [0x00, 0x01, 0x7E, 0x40]
-    want = gguf.quants.dequantize(blocks.reshape(1, -1), GG.NVFP4).reshape(-1)
+    want = gguf.quants.dequantize(blocks.reshape(1, -1), gguf.GGMLQuantizationType.NVFP4).reshape(
+        -1
+    )
     got = ocp_ggml(nvfp4_payload(blocks)).reshape(-1)
     values, scales = mx.from_ggml(nvfp4_payload(blocks))
     assert values.shape == (300 * 64,)
@@ -473,18 +481,21 @@ def test_nvfp4_against_gguf_py() -> None:
     signed = blocks.copy()
     signed[:, :4] |= 0x80
     mine = ocp_ggml(nvfp4_payload(signed)).reshape(-1)
-    theirs = gguf.quants.dequantize(signed.reshape(1, -1), GG.NVFP4).reshape(-1)
+    theirs = gguf.quants.dequantize(signed.reshape(1, -1), gguf.GGMLQuantizationType.NVFP4).reshape(
+        -1
+    )
     nonzero = want != 0
     assert np.array_equal(mine[nonzero].view(np.uint32), (-want[nonzero]).view(np.uint32))
     assert bits(theirs) == bits(want)
     nan = blocks[:1].copy()
     nan[0, :4] = [0x7F, 0xFF, 0x7F, 0xFF]
     assert np.isnan(ocp_ggml(nvfp4_payload(nan))).all()
-    g = gguf.quants.dequantize(nan.reshape(1, -1), GG.NVFP4).reshape(4, 16)
+    g = gguf.quants.dequantize(nan.reshape(1, -1), gguf.GGMLQuantizationType.NVFP4).reshape(4, 16)
     assert not g[0].any()
     assert np.isfinite(g[1]).all()
 
 
+@needs("onnx")
 def test_onnx_dequantize_linear_agrees() -> None:
     rng = np.random.default_rng(12)
     x = rng.integers(0, 16, (3, 64), dtype=np.uint8).view(E2M1)
@@ -506,7 +517,7 @@ def test_onnx_dequantize_linear_agrees() -> None:
         initializer=[xt, stensor],
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 25)])
-    want = cast(list[np.ndarray], ReferenceEvaluator(model).run(None, {}))[0]
+    want = cast(list[np.ndarray], onnx.reference.ReferenceEvaluator(model).run(None, {}))[0]
     got = mx.dequantize_onnx(xt, stensor, block_size=32)
     assert bits(got) == bits(want)
     v, sp = mx.from_onnx(xt, stensor)
@@ -610,7 +621,7 @@ def test_ggml_rule_against_gguf_py() -> None:
     x[2, :8] = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -5.0]) * 4  # ties
     x[2, 8:32] = 0
     x[3, :32] = np.float32(2.0**-120) * rng.standard_normal(32).astype(np.float32)
-    want = gguf.quants.quantize(x, GG.MXFP4)
+    want = gguf.quants.quantize(x, gguf.GGMLQuantizationType.MXFP4)
     values, scales = mx.quantize(x, rule="ggml")
     assert scales.view(np.uint8)[1, 0] == 135
     got = mx.to_ggml(values, scales, layout="ggml.mxfp4")
@@ -618,7 +629,7 @@ def test_ggml_rule_against_gguf_py() -> None:
     # float64 input: rounded to float32 first, as gguf-py does
     x64 = x.astype(np.float64) * (1 + 2.0**-30)
     assert bytes(mx.to_ggml(*mx.quantize(x64, rule="ggml"), layout="ggml.mxfp4").data) == (
-        gguf.quants.quantize(x64, GG.MXFP4).tobytes()
+        gguf.quants.quantize(x64, gguf.GGMLQuantizationType.MXFP4).tobytes()
     )
 
 
@@ -636,7 +647,7 @@ def test_ggml_rule_near_every_power_of_two() -> None:
     x[:, 1] = -top / 3
     x[:, 2] = top * np.float32(0.3)
     with np.errstate(over="ignore"):  # gguf-py's float32 errors for far candidates
-        want = gguf.quants.quantize(x, GG.MXFP4)
+        want = gguf.quants.quantize(x, gguf.GGMLQuantizationType.MXFP4)
     got = mx.to_ggml(*mx.quantize(x, rule="ggml"), layout="ggml.mxfp4")
     assert bytes(got.data) == want.tobytes()
 
@@ -889,8 +900,8 @@ def test_weights_tensors_in_one_call(tmp_path: Path) -> None:
     x = rng.standard_normal((4, 64)).astype(np.float32)
     path = tmp_path / "w.gguf"
     writer = gguf.GGUFWriter(str(path), "test")
-    q = gguf.quants.quantize(x, GG.MXFP4)
-    writer.add_tensor("w", q, raw_shape=q.shape, raw_dtype=GG.MXFP4)
+    q = gguf.quants.quantize(x, gguf.GGMLQuantizationType.MXFP4)
+    writer.add_tensor("w", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -900,12 +911,13 @@ def test_weights_tensors_in_one_call(tmp_path: Path) -> None:
         values, scales = mx.from_ggml(t)
         assert values.shape == (4, 64)
         assert scales.shape == (4, 2)
-        want = gguf.quants.dequantize(q, GG.MXFP4)
+        want = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.MXFP4)
         got = ocp_ggml(t)
         keep = kiln_np.to_numpy(*values).view(np.uint8) != 8
         assert np.array_equal(got.view(np.uint32)[keep], want.view(np.uint32)[keep])
 
 
+@needs("onnx")
 def test_gpt_oss_and_onnx_weight_files_in_one_call(tmp_path: Path) -> None:
     rng = np.random.default_rng(17)
     blocks = rng.integers(0, 256, (2, 3, 16), dtype=np.uint8)
@@ -1142,6 +1154,7 @@ def test_inputs_numpy_cannot_read_are_type(entry: str, bad: Any) -> None:
         assert info.value.kind == "TYPE", info.value
 
 
+@needs("onnx")
 @pytest.mark.parametrize(
     "call",
     [

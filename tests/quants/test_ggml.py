@@ -11,8 +11,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import gguf
-import gguf.quants
 import numpy as np
 import pytest
 
@@ -20,6 +18,12 @@ from kiln_np._kernels import backend as _backend
 from kiln_np._kernels import pool as _pool
 from kiln_np._quants import decode as _decode
 from kiln_np._quants.blocks import BLOCKS
+
+pytest.importorskip(
+    "gguf", reason="needs gguf (a test-only oracle of the test extra), which is not installed"
+)
+import gguf
+import gguf.quants
 
 GOLDEN = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "dequantize.npz")
 GOLDEN_TYPES = sorted({key.split(".")[0] for key in GOLDEN.files if key.endswith(".blocks")})

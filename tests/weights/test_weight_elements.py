@@ -13,20 +13,27 @@ import doctest
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import gguf
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from _helpers import bits, gguf_py_file, run_command
-from gguf import GGMLQuantizationType as Q
-from onnx import helper, numpy_helper
+from _helpers import bits, gguf_py_file, needs, optional, run_command
 
 import kiln_np
 from kiln_np import Layout, Payload
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
+
+if TYPE_CHECKING:
+    import gguf
+    import onnx
+    from onnx import helper, numpy_helper
+else:
+    gguf = optional("gguf")
+    onnx = optional("onnx")
+    helper = optional("onnx.helper")
+    numpy_helper = optional("onnx.numpy_helper")
 
 DECODED = sorted(DECODERS)
 FNUZ = [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz]
@@ -49,12 +56,13 @@ def _random_blocks(name: str, rows: int, blocks: int, seed: int) -> np.ndarray:
 @pytest.fixture
 def q8_file(tmp_path: Path) -> Path:
     """Q8_0 quantized by gguf-py from normal floats, beside plain f32 and f16."""
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
     rng = np.random.default_rng(7)
     floats = rng.standard_normal((64, 96)).astype(np.float32)
     floats[3] = 0.0  # all-zero blocks: d = 0
     tensors = {
-        "blk.0.attn_q.weight": (gguf.quants.quantize(floats, Q.Q8_0), Q.Q8_0),
-        "blk.0.vector": (gguf.quants.quantize(floats[0], Q.Q8_0), Q.Q8_0),
+        "blk.0.attn_q.weight": (gguf.quants.quantize(floats, q8_0), q8_0),
+        "blk.0.vector": (gguf.quants.quantize(floats[0], q8_0), q8_0),
         "f32": (floats[:2], None),
         "f16": (floats[:3].astype(np.float16), None),
     }
@@ -66,7 +74,7 @@ def test_q8_0_elements_are_gguf_py_values(q8_file: Path) -> None:
     with kiln_np.open_weights(q8_file) as weights:
         for theirs in reader.tensors:
             t = weights[theirs.name]
-            quantized = theirs.tensor_type == Q.Q8_0
+            quantized = theirs.tensor_type == gguf.GGMLQuantizationType.Q8_0
             values = gguf.quants.dequantize(theirs.data, theirs.tensor_type)
             assert t.shape == values.shape == tuple(int(d) for d in theirs.shape[::-1])
             assert t.size == int(theirs.n_elements) == values.size
@@ -86,7 +94,7 @@ def test_q8_0_elements_are_gguf_py_values(q8_file: Path) -> None:
 def _gguf_py_knows(name: str) -> bool:
     """Whether gguf-py writes and dequantizes GGML type ``name`` as ggml defines it
     (its table has Q8_1 at 40 bytes, ggml's block is 36; it lacks some types)."""
-    kind = getattr(Q, name, None)
+    kind = getattr(gguf.GGMLQuantizationType, name, None)
     block = BLOCKS[name]
     return (
         kind is not None
@@ -101,7 +109,7 @@ def test_every_decoder_gives_gguf_py_values_through_a_tensor(tmp_path: Path, nam
     raw = _random_blocks(name, 3, 2, seed=len(name))
     path = tmp_path / "r.gguf"
     if _gguf_py_knows(name):
-        gguf_py_file(path, {"w": (raw, Q[name])})
+        gguf_py_file(path, {"w": (raw, gguf.GGMLQuantizationType[name])})
         theirs = gguf.GGUFReader(path).tensors[0]
         expected = gguf.quants.dequantize(theirs.data, theirs.tensor_type)
     else:  # written by kiln_np; ggml's own bits are tests/quants/test_ggml.py's
@@ -261,6 +269,7 @@ def test_ls_lists_element_shapes(q8_file: Path, capsys: pytest.CaptureFixture[st
     ]
 
 
+@needs("safetensors")
 def test_weights_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/weights.md walks through a Q8_0 tensor's numbers and blocks.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
