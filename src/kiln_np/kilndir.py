@@ -33,7 +33,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln_np._convert.plan import execute, plan_conversion
+from kiln_np._convert.plan import save_as
 from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._convert.row import WeightFormat
 from kiln_np._convert.sources import Dequantize, Progress, TensorSource, sha256_file
@@ -377,11 +377,10 @@ def save_kiln(
     ['0000_a_b.kiln', 'manifest.json']
     >>> import shutil; shutil.rmtree(os.path.dirname(d))
     """
-    target = written_path(check_path(path))
-    plan = plan_conversion(
-        tensors, target, FORMAT, metadata=metadata, dequantize=dequantize, quantize=quantize
-    )
-    execute(plan, progress=progress)
+    save_as(
+        FORMAT, path, tensors, metadata=metadata, progress=progress, dequantize=dequantize,
+        quantize=quantize,
+    )  # fmt: skip
 
 
 def write_kiln(

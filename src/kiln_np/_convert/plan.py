@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kiln_np._core.checks import check_path, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._files.io import replacing
@@ -64,6 +65,7 @@ __all__ = [
     "carried_metadata",
     "execute",
     "plan_conversion",
+    "save_as",
     "sharded_writer",
 ]
 
@@ -284,6 +286,25 @@ def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:
         with replacing(where) as (_, f):
             f.write(body)
     return written
+
+
+def save_as(
+    row: WeightFormat, path: str | os.PathLike[str], tensors: Mapping[str, Any], **options: Any
+) -> list[str]:
+    """An adapter's public ``save_*``: the conversion of ``tensors`` to ``path`` in the
+    format of ``row`` planned (``options``: those of :func:`plan_conversion`, and
+    ``progress``), then executed; returns the paths written.
+
+    >>> import tempfile, numpy as np
+    >>> from kiln_np.kilndir import FORMAT
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = os.path.join(tmp, "w")
+    ...     save_as(FORMAT, out, {"a": np.zeros(2)}) == [out]
+    True
+    """
+    progress = options.pop("progress", None)
+    plan = plan_conversion(tensors, written_path(check_path(path)), row, **options)
+    return execute(plan, progress=progress)
 
 
 def sharded_writer(plan: Plan) -> Sharded:

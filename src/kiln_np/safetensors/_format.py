@@ -7,10 +7,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from kiln_np._convert.plan import execute, plan_conversion
+from kiln_np._convert.plan import save_as
 from kiln_np._convert.row import Sharded, WeightFormat
 from kiln_np._convert.sources import Dequantize, Progress
-from kiln_np._core.checks import check_path, set_module, written_path
+from kiln_np._core.checks import set_module
 from kiln_np._weights.weights import Weights
 
 from ._reader import looks_like_safetensors, open_safetensors
@@ -134,9 +134,7 @@ def save_safetensors(
     F4 f1
     >>> import shutil; shutil.rmtree(d)
     """
-    target = written_path(check_path(path))
-    plan = plan_conversion(
-        tensors, target, FORMAT, metadata=metadata, max_shard_size=max_shard_size,
-        dequantize=dequantize,
+    save_as(
+        FORMAT, path, tensors, metadata=metadata, max_shard_size=max_shard_size,
+        progress=progress, dequantize=dequantize,
     )  # fmt: skip
-    execute(plan, progress=progress)

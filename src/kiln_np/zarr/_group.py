@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kiln_np._codec import from_numpy
-from kiln_np._convert.plan import execute, plan_conversion
+from kiln_np._convert.plan import save_as
 from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._convert.row import WeightFormat
 from kiln_np._convert.sources import Dequantize, Progress, TensorSource
@@ -362,11 +362,10 @@ def save_zarr(
     ['c', 'zarr.json']
     >>> import shutil; shutil.rmtree(os.path.dirname(d))
     """
-    target = written_path(check_path(path))
-    plan = plan_conversion(
-        tensors, target, FORMAT, metadata=metadata, dequantize=dequantize, quantize=quantize
-    )
-    execute(plan, progress=progress)
+    save_as(
+        FORMAT, path, tensors, metadata=metadata, progress=progress, dequantize=dequantize,
+        quantize=quantize,
+    )  # fmt: skip
 
 
 def write_zarr(
