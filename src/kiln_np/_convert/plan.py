@@ -392,6 +392,8 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
             info.byte_length, values.count,
         )  # fmt: skip
     action, reason = ("keep", s.kept) if s.kept is not None else ("copy", "its bytes as they are")
+    if s.kept is None and policy is not None and policy.type_for(s.name) is not None:
+        reason = f"{_rule(policy, s.name)} of the policy: already {target_type}"
     n = info.byte_length
     return Step(s.name, action, reason, target_type, target_type, n, n, _elements(info))
 

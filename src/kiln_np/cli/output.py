@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -116,8 +116,9 @@ def layout_json(layout: Layout | None) -> dict[str, Any] | None:
     return None if layout is None else {"name": layout.name, "block_size": layout.block_size}
 
 
-def table(rows: list[list[str]]) -> str:
-    """Rows of cells in aligned columns, the last (byte counts) to the right.
+def table(rows: list[list[str]], right: Collection[int] | None = None) -> str:
+    """Rows of cells in aligned columns, those of ``right`` to the right (default:
+    the last, byte counts).
 
     Examples
     --------
@@ -127,7 +128,7 @@ def table(rows: list[list[str]]) -> str:
     bias      4
     """
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {len(widths) - 1}  # the byte counts
+    right = {len(widths) - 1} if right is None else set(right)
     return "\n".join(
         "  ".join(
             cell.rjust(w) if i in right else cell.ljust(w)

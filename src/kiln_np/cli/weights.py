@@ -516,7 +516,7 @@ def _print_plan(
             change += f" -> {step['target_type']}"
             size += f" -> {human_bytes(step['target_bytes'])}"
         rows.append([step["name"], step["action"], change, size, _bpw_text(step), step["reason"]])
-    print(table(rows))
+    print(table(rows, right=(3, 4)))
     actions = ", ".join(f"{n} {a}" for a, n in totals["actions"].items())
     print(
         f"{count} ({actions}), {human_bytes(totals['source_bytes'])} -> "
@@ -536,7 +536,7 @@ def _bpw_text(record: Mapping[str, Any]) -> str:
     a, b = record["source_bpw"], record["target_bpw"]
     if a is None:
         return "-"
-    return f"{a:g}" if a == b else f"{a:g} -> {b:g}"
+    return f"{a:.4g}" if a == b else f"{a:.4g} -> {b:.4g}"
 
 
 def _files_text(paths: list[str]) -> str:
