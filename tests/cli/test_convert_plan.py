@@ -238,7 +238,7 @@ def test_dry_run_dequantize_text(q8_gguf: Path, capsys: pytest.CaptureFixture[st
         ["norm", "copy", "f32", "16 B", "32", "its bytes as they are"],
     ]
     assert out.splitlines()[-1] == (
-        "2 tensors (1 dequantize, 1 copy), 220 B -> 400 B, 8.9796 -> 16.3265 bits per weight, "
+        "2 tensors (1 dequantize, 1 copy), 220 B -> 400 B, 8.98 -> 16.33 bits per weight, "
         "gguf -> safetensors; would write o.safetensors"
     )
     assert _listing(q8_gguf.parent) == before  # nothing written
@@ -362,7 +362,7 @@ def test_dry_run_quantize_copy_and_keep_json(
     assert steps["ids"]["reason"] == (
         "i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
     )
-    assert steps["blk.0.ffn_norm.weight"]["reason"] == "its bytes as they are"
+    assert steps["blk.0.ffn_norm.weight"]["reason"] == "'*norm*=F32' of the policy: already f32"
     totals = record["totals"]
     source = 1024 + 128 + 256 + 320 + 256
     target = 272 + 256 + 256 + 320 + 256
@@ -415,7 +415,7 @@ def test_dry_run_quantize_text(floats: Path, capsys: pytest.CaptureFixture[str])
     assert rows[3][2:5] == ["f32", "320 B", "32"]
     assert rows[5][2:5] == ["f16 -> f32", "128 B -> 256 B", "16 -> 32"]
     assert out.splitlines()[-1].startswith(
-        "5 tensors (2 quantize, 1 copy, 2 keep), 1.94 KiB -> 1.33 KiB, 30.0606 -> 20.6061 bits "
+        "5 tensors (2 quantize, 1 copy, 2 keep), 1.94 KiB -> 1.33 KiB, 30.06 -> 20.61 bits "
         "per weight, safetensors -> gguf; would write o.gguf"
     )
     assert not (floats.parent / "o.gguf").exists()
