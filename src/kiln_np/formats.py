@@ -140,11 +140,7 @@ def open_weights(
 
 
 def _writer(format: object) -> WeightFormat:
-    """The row of the format ``format`` names, one kiln_np writes; TYPE otherwise.
-
-    >>> _writer("gguf").suffixes
-    ('.gguf',)
-    """
+    """The row of a format kiln_np writes, by name; TYPE otherwise."""
     for row in (f for f in FORMATS if f.save is not None):
         if row.name == format:
             return row
@@ -164,6 +160,7 @@ def plan_weights(
     quantize: QuantizePolicy | str | None = None,
     spelling: Spelling = PYTHON,
     distributed: bool = False,
+    force: bool = False,
 ) -> Plan:
     """The plan of ``save_weights`` with these arguments (``plan_conversion``): every
     tensor's action, the output paths, every refusal; nothing is written.
@@ -184,6 +181,7 @@ def plan_weights(
         quantize=quantize,
         spelling=spelling,
         distributed=distributed,
+        force=force,
     )
 
 

@@ -1000,7 +1000,8 @@ def test_convert_refuses_an_existing_output_without_force(
     assert _listing(weights.parent) == before
     assert not [p for p in weights.parent.iterdir() if ".kiln-np-" in p.name]
     if to == "gguf":
-        run("convert", weights.name, dst, "--to", to, "--force").ok()
+        forced = run("convert", weights.name, dst, "--to", to, "--force")
+        assert (forced.status, forced.err) == (0, "replacing old.gguf (a file of 9 bytes)\n")
         with kiln_np.open_weights(dst) as w:
             assert list(w) == ["t0", "t1", "t2"]
 
@@ -1024,7 +1025,13 @@ def test_convert_refuses_gguf_splits_of_its_name(weights: Path, run: Runner) -> 
         "exist; pass --force to replace them",
     )
     assert Path("s-00001-of-00003.gguf").read_bytes() == b"old"
-    run("convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "16", "--force").ok()
+    forced = run(
+        "convert", weights.name, "s.gguf", "--to", "gguf", "--max-shard-size", "16", "--force"
+    )
+    assert (forced.status, forced.err) == (
+        0,
+        "replacing s-00001-of-00003.gguf (a split)\nreplacing s-00003-of-00003.gguf (a split)\n",
+    )
     assert Path("s-00001-of-00003.gguf").read_bytes() != b"old"
 
 

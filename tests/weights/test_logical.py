@@ -313,6 +313,54 @@ def test_describe_and_compare_read_the_values(tmp_path: Path) -> None:
         )
 
 
+def test_a_config_beside_the_output_that_no_conversion_wrote_is_never_replaced(
+    tmp_path: Path,
+) -> None:
+    # Issue 35 item 4: a user's own config.json beside DST was silently replaced.
+    folder, _, _ = _checkpoint(tmp_path / "m", config=_CONFIG)
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = out / "config.json"
+    mine.write_text('{"model_type": "mine"}')
+    with kiln_np.open_weights(folder) as plain:
+        view = plain.logical()
+        for door in (kiln_np.save_weights, kiln_np.formats.save_weights_paths):
+            with pytest.raises(KilnError, match=r"config.json': expected to write the plain") as e:
+                door(out / "m.safetensors", view, format="safetensors", dequantize="bf16")
+            assert e.value.kind == "TYPE"
+            assert "found a file of 22 bytes that this conversion did not write" in e.value.message
+        assert mine.read_text() == '{"model_type": "mine"}'
+        assert sorted(os.listdir(out)) == ["config.json"]
+        mine.unlink()  # a config this very conversion writes is no replacement: a rerun works
+        for _ in range(2):
+            kiln_np.save_weights(
+                out / "m.safetensors", view, format="safetensors", dequantize="bf16"
+            )
+        assert json.loads(mine.read_text()) == {"model_type": "toy", "hidden_size": 3}
+
+
+def test_convert_replaces_a_config_it_did_not_write_only_with_force_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _, _ = _checkpoint(tmp_path / "m", config=_CONFIG)
+    (tmp_path / "out").mkdir()
+    mine = tmp_path / "out" / "config.json"
+    mine.write_text("{}")
+    argv = ["convert", str(folder), str(tmp_path / "out" / "m.safetensors"), "--dequantize", "bf16"]
+    status, out, err = run_main(capsys, *argv)
+    assert (status, out) == (2, "")
+    assert err == (
+        f"kiln-np: FILE: cannot write {str(mine)!r} beside the output: it exists (a file of 2 "
+        "bytes) and this conversion did not write it; pass --force to replace it\n"
+    )
+    assert mine.read_text() == "{}"
+    assert not (tmp_path / "out" / "m.safetensors").exists()
+    status, out, err = run_main(capsys, *argv, "--force")
+    assert status == 0
+    assert err == f"replacing {mine} (not written by a conversion)\n"
+    assert json.loads(mine.read_text()) == {"model_type": "toy", "hidden_size": 3}
+
+
 def test_save_writes_a_plain_checkpoint_and_its_config(tmp_path: Path) -> None:
     folder, w, s = _checkpoint(tmp_path / "m", config=_CONFIG)
     with kiln_np.open_weights(folder) as plain:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -39,7 +40,7 @@ from typing import Any, NamedTuple
 from kiln_np._core.checks import check_path, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
-from kiln_np._files.io import replacing
+from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.elements import element_of
 from kiln_np._weights.weights import Weights
 
@@ -88,16 +89,18 @@ CLI = Spelling("--dequantize", "--quantize", True)
 
 class OptionsError(KilnError):
     """A refusal about the options themselves: TYPE for Python, and :attr:`usage`,
-    the command line's wording, which ``kiln-np`` reports as USAGE.
+    the command line's wording, which ``kiln-np`` reports as :attr:`cli_kind`
+    (USAGE; FILE for a file it would replace without ``--force``).
 
     >>> err = OptionsError("expected x", "pass x")
     >>> err.kind, err.usage
     ('TYPE', 'pass x')
     """
 
-    def __init__(self, message: str, usage: str) -> None:
+    def __init__(self, message: str, usage: str, cli_kind: str = "USAGE") -> None:
         super().__init__("TYPE", message)
         self.usage = usage
+        self.cli_kind = cli_kind
 
 
 class Step(NamedTuple):
@@ -142,6 +145,7 @@ class Plan:
     steps: tuple[Step, ...]
     paths: tuple[str, ...]
     extras: tuple[tuple[str, bytes], ...]
+    replaced: tuple[str, ...]
     metadata: Mapping[str, Any] | None
     max_shard_size: int | None
     dequantize: str | None
@@ -203,9 +207,12 @@ def plan_conversion(
     quantize: QuantizePolicy | str | None = None,
     spelling: Spelling = PYTHON,
     distributed: bool = False,
+    force: bool = False,
 ) -> Plan:
     """The plan of writing ``tensors`` to ``target`` (absolute) in the format of ``row``
-    (``distributed``: a shard per task, as ``kiln_np.dask`` executes it).
+    (``distributed``: a shard per task, as ``kiln_np.dask`` executes it; ``force``:
+    replace an existing file beside the output that the conversion did not write,
+    listed in :attr:`Plan.replaced`, which is otherwise refused).
 
     Raises
     ------
@@ -254,6 +261,7 @@ def plan_conversion(
         _refuse_blocks(sources, row.name, spelling.dequantize)
     paths = row.paths(target, sources, max_shard_size=max_shard_size)
     config = _plain_config(target, tensors, row, max_shard_size, code is not None)
+    replaced = () if config is None else _replaced(config, target, force)
     return Plan(
         row,
         target,
@@ -262,6 +270,7 @@ def plan_conversion(
         tuple(_step(s, policy) for s in sources),
         tuple(paths),
         () if config is None else (config,),
+        replaced,
         metadata,
         max_shard_size,
         None if code is None else code.name.lower(),
@@ -396,6 +405,58 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
         reason = f"{_rule(policy, s.name)} of the policy: already {target_type}"
     n = info.byte_length
     return Step(s.name, action, reason, target_type, target_type, n, n, _elements(info))
+
+
+def _replaced(extra: tuple[str, bytes], target: str, force: bool) -> tuple[str, ...]:
+    """The extra file ``extra`` when it exists beside ``target`` with other bytes
+    (a file the conversion did not write), allowed only with ``force``;
+    :class:`OptionsError` (the command line: FILE) without it.  An existing file of
+    the very bytes to write is no replacement: nothing is lost.
+
+    >>> import shutil, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> where = os.path.join(d, "config.json")
+    >>> with open(where, "wb") as f:
+    ...     _ = f.write(b"{}")
+    >>> _replaced((where, b"{}"), d, False), _replaced((where, b"[]"), d, True) == (where,)
+    ((), True)
+    >>> shutil.rmtree(d)
+    """
+    where, body = extra
+    if not os.path.lexists(where) or _holds(where, body):
+        return ()
+    if force:
+        return (where,)
+    what = _what(where)
+    raise OptionsError(
+        f"{where!r}: expected to write the plain checkpoint's config beside {target!r}, "
+        f"found {what} that this conversion did not write: remove it, or write the output "
+        "into another directory",
+        f"cannot write {where!r} beside the output: it exists ({what}) and this conversion "
+        "did not write it; pass --force to replace it",
+        "FILE",
+    )
+
+
+def _holds(path: str, body: bytes) -> bool:
+    """Whether ``path`` is a regular file of exactly the bytes ``body``."""
+    try:
+        with open_regular_raw(path) as f:
+            return f.read(len(body) + 1) == body
+    except (OSError, KilnError):
+        return False
+
+
+def _what(path: str) -> str:
+    """What stands at ``path``, for a message: a file of N bytes, or another kind.
+
+    >>> _what("/")
+    'a directory'
+    """
+    st = os.lstat(path)
+    if stat.S_ISREG(st.st_mode):
+        return f"a file of {st.st_size} bytes"
+    return "a directory" if stat.S_ISDIR(st.st_mode) else "a link or special file"
 
 
 def _plain_config(

@@ -285,24 +285,34 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_replacing(dst: str, row: WeightFormat, sharded: bool) -> None:
-    """FILE when ``convert`` would replace what is there (unless ``--force``):
-    DST itself, a file or a directory that is not empty, and when writing shards
-    what the format's row says they replace (a GGUF's splits of its name)."""
-    force = "pass --force to replace"
+def _refuse_replacing(args: argparse.Namespace, row: WeightFormat, plan: Plan) -> None:
+    """FILE when ``convert`` would replace what is there and ``--force`` is not
+    given: DST itself, a file or a directory that is not empty, and when writing
+    shards what the format's row says they replace (a GGUF's splits of its name).
+    With ``--force``, each is reported on stderr, with every file beside DST that
+    the plan replaces (``Plan.replaced``: a ``config.json`` it did not write)."""
+    dst, force = args.dst, "pass --force to replace"
     try:
         if os.path.isdir(dst):
-            if os.listdir(dst):
-                what = "a directory, not empty"
-                raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
+            found = [(dst, "a directory, not empty")] if os.listdir(dst) else []
         elif os.path.exists(dst):
-            what = f"a file of {os.stat(dst).st_size} bytes"
-            raise CliError("FILE", f"cannot write {dst!r}: it exists ({what}); {force} it")
+            found = [(dst, f"a file of {os.stat(dst).st_size} bytes")]
+        else:
+            found = []
     except OSError:
-        return  # unreadable or gone meanwhile: writing will say so
-    found = row.replaces(dst) if sharded and row.replaces is not None else []
+        found = []  # unreadable or gone meanwhile: writing will say so
+    sharded = args.max_shard_size is not None and row.replaces is not None
+    splits = row.replaces(dst) if sharded and row.replaces is not None else []
+    if args.force:
+        for path, what in [*found, *((p, "a split") for p in splits)]:
+            print(f"replacing {path} ({what})", file=sys.stderr)
+        for path in plan.replaced:
+            print(f"replacing {path} (not written by a conversion)", file=sys.stderr)
+        return
     if found:
-        shown = ", ".join(repr(f) for f in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise CliError("FILE", f"cannot write {dst!r}: it exists ({found[0][1]}); {force} it")
+    if splits:
+        shown = ", ".join(repr(f) for f in splits[:3]) + (", ..." if len(splits) > 3 else "")
         raise CliError("FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them")
 
 
@@ -370,9 +380,10 @@ def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: Weig
             quantize=args.quantize,
             spelling=CLI,
             distributed=args.scheduler is not None,
+            force=args.force,
         )
     except OptionsError as exc:
-        raise CliError("USAGE", exc.usage) from None
+        raise CliError(exc.cli_kind, exc.usage) from None
     return plan
 
 
@@ -391,8 +402,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         refuse_directory_over_inputs(args.dst, inputs)
         if args.dry_run:
             return _print_plan(args, plan, weights, count, selection)
-        if not args.force:
-            _refuse_replacing(args.dst, row, args.max_shard_size is not None)
+        _refuse_replacing(args, row, plan)
         kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
         for k in kept:
             print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
