@@ -498,7 +498,8 @@ def tensor_sources(
     KilnError
         TYPE for a non-mapping, a name that is not a str, a value of another
         type (another library's array included), an array dtype with no Kiln
-        code, another ``dequantize``, a malformed ``quantize``, both of them;
+        code, another ``dequantize``, a malformed ``quantize`` (both of them is
+        :func:`~kiln_np._convert.plan.plan_conversion`'s refusal, made first);
         LENGTH for a payload whose bytes are not its ``byte_length``; the message
         names the tensor.
 
@@ -518,12 +519,8 @@ def tensor_sources(
     """
     code = dequantize_code(dequantize)
     policy = as_policy(quantize)
-    if code is not None and policy is not None:
-        raise KilnError(
-            "TYPE",
-            "expected dequantize or quantize, not both: kiln_np does not requantize GGML "
-            f"blocks (found dequantize={show_value(dequantize)} and quantize={str(policy)!r})",
-        )
+    # Both is refused by plan_conversion, before any source is made (the one place).
+    assert code is None or policy is None, "plan_conversion refuses dequantize with quantize"
     if not isinstance(tensors, Mapping):
         raise KilnError(
             "TYPE", f"expected a mapping of tensor names to tensors, found {show_value(tensors)}"
