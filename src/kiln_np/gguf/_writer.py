@@ -164,7 +164,7 @@ def gguf_paths(
 
     Examples
     --------
-    >>> import numpy as np
+    >>> import os, numpy as np
     >>> from kiln_np._convert.sources import tensor_sources
     >>> sources = tensor_sources({"a": np.zeros(8), "b": np.zeros(8)})  # 64 bytes each
     >>> [os.path.basename(p) for p in gguf_paths("/m.gguf", sources, max_shard_size=64)]
@@ -188,7 +188,7 @@ def write_gguf(
     (the GGUF row's ``save``; ``kiln_np.gguf.save_gguf`` documents the rest;
     ``source_format`` is not recorded).  Returns the files written.
 
-    >>> import numpy as np, tempfile
+    >>> import os, numpy as np, tempfile
     >>> from kiln_np._convert.sources import tensor_sources
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     out = os.path.join(tmp, "m.gguf")

@@ -54,6 +54,7 @@ def write_safetensors(
     safetensors row's ``save`` (``source_format`` is not recorded); returns ``[path]``.
 
     >>> import os, tempfile, numpy as np
+    >>> from kiln_np._convert.sources import tensor_sources
     >>> with tempfile.TemporaryDirectory() as d:
     ...     out = os.path.join(d, "m.safetensors")
     ...     write_safetensors(out, tensor_sources({"a": np.zeros(2)})) == [out]
@@ -121,6 +122,7 @@ def shard_plan(
     Examples
     --------
     >>> import numpy as np
+    >>> from kiln_np._convert.sources import tensor_sources
     >>> sources = tensor_sources({"a": np.zeros(8), "b": np.zeros(2, np.int8)})
     >>> plan = shard_plan(sources, 64, metadata=None)
     >>> for shard in plan.shards:
@@ -170,6 +172,7 @@ def write_shard(
     Examples
     --------
     >>> import os, tempfile, numpy as np
+    >>> from kiln_np._convert.sources import tensor_sources
     >>> plan = shard_plan(tensor_sources({"a": np.zeros(2, np.int8)}), 64, metadata=None)
     >>> with tempfile.TemporaryDirectory() as d:
     ...     path = write_shard(plan.shards[0], plan.sources, d)
@@ -207,6 +210,7 @@ def safetensors_paths(
     Examples
     --------
     >>> import numpy as np
+    >>> from kiln_np._convert.sources import tensor_sources
     >>> sources = tensor_sources({"a": np.zeros(8), "b": np.zeros(8)})  # 64 bytes each
     >>> for p in safetensors_paths("/ckpt", sources, max_shard_size=64):
     ...     print(p)
