@@ -28,7 +28,7 @@ from kiln_np.zarr import (
 from kiln_np.zarr._layout import chunk_rows
 from kiln_np.zarr._values import fill_from_json, fill_to_json, scalar_bits, scalar_from_bits
 
-zarr = pytest.importorskip("zarr")
+zarr = pytest.importorskip("zarr", reason="needs zarr (the zarr extra), which is not installed")
 
 RNG = np.random.default_rng(25)
 PACKBITS = zarr.registry.get_codec_class("packbits")
