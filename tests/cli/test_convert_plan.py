@@ -353,7 +353,7 @@ def test_dry_run_quantize_copy_and_keep_json(
     assert (q["source_bytes"], q["target_bytes"], q["elements"]) == (1024, 8 * 34, 256)
     assert (q["source_bpw"], q["target_bpw"]) == (32.0, 8.5)
     norm = steps["blk.0.attn_norm.weight"]
-    assert norm["reason"] == "'*norm*=F32' of the policy"
+    assert norm["reason"] == "'*norm*=f32' of the policy"
     assert (norm["source_bytes"], norm["target_bytes"]) == (128, 256)
     assert (norm["source_bpw"], norm["target_bpw"]) == (16.0, 32.0)
     assert steps["odd"]["reason"] == (
@@ -362,7 +362,7 @@ def test_dry_run_quantize_copy_and_keep_json(
     assert steps["ids"]["reason"] == (
         "i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
     )
-    assert steps["blk.0.ffn_norm.weight"]["reason"] == "'*norm*=F32' of the policy: already f32"
+    assert steps["blk.0.ffn_norm.weight"]["reason"] == "'*norm*=f32' of the policy: already f32"
     totals = record["totals"]
     source = 1024 + 128 + 256 + 320 + 256
     target = 272 + 256 + 256 + 320 + 256

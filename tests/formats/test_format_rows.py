@@ -356,7 +356,7 @@ def test_quantize_plan_executed_is_save_weights_byte_for_byte(
         ("ids", "keep", "i32", "i32", 48),
         ("q", "keep", "ggml.q8_0", "ggml.q8_0", 4 * 34),
     ]
-    assert plan.steps[1].reason == "'*norm*=F32' of the policy"
+    assert plan.steps[1].reason == "'*norm*=f32' of the policy"
     assert plan.steps[2].reason.startswith("i32 is not a float type")
     assert plan.steps[3].reason == "already GGML Q8_0 blocks (kiln_np does not requantize)"
     assert plan.steps[0].record()["target_bpw"] == 8.5

@@ -366,11 +366,11 @@ def _rule(policy: QuantizePolicy, name: str) -> str:
     """Which entry of ``policy`` chose the type of tensor ``name``.
 
     >>> _rule(QuantizePolicy.parse("q8_0,*norm*=f32"), "attn_norm")
-    "'*norm*=F32'"
+    "'*norm*=f32'"
     """
     for pattern, type_ in policy.rules:
         if fnmatch.fnmatchcase(name, pattern):
-            return repr(f"{pattern}={type_.upper()}")
+            return repr(f"{pattern}={type_}")
     return f"the default {policy.default}"
 
 
