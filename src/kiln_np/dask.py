@@ -507,7 +507,7 @@ def convert(
     src: str | os.PathLike[str] | Weights,
     dst: str | os.PathLike[str],
     *,
-    max_shard_size: int,
+    max_shard_size: int | str,
     format: str = "safetensors",
     dequantize: Dequantize = None,
     metadata: Mapping[str, str] | None = None,
@@ -538,7 +538,7 @@ def convert(
     dst : str or os.PathLike
         The checkpoint's directory (replaced only when empty or holding only
         what a sharded save wrote, as ``save_weights``).
-    max_shard_size : int
+    max_shard_size : int or str
         Start a new shard before a tensor that would take a shard's data past
         this many bytes.
     format : {"safetensors"}
@@ -597,7 +597,7 @@ def convert(
 def _convert(
     weights: Weights,
     target: str,
-    max_shard_size: int,
+    max_shard_size: int | str,
     dequantize: Dequantize,
     metadata: Mapping[str, str] | None,
     include: str | Iterable[str],

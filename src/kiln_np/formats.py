@@ -155,7 +155,7 @@ def plan_weights(
     *,
     format: str,
     metadata: Mapping[str, Any] | None = None,
-    max_shard_size: int | None = None,
+    max_shard_size: int | str | None = None,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
     spelling: Spelling = PYTHON,
@@ -192,7 +192,7 @@ def save_weights(
     *,
     format: str,
     metadata: Mapping[str, Any] | None = None,
-    max_shard_size: int | None = None,
+    max_shard_size: int | str | None = None,
     progress: Progress | None = None,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
@@ -220,9 +220,10 @@ def save_weights(
         safetensors: str to str (``{"format": "pt"}``).  GGUF: key/values
         (types from ``metadata.types`` when it has them).  kiln, zarr: any
         values :func:`~kiln_np._weights.metadata.encode_metadata` keeps.
-    max_shard_size : int, optional
-        safetensors: shards and ``model.safetensors.index.json`` in the directory
-        ``path``; GGUF: splits.  Not for ``"kiln"`` or ``"zarr"``.
+    max_shard_size : int or str, optional
+        Bytes of data per shard (``"5GB"``, ``"2GiB"``: the command line's
+        sizes): safetensors: shards and ``model.safetensors.index.json`` in the
+        directory ``path``; GGUF: splits.  Not for ``"kiln"`` or ``"zarr"``.
     progress : callable, optional
         Called with each number of payload bytes written.
     dequantize : {"f32", "bf16", "f16"}, optional

@@ -420,3 +420,27 @@ def test_a_format_without_a_writer_is_refused_by_plan_weights(tmp_path: Path) ->
     assert info.value.kind == "TYPE"
     assert "'onnx'" in str(info.value)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("format", ["safetensors", "gguf"])
+def test_max_shard_size_reads_the_command_lines_sizes(tmp_path: Path, format: str) -> None:
+    # Issue 36 item 10: save_weights(max_shard_size="50MB") was refused while the
+    # CLI took the same string; one size grammar serves both.
+    tensors = {"a": np.zeros(8), "b": np.zeros(8)}  # 64 bytes each
+    by_text = kiln_np.save_weights(tmp_path / "t", tensors, format=format, max_shard_size="64B")
+    by_int = kiln_np.save_weights(tmp_path / "i", tensors, format=format, max_shard_size=64)
+    assert len(by_text) == len(by_int)
+    listed = kiln_np.formats.save_weights_paths(
+        tmp_path / "p", tensors, format=format, max_shard_size="0.064KB"
+    )
+    assert [os.path.basename(p) for p in listed] == [
+        os.path.basename(p)
+        for p in kiln_np.formats.save_weights_paths(
+            tmp_path / "p", tensors, format=format, max_shard_size=64
+        )
+    ]
+    for text, found in (("5Gb", "a lowercase b means bits"), ("0", "at least 1 byte")):
+        with pytest.raises(KilnError, match=found) as info:
+            kiln_np.save_weights(tmp_path / "x", tensors, format=format, max_shard_size=text)
+        assert info.value.kind == "TYPE"
+    assert not (tmp_path / "x").exists()

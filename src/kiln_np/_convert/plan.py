@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kiln_np._core.checks import check_path, written_path
+from kiln_np._core.checks import byte_size, check_path, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._files.io import open_regular_raw, replacing
@@ -202,7 +202,7 @@ def plan_conversion(
     row: WeightFormat,
     *,
     metadata: Mapping[str, Any] | None = None,
-    max_shard_size: int | None = None,
+    max_shard_size: int | str | None = None,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
     spelling: Spelling = PYTHON,
@@ -234,6 +234,8 @@ def plan_conversion(
     ('/tmp/m.gguf',)
     """
     assert row.paths is not None  # the caller found a writer
+    if max_shard_size is not None:  # an int, or a size as Hugging Face writes it ("5GB")
+        max_shard_size = byte_size(max_shard_size, "max_shard_size")
     if distributed:
         _sharded(row, max_shard_size)  # a shard per task: the format must say how
     code = dequantize_code(dequantize, spelling.dequantize)

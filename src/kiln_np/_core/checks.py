@@ -9,6 +9,7 @@ the table (``table``) and the payload description (``payload``) build on it.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable
 from typing import TypeVar
@@ -21,6 +22,7 @@ __all__ = [
     "MAX_INT64",
     "NEVER_CASTS",
     "U8",
+    "byte_size",
     "byte_view",
     "check_int",
     "check_offset",
@@ -111,6 +113,67 @@ def check_int(
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{show_int(maximum)}"
         raise KilnError(kind, f"expected {what} to be an integer {bound}, found {show_int(n)}")
     return n
+
+
+_SIZE = re.compile(
+    r"(?P<whole>[0-9]+)(?:\.(?P<fraction>[0-9]+))?\s*(?P<unit>(?:[kmgt]i?)?b)?", re.IGNORECASE
+)
+_UNITS = {
+    **{f"{p}B": 10 ** (3 * i) for i, p in enumerate(["", "K", "M", "G", "T"])},
+    **{f"{p}IB": 2 ** (10 * i) for i, p in enumerate(["K", "M", "G", "T"], 1)},
+}
+"""Bytes per unit, as Hugging Face reads them: ``GB`` is 10**9, ``GiB`` 2**30."""
+_SIZE_HELP = "a size in bytes such as 5GB (5*10**9), 500MB, 2GiB (2*2**30), 1.5GB or 4096"
+_MAX_SIZE_DIGITS = 40  # far past any valid value; longer numbers are shown by their length
+
+
+def byte_size(value: object, what: str) -> int:
+    """A positive number of bytes (``max_shard_size``): an int, or a string, plain
+    (``4096``, ``0x1000``) or with a unit as Hugging Face reads it: ``B``, ``KB``,
+    ``MB``, ``GB``, ``TB`` are powers of 1000, ``KiB`` ... ``TiB`` of 1024; the
+    letters in either case, but a decimal unit's ``B`` in capitals (``5Gb`` is bits
+    to transformers and bytes to huggingface_hub: refused rather than guessed).  A
+    fraction must come to whole bytes.  TYPE otherwise, ``what`` naming the value.
+
+    Examples
+    --------
+    >>> byte_size("5GB", "x"), byte_size("500MB", "x"), byte_size("2GiB", "x")
+    (5000000000, 500000000, 2147483648)
+    >>> byte_size("1.5kB", "x"), byte_size("0x40", "x"), byte_size("1mib", "x"), byte_size(7, "x")
+    (1500, 64, 1048576, 7)
+    """
+    if not isinstance(value, str):
+        return check_int(value, what, minimum=1)
+    word = value.strip()
+    plain = re.fullmatch(r"0x[0-9a-f]+|[0-9]+", word, re.IGNORECASE)
+    match = plain or _SIZE.fullmatch(word)
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    if match is None:
+        raise KilnError("TYPE", f"expected {_SIZE_HELP}, found {shown}")
+    digits = len(word) if plain else len(match["whole"]) + len(match["fraction"] or "")
+    if digits > _MAX_SIZE_DIGITS:
+        raise KilnError(
+            "TYPE",
+            f"expected a size of at most {_MAX_SIZE_DIGITS} digits, found one of {digits} digits",
+        )
+    if plain:
+        size = int(word, 0 if "x" in word.lower() else 10)
+    else:
+        unit = match["unit"] or "B"
+        if unit.endswith("b") and unit[-2:-1].lower() != "i":
+            raise KilnError(
+                "TYPE",
+                "expected the unit's B in capitals (a lowercase b means bits: transformers "
+                f"reads 5Gb as 5*10**9 / 8 bytes), found {shown}",
+            )
+        fraction = match["fraction"] or ""
+        scaled = int(match["whole"] + fraction) * _UNITS[unit.upper()]
+        size, rest = divmod(scaled, 10 ** len(fraction))
+        if rest:
+            raise KilnError("TYPE", f"expected a whole number of bytes, found {shown}")
+    if size < 1:
+        raise KilnError("TYPE", f"expected a size of at least 1 byte, found {shown}")
+    return size
 
 
 def check_offset(offset: object) -> int:

@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from kiln_np._core.checks import check_offset
+from kiln_np._core.checks import byte_size, check_offset
 from kiln_np._core.errors import ErrorKind, KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Layout, as_code, code_label, code_range
@@ -171,66 +171,20 @@ def parse_first(text: str) -> int:
     return int(word)
 
 
-_SIZE = re.compile(
-    r"(?P<whole>[0-9]+)(?:\.(?P<fraction>[0-9]+))?\s*(?P<unit>(?:[kmgt]i?)?b)?", re.IGNORECASE
-)
-_UNITS = {
-    **{f"{p}B": 10 ** (3 * i) for i, p in enumerate(["", "K", "M", "G", "T"])},
-    **{f"{p}IB": 2 ** (10 * i) for i, p in enumerate(["K", "M", "G", "T"], 1)},
-}
-"""Bytes per unit, as Hugging Face reads them: ``GB`` is 10**9, ``GiB`` 2**30."""
-_SIZE_HELP = "a size in bytes such as 5GB (5*10**9), 500MB, 2GiB (2*2**30), 1.5GB or 4096"
-
-
 def parse_size(text: str) -> int:
-    """``--max-shard-size``: a positive number of bytes, plain (``4096``,
-    ``0x1000``) or with a unit as Hugging Face reads it: ``B``, ``KB``,
-    ``MB``, ``GB``, ``TB`` are powers of 1000, ``KiB`` ... ``TiB`` of 1024;
-    the letters in either case, but a decimal unit's ``B`` in capitals.  A
-    fraction must come to whole bytes.
-
-    ``5Gb`` is bits to transformers (5*10**9 / 8 bytes) and bytes to
-    huggingface_hub: refused rather than guessed.  Anything else malformed is
+    """``--max-shard-size``: :func:`~kiln_np._core.checks.byte_size`, the one size
+    grammar ``save_weights(max_shard_size=...)`` reads too; a malformed size is
     USAGE (an argparse type error).
 
     Examples
     --------
-    >>> parse_size("5GB"), parse_size("500MB"), parse_size("2GiB"), parse_size("1.5kB")
-    (5000000000, 500000000, 2147483648, 1500)
-    >>> parse_size("0x40"), parse_size("4096B"), parse_size("1mib")
-    (64, 4096, 1048576)
+    >>> parse_size("5GB"), parse_size("2GiB"), parse_size("0x40")
+    (5000000000, 2147483648, 64)
     """
-    word = text.strip()
-    plain = re.fullmatch(r"0x[0-9a-f]+|[0-9]+", word, re.IGNORECASE)
-    match = plain or _SIZE.fullmatch(word)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"expected {_SIZE_HELP}, found {_shown(text)}")
-    digits = len(word) if plain else len(match["whole"]) + len(match["fraction"] or "")
-    if digits > _MAX_DIGITS:
-        raise argparse.ArgumentTypeError(
-            f"expected a size of at most {_MAX_DIGITS} digits, found one of {digits} digits"
-        )
-    if plain:
-        size = int(word, 0 if "x" in word.lower() else 10)
-    else:
-        unit = match["unit"] or "B"
-        if unit.endswith("b") and unit[-2:-1].lower() != "i":
-            raise argparse.ArgumentTypeError(
-                f"expected the unit's B in capitals (a lowercase b means bits: transformers "
-                f"reads 5Gb as 5*10**9 / 8 bytes), found {_shown(text)}"
-            )
-        fraction = match["fraction"] or ""
-        scaled = int(match["whole"] + fraction) * _UNITS[unit.upper()]
-        size, rest = divmod(scaled, 10 ** len(fraction))
-        if rest:
-            raise argparse.ArgumentTypeError(
-                f"expected a whole number of bytes, found {_shown(text)}"
-            )
-    if size < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a size of at least 1 byte, found {_shown(text)}"
-        )
-    return size
+    try:
+        return byte_size(text, "a size")
+    except KilnError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _shown(text: str) -> str:

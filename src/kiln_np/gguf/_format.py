@@ -59,7 +59,7 @@ def save_gguf(
     metadata: Mapping[str, Any] | None = None,
     *,
     metadata_types: Mapping[str, str] | None = None,
-    max_shard_size: int | None = None,
+    max_shard_size: int | str | None = None,
     progress: Callable[[int], None] | None = None,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
@@ -92,7 +92,7 @@ def save_gguf(
     metadata_types : Mapping[str, str], optional
         Types by key, overriding what values say; a :class:`GGUFMetadata`
         passed as ``metadata`` brings its own :attr:`~GGUFMetadata.types`.
-    max_shard_size : int, optional
+    max_shard_size : int or str, optional
         Start a new split before a tensor that would take a split's data past
         this many bytes (gguf-split's ``--split-max-size``).  When everything
         fits in one split, ``path`` itself is written.
@@ -143,7 +143,7 @@ def save_gguf(
         target,
         plan.sources,
         metadata=metadata,
-        max_shard_size=max_shard_size,
+        max_shard_size=plan.max_shard_size,
         progress=progress,
         metadata_types=metadata_types,
     )

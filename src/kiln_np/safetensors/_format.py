@@ -78,7 +78,7 @@ def save_safetensors(
     tensors: Mapping[str, Any],
     *,
     metadata: Mapping[str, str] | None = None,
-    max_shard_size: int | None = None,
+    max_shard_size: int | str | None = None,
     progress: Progress | None = None,
     dequantize: Dequantize = None,
 ) -> None:
@@ -102,7 +102,7 @@ def save_safetensors(
     tensors : Mapping[str, Payload or numpy.ndarray or WeightTensor]
     metadata : Mapping[str, str], optional
         Written as ``__metadata__`` as given (every shard gets it).
-    max_shard_size : int, optional
+    max_shard_size : int or str, optional
         Start a new shard before a tensor that would take a shard's data past
         this many bytes; a larger tensor gets a shard of its own.
     progress : callable, optional
