@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -17,7 +19,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._version import __version__
 
 from .diff import add_diff
-from .errors import CliError
+from .errors import CliError, Stopped
 from .golden import add_golden
 from .meta import add_meta
 from .onnx import add_onnx
@@ -106,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A path from argv may hold undecodable bytes (as surrogates): print them
         # back as the bytes they were, as ls does, instead of failing to encode.
         sys.stdout.reconfigure(errors="surrogateescape")
+    previous = _on_sigterm()
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except KilnError as exc:
@@ -119,11 +122,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         # command killed by SIGPIPE would, and keep Python's exit-time flush silent.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
-        # Ctrl-C: the writers' cleanup has run while the exception rose (no
-        # temporary file is left); end with one line and 128 + SIGINT, as a shell does.
-        print(
-            "kiln-np: INTERRUPTED: stopped by SIGINT (Ctrl-C); unfinished outputs were removed",
-            file=sys.stderr,
-        )
-        return 130
+    except (KeyboardInterrupt, Stopped) as exc:
+        # Ctrl-C or SIGTERM: the writers' cleanup has run while the exception rose
+        # (no temporary file is left); end with one line saying what happened and
+        # 128 + the signal's number, as a shell does.
+        stop = exc if isinstance(exc, Stopped) else Stopped("SIGINT (Ctrl-C)", signal.SIGINT)
+        print(f"kiln-np: INTERRUPTED: {stop.line()}", file=sys.stderr)
+        return stop.status
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm() -> Any:
+    """Make SIGTERM raise :class:`Stopped` (as SIGINT raises KeyboardInterrupt) while
+    a command runs, so a terminated conversion removes its temporaries; the
+    previous handler, or None where no handler can be set (not the main thread).
+
+    >>> found = []
+    >>> worker = threading.Thread(target=lambda: found.append(_on_sigterm()))
+    >>> worker.start(); worker.join(); found
+    [None]
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(number: int, frame: object) -> None:
+        raise Stopped("SIGTERM", number)
+
+    return signal.signal(signal.SIGTERM, stop)

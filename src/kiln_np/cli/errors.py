@@ -6,7 +6,7 @@ one line ``kiln-np: KIND: message``.
 
 from __future__ import annotations
 
-__all__ = ["CliError", "file_error"]
+__all__ = ["CliError", "Stopped", "file_error"]
 
 
 class CliError(Exception):
@@ -33,3 +33,31 @@ def file_error(action: str, path: object, exc: OSError) -> CliError:
     "cannot read 'w.kiln': No such file or directory"
     """
     return CliError("FILE", f"cannot {action} {str(path)!r}: {exc.strerror or exc}")
+
+
+class Stopped(BaseException):
+    """A signal that stops a command: SIGTERM raises it (SIGINT raises
+    ``KeyboardInterrupt``), so the writers' cleanup runs as the exception rises;
+    ``done`` names the output when it was complete before the signal came.
+
+    Examples
+    --------
+    >>> stop = Stopped("SIGTERM", 15, done="out.gguf")
+    >>> stop.status, stop.line()
+    (143, "stopped by SIGTERM after the output was written: 'out.gguf' is complete")
+    """
+
+    def __init__(self, name: str, number: int, done: str | None = None) -> None:
+        super().__init__(name)
+        self.name, self.number, self.done = name, number, done
+
+    @property
+    def status(self) -> int:
+        """128 + the signal's number, as a shell reports a command it stopped."""
+        return 128 + self.number
+
+    def line(self) -> str:
+        """What happened, for the one line on stderr."""
+        if self.done is not None:
+            return f"stopped by {self.name} after the output was written: {self.done!r} is complete"
+        return f"stopped by {self.name}; unfinished outputs were removed"

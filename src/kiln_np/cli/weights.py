@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +36,7 @@ from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
 from .args import json_flag, parse_size, subparser
-from .errors import CliError, file_error
+from .errors import CliError, Stopped, file_error
 from .files import (
     Inputs,
     identity,
@@ -403,35 +404,77 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         if args.dry_run:
             return _print_plan(args, plan, weights, count, selection)
         _refuse_replacing(args, row, plan)
-        kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
-        for k in kept:
-            print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
-        total = sum(s.target_bytes for s in plan.steps)
-        if args.scheduler is not None:
-            written = _save_on_cluster(args, plan, chosen)
-        else:
-            written = _execute(plan, args.dst, f"convert {args.src}", total)
-        actions = plan.totals()["actions"]
-        record = {
-            "format": "kiln-np-convert/1",
-            "input": args.src,
-            "output": args.dst,
-            "from": weights.format,
-            "to": row.name,
-            "tensors": len(chosen),
-            "byte_length": total,
-            "metadata": "carried" if plan.metadata is not None else "dropped",
-            "dequantize": plan.dequantize,
-            "dequantized": actions.get("dequantize", 0),
-            "quantize": None if plan.quantize is None else str(plan.quantize),
-            "quantized": actions.get("quantize", 0),
-            "kept": kept,
-            "files": written,
-            "selection": selection,
-            "scheduler": args.scheduler,
-        }
-    emit(args, record, f"{_files_text(written)}: {count}, {_summary(record, plan)}")
+        before = {path: _identity(path) for path in plan.outputs}
+        try:
+            _write(args, plan, chosen, weights.format, count, selection)
+        except (KeyboardInterrupt, Stopped) as exc:
+            raise _stopped(exc, before, args.dst) from None
     return 0
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    """What stands at ``path`` (device, inode, mtime), None when nothing does."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _stopped(
+    exc: BaseException, before: Mapping[str, tuple[int, int, int] | None], dst: str
+) -> BaseException:
+    """What a signal that stopped ``convert`` means: :class:`Stopped` naming DST as
+    complete when every output was already renamed into place (each is another
+    file than before), else the signal as it came (unfinished outputs removed).
+
+    >>> _stopped(KeyboardInterrupt(), {"/": None}, "x").line()
+    "stopped by SIGINT (Ctrl-C) after the output was written: 'x' is complete"
+    """
+    if not all(_identity(path) not in (None, seen) for path, seen in before.items()):
+        return exc
+    if isinstance(exc, Stopped):
+        return Stopped(exc.name, exc.number, done=dst)
+    return Stopped("SIGINT (Ctrl-C)", signal.SIGINT, done=dst)
+
+
+def _write(
+    args: argparse.Namespace,
+    plan: Plan,
+    chosen: Weights,
+    source_format: str,
+    count: str,
+    selection: dict[str, Any] | None,
+) -> None:
+    """Execute the plan (here, or a shard per task on ``--scheduler``) and report it."""
+    kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
+    for k in kept:
+        print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
+    total = sum(s.target_bytes for s in plan.steps)
+    if args.scheduler is not None:
+        written = _save_on_cluster(args, plan, chosen)
+    else:
+        written = _execute(plan, args.dst, f"convert {args.src}", total)
+    actions = plan.totals()["actions"]
+    record = {
+        "format": "kiln-np-convert/1",
+        "input": args.src,
+        "output": args.dst,
+        "from": source_format,
+        "to": plan.row.name,
+        "tensors": len(chosen),
+        "byte_length": total,
+        "metadata": "carried" if plan.metadata is not None else "dropped",
+        "dequantize": plan.dequantize,
+        "dequantized": actions.get("dequantize", 0),
+        "quantize": None if plan.quantize is None else str(plan.quantize),
+        "quantized": actions.get("quantize", 0),
+        "kept": kept,
+        "files": written,
+        "selection": selection,
+        "scheduler": args.scheduler,
+    }
+    emit(args, record, f"{_files_text(written)}: {count}, {_summary(record, plan)}")
 
 
 def _kept(plan: Plan) -> list[Step]:
