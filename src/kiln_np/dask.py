@@ -47,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._codec import from_numpy
-from ._convert.plan import Plan, sharded_writer
+from ._convert.plan import Plan, remove_stale, sharded_writer
 from ._convert.row import Sharded
 from ._convert.sources import Dequantize, tensor_sources
 from ._core.checks import U8, check_offset, check_path, set_module, show_value, written_path
@@ -657,6 +657,7 @@ def run_plan(plan: Plan, tensors: Mapping[str, Any], *, client: Client | None = 
         for where, body in plan.extras:
             with open(os.path.join(tmp, os.path.basename(where)), "xb") as f:
                 f.write(body)
+    remove_stale(plan)
     return [plan.target]
 
 

@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from kiln_np._convert.plan import PYTHON, Plan, Spelling, execute, plan_conversion
+from kiln_np._convert.plan import Plan, execute, plan_conversion
 from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._convert.row import WeightFormat
 from kiln_np._convert.sources import Dequantize, KeptTensor, Progress, quantize_kept
@@ -150,20 +150,13 @@ def _writer(format: object) -> WeightFormat:
 
 
 def plan_weights(
-    path: PathLike,
-    tensors: Mapping[str, Any],
-    *,
-    format: str,
-    metadata: Mapping[str, Any] | None = None,
-    max_shard_size: int | str | None = None,
-    dequantize: Dequantize = None,
-    quantize: QuantizePolicy | str | None = None,
-    spelling: Spelling = PYTHON,
-    distributed: bool = False,
-    force: bool = False,
+    path: PathLike, tensors: Mapping[str, Any], *, format: str, **options: Any
 ) -> Plan:
-    """The plan of ``save_weights`` with these arguments (``plan_conversion``): every
-    tensor's action, the output paths, every refusal; nothing is written.
+    """The plan of ``save_weights`` with these arguments: ``plan_conversion`` of
+    ``tensors`` to ``path`` in ``format`` (``options``: ``metadata``,
+    ``max_shard_size``, ``dequantize``, ``quantize``, and the command line's
+    ``spelling``, ``distributed``, ``force``, ``folder``): every tensor's action,
+    the output paths, every refusal; nothing is written.
 
     >>> import numpy as np
     >>> plan = plan_weights("m.gguf", {"w": np.ones((4, 32), "<f4")}, format="gguf",
@@ -171,18 +164,7 @@ def plan_weights(
     >>> [(s.action, s.source_type, s.target_type, s.target_bytes) for s in plan.steps]
     [('quantize', 'f32', 'ggml.q8_0', 136)]
     """
-    return plan_conversion(
-        tensors,
-        written_path(check_path(path)),
-        _writer(format),
-        metadata=metadata,
-        max_shard_size=max_shard_size,
-        dequantize=dequantize,
-        quantize=quantize,
-        spelling=spelling,
-        distributed=distributed,
-        force=force,
-    )
+    return plan_conversion(tensors, written_path(check_path(path)), _writer(format), **options)
 
 
 @set_module("kiln_np")

@@ -1035,6 +1035,32 @@ def test_convert_refuses_gguf_splits_of_its_name(weights: Path, run: Runner) -> 
     assert Path("s-00001-of-00003.gguf").read_bytes() != b"old"
 
 
+def test_force_replaces_the_old_model_whole_not_beside_it(weights: Path, run: Runner) -> None:
+    # Issue 36 item 7: --force --max-shard-size left the old DST and older split sets
+    # in place, still opening as the old model, though they were "replaced".
+    run("convert", weights.name, "m.gguf", "--to", "gguf").ok()  # the old model: one file
+    for i in (1, 2, 3):  # and an older set of three splits of its name
+        Path(f"m-0000{i}-of-00003.gguf").write_bytes(b"old")
+    done = run("convert", weights.name, "m.gguf", "--max-shard-size", "32B", "--force")
+    assert done.status == 0
+    assert sorted(p.name for p in Path().glob("m*.gguf")) == [
+        "m-00001-of-00002.gguf",
+        "m-00002-of-00002.gguf",
+    ]
+    assert done.err.startswith("replacing m.gguf (a file of ")
+    with kiln_np.open_weights("m-00001-of-00002.gguf") as w:
+        assert list(w) == ["t0", "t1", "t2"]
+    # the other way: one file over a split set removes the set (refused without --force)
+    run("convert", weights.name, "m.gguf").error(
+        "FILE",
+        "cannot write 'm.gguf': splits of its name exist ('m-00001-of-00002.gguf', "
+        "'m-00002-of-00002.gguf'); pass --force to replace them",
+    )
+    forced = run("convert", weights.name, "m.gguf", "--force")
+    assert forced.status == 0
+    assert sorted(p.name for p in Path().glob("m*.gguf")) == ["m.gguf"]
+
+
 def test_force_never_writes_over_an_input(weights: Path, run: Runner) -> None:
     before = weights.read_bytes()
     run("convert", weights.name, weights.name, "--to", "safetensors", "--force").error(

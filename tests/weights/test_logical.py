@@ -361,6 +361,39 @@ def test_convert_replaces_a_config_it_did_not_write_only_with_force_and_says_so(
     assert json.loads(mine.read_text()) == {"model_type": "toy", "hidden_size": 3}
 
 
+@pytest.mark.parametrize("shards", [None, "32B"])
+def test_a_checkpoint_directory_converts_to_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shards: str | None
+) -> None:
+    # Issue 36 item 11: `convert hf_dir plain --to safetensors --dequantize bf16` wrote
+    # one extensionless file `plain` and dropped config.json beside it in the parent.
+    folder, w, s = _checkpoint(tmp_path / "m", config=_CONFIG)
+    dst = tmp_path / "plain"
+    argv = ["convert", str(folder), str(dst), "--to", "safetensors", "--dequantize", "bf16"]
+    status, _, err = run_main(
+        capsys, *argv, *(() if shards is None else ("--max-shard-size", shards))
+    )
+    assert (status, err) == (0, "")
+    assert sorted(os.listdir(tmp_path)) == ["m", "plain"]
+    files = sorted(os.listdir(dst))
+    if shards is None:
+        assert files == ["config.json", "model.safetensors"]
+    else:
+        assert files[0] == "config.json"
+        assert files[-1] == "model.safetensors.index.json"
+    assert json.loads((dst / "config.json").read_text()) == {"model_type": "toy", "hidden_size": 3}
+    with kiln_np.open_weights(dst) as got, kiln_np.open_weights(folder) as source:
+        assert list(got) == list(source.logical())  # the same tensor names
+        assert np.array_equal(
+            got["q.weight"].numpy().view(np.uint8),
+            _expected(w, s).astype(ml_dtypes.bfloat16).view(np.uint8),
+        )
+    # a DST that names a file stays a file
+    status, _, err = run_main(capsys, *argv[:2], str(tmp_path / "one.safetensors"), *argv[3:])
+    assert (status, err) == (0, "")
+    assert (tmp_path / "one.safetensors").is_file()
+
+
 def test_save_writes_a_plain_checkpoint_and_its_config(tmp_path: Path) -> None:
     folder, w, s = _checkpoint(tmp_path / "m", config=_CONFIG)
     with kiln_np.open_weights(folder) as plain:

@@ -29,6 +29,7 @@ the same plan.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -66,6 +67,7 @@ __all__ = [
     "carried_metadata",
     "execute",
     "plan_conversion",
+    "remove_stale",
     "save_as",
     "sharded_writer",
 ]
@@ -146,6 +148,8 @@ class Plan:
     paths: tuple[str, ...]
     extras: tuple[tuple[str, bytes], ...]
     replaced: tuple[str, ...]
+    stale: tuple[str, ...]
+    folder: str | None
     metadata: Mapping[str, Any] | None
     max_shard_size: int | None
     dequantize: str | None
@@ -208,11 +212,17 @@ def plan_conversion(
     spelling: Spelling = PYTHON,
     distributed: bool = False,
     force: bool = False,
+    folder: bool = False,
 ) -> Plan:
     """The plan of writing ``tensors`` to ``target`` (absolute) in the format of ``row``
     (``distributed``: a shard per task, as ``kiln_np.dask`` executes it; ``force``:
     replace an existing file beside the output that the conversion did not write,
-    listed in :attr:`Plan.replaced`, which is otherwise refused).
+    listed in :attr:`Plan.replaced`, which is otherwise refused, and remove what the
+    output replaces without overwriting it, :attr:`Plan.stale`: the old DST beside
+    new splits, an older split set of DST's name; ``folder``: ``target`` is a
+    directory to write the format's folder layout into, as a checkpoint directory
+    converted to a DST without a suffix is: ``model.safetensors`` (or shards and
+    their index) and ``config.json`` inside, as transformers writes them).
 
     Raises
     ------
@@ -261,9 +271,14 @@ def plan_conversion(
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy)
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
+    inside = folder and row.folder_file is not None and max_shard_size is None
+    directory = target if inside else None
+    if row.folder_file is not None and directory is not None:
+        target = os.path.join(directory, row.folder_file)
     paths = row.paths(target, sources, max_shard_size=max_shard_size)
     config = _plain_config(target, tensors, row, max_shard_size, code is not None)
     replaced = () if config is None else _replaced(config, target, force)
+    stale = _stale(row, target, paths) if force else ()
     return Plan(
         row,
         target,
@@ -273,6 +288,8 @@ def plan_conversion(
         tuple(paths),
         () if config is None else (config,),
         replaced,
+        stale,
+        directory,
         metadata,
         max_shard_size,
         None if code is None else code.name.lower(),
@@ -285,6 +302,8 @@ def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:
     Returns the paths the format's writer wrote."""
     save = plan.row.save
     assert save is not None  # a plan is made only for a format with a writer
+    if plan.folder is not None:
+        os.makedirs(plan.folder, exist_ok=True)
     written = save(
         plan.target,
         plan.sources,
@@ -296,7 +315,29 @@ def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:
     for where, body in plan.extras:
         with replacing(where) as (_, f):
             f.write(body)
-    return written
+    remove_stale(plan)
+    return [plan.folder] if plan.folder is not None else written
+
+
+def remove_stale(plan: Plan) -> None:
+    """Remove what the written output replaced without overwriting it
+    (:attr:`Plan.stale`), once it is whole: replacing means the old set is gone."""
+    for path in plan.stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _stale(row: WeightFormat, target: str, paths: Sequence[str]) -> tuple[str, ...]:
+    """The files that stand for the output now and that writing ``paths`` leaves
+    in place: the old DST file beside new splits, older splits of its name.
+
+    >>> from kiln_np.formats import FORMATS
+    >>> _stale(FORMATS[3], "/no/such/m.gguf", ["/no/such/m.gguf"])
+    ()
+    """
+    old = [target] if os.path.isfile(target) else []
+    old += row.replaces(target) if row.replaces is not None else []
+    return tuple(p for p in old if p not in paths)
 
 
 def save_as(

@@ -110,6 +110,10 @@ class WeightFormat:
     folder : bool
         Whether it is written as a directory (``kiln``, ``zarr``): a directory is
         never opened as a file of its suffix.
+    folder_file : str or None
+        For a format written as a file: its name inside a directory output (a
+        checkpoint directory converted to a DST without a suffix: transformers'
+        ``model.safetensors``); None where a directory output means nothing.
     holds_blocks : bool
         Whether it holds GGML blocks as they are; where it cannot, a quantized
         tensor is written only dequantized, and nothing is quantized.
@@ -138,6 +142,7 @@ class WeightFormat:
     paths: Paths | None = None
     suffixes: tuple[str, ...] = ()
     folder: bool = False
+    folder_file: str | None = None
     holds_blocks: bool = False
     carries: Callable[[Mapping[str, Any]], bool] = all_text
     reads_urls: bool = False

@@ -288,10 +288,12 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 def _refuse_replacing(args: argparse.Namespace, row: WeightFormat, plan: Plan) -> None:
     """FILE when ``convert`` would replace what is there and ``--force`` is not
-    given: DST itself, a file or a directory that is not empty, and when writing
-    shards what the format's row says they replace (a GGUF's splits of its name).
-    With ``--force``, each is reported on stderr, with every file beside DST that
-    the plan replaces (``Plan.replaced``: a ``config.json`` it did not write)."""
+    given: DST itself, a file or a directory that is not empty, and what the
+    format's row says stands for it too (a GGUF's splits of its name, whatever
+    their count).  With ``--force``, each is reported on stderr, with every file
+    beside DST that the plan replaces (``Plan.replaced``: a ``config.json`` it did
+    not write); what the new output leaves in place is removed once it is whole
+    (``Plan.stale``)."""
     dst, force = args.dst, "pass --force to replace"
     try:
         if os.path.isdir(dst):
@@ -302,8 +304,7 @@ def _refuse_replacing(args: argparse.Namespace, row: WeightFormat, plan: Plan) -
             found = []
     except OSError:
         found = []  # unreadable or gone meanwhile: writing will say so
-    sharded = args.max_shard_size is not None and row.replaces is not None
-    splits = row.replaces(dst) if sharded and row.replaces is not None else []
+    splits = row.replaces(dst) if row.replaces is not None else []
     if args.force:
         for path, what in [*found, *((p, "a split") for p in splits)]:
             print(f"replacing {path} ({what})", file=sys.stderr)
@@ -314,6 +315,9 @@ def _refuse_replacing(args: argparse.Namespace, row: WeightFormat, plan: Plan) -
         raise CliError("FILE", f"cannot write {dst!r}: it exists ({found[0][1]}); {force} it")
     if splits:
         shown = ", ".join(repr(f) for f in splits[:3]) + (", ..." if len(splits) > 3 else "")
+        if args.max_shard_size is None:
+            found = f"splits of its name exist ({shown})"
+            raise CliError("FILE", f"cannot write {dst!r}: {found}; {force} them")
         raise CliError("FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them")
 
 
@@ -368,6 +372,23 @@ def _save_on_cluster(args: argparse.Namespace, plan: Plan, chosen: Weights) -> l
     return [args.dst]
 
 
+def _folder_out(args: argparse.Namespace, row: WeightFormat) -> bool:
+    """Whether DST is a directory to write the format's folder layout into: a
+    directory in (SRC) gives a directory out, unless DST's suffix names a file.
+
+    >>> import tempfile
+    >>> from kiln_np.formats import FORMATS
+    >>> safetensors = next(r for r in FORMATS if r.name == "safetensors")
+    >>> src = tempfile.mkdtemp()
+    >>> _folder_out(argparse.Namespace(src=src, dst="plain"), safetensors)
+    True
+    >>> _folder_out(argparse.Namespace(src=src, dst="m.safetensors"), safetensors)
+    False
+    """
+    suffix = os.path.splitext(args.dst.rstrip("/" + os.sep))[1]
+    return os.path.isdir(args.src) and suffix not in row.suffixes
+
+
 def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: WeightFormat) -> Plan:
     """The conversion's plan (its refusals about the options as USAGE)."""
     try:
@@ -382,6 +403,7 @@ def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: Weig
             spelling=CLI,
             distributed=args.scheduler is not None,
             force=args.force,
+            folder=_folder_out(args, row),
         )
     except OptionsError as exc:
         raise CliError(exc.cli_kind, exc.usage) from None

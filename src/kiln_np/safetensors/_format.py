@@ -63,6 +63,7 @@ FORMAT = WeightFormat(
     write_safetensors,
     safetensors_paths,
     suffixes=(".safetensors",),
+    folder_file="model.safetensors",
     reads_urls=True,
     shards=True,
     sharded=Sharded(_plan_shards, write_shard, write_index, checkpoint_files),
