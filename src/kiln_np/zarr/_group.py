@@ -184,9 +184,9 @@ def _walk(directory: str) -> list[str]:
     found: list[str] = []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
-        rel = os.path.relpath(root, directory).split(os.sep) if root != directory else []
+        steps = os.path.relpath(root, directory).split(os.sep) if root != directory else []
         for entry in (*dirs, *files):
-            _inside(directory, [*rel, entry], "")
+            _inside(directory, [*steps, entry], "")
         if ZARR_JSON in files and root != directory:
             rel = os.path.relpath(root, directory).replace(os.sep, "/")
             try:
@@ -324,7 +324,8 @@ def _back_to_back(mapped: MappedFile, array: ArrayLayout, info: PayloadInfo, at:
     data = mapped.size - array.index_bytes
     empty = np.all(index == _EMPTY, axis=1)
     # offset <= data and length <= data - offset, in uint64 without overflow
-    inside = (index[:, 0] <= data) & (index[:, 1] <= np.uint64(data) - np.minimum(index[:, 0], data))
+    room = np.uint64(data) - np.minimum(index[:, 0], np.uint64(data))
+    inside = (index[:, 0] <= data) & (index[:, 1] <= room)
     if np.all(empty | inside):
         return False
     bad = int(np.argmax(~(empty | inside)))
@@ -351,8 +352,7 @@ def _check_name(name: str) -> list[str]:
     longer than a folder name may be."""
     parts = name.split("/")
     if any(
-        p == "" or set(p) == {"."} or p.startswith("__") or "\x00" in p or "\\" in p
-        for p in parts
+        p == "" or set(p) == {"."} or p.startswith("__") or "\x00" in p or "\\" in p for p in parts
     ):
         raise KilnError(
             "TYPE",
@@ -367,7 +367,7 @@ def _check_name(name: str) -> list[str]:
             f"tensor {name!r}: expected a name of UTF-8 text (zarr.json is UTF-8 JSON), found "
             f"{exc.object[exc.start : exc.end]!r} at index {exc.start} of a part",
         ) from None
-    for part, raw in zip(parts, encoded):
+    for part, raw in zip(parts, encoded, strict=True):
         if part == ZARR_JSON or len(raw) > NAME_MAX:
             why = "the layout's" if part == ZARR_JSON else f"{len(raw)} bytes, over {NAME_MAX}"
             raise KilnError(
