@@ -1313,7 +1313,40 @@ def _zarr_shard_lie() -> Any:
 
 def _zarr_huge(doc: dict[str, Any], path: Path) -> None:
     grid = {"name": "regular", "configuration": {"chunk_shape": [1, 1]}}
+    doc.update(shape=[2**14, 2**14], chunk_grid=grid)
+
+
+def _zarr_over_cap(doc: dict[str, Any], path: Path) -> None:
+    grid = {"name": "regular", "configuration": {"chunk_shape": [1, 1]}}
     doc.update(shape=[2**20, 2**20], chunk_grid=grid)
+
+
+def _zarr_symlink_folder() -> Any:
+    def edit(doc: dict[str, Any], path: Path) -> None:
+        shutil.copytree(path / "w" / "c", path.parent / "elsewhere")
+        shutil.rmtree(path / "w" / "c")
+        (path / "w" / "c").symlink_to(path.parent / "elsewhere", target_is_directory=True)
+
+    return _zarr_group(edit)
+
+
+def _zarr_fallback_symlink() -> Any:
+    def edit(doc: dict[str, Any], path: Path) -> None:
+        doc["chunk_grid"] = {"name": "regular", "configuration": {"chunk_shape": [1, 3]}}
+        (path / "w" / "c" / "1").mkdir()
+        (path / "w" / "c" / "1" / "0").symlink_to(path / "zarr.json")
+
+    return _zarr_group(edit)
+
+
+def _zarr_bad_crc32c() -> Any:
+    def edit(doc: dict[str, Any], path: Path) -> None:
+        config = doc["codecs"][0]["configuration"]
+        config["index_codecs"].append({"name": "crc32c"})
+        with open(path / "w" / "c" / "0" / "0", "ab") as f:
+            f.write(bytes(4))
+
+    return _zarr_group(edit, np.zeros((4096, 2304), ml_dtypes.bfloat16))
 
 
 def _zarr_without_zarr() -> Any:
@@ -1466,6 +1499,13 @@ ZARR: list[Entry] = [
         ),
     ),
     ("open_weights (zarr)", "a chunk file that is a symlink", _zarr_symlink_chunk),
+    ("open_weights (zarr)", "a folder of the group that is a symlink", _zarr_symlink_folder),
+    (
+        "open_weights (zarr)",
+        "a chunk file that is a symlink, in an array read through zarr-python",
+        _zarr_fallback_symlink,
+    ),
+    ("open_weights (zarr)", "a shard index whose crc32c is wrong", _zarr_bad_crc32c),
     (
         "open_weights (zarr)",
         "a packbits chunk of the wrong size",
@@ -1477,6 +1517,11 @@ ZARR: list[Entry] = [
         "a huge shape over a few stored bytes",
         lambda: _zarr_group(_zarr_huge),
     ),
+    (
+        "open_weights (zarr)",
+        "an array over MAX_FALLBACK_BYTES in another layout",
+        lambda: _zarr_group(_zarr_over_cap),
+    ),
     ("open_weights (zarr)", "another layout, without zarr-python", _zarr_without_zarr),
     (
         "open_weights (zarr)",
@@ -1487,6 +1532,16 @@ ZARR: list[Entry] = [
         "save_weights (zarr)",
         "a name that is no node path",
         lambda: kiln_np.save_weights(_scratch() / "g", {"a//b": np.zeros(1)}, format="zarr"),
+    ),
+    (
+        "save_weights (zarr)",
+        "a name that is not UTF-8 (a lone surrogate)",
+        lambda: kiln_np.save_weights(_scratch() / "g", {"w\udcff": np.zeros(1)}, format="zarr"),
+    ),
+    (
+        "save_weights (zarr)",
+        "a name with a part zarr.json",
+        lambda: kiln_np.save_weights(_scratch() / "g", {"a/zarr.json": np.zeros(1)}, format="zarr"),
     ),
     (
         "save_weights (zarr)",

@@ -58,12 +58,14 @@ is the array ``b`` of the group ``a``.  Each array:
   of the first axis whose chunk is whole bytes, at most 16 MiB and at least
   64 KiB (a tensor with no such ``r`` stays one chunk).  The inner chunks lie
   back to back, so the file's first ``byte_length`` bytes are the payload; the
-  index (``bytes`` little-endian, no checksum) follows.
+  index (``bytes`` little-endian, no checksum) follows.  Reading also maps a
+  shard zarr-python wrote so, its index followed by a ``crc32c`` (checked).
 
 So every tensor is one file whose first bytes are its Kiln payload: writing is
 a copy, and :func:`open_zarr` maps the file (zero-copy) after checking the
 document, the file size and the shard index.  Other layouts (compression,
-many chunk files, missing chunks) are read whole through zarr-python.
+many chunk files, missing chunks) are read whole through zarr-python, within a
+bound.  No path of a group may be a symlink (TYPE).
 
 ``import kiln_np`` never imports zarr; neither does ``import kiln_np.zarr``
 until :data:`PackBits` or :data:`DATA_TYPES` is asked for.

@@ -3,15 +3,22 @@
 A group another writer made may compress its chunks, split a tensor into many
 chunk files or leave chunks out (zarr reads a missing chunk as the fill value).
 Such an array is read through zarr-python (imported here, when needed) into
-memory, after a bound: its decoded size may be at most
-:data:`MAX_EXPANSION` times the bytes its folder holds (or
-:data:`SMALL_BYTES`), so a ``zarr.json`` claiming a huge shape over a few bytes
-is an error, not an allocation.
+memory, after two checks of its folder:
+
+- every entry under it is a folder or a regular file, none a symlink (TYPE
+  naming it): zarr-python follows links, so a chunk file linked to any file
+  would make that file tensor data;
+- a bound: its decoded size may be at most :data:`MAX_EXPANSION` times the
+  bytes its chunk files really store (allocated blocks, so a sparse file counts
+  for what it holds, not its apparent size), or :data:`SMALL_BYTES`, and never
+  more than :data:`MAX_FALLBACK_BYTES`; so a ``zarr.json`` claiming a huge shape
+  over a few bytes is an error, not an allocation.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -19,21 +26,38 @@ import numpy as np
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 
-__all__ = ["MAX_EXPANSION", "SMALL_BYTES", "read_array"]
+__all__ = ["MAX_EXPANSION", "MAX_FALLBACK_BYTES", "SMALL_BYTES", "read_array"]
 
 MAX_EXPANSION = 1024
 """The most a fallback read may decode per stored byte (zstd of zeros reaches ~1000x)."""
 SMALL_BYTES = 64 << 20
 """A fallback read may always decode this much."""
+MAX_FALLBACK_BYTES = 4 << 30
+"""The most a fallback read decodes, however much is stored (4 GiB): a larger
+array is read only as kiln_np lays it out (mapped, never decoded in memory)."""
+
+_ZARR_JSON = "zarr.json"
 
 
-def _stored_bytes(folder: str, limit: int) -> int:
+def _stored_bytes(folder: str, at: str) -> int:
+    """The bytes the chunk files under ``folder`` really store (allocated blocks);
+    TYPE for a symlink or anything but folders and regular files on the way."""
     total = 0
-    for root, _, files in os.walk(folder):
-        for f in files:
-            total += os.lstat(os.path.join(root, f)).st_size
-            if total >= limit:
-                return total
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for entry in (*dirs, *files):
+            path = os.path.join(root, entry)
+            st = os.lstat(path)
+            folder_entry = entry in dirs and stat.S_ISDIR(st.st_mode)
+            if not (folder_entry or stat.S_ISREG(st.st_mode)):
+                what = "a symlink" if stat.S_ISLNK(st.st_mode) else "no regular file"
+                raise KilnError(
+                    "TYPE",
+                    f"{at}{os.path.relpath(path, folder)!r}: expected a folder or regular file "
+                    f"of the array, found {what} ({path!r}; zarr-python would follow it)",
+                )
+            if not folder_entry and not (root == folder and entry == _ZARR_JSON):
+                total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
     return total
 
 
@@ -44,12 +68,21 @@ def read_array(folder: str, info: PayloadInfo, at: str) -> np.ndarray:
     'read_array'
     """
     need = info.byte_length
-    stored = _stored_bytes(folder, -(-need // MAX_EXPANSION))
+    if need > MAX_FALLBACK_BYTES:
+        raise KilnError(
+            "TYPE",
+            f"{at}expected at most {MAX_FALLBACK_BYTES} bytes (MAX_FALLBACK_BYTES) from an "
+            f"array read through zarr-python, found {need}: rewrite it with kiln_np (one "
+            "uncompressed chunk file, mapped) to read it",
+            expected=MAX_FALLBACK_BYTES,
+            found=need,
+        )
+    stored = _stored_bytes(folder, at)
     if need > max(SMALL_BYTES, stored * MAX_EXPANSION):
         raise KilnError(
-            "LENGTH",
-            f"{at}expected at most {MAX_EXPANSION} decoded bytes per stored byte, found "
-            f"{need} bytes over {stored} stored",
+            "TYPE",
+            f"{at}expected at most {MAX_EXPANSION} decoded bytes per stored byte (allocated "
+            f"blocks of the chunk files), found {need} bytes over {stored} stored",
             expected=stored * MAX_EXPANSION,
             found=need,
         )

@@ -120,7 +120,8 @@ def open_zarr(path: str | os.PathLike[str], verify: bool = False) -> Weights:
     given = os.path.realpath(check_path(path))
     directory = os.path.dirname(given) if os.path.basename(given) == ZARR_JSON else given
     where = f"{os.path.join(directory, ZARR_JSON)!r}: "
-    doc = read_json(os.path.join(directory, ZARR_JSON), where, MAX_ZARR_JSON_BYTES, "zarr.json")
+    root = _inside(directory, [ZARR_JSON], "")
+    doc = read_json(root, where, MAX_ZARR_JSON_BYTES, "zarr.json")
     if not (
         isinstance(doc, dict) and doc.get("zarr_format") == 3 and doc.get("node_type") == "group"
     ):
@@ -154,11 +155,38 @@ def open_zarr(path: str | os.PathLike[str], verify: bool = False) -> Weights:
     )
 
 
+def _inside(directory: str, parts: Sequence[str], at: str) -> str:
+    """``directory`` joined with ``parts``, every step of it inside the group: TYPE
+    naming the path for a symlink (it could lead anywhere, and a secret file
+    become tensor data) or a step that leaves ``directory`` (the group's real
+    path).  A missing step ends the walk: the caller's open says so."""
+    path = directory
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            break
+        escapes = os.path.commonpath([directory, os.path.abspath(path)]) != directory
+        if stat.S_ISLNK(st.st_mode) or escapes:
+            raise KilnError(
+                "TYPE",
+                f"{at}{os.path.relpath(path, directory)!r}: expected a folder or file inside the "
+                f"group {directory!r}, found {'a symlink' if not escapes else 'a path out'} "
+                f"({path!r}; a Zarr group must not lead out of its directory)",
+            )
+    return os.path.join(directory, *parts)
+
+
 def _walk(directory: str) -> list[str]:
-    """Every array under ``directory``, by path, in name order (a group's own walk)."""
+    """Every array under ``directory``, by path, in name order (a group's own walk;
+    TYPE for a symlink met on the way)."""
     found: list[str] = []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
+        steps = os.path.relpath(root, directory).split(os.sep) if root != directory else []
+        for entry in (*dirs, *files):
+            _inside(directory, [*steps, entry], "")
         if ZARR_JSON in files and root != directory:
             rel = os.path.relpath(root, directory).replace(os.sep, "/")
             try:
@@ -176,8 +204,8 @@ def _open_array(directory: str, name: str) -> tuple[WeightTensor, MappedFile | N
     parts = name.split("/")
     if any(p in ("", ".", "..") or p.startswith("__") or "\x00" in p for p in parts):
         raise KilnError("TYPE", f"tensor {name!r}: expected a Zarr node path, found {name!r}")
-    folder = os.path.join(directory, *parts)
-    document = os.path.join(folder, ZARR_JSON)
+    folder = _inside(directory, parts, f"tensor {name!r}: ")
+    document = _inside(directory, [*parts, ZARR_JSON], f"tensor {name!r}: ")
     where = f"{document!r}: "
     doc = read_json(document, where, MAX_ZARR_JSON_BYTES, "zarr.json")
     array = parse_array(doc, where)
@@ -187,16 +215,16 @@ def _open_array(directory: str, name: str) -> tuple[WeightTensor, MappedFile | N
     except KilnError as exc:
         raise exc.prefixed(at) from None
     label = array.row_name
-    chunk = os.path.join(folder, *array.chunk_key)
+    chunk = _inside(directory, [*parts, *array.chunk_key], at)
     if array.direct and os.path.lexists(chunk):
         mapped = _chunk_file(chunk, at)
         if not array.mapped:
             return _read_packed(name, info, array, mapped, at), None
-        found = mapped.size - array.index_bytes
-        info.check_length(found, f"{at}chunk file {os.path.relpath(chunk, directory)!r}: ")
-        if array.index_bytes:
-            _check_index(mapped, array, info, at)
-        return WeightTensor(name, info, mapped, label), mapped
+        if not array.index_bytes or _back_to_back(mapped, array, info, at):
+            found = mapped.size - array.index_bytes
+            info.check_length(found, f"{at}chunk file {os.path.relpath(chunk, directory)!r}: ")
+            return WeightTensor(name, info, mapped, label), mapped
+        # a shard zarr-python wrote otherwise (chunks left out, in another order): read whole
     if info.byte_length == 0:
         return WeightTensor(name, info, None, label, data=memoryview(b"")), None
     values = read_array(folder, info, at)
@@ -205,11 +233,7 @@ def _open_array(directory: str, name: str) -> tuple[WeightTensor, MappedFile | N
 
 
 def _chunk_file(path: str, at: str) -> MappedFile:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise KilnError(
-            "TYPE", f"{at}chunk file: expected a regular file, found a symlink ({path!r})"
-        )
+    st = os.lstat(path)  # not a symlink (_inside): a symlink put there later fails when mapped
     check_regular_file(path)
     return MappedFile(path, FileIdentity.of(st))
 
@@ -241,35 +265,116 @@ def _read_packed(
     return WeightTensor(name, info, None, array.row_name, data=payload.data)
 
 
-def _check_index(mapped: MappedFile, array: ArrayLayout, info: PayloadInfo, at: str) -> None:
-    """The shard index must say what kiln_np wrote: inner chunks back to back."""
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected polynomial ``0x82F63B78``) of ``data``: the
+    checksum zarr's ``crc32c`` codec appends to a shard index.  Table-driven over
+    bytes in Python: an index is small.
+
+    >>> hex(crc32c(b"123456789"))
+    '0xe3069283'
+    """
+    crc = 0xFFFFFFFF
+    table = _CRC32C_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _crc32c_table() -> tuple[int, ...]:
+    rows = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        rows.append(c)
+    return tuple(rows)
+
+
+_CRC32C_TABLE = _crc32c_table()
+_EMPTY = np.uint64(2**64 - 1)  # an index entry's offset and length for a chunk left out
+
+
+def _back_to_back(mapped: MappedFile, array: ArrayLayout, info: PayloadInfo, at: str) -> bool:
+    """True when the shard index (its crc32c checked, if it has one) says what
+    kiln_np writes, inner chunks back to back from offset 0; False for another
+    index zarr reads (chunks left out, in another order: the caller reads the
+    array through zarr-python); TYPE for a wrong checksum or an entry out of
+    the shard.  A file shorter than its index is the caller's LENGTH."""
+    if mapped.size < array.index_bytes:
+        return True
     raw = mapped.read(mapped.size - array.index_bytes, array.index_bytes)
+    if array.index_bytes % 16:  # the index, then its crc32c (little-endian)
+        raw, stored = raw[:-4], int.from_bytes(raw[-4:], "little")
+        found = crc32c(raw)
+        if found != stored:
+            raise KilnError(
+                "TYPE",
+                f"{at}shard index: expected crc32c 0x{stored:08x} (stored after it), found "
+                f"0x{found:08x}",
+                expected=stored,
+                found=found,
+            )
     index = np.frombuffer(raw, "<u8").reshape(-1, 2)
     step = info.byte_length // len(index)
     expected = np.stack(
         [np.arange(len(index), dtype=np.uint64) * step, np.full(len(index), step)], 1
+    ).astype(np.uint64)
+    if np.array_equal(index, expected):
+        return True
+    data = mapped.size - array.index_bytes
+    empty = np.all(index == _EMPTY, axis=1)
+    # offset <= data and length <= data - offset, in uint64 without overflow
+    room = np.uint64(data) - np.minimum(index[:, 0], np.uint64(data))
+    inside = (index[:, 0] <= data) & (index[:, 1] <= room)
+    if np.all(empty | inside):
+        return False
+    bad = int(np.argmax(~(empty | inside)))
+    raise KilnError(
+        "TYPE",
+        f"{at}shard index entry {bad}: expected a chunk inside the shard's {data} bytes "
+        f"(offset {bad * step} and {step} bytes, as kiln_np writes), found offset "
+        f"{int(index[bad, 0])} and {int(index[bad, 1])} bytes",
+        index=bad,
     )
-    if not np.array_equal(index, expected.astype(np.uint64)):
-        bad = int(np.argmax(np.any(index != expected, axis=1)))
-        raise KilnError(
-            "TYPE",
-            f"{at}shard index entry {bad}: expected offset {bad * step} and {step} bytes, found "
-            f"offset {int(index[bad, 0])} and {int(index[bad, 1])} bytes",
-            index=bad,
-        )
 
 
 # -- writing ----------------------------------------------------------------------------
 
 
+NAME_MAX = 255
+"""The longest part of a tensor name, in UTF-8 bytes: one folder's name (Linux's ``NAME_MAX``)."""
+
+
 def _check_name(name: str) -> list[str]:
+    """The parts of a tensor name, or TYPE naming the tensor when the group
+    could not hold it, or could not be read back: not a Zarr node path, not
+    UTF-8 (a lone surrogate), a part that is the layout's own ``zarr.json`` or
+    longer than a folder name may be."""
     parts = name.split("/")
-    if any(p in ("", ".", "..") or p.startswith("__") or "\x00" in p or "\\" in p for p in parts):
+    if any(
+        p == "" or set(p) == {"."} or p.startswith("__") or "\x00" in p or "\\" in p for p in parts
+    ):
         raise KilnError(
             "TYPE",
-            f"tensor {name!r}: expected a Zarr node path (parts not empty, '.', '..' or "
+            f"tensor {name!r}: expected a Zarr node path (parts not empty, only periods, or "
             "starting '__'), found it",
         )
+    try:
+        encoded = [p.encode("utf-8") for p in parts]
+    except UnicodeEncodeError as exc:
+        raise KilnError(
+            "TYPE",
+            f"tensor {name!r}: expected a name of UTF-8 text (zarr.json is UTF-8 JSON), found "
+            f"{exc.object[exc.start : exc.end]!r} at index {exc.start} of a part",
+        ) from None
+    for part, raw in zip(parts, encoded, strict=True):
+        if part == ZARR_JSON or len(raw) > NAME_MAX:
+            why = "the layout's" if part == ZARR_JSON else f"{len(raw)} bytes, over {NAME_MAX}"
+            raise KilnError(
+                "TYPE",
+                f"tensor {name!r}: expected parts a Zarr group can hold as folders, found "
+                f"{part[:40]!r}{'...' if len(part) > 40 else ''} ({why})",
+            )
     return parts
 
 
