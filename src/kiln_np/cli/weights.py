@@ -316,8 +316,8 @@ def _refuse_replacing(args: argparse.Namespace, row: WeightFormat, plan: Plan) -
     if splits:
         shown = ", ".join(repr(f) for f in splits[:3]) + (", ..." if len(splits) > 3 else "")
         if args.max_shard_size is None:
-            found = f"splits of its name exist ({shown})"
-            raise CliError("FILE", f"cannot write {dst!r}: {found}; {force} them")
+            exist = f"splits of its name exist ({shown})"
+            raise CliError("FILE", f"cannot write {dst!r}: {exist}; {force} them")
         raise CliError("FILE", f"cannot write {dst!r} as splits: {shown} exist; {force} them")
 
 
