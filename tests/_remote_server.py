@@ -11,7 +11,14 @@ the body bytes served counted per path.  ``mode`` makes it misbehave on purpose:
 closed), ``"long"`` (one byte more than asked, honestly counted), ``"wrong-range"``
 (``Content-Range`` one byte off), ``"no-range"`` (``200`` and the whole file, as a
 server that ignores ``Range``), ``"no-etag"``, ``"no-length"`` (no
-``Content-Length``: the body ends when the connection closes).
+``Content-Length``: the body ends when the connection closes), ``"trickle"`` (every
+body a byte at a time, one each ``trickle`` seconds, for at most 20 s),
+``"ignore-if-match"`` (the file as it is now, whatever ``If-Match`` asks),
+``"bad-status"`` (a status line that is not HTTP), ``"bad-header"`` (a header line
+without a colon), ``"drop"`` (the connection closed before any answer),
+``"reset-body"`` (half the body, then the connection reset), ``"redirect-file"``
+(``302`` to ``file:///etc/passwd``), ``"redirect"`` (``302`` to the same path on this
+server with ``?moved``, which is then served).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import html
 import os
 import re
 import socket
+import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +47,7 @@ class RangeServer:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.mode: str | None = None
+        self.trickle = 0.2  # seconds between two bytes of a body, in mode "trickle"
         self.served: Counter[str] = Counter()  # body bytes by path
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self._lock = threading.Lock()
@@ -114,11 +124,58 @@ class _Handler(BaseHTTPRequestHandler):
         elif not body:
             self.owner.count(self.path, 0, self.command, None)
         self.end_headers()
-        if body and data:
+        if not (body and data):
+            return
+        if self.owner.mode == "trickle":
+            self.wfile.flush()
+            end = time.monotonic() + 20  # bounded, whoever listens
+            for i in range(len(data)):
+                if time.monotonic() > end:
+                    break
+                try:
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                except OSError:  # the client gave up
+                    break
+                time.sleep(self.owner.trickle)
+            self.close_connection = True
+        elif self.owner.mode == "reset-body":
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            # an RST, not a FIN: SO_LINGER on, 0 s
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+        else:
             self.wfile.write(data)
+
+    def _misbehave(self, mode: str | None) -> bool:
+        """Answer as ``mode`` says when it is one that ignores the file; whether
+        it did."""
+        raw = {
+            "bad-status": b"HTTP/1.1 2O6 Partial\r\nContent-Length: 0\r\n\r\n",
+            "bad-header": b"HTTP/1.1 206 Partial Content\r\nthis line has no colon\r\n"
+            b"Content-Length: 0\r\n\r\n",
+            "drop": b"",
+            "redirect-file": b"HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\n"
+            b"Content-Length: 0\r\n\r\n",
+        }
+        if mode == "redirect" and "?" not in self.path:
+            where = self.owner.url + self.path.lstrip("/") + "?moved"
+            raw[mode] = (
+                f"HTTP/1.1 302 Found\r\nLocation: {where}\r\nContent-Length: 0\r\n\r\n"
+            ).encode()
+        if mode not in raw:
+            return False
+        self.owner.count(self.path, 0, self.command, self.headers.get("Range"))
+        self.wfile.write(raw[mode])
+        self.wfile.flush()
+        self.close_connection = True
+        return True
 
     def _answer(self, body: bool) -> None:
         owner, mode = self.owner, self.owner.mode
+        if self._misbehave(mode):
+            return
         rel = unquote(self.path.split("?", 1)[0]).lstrip("/")
         path = owner.root / rel
         if ".." in Path(rel).parts or not path.exists():
@@ -140,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mode != "no-etag":
             headers["ETag"] = etag
         wanted = self.headers.get("If-Match")
-        if wanted is not None and wanted not in ("*", etag):
+        if wanted is not None and wanted not in ("*", etag) and mode != "ignore-if-match":
             self._send(412, {"Content-Length": "0"}, b"", body)
             return
         rng = self.headers.get("Range")

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import sys
@@ -998,6 +999,7 @@ def _configured(config: bytes) -> Any:
 # -- remote sources: a server on the loopback per trigger, shown as https://host/ --------
 
 _URLS: list[str] = []  # server URLs of the trigger that is running, shown as https://host/
+_ETAG = re.compile(r'"[0-9a-f]+-[0-9a-f]+-[0-9a-f]+"')
 
 
 def _remote(mode: str | None, when: str, name: str = "w.safetensors", act: str = "read") -> Any:
@@ -1088,6 +1090,9 @@ REMOTE: list[Entry] = [
     ("WeightTensor.numpy (URL)", "a Content-Range other than the range asked", lambda: _remote("wrong-range", "read")),
     ("WeightTensor.numpy (URL)", "the file replaced since it was opened (412 to If-Match)", lambda: _remote(None, "read", act="replace")),
     ("WeightTensor.numpy (URL)", "no ETag, and Content-Range gives another size", _remote_resized),
+    ("WeightTensor.numpy (URL)", "the file replaced, and the server ignores If-Match (the answer's ETag differs)", lambda: _remote("ignore-if-match", "read", act="replace")),
+    ("WeightTensor.numpy (URL)", "a redirect to a scheme other than http/https (refused)", lambda: _remote("redirect-file", "read")),
+    ("open_weights (URL)", "`kiln_np_deadline` (or `kiln_np_min_rate`, or their environment variables) not a positive number", lambda: kiln_np.open_weights("memory://kiln-errors/m.safetensors", storage_options={"kiln_np_deadline": "soon"})),
 ]  # fmt: skip
 
 
@@ -1598,6 +1603,7 @@ def _catch(trigger: Trigger) -> tuple[KilnError, str]:
                 message = message.replace(shown, "<tmp>")
         for url in _URLS:
             message = message.replace(url, "https://host/")
+        message = _ETAG.sub('"<etag>"', message)  # the loopback server's: inode, size, time
         return exc, message
     finally:
         for directory in _SCRATCH:

@@ -79,7 +79,9 @@ def open_weights(
         file.  A URL (``https://``, ``s3://``, ...: safetensors only) is read
         with range requests (docs/big-files.md).
     storage_options : mapping, optional
-        For a URL: the options of its fsspec file system.
+        For a URL: the options of its fsspec file system, and the deadline
+        of each request (``kiln_np_deadline``, ``kiln_np_min_rate``: read by
+        kiln_np, docs/big-files.md).
     verify : bool
         For a Kiln payload directory, also check every payload file's SHA-256
         against the manifest (this reads every byte; sizes are always checked).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -423,3 +424,203 @@ def test_compare_reads_a_remote_checkpoint_as_the_local_one(
     for p in (tmp_path / "ck").iterdir():
         (tmp_path / "copy" / p.name).write_bytes(data if p == path else p.read_bytes())
     assert not kiln_np.compare(tmp_path / "ck", http.url + "copy/").equal
+
+
+# -- issue 35: deadlines, ETags of every answer, every failure KilnError or OSError --------
+
+QUICK = {"kiln_np_deadline": 0.5}  # a trickle of a byte per 0.2 s misses it by far
+
+
+def test_a_trickling_server_times_out_reading_a_header(tmp_path: Path, http: RangeServer) -> None:
+    """open_weights of a server that sends a byte each 0.2 s: TimeoutError naming
+    the URL and the header's range once the deadline passes, not 60 s a byte."""
+    mixed_checkpoint(tmp_path / "ck")
+    first = sorted((tmp_path / "ck").glob("*.safetensors"))[0].name
+    http.mode = "trickle"
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"bytes \[0, 8\): expected the answer within 0.5 s"):
+        kiln_np.open_weights(http.url + "ck/" + first, storage_options=QUICK)
+    assert time.monotonic() - start < 5
+    with pytest.raises(OSError, match=r"'http://127.0.0.1:\d+/ck/" + first):
+        kiln_np.open_weights(http.url + "ck/" + first, storage_options=QUICK)
+
+
+def test_a_trickling_server_times_out_reading_a_tensor(tmp_path: Path, http: RangeServer) -> None:
+    mixed_checkpoint(tmp_path / "ck")
+    with kiln_np.open_weights(http.url + "ck/", storage_options=QUICK) as w:
+        t = w["f.u64"]
+        http.mode = "trickle"
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"bytes \[\d+, \d+\): expected the answer within"):
+            t.numpy()
+        # the writers' reads (readinto) too
+        with pytest.raises(TimeoutError, match=os.path.basename(t.path or "")):
+            kiln_np.save_weights(
+                tmp_path / "out.safetensors", w.select("f.u64"), format="safetensors"
+            )
+        assert time.monotonic() - start < 6
+        assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_the_deadline_from_the_environment_bounds_a_listing(
+    tmp_path: Path, http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory's index page trickled, the deadline set for the command line
+    (which takes no storage_options): ``kiln-np`` too ends, naming the URL."""
+    mixed_checkpoint(tmp_path / "ck")
+    monkeypatch.setenv("KILN_NP_REMOTE_DEADLINE", "0.5")
+    http.mode = "trickle"
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"/ck/': its listing: expected the answer within 0.5"):
+        kiln_np.open_weights(http.url + "ck/")
+    assert time.monotonic() - start < 5
+
+
+def test_the_deadline_grows_with_the_bytes_asked_and_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kiln_np._weights.remote import DEADLINE, MIN_RATE, RemoteFile, request_limits
+
+    assert (DEADLINE, MIN_RATE) == (60.0, 131072.0)
+    assert request_limits("https://h/x", None) == (60.0, 131072.0)
+    monkeypatch.setenv("KILN_NP_REMOTE_MIN_RATE", "1000")
+    assert request_limits("https://h/x", {"kiln_np_deadline": "2"}) == (2.0, 1000.0)
+    assert request_limits("https://h/x", {"kiln_np_min_rate": "inf"}) == (60.0, float("inf"))
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    file = RemoteFile("memory://x", fs, "/x", 10, None, (2.0, 1000.0))
+    assert file._seconds(0) == 2.0
+    assert file._seconds(8_000) == 10.0
+    assert pickle.loads(pickle.dumps(file)).limits == (2.0, 1000.0)
+    for bad in (0, -1, "soon", float("nan")):
+        with pytest.raises(
+            KilnError,
+            match=r"'https://h/x': expected storage_options\['kiln_np_deadline'\] to be a "
+            r"positive number of seconds",
+        ) as caught:
+            request_limits("https://h/x", {"kiln_np_deadline": bad})
+        assert caught.value.kind == "TYPE"
+    monkeypatch.setenv("KILN_NP_REMOTE_MIN_RATE", "fast")
+    with pytest.raises(KilnError, match=r"expected \$KILN_NP_REMOTE_MIN_RATE to be a positive"):
+        kiln_np.open_weights("memory://nowhere/m.safetensors")
+
+
+@pytest.mark.parametrize("change", ["replaced", "modified in place"])
+def test_a_file_changed_behind_a_server_that_ignores_if_match_is_type(
+    tmp_path: Path, http: RangeServer, change: str
+) -> None:
+    """The server ignores If-Match and serves the new bytes (of the same size, so
+    Content-Range cannot tell): the answer's ETag is not the one seen at open."""
+    want = mixed_checkpoint(tmp_path / "ck", shard=100)  # a shard a tensor or two
+    http.mode = "ignore-if-match"
+    with kiln_np.open_weights(http.url + "ck/") as w:
+        t = w["f.u64"]
+        path = tmp_path / "ck" / os.path.basename(t.path or "")
+        data = bytearray(path.read_bytes())
+        data[t.offset] ^= 1  # what a silent read would hand out
+        if change == "replaced":
+            os.remove(path)
+            path.write_bytes(data)
+        else:
+            with open(path, "r+b") as f:
+                f.write(data)
+            st = path.stat()
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        out = tmp_path / "o.safetensors"
+        for read in (
+            t.numpy,
+            lambda: kiln_np.save_weights(out, w.select("f.u64"), format="safetensors"),
+        ):
+            with pytest.raises(
+                KilnError,
+                match=r"'http://127.0.0.1:\d+/ck/.*: expected the file that was opened, found "
+                r"another version \(the answer's ETag is .*the server ignored If-Match\): it "
+                r"changed since it was opened",
+            ) as caught:
+                read()
+            assert caught.value.kind == "TYPE"
+        # a tensor of a file that did not change reads as it should
+        other = next(n for n, x in w.items() if x.path != t.path and x.byte_length)
+        assert w[other].numpy().tobytes() == want[other].tobytes()
+
+
+def open_and_read(url: str, http: RangeServer, mode: str) -> None:
+    """Open ``url`` and read its first tensor, the server in ``mode`` from then on."""
+    with kiln_np.open_weights(url) as w:
+        http.mode = mode
+        w[next(iter(w))].numpy()
+
+
+PROTOCOL = {
+    "bad-status": r"expected a successful, well-formed HTTP answer, found 400 ",
+    "bad-header": r"expected a successful, well-formed HTTP answer, found 400 ",
+    "redirect-file": r"expected a redirect to an http:// or https:// URL, found one to "
+    r"'file:///etc/passwd' \(refused\)",
+}
+
+
+@pytest.mark.parametrize("when", ["open", "read"])
+@pytest.mark.parametrize("mode", sorted(PROTOCOL))
+def test_an_answer_breaking_the_protocol_is_type_naming_the_url(
+    tmp_path: Path, http: RangeServer, mode: str, when: str
+) -> None:
+    mixed_checkpoint(tmp_path / "ck")
+    first = sorted((tmp_path / "ck").glob("*.safetensors"))[0].name
+    url = http.url + "ck/" + first
+    http.mode = mode if when == "open" else None
+    with pytest.raises(KilnError, match=re.escape(repr(url)) + ": .*" + PROTOCOL[mode]) as caught:
+        open_and_read(url, http, mode)
+    assert caught.value.kind == "TYPE"
+
+
+@pytest.mark.parametrize("where", ["open", "read", "listing"])
+def test_a_dropped_connection_is_an_oserror_naming_the_url(
+    tmp_path: Path, http: RangeServer, where: str
+) -> None:
+    mixed_checkpoint(tmp_path / "ck")
+    first = sorted((tmp_path / "ck").glob("*.safetensors"))[0].name
+    url = http.url + "ck/" + ("" if where == "listing" else first)
+    http.mode = None if where == "read" else "drop"
+    with pytest.raises(
+        ConnectionError, match=re.escape(repr(url)) + ".*the connection failed"
+    ) as caught:
+        open_and_read(url, http, "drop")
+    assert not type(caught.value).__module__.startswith("aiohttp")
+
+
+def test_a_connection_reset_mid_body_is_length_naming_the_url(
+    tmp_path: Path, http: RangeServer
+) -> None:
+    mixed_checkpoint(tmp_path / "ck")
+    with kiln_np.open_weights(http.url + "ck/") as w:
+        t = w["f.u64"]
+        http.mode = "reset-body"
+        with pytest.raises(
+            KilnError, match=r"expected 72 bytes, found 36 .*\(the connection closed early\)"
+        ) as caught:
+            t.numpy()
+        assert caught.value.kind == "LENGTH"
+        assert os.path.basename(t.path or "") in str(caught.value)
+
+
+def test_a_connection_refused_is_an_oserror_naming_the_url() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/m.safetensors"
+    with pytest.raises(OSError, match=re.escape(repr(url))) as caught:
+        kiln_np.open_weights(url)
+    assert not type(caught.value).__module__.startswith("aiohttp")
+
+
+def test_a_redirect_to_another_http_url_is_followed(tmp_path: Path, http: RangeServer) -> None:
+    want = mixed_checkpoint(tmp_path / "ck")
+    http.mode = "redirect"
+    with kiln_np.open_weights(http.url + "ck/model.safetensors.index.json") as w:
+        for name, value in want.items():
+            assert w[name].numpy().tobytes() == value.tobytes()
+    assert any(r[1].endswith("?moved") for r in http.requests)
+    assert any(not r[1].endswith("?moved") for r in http.requests)

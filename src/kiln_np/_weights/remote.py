@@ -18,9 +18,23 @@ bytes asked for, checked as strictly as a local read:
   is TYPE, "it changed since it was opened"); on other protocols the size and
   the ETag / version / generation that ``fs.info`` reports are checked again
   after each read, before its bytes are used (TYPE);
-- every request has a 60 s connect and read timeout (``TimeoutError``, an
-  ``OSError``, as a stalled disk would be), unless ``storage_options`` says
-  otherwise.
+- an answer carrying an ``ETag`` other than the one seen when the file was
+  opened is TYPE, "it changed since it was opened" (a server that ignores
+  ``If-Match``);
+- every request has a 60 s connect and read timeout, unless ``storage_options``
+  says otherwise, and an overall deadline: :data:`DEADLINE` seconds plus its
+  bytes at :data:`MIN_RATE` bytes a second (``storage_options`` keys
+  ``kiln_np_deadline`` and ``kiln_np_min_rate``, read here and not passed to
+  fsspec, or the environment variables ``KILN_NP_REMOTE_DEADLINE`` and
+  ``KILN_NP_REMOTE_MIN_RATE``), so a server that trickles bytes cannot hold a
+  read forever.  Either passing is ``TimeoutError`` (an ``OSError``, as a
+  stalled disk would be) naming the URL;
+- every other failure is ``KilnError`` TYPE when the answer breaks the protocol
+  (a malformed status line or header, a redirect to a scheme other than
+  ``http``/``https``, which is refused, too many redirects, an error status) or
+  ``OSError`` when the transport fails (a connection refused, reset or dropped
+  before the answer: ``ConnectionError``), naming the URL; never aiohttp's or
+  fsspec's own exceptions.  A missing file is ``FileNotFoundError``.
 
 fsspec (and aiohttp, s3fs) are the optional extra ``kiln-np[remote]``, imported
 only when a URL is opened; without it, opening a URL is TYPE naming the extra.
@@ -28,8 +42,12 @@ only when a URL is opened; without it, opening a URL is TYPE naming the extra.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import io
+import math
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -41,11 +59,31 @@ from kiln_np._core.errors import KilnError
 
 from .mapped import FileIdentity, MappedFile
 
-__all__ = ["TIMEOUT", "RemoteFile", "is_url", "join_url", "list_url", "remote_filesystem"]
+__all__ = [
+    "DEADLINE",
+    "MIN_RATE",
+    "TIMEOUT",
+    "RemoteFile",
+    "is_url",
+    "join_url",
+    "list_url",
+    "remote_filesystem",
+    "request_limits",
+]
 
 TIMEOUT = 60.0
 """Seconds a connection, or a read of the next bytes, may take (unless
 ``storage_options`` sets its own)."""
+DEADLINE = 60.0
+"""Seconds every request may take on top of its bytes at :data:`MIN_RATE`
+(``storage_options["kiln_np_deadline"]``, ``$KILN_NP_REMOTE_DEADLINE``)."""
+MIN_RATE = float(1 << 17)
+"""The slowest rate a request's bytes may arrive at, bytes a second: 128 KiB/s
+(``storage_options["kiln_np_min_rate"]``, ``$KILN_NP_REMOTE_MIN_RATE``)."""
+_LIMITS = (
+    ("kiln_np_deadline", "KILN_NP_REMOTE_DEADLINE", DEADLINE, "seconds"),
+    ("kiln_np_min_rate", "KILN_NP_REMOTE_MIN_RATE", MIN_RATE, "bytes a second"),
+)
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _HTTP = ("http", "https")
@@ -96,7 +134,9 @@ def remote_filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tu
             f"{url!r}: expected fsspec to read a URL, found it not installed: "
             "pip install 'kiln-np[remote]'",
         ) from None
-    options = dict(storage_options or {})
+    options = {
+        k: v for k, v in (storage_options or {}).items() if k not in {k for k, *_ in _LIMITS}
+    }
     protocol = url.split("://", 1)[0].lower()
     try:
         if protocol in _HTTP:
@@ -133,6 +173,40 @@ def remote_filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tu
     return fs, path
 
 
+def request_limits(url: str, storage_options: Mapping[str, Any] | None) -> tuple[float, float]:
+    """``(base, rate)``: a request of ``n`` bytes must be answered within
+    ``base + n / rate`` seconds.  ``storage_options`` keys ``kiln_np_deadline``
+    and ``kiln_np_min_rate`` first, then the environment variables
+    ``KILN_NP_REMOTE_DEADLINE`` and ``KILN_NP_REMOTE_MIN_RATE``, then
+    :data:`DEADLINE` and :data:`MIN_RATE`; ``inf`` turns a limit off.
+
+    Raises
+    ------
+    KilnError
+        TYPE when a value is not a positive number.
+
+    >>> request_limits("s3://b/m", {"kiln_np_deadline": 5})
+    (5.0, 131072.0)
+    """
+    limits = []
+    for key, variable, default, unit in _LIMITS:
+        value, source = (storage_options or {}).get(key), f"storage_options[{key!r}]"
+        if value is None and os.environ.get(variable):
+            value, source = os.environ[variable], f"${variable}"
+        try:
+            number = default if value is None else float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not number > 0:  # NaN too
+            raise KilnError(
+                "TYPE",
+                f"{url!r}: expected {source} to be a positive number of {unit} "
+                f"(inf for no limit), found {value!r}",
+            )
+        limits.append(number)
+    return limits[0], limits[1]
+
+
 def list_url(url: str, storage_options: Mapping[str, Any] | None) -> list[str] | None:
     """The names in the directory ``url`` names, sorted, or None when it names
     a file.  A URL ending ``/`` is a directory; on a protocol other than HTTP,
@@ -146,12 +220,14 @@ def list_url(url: str, storage_options: Mapping[str, Any] | None) -> list[str] |
     (['a.safetensors'], None)
     """
     fs, path = remote_filesystem(url, storage_options)
+    base, _ = request_limits(url, storage_options)
     if not url.endswith("/"):
         if url.split("://", 1)[0].lower() in _HTTP:
             return None
-        if fs.info(path).get("type") != "directory":
+        if _call(fs, url, "info", base, "its size", path).get("type") != "directory":
             return None
-    names = {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(path, detail=False)}
+    listing = _call(fs, url, "ls", base, "its listing", path, detail=False)
+    names = {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in listing}
     return sorted(n for n in names if n and n != path.rstrip("/").rsplit("/", 1)[-1])
 
 
@@ -174,9 +250,17 @@ class RemoteFile(MappedFile):
     (b'header', b'payload', 18)
     """
 
-    __slots__ = ("fs", "fs_path", "http", "tag")
+    __slots__ = ("fs", "fs_path", "http", "limits", "tag")
 
-    def __init__(self, url: str, fs: Any, fs_path: str, size: int, tag: str | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        fs: Any,
+        fs_path: str,
+        size: int,
+        tag: str | None,
+        limits: tuple[float, float] = (DEADLINE, MIN_RATE),
+    ) -> None:
         self.path = url
         self.identity = FileIdentity(None, 0, size, 0)
         self.size = size
@@ -189,6 +273,7 @@ class RemoteFile(MappedFile):
         self.fs = fs
         self.fs_path = fs_path
         self.tag = tag
+        self.limits = limits
         protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
         self.http = protocol in _HTTP
 
@@ -197,7 +282,8 @@ class RemoteFile(MappedFile):
         """The file at ``url``, its size and ETag (or version) asked once
         (``FileNotFoundError`` when there is none; TYPE for a directory)."""
         fs, path = remote_filesystem(url, storage_options)
-        info = fs.info(path)
+        limits = request_limits(url, storage_options)
+        info = _call(fs, url, "info", limits[0], "its size", path)
         if info.get("type") == "directory":
             raise KilnError("TYPE", f"{url!r}: expected a file, found a directory")
         size = info.get("size")
@@ -205,10 +291,10 @@ class RemoteFile(MappedFile):
             raise KilnError(
                 "TYPE", f"{url!r}: expected the server to tell the file's size, found {size!r}"
             )
-        return cls(url, fs, path, size, _tag(info))
+        return cls(url, fs, path, size, _tag(info), limits)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (RemoteFile, (self.path, self.fs, self.fs_path, self.size, self.tag))
+        return (RemoteFile, (self.path, self.fs, self.fs_path, self.size, self.tag, self.limits))
 
     @contextlib.contextmanager
     def opened(self, needed: int = 0) -> Iterator[io.RawIOBase]:
@@ -255,7 +341,16 @@ class RemoteFile(MappedFile):
         if self.http:
             self._fetch_http(offset, into, where)
             return
-        data = self.fs.cat_file(self.fs_path, start=offset, end=offset + n)
+        data = _call(
+            self.fs,
+            self.path,
+            "cat_file",
+            self._seconds(n),
+            where.split(": ", 1)[1].rstrip(": "),
+            self.fs_path,
+            start=offset,
+            end=offset + n,
+        )
         self._check_count(len(data), n, where)
         self._check_unchanged()
         into[:] = data
@@ -277,9 +372,14 @@ class RemoteFile(MappedFile):
                 expected=n,
             )
 
+    def _seconds(self, n: int) -> float:
+        """The deadline of a request of ``n`` bytes."""
+        base, rate = self.limits
+        return base + n / rate
+
     def _check_unchanged(self) -> None:
         self.fs.invalidate_cache(self.fs_path)
-        info = self.fs.info(self.fs_path)
+        info = _call(self.fs, self.path, "info", self.limits[0], "its version", self.fs_path)
         size, tag = info.get("size"), _tag(info)
         if size != self.size:
             self._changed(f"it modified ({self.size} bytes when opened, {size} now)")
@@ -294,11 +394,14 @@ class RemoteFile(MappedFile):
         )
 
     def _fetch_http(self, offset: int, into: memoryview, where: str) -> None:
-        from fsspec.asyn import sync
-
         n = into.nbytes
-        status, reason, content_range, got, broken = sync(
-            self.fs.loop, _http_range, self.fs, self.path, offset, into, self.tag
+        status, reason, content_range, etag, got, broken = _bounded_call(
+            self.fs,
+            self.path,
+            f"bytes [{offset}, {offset + n})",
+            self._seconds(n),
+            _http_range,
+            (self.fs, self.path, offset, into, self.tag),
         )
         if status == 404:
             raise FileNotFoundError(2, "No such file (HTTP 404)", self.path)
@@ -314,6 +417,11 @@ class RemoteFile(MappedFile):
                 f"{status} {reason} (a server must serve byte ranges to be read remotely)",
                 expected=206,
                 found=status,
+            )
+        if self.tag is not None and etag is not None and etag != self.tag:
+            self._changed(
+                f"another version (the answer's ETag is {etag}, {self.tag} when it was "
+                "opened: the server ignored If-Match)"
             )
         wanted = f"bytes {offset}-{offset + n - 1}/{self.size}"
         if content_range != wanted:
@@ -368,10 +476,10 @@ def _tag(info: Mapping[str, Any]) -> str | None:
 
 async def _http_range(
     fs: Any, url: str, offset: int, into: memoryview, etag: str | None
-) -> tuple[int, str, str | None, int, bool]:
+) -> tuple[int, str, str | None, str | None, int, bool]:
     """One ``GET`` of ``len(into)`` bytes at ``offset`` on fsspec's session, read
     into ``into`` (at most one byte more taken off the wire); returns ``(status,
-    reason, Content-Range, bytes read, whether the body broke off)``.  No
+    reason, Content-Range, ETag, bytes read, whether the body broke off)``.  No
     KilnError is made here: this runs on fsspec's event-loop thread."""
     import aiohttp
 
@@ -387,9 +495,9 @@ async def _http_range(
     target = url if encode is None else encode(url)
     async with session.get(target, headers=headers, **kwargs) as r:
         status, reason = r.status, r.reason or ""
-        content_range = r.headers.get("Content-Range")
+        content_range, tag = r.headers.get("Content-Range"), r.headers.get("ETag")
         if status != 206:
-            return status, reason, content_range, 0, False
+            return status, reason, content_range, tag, 0, False
         got = 0
         try:
             while got <= n:
@@ -397,9 +505,127 @@ async def _http_range(
                 if not chunk:
                     break
                 if got + len(chunk) > n:
-                    return status, reason, content_range, got + len(chunk), False
+                    return status, reason, content_range, tag, got + len(chunk), False
                 into[got : got + len(chunk)] = chunk
                 got += len(chunk)
         except aiohttp.ClientPayloadError:
-            return status, reason, content_range, got, True
-    return status, reason, content_range, got, False
+            return status, reason, content_range, tag, got, True
+    return status, reason, content_range, tag, got, False
+
+
+class _DeadlineError(Exception):
+    """The overall deadline of a request passed (not a socket timeout)."""
+
+
+async def _bounded(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], seconds: float) -> Any:
+    """``await func(*args, **kwargs)``, cancelled when ``seconds`` pass (on the
+    event loop's thread)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    try:
+        return await asyncio.wait_for(
+            func(*args, **kwargs), None if math.isinf(seconds) else seconds
+        )
+    except asyncio.TimeoutError:
+        if loop.time() >= end:
+            raise _DeadlineError from None
+        raise
+
+
+def _call(
+    fs: Any, url: str, method: str, seconds: float, what: str, *args: Any, **kwargs: Any
+) -> Any:
+    """``fs.method(*args, **kwargs)`` (its coroutine ``_method`` on an async file
+    system, within ``seconds``), every failure as the module docstring says."""
+    if getattr(fs, "async_impl", False) and hasattr(fs, "_" + method):
+        return _bounded_call(fs, url, what, seconds, getattr(fs, "_" + method), args, kwargs)
+    try:
+        return getattr(fs, method)(*args, **kwargs)
+    except Exception as exc:
+        raise _failure(exc, url, what) from exc
+
+
+def _bounded_call(
+    fs: Any,
+    url: str,
+    what: str,
+    seconds: float,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """``func(*args, **kwargs)``, a coroutine function, run on ``fs``'s event loop
+    within ``seconds``; every failure as the module docstring says."""
+    from fsspec.asyn import sync
+
+    try:
+        return sync(fs.loop, _bounded, func, args, kwargs or {}, seconds)
+    except _DeadlineError:
+        raise TimeoutError(
+            f"{url!r}: {what}: expected the answer within {seconds:.1f} s (the deadline of "
+            "a request: kiln_np_deadline plus its bytes at kiln_np_min_rate), found it "
+            "still arriving (a server too slow, or trickling bytes)",
+        ) from None
+    except Exception as exc:
+        raise _failure(exc, url, what) from exc
+
+
+def _failure(exc: Exception, url: str, what: str) -> Exception:
+    """What a remote call's ``exc`` is raised as: itself when it is a KilnError or
+    names a missing file; TYPE for an answer that breaks the protocol; an
+    ``OSError`` naming the URL for a transport that failed."""
+    if isinstance(exc, KilnError):
+        return exc
+    where = f"{url!r}: {what}: "
+    cause: BaseException = exc
+    if isinstance(exc, FileNotFoundError) and exc.__cause__ is not None:
+        cause = exc.__cause__  # fsspec's HTTP info: every failure is FileNotFoundError
+    status = getattr(cause, "status", None)
+    if status in (404, 410) or (cause is exc and isinstance(exc, FileNotFoundError)):
+        return FileNotFoundError(errno.ENOENT, f"{where}no such file ({exc})", url)
+    if isinstance(cause, (asyncio.TimeoutError, TimeoutError)):
+        return TimeoutError(
+            f"{where}expected a connection, or the next bytes, within the socket timeout "
+            f"({TIMEOUT:g} s unless storage_options sets its own), found none",
+        )
+    protocol = _protocol_failure(cause)
+    if protocol is not None:
+        return KilnError("TYPE", f"{where}expected {protocol}")
+    if isinstance(cause, OSError) and url in str(cause):
+        return cause if isinstance(cause, Exception) else exc
+    text = str(cause) or type(cause).__name__
+    if isinstance(cause, OSError) and not _is_aiohttp(cause):
+        try:
+            return type(cause)(f"{where}{text}")
+        except Exception:
+            return OSError(f"{where}{text}")
+    return ConnectionError(f"{where}the connection failed ({text})")
+
+
+def _is_aiohttp(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("aiohttp")
+
+
+def _protocol_failure(exc: BaseException) -> str | None:
+    """What an answer breaking the protocol should have been (None when ``exc``
+    is not such an answer)."""
+    if not _is_aiohttp(exc) and not (
+        isinstance(exc, ValueError) and "redirect" in str(exc).lower()
+    ):
+        return None
+    import aiohttp
+
+    redirect = getattr(aiohttp, "RedirectClientError", ())  # aiohttp >= 3.10
+    if isinstance(exc, aiohttp.TooManyRedirects):
+        return f"at most {len(exc.history)} redirects, found more"
+    if isinstance(exc, redirect) or (
+        not isinstance(exc, aiohttp.ClientError) and isinstance(exc, ValueError)
+    ):
+        target = str(getattr(exc, "url", "") or exc)
+        return f"a redirect to an http:// or https:// URL, found one to {target!r} (refused)"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return f"a valid URL, found {str(exc.url)!r}"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        message = " ".join(str(exc.message).split())
+        return f"a successful, well-formed HTTP answer, found {exc.status} {message!r}"
+    return None

@@ -67,7 +67,8 @@ def open_safetensors(
         (docs/big-files.md, "Remote sources").
     storage_options : mapping, optional
         For a URL: what fsspec's file system is made with (credentials,
-        ``endpoint_url``, ``client_kwargs``, headers).
+        ``endpoint_url``, ``client_kwargs``, headers), and the deadline of each
+        request (``kiln_np_deadline``, ``kiln_np_min_rate``: read by kiln_np).
 
     Returns
     -------
