@@ -432,3 +432,107 @@ def tensor_bytes_as_array(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
+
+
+# -- issue 35: no tensor to_torch hands out crashes when it is written ----------------
+
+# Each case builds ``t`` in a fresh interpreter from the files of ``_write_files`` (in
+# the folder argv[1]); the child then writes it in place three ways, and says whether
+# ``t`` still lies in a mapping of one of those files (zero-copy) or in memory of its
+# own (a copy). Before issue 35 the first case died of SIGSEGV at ``t.mul_(2)`` (a
+# tensor over a read-only map, torch's "not writable" warning swallowed).
+_DOORS = {
+    # kiln_np's own map of a weight file: zero-copy, over a private (copy-on-write) map.
+    "weight tensor": ("w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['w'])", True),
+    "gguf weight tensor": ("w = kiln_np.open_weights(d + '/w.gguf'); t = to_torch(w['w'])", True),
+    "kiln directory weight tensor": (
+        "w = kiln_np.open_weights(d + '/w.kiln'); t = to_torch(w['w'])",
+        True,
+    ),
+    "unpickled weight tensor": (
+        "w = kiln_np.open_weights(d + '/w.safetensors')\n"
+        "t = to_torch(pickle.loads(pickle.dumps(w['w'])))",
+        True,
+    ),
+    "e2m1 weight tensor": (
+        "w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['fp4']).view(torch.uint8)",
+        True,
+    ),
+    # Read-only memory kiln_np does not own: copied.
+    "weight tensor's payload": (
+        "w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['w'].payload())",
+        False,
+    ),
+    "open_payload (a read-only numpy.memmap)": (
+        "t = to_torch(kiln_np.open_payload(d + '/p.kiln', 'f32', (6,)))",
+        False,
+    ),
+    "LazyPayload": ("t = to_torch(kiln_np.LazyPayload(d + '/p.kiln', 'f32', (6,)))", False),
+    "read-only array over a read-only map": (
+        "f = open(d + '/p.kiln', 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "a = np.frombuffer(m, '<f4'); assert not a.flags.writeable; t = to_torch(a)",
+        False,
+    ),
+    "payload over a read-only map": (
+        "f = open(d + '/p.kiln', 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "t = to_torch(kiln_np.Payload('f32', memoryview(m), (6,)))",
+        False,
+    ),
+    "to_numpy of a read-only map": (
+        "f = open(d + '/p.kiln', 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "t = to_torch(kiln_np.to_numpy('f32', m, (6,)))",
+        False,
+    ),
+}
+
+_CHILD = """\
+import mmap, os, pickle, sys
+import numpy as np, torch, kiln_np
+from kiln_np.torch import to_torch
+d = sys.argv[1]
+{build}
+t.mul_(2); t[0] = 1; t.add_(1)
+names = {{os.path.realpath(os.path.join(d, n)) for n in os.listdir(d)}}
+names |= {{os.path.realpath(os.path.join(d, 'w.kiln', n)) for n in os.listdir(d + '/w.kiln')}}
+address = t.data_ptr()
+mapped = False
+with open('/proc/self/maps') as maps:
+    for line in maps:
+        span, *rest = line.split(maxsplit=5)
+        start, stop = (int(x, 16) for x in span.split('-'))
+        if start <= address < stop and len(rest) == 5 and rest[4].strip() in names:
+            mapped = True
+print(t.view(torch.float32).tolist() if t.dtype == torch.float32 else t.tolist(), mapped)
+"""
+
+
+def _write_files(d: Path) -> dict[str, bytes]:
+    """The files the cases read (six f32 values 0..5 each; an e2m1 tensor beside),
+    and every file's bytes."""
+    w = np.arange(6, dtype="<f4")
+    fp4 = kiln_np.Payload(Code.E2M1, memoryview(bytes([0x21, 0x43])), (4,))
+    kiln_np.save_weights(d / "w.safetensors", {"w": w, "fp4": fp4}, format="safetensors")
+    kiln_np.save_weights(d / "w.gguf", {"w": w}, format="gguf")
+    kiln_np.save_weights(d / "w.kiln", {"w": w}, format="kiln")
+    kiln_np.save_payload(d / "p.kiln", w)
+    return {str(p): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
+@pytest.mark.parametrize("door", list(_DOORS))
+def test_an_in_place_write_never_crashes_nor_changes_the_file(door: str, tmp_path: Path) -> None:
+    files = _write_files(tmp_path)
+    build, zero_copy = _DOORS[door]
+    code = _CHILD.format(build=build)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    # Before issue 35: returncode -11 (SIGSEGV) for the weight tensors, no output.
+    assert done.returncode == 0, f"{door}: exit {done.returncode}\n{done.stderr}"
+    values, mapped = done.stdout.rsplit(" ", 1)
+    if door == "e2m1 weight tensor":  # bytes 0x21 0x43: *2 = 0x42 0x86, [0] = 1, +1
+        assert values == "[2, 135]"
+    else:
+        assert values == "[2.0, 3.0, 5.0, 7.0, 9.0, 11.0]"
+    assert mapped.strip() == str(zero_copy), f"{door}: zero-copy {mapped.strip()}"
+    assert {str(p): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == files
