@@ -90,7 +90,7 @@ from ._core.torch_types import (
     torch_type_for_dtype,
 )
 from ._quants.elements import element_of
-from ._weights.tensors import WeightTensor
+from ._weights.tensors import WeightTensor, private_payload
 
 __all__ = ["Int4", "from_torch", "to_torch"]
 
@@ -157,8 +157,42 @@ def _tensor(arr: np.ndarray, row: TorchType, copy: bool) -> torch.Tensor:
         arr = arr.view(carrier)
     if copy:
         arr = arr.copy()
-    t = torch.from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+    t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
     return t if dtype is None else t.view(dtype)
+
+
+def _read_only(arr: np.ndarray) -> torch.Tensor:
+    """A tensor of a read-only array: over its memory when that memory can be
+    written (a read-only view of a writable buffer), else over a copy (bytes, a
+    read-only map: a write would change an immutable object or kill the process,
+    and torch tensors cannot be read-only)."""
+    return _shared_readonly(arr) if _writable_memory(arr) else _from_numpy(arr.copy())
+
+
+def _writable_memory(arr: np.ndarray) -> bool:
+    """Whether the memory under the read-only ``arr`` can be written: asked of
+    what owns it, through numpy bases and memoryviews (``Payload.data`` of
+    ``from_numpy`` and ``from_torch`` is a read-only view of a writable array).
+    Memory of an unknown kind is not."""
+    owner: object = arr
+    for _ in range(64):  # a chain of views is short; a longer one is not trusted
+        if isinstance(owner, np.ndarray):
+            if owner.flags.writeable:
+                return True
+            if owner.base is None:
+                return bool(owner.flags.owndata)  # numpy's own allocation
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            if not owner.readonly:
+                return True
+            owner = owner.obj
+        else:
+            try:
+                with memoryview(owner) as view:  # type: ignore[arg-type]
+                    return not view.readonly
+            except TypeError:
+                return False
+    return False
 
 
 def _shared_readonly(arr: np.ndarray) -> torch.Tensor:
@@ -269,7 +303,7 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 _check_int4(int4)
             carrier, dtype = fast
             arr = x if carrier is None else x.view(carrier)
-            t = torch.from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+            t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
             return t if dtype is None else t.view(dtype)
     if type(x) is Payload and x.layout is None and not copy and not BIG_ENDIAN_HOST:
         fast = _PAYLOAD_FAST.get(x.code)
@@ -283,12 +317,14 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 arr = _frombuffer(data, carrier)
                 if len(info.shape) != 1:
                     arr = arr.reshape(info.shape)
-                t = _from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+                t = _from_numpy(arr) if arr.flags.writeable else _read_only(arr)
                 return t if dtype is None else t.view(dtype)
     if int4 != "packed":
         _check_int4(int4)
     if isinstance(x, WeightTensor):
-        x = x.payload()  # a LogicalTensor: TYPE, naming its parts and its values
+        # A file's bytes through its private map (copy-on-write), never the read-only
+        # one; a LogicalTensor: TYPE, naming its parts and its values.
+        x = x.payload() if copy else private_payload(x)
     if isinstance(x, Payload):
         return _payload_tensor(x, int4, copy)
     arr = x if type(x) is np.ndarray else as_array(x)

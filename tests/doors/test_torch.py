@@ -151,7 +151,8 @@ def test_from_torch_of_torch_made_tensors(row: TorchType) -> None:
 
 def test_read_only_memory_is_shared_without_a_warning() -> None:
     # torch warns once per process about read-only memory; kiln_np swallows it where
-    # it hands such memory over (a fresh interpreter: the warning not yet spent).
+    # it hands a read-only view of writable memory over (a fresh interpreter: the
+    # warning not yet spent). Memory no one may write (bytes) is copied: no warning.
     code = (
         "import warnings; warnings.simplefilter('error')\n"
         "import numpy as np, kiln_np\n"
@@ -356,14 +357,53 @@ def test_doors_take_torch_tensors(tmp_path: Path) -> None:
         assert tensor_bytes(to_torch(w["b"])) == tensor_bytes(bf16)
 
 
-def test_weight_tensors_are_views_of_the_map(tmp_path: Path) -> None:
+def test_weight_tensors_are_views_of_a_private_map(tmp_path: Path) -> None:
+    # Issue 35: to_torch of a weight tensor is zero-copy over the file's private
+    # (copy-on-write) map, one per file: written, the tensors of that file see the
+    # write; payloads, arrays and the file keep the file's bytes.
     path = tmp_path / "w.safetensors"
-    kiln_np.save_weights(path, {"w": np.arange(6, dtype="<f4")}, format="safetensors")
+    kiln_np.save_weights(
+        path, {"v": np.ones(2, "<f4"), "w": np.arange(6, dtype="<f4")}, format="safetensors"
+    )
+    before = path.read_bytes()
     with kiln_np.open_weights(path) as w:
-        p = w["w"].payload()
-        t = to_torch(w["w"])
-        assert t.data_ptr() == address(p.data)
-        assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        t, again, v = to_torch(w["w"]), to_torch(w["w"]), to_torch(w["v"])
+        assert t.data_ptr() == again.data_ptr()
+        assert t.data_ptr() - v.data_ptr() == w["w"].offset - w["v"].offset
+        assert t.data_ptr() != address(w["w"].payload().data)  # not the read-only map
+        t.mul_(2)
+        assert again.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        assert w["w"].numpy().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert to_torch(w["w"].payload()).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        owned = to_torch(w["w"], copy=True)
+        assert owned.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert owned.data_ptr() not in (t.data_ptr(), address(w["w"].payload().data))
+    assert t.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # outlives close(), as payloads do
+    assert path.read_bytes() == before
+
+
+def test_read_only_memory_is_copied_unless_it_can_be_written() -> None:
+    # A read-only view of writable memory is shared (from_numpy's and from_torch's
+    # payloads); memory nobody may write (bytes, a read-only map) is copied.
+    arr = np.arange(4, dtype="<f4")
+    p = kiln_np.from_numpy(arr)
+    assert p.data.readonly
+    assert to_torch(p).data_ptr() == arr.ctypes.data
+    frozen = arr[:]
+    frozen.flags.writeable = False
+    assert to_torch(frozen).data_ptr() == arr.ctypes.data
+    assert to_torch(kiln_np.Payload("f32", memoryview(bytearray(8)).toreadonly(), (2,))).tolist() == [
+        0.0,
+        0.0,
+    ]
+    raw = bytes(range(8))
+    for x in (kiln_np.Payload("u8", memoryview(raw), (8,)), kiln_np.to_numpy("u8", raw, (8,))):
+        t = to_torch(x)
+        assert t.data_ptr() != address(raw)
+        t.add_(1)
+        assert raw == bytes(range(8))
+    fp4 = bytes([0x21, 0x43])
+    assert to_torch(kiln_np.Payload(Code.E2M1, memoryview(fp4), (4,))).data_ptr() != address(fp4)
 
 
 # -- safetensors' own torch loader and writer as the oracle -------------------------
