@@ -236,7 +236,8 @@ class MappedFile:
             elif sys.platform == "win32":
                 how = {"access": mmap.ACCESS_COPY}
             else:
-                how = {"flags": mmap.MAP_PRIVATE | _NORESERVE, "prot": mmap.PROT_READ | mmap.PROT_WRITE}
+                flags = mmap.MAP_PRIVATE | _NORESERVE
+                how = {"flags": flags, "prot": mmap.PROT_READ | mmap.PROT_WRITE}
             mapped = mmap.mmap(f.fileno(), size, offset=self._base, **how, **_MAP_OPTIONS)
         return mapped, memoryview(mapped)
 
