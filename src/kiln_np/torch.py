@@ -27,16 +27,23 @@ The rules
 ---------
 - **Zero-copy**: a payload and a whole-byte array share memory with the tensor
   (``t.data_ptr()`` is the buffer's address); writes through either are seen
-  by the other where the memory is writable.  Copies: an unpacked ml_dtypes
-  4-bit array (packed first), ``int4="values"``, a non-native byte order, and
-  ``copy=True``.
-- **Read-only memory** (a payload's ``data``, a read-only map, ``bytes``):
-  torch tensors have no read-only flag, so the tensor shares memory that must
-  not be written (writing a read-only map crashes the process); pass
-  ``copy=True`` to get a tensor of its own.  torch warns once per process when
-  it is handed such memory (``The given NumPy array is not writable``);
-  kiln_np swallows that one warning where it hands the memory over, as
-  ``safetensors.torch.load`` meets the same warning from ``torch.frombuffer``.
+  by the other.  Copies: an unpacked ml_dtypes 4-bit array (packed first),
+  ``int4="values"``, a non-native byte order, read-only memory no one may
+  write (below), and ``copy=True``.
+- **Every tensor may be written** (issue 35): torch has no read-only tensors,
+  and a write into a read-only map kills the process (SIGSEGV).  So a
+  :class:`~kiln_np.WeightTensor` of a file is a view of the file's *private*
+  map (copy-on-write: zero-copy until written, a write copies the page it
+  touches into this process's memory, the file never changes; the tensors of
+  one file share that map, so they see each other's writes, while its
+  payloads and arrays keep the file's bytes); a read-only view of writable
+  memory (``from_numpy``'s and ``from_torch``'s payloads, an array made
+  read-only) is shared; and read-only memory no one may write (``bytes``, a
+  read-only map: ``open_payload``'s array, a payload's ``data``) is copied.
+  torch warns once per process when handed a read-only view
+  (``The given NumPy array is not writable``); kiln_np swallows that one
+  warning, as ``safetensors.torch.load`` meets the same warning from
+  ``torch.frombuffer``.
 - **e2m1 and packed 4-bit**: torch counts bytes, so a Kiln shape ``(..., 2k)``
   is a tensor of shape ``(..., k)``; an odd innermost count is SHAPE (its last
   byte would straddle two rows).
@@ -161,31 +168,36 @@ def _tensor(arr: np.ndarray, row: TorchType, copy: bool) -> torch.Tensor:
     return t if dtype is None else t.view(dtype)
 
 
-def _read_only(arr: np.ndarray) -> torch.Tensor:
+def _read_only(arr: np.ndarray, owner: object = None) -> torch.Tensor:
     """A tensor of a read-only array: over its memory when that memory can be
     written (a read-only view of a writable buffer), else over a copy (bytes, a
     read-only map: a write would change an immutable object or kill the process,
-    and torch tensors cannot be read-only)."""
-    return _shared_readonly(arr) if _writable_memory(arr) else _from_numpy(arr.copy())
+    and torch tensors cannot be read-only).  ``owner``: where to start asking
+    (``arr`` by default)."""
+    if _writable_memory(arr if owner is None else owner):
+        return _shared_readonly(arr)
+    return _from_numpy(arr.copy())
 
 
-def _writable_memory(arr: np.ndarray) -> bool:
-    """Whether the memory under the read-only ``arr`` can be written: asked of
-    what owns it, through numpy bases and memoryviews (``Payload.data`` of
-    ``from_numpy`` and ``from_torch`` is a read-only view of a writable array).
-    Memory of an unknown kind is not."""
-    owner: object = arr
+def _writable_memory(owner: object) -> bool:
+    """Whether the memory under ``owner`` (a read-only array or memoryview) can
+    be written: asked of what owns it, through numpy bases and memoryviews
+    (``Payload.data`` of ``from_numpy`` and ``from_torch`` is a read-only view of
+    a writable array).  Memory of an unknown kind is not."""
     for _ in range(64):  # a chain of views is short; a longer one is not trusted
-        if isinstance(owner, np.ndarray):
+        kind = type(owner)
+        if kind is memoryview:
+            if not owner.readonly:  # type: ignore[attr-defined]
+                return True
+            owner = owner.obj  # type: ignore[attr-defined]
+        elif kind is bytes:
+            return False
+        elif isinstance(owner, np.ndarray):
             if owner.flags.writeable:
                 return True
             if owner.base is None:
                 return bool(owner.flags.owndata)  # numpy's own allocation
             owner = owner.base
-        elif isinstance(owner, memoryview):
-            if not owner.readonly:
-                return True
-            owner = owner.obj
         else:
             try:
                 with memoryview(owner) as view:  # type: ignore[arg-type]
@@ -262,21 +274,23 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
         A :class:`~kiln_np.Payload` (checked as :func:`kiln_np.to_numpy`
         checks it: length, bool bytes, padding nibble); a numpy or ml_dtypes
         array (or what ``np.asarray`` makes one of); a
-        :class:`~kiln_np.WeightTensor` of a weight file, as
-        ``to_torch(t.payload())`` (a zero-copy view of the map).  A
+        :class:`~kiln_np.WeightTensor` of a weight file, a zero-copy view
+        of the file's private (copy-on-write) map: writes never reach the
+        file (``to_torch(t.payload())`` copies: the payload is a view of the
+        read-only map).  A
         :class:`~kiln_np.LogicalTensor` has no one payload: TYPE; pass
         ``t.dequantize()`` for its values, or each of ``t.parts``.
     int4 : {"packed", "values"}
         For i4 and u4 (:data:`Int4`): the packed bytes as ``uint8`` (the
         innermost dim halved), or one value per ``int8``/``uint8`` (a copy).
     copy : bool
-        A tensor with memory of its own (writable even when ``x`` is not).
+        A tensor with memory of its own.
 
     Returns
     -------
     torch.Tensor
         On the CPU, of the dtype in the module's table; sharing ``x``'s memory
-        unless a copy is listed there.
+        unless a copy is listed there; always safe to write in place.
 
     Raises
     ------
@@ -317,7 +331,7 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 arr = _frombuffer(data, carrier)
                 if len(info.shape) != 1:
                     arr = arr.reshape(info.shape)
-                t = _from_numpy(arr) if arr.flags.writeable else _read_only(arr)
+                t = _from_numpy(arr) if arr.flags.writeable else _read_only(arr, data)
                 return t if dtype is None else t.view(dtype)
     if int4 != "packed":
         _check_int4(int4)

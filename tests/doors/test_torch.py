@@ -487,6 +487,7 @@ _DOORS = {
         "w = kiln_np.open_weights(d + '/w.kiln'); t = to_torch(w['w'])",
         True,
     ),
+    "zarr weight tensor": ("w = kiln_np.open_weights(d + '/w.zarr'); t = to_torch(w['w'])", True),
     "unpickled weight tensor": (
         "w = kiln_np.open_weights(d + '/w.safetensors')\n"
         "t = to_torch(pickle.loads(pickle.dumps(w['w'])))",
@@ -530,8 +531,7 @@ from kiln_np.torch import to_torch
 d = sys.argv[1]
 {build}
 t.mul_(2); t[0] = 1; t.add_(1)
-names = {{os.path.realpath(os.path.join(d, n)) for n in os.listdir(d)}}
-names |= {{os.path.realpath(os.path.join(d, 'w.kiln', n)) for n in os.listdir(d + '/w.kiln')}}
+names = {{os.path.realpath(os.path.join(r, n)) for r, _, ns in os.walk(d) for n in ns}}
 address = t.data_ptr()
 mapped = False
 with open('/proc/self/maps') as maps:
@@ -552,6 +552,7 @@ def _write_files(d: Path) -> dict[str, bytes]:
     kiln_np.save_weights(d / "w.safetensors", {"w": w, "fp4": fp4}, format="safetensors")
     kiln_np.save_weights(d / "w.gguf", {"w": w}, format="gguf")
     kiln_np.save_weights(d / "w.kiln", {"w": w}, format="kiln")
+    kiln_np.save_weights(d / "w.zarr", {"w": w}, format="zarr")
     kiln_np.save_payload(d / "p.kiln", w)
     return {str(p): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 

@@ -213,7 +213,9 @@ class MappedFile:
         >>> file = MappedFile.open(path)
         >>> mine = file.private_view(0, 7)
         >>> mine[0:1] = b"P"
-        >>> bytes(mine), bytes(file.view(0, 7)), open(path, "rb").read()
+        >>> with open(path, "rb") as f:
+        ...     on_disk = f.read()
+        >>> bytes(mine), bytes(file.view(0, 7)), on_disk
         (b'Payload', b'payload', b'payload')
         >>> del mine; file.close()
         >>> import shutil; shutil.rmtree(d)
