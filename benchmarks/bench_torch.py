@@ -13,10 +13,11 @@ numpy-to-torch call costs).  Measured for f32 (a numpy dtype: one
 read-only view of a writable array: shared), an f32 payload over ``bytes``
 (memory no one may write: copied since issue 35) and an f32 weight tensor of a
 safetensors file (its map made before timing; since issue 35 a view of the
-file's private copy-on-write map), and for scale ``t.numpy()``, ``torch.from_numpy`` of the f32 array itself, and the
-torch calls alone that a bf16 view costs each way (``torch.from_numpy`` of the
-uint16 view then ``.view(torch.bfloat16)``; ``.view(torch.int16).numpy()``): the
-floor under ``to_torch`` / ``from_torch`` of bf16.
+file's private copy-on-write map), and for scale ``t.numpy()``,
+``torch.from_numpy`` of the f32 array itself, and the torch calls alone that a
+bf16 view costs each way (``torch.from_numpy`` of the uint16 view then
+``.view(torch.bfloat16)``; ``.view(torch.int16).numpy()``): the floor under
+``to_torch`` / ``from_torch`` of bf16.
 """
 
 from __future__ import annotations
