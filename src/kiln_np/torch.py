@@ -27,16 +27,23 @@ The rules
 ---------
 - **Zero-copy**: a payload and a whole-byte array share memory with the tensor
   (``t.data_ptr()`` is the buffer's address); writes through either are seen
-  by the other where the memory is writable.  Copies: an unpacked ml_dtypes
-  4-bit array (packed first), ``int4="values"``, a non-native byte order, and
-  ``copy=True``.
-- **Read-only memory** (a payload's ``data``, a read-only map, ``bytes``):
-  torch tensors have no read-only flag, so the tensor shares memory that must
-  not be written (writing a read-only map crashes the process); pass
-  ``copy=True`` to get a tensor of its own.  torch warns once per process when
-  it is handed such memory (``The given NumPy array is not writable``);
-  kiln_np swallows that one warning where it hands the memory over, as
-  ``safetensors.torch.load`` meets the same warning from ``torch.frombuffer``.
+  by the other.  Copies: an unpacked ml_dtypes 4-bit array (packed first),
+  ``int4="values"``, a non-native byte order, read-only memory no one may
+  write (below), and ``copy=True``.
+- **Every tensor may be written** (issue 35): torch has no read-only tensors,
+  and a write into a read-only map kills the process (SIGSEGV).  So a
+  :class:`~kiln_np.WeightTensor` of a file is a view of the file's *private*
+  map (copy-on-write: zero-copy until written, a write copies the page it
+  touches into this process's memory, the file never changes; the tensors of
+  one file share that map, so they see each other's writes, while its
+  payloads and arrays keep the file's bytes); a read-only view of writable
+  memory (``from_numpy``'s and ``from_torch``'s payloads, an array made
+  read-only) is shared; and read-only memory no one may write (``bytes``, a
+  read-only map: ``open_payload``'s array, a payload's ``data``) is copied.
+  torch warns once per process when handed a read-only view
+  (``The given NumPy array is not writable``); kiln_np swallows that one
+  warning, as ``safetensors.torch.load`` meets the same warning from
+  ``torch.frombuffer``.
 - **e2m1 and packed 4-bit**: torch counts bytes, so a Kiln shape ``(..., 2k)``
   is a tensor of shape ``(..., k)``; an odd innermost count is SHAPE (its last
   byte would straddle two rows).
@@ -90,7 +97,7 @@ from ._core.torch_types import (
     torch_type_for_dtype,
 )
 from ._quants.elements import element_of
-from ._weights.tensors import WeightTensor
+from ._weights.tensors import WeightTensor, private_payload
 
 __all__ = ["Int4", "from_torch", "to_torch"]
 
@@ -157,8 +164,47 @@ def _tensor(arr: np.ndarray, row: TorchType, copy: bool) -> torch.Tensor:
         arr = arr.view(carrier)
     if copy:
         arr = arr.copy()
-    t = torch.from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+    t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
     return t if dtype is None else t.view(dtype)
+
+
+def _read_only(arr: np.ndarray, owner: object = None) -> torch.Tensor:
+    """A tensor of a read-only array: over its memory when that memory can be
+    written (a read-only view of a writable buffer), else over a copy (bytes, a
+    read-only map: a write would change an immutable object or kill the process,
+    and torch tensors cannot be read-only).  ``owner``: where to start asking
+    (``arr`` by default)."""
+    if _writable_memory(arr if owner is None else owner):
+        return _shared_readonly(arr)
+    return _from_numpy(arr.copy())
+
+
+def _writable_memory(owner: object) -> bool:
+    """Whether the memory under ``owner`` (a read-only array or memoryview) can
+    be written: asked of what owns it, through numpy bases and memoryviews
+    (``Payload.data`` of ``from_numpy`` and ``from_torch`` is a read-only view of
+    a writable array).  Memory of an unknown kind is not."""
+    for _ in range(64):  # a chain of views is short; a longer one is not trusted
+        kind = type(owner)
+        if kind is memoryview:
+            if not owner.readonly:  # type: ignore[attr-defined]
+                return True
+            owner = owner.obj  # type: ignore[attr-defined]
+        elif kind is bytes:
+            return False
+        elif isinstance(owner, np.ndarray):
+            if owner.flags.writeable:
+                return True
+            if owner.base is None:
+                return bool(owner.flags.owndata)  # numpy's own allocation
+            owner = owner.base
+        else:
+            try:
+                with memoryview(owner) as view:  # type: ignore[arg-type]
+                    return not view.readonly
+            except TypeError:
+                return False
+    return False
 
 
 def _shared_readonly(arr: np.ndarray) -> torch.Tensor:
@@ -228,21 +274,23 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
         A :class:`~kiln_np.Payload` (checked as :func:`kiln_np.to_numpy`
         checks it: length, bool bytes, padding nibble); a numpy or ml_dtypes
         array (or what ``np.asarray`` makes one of); a
-        :class:`~kiln_np.WeightTensor` of a weight file, as
-        ``to_torch(t.payload())`` (a zero-copy view of the map).  A
+        :class:`~kiln_np.WeightTensor` of a weight file, a zero-copy view
+        of the file's private (copy-on-write) map: writes never reach the
+        file (``to_torch(t.payload())`` copies: the payload is a view of the
+        read-only map).  A
         :class:`~kiln_np.LogicalTensor` has no one payload: TYPE; pass
         ``t.dequantize()`` for its values, or each of ``t.parts``.
     int4 : {"packed", "values"}
         For i4 and u4 (:data:`Int4`): the packed bytes as ``uint8`` (the
         innermost dim halved), or one value per ``int8``/``uint8`` (a copy).
     copy : bool
-        A tensor with memory of its own (writable even when ``x`` is not).
+        A tensor with memory of its own.
 
     Returns
     -------
     torch.Tensor
         On the CPU, of the dtype in the module's table; sharing ``x``'s memory
-        unless a copy is listed there.
+        unless a copy is listed there; always safe to write in place.
 
     Raises
     ------
@@ -269,7 +317,7 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 _check_int4(int4)
             carrier, dtype = fast
             arr = x if carrier is None else x.view(carrier)
-            t = torch.from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+            t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
             return t if dtype is None else t.view(dtype)
     if type(x) is Payload and x.layout is None and not copy and not BIG_ENDIAN_HOST:
         fast = _PAYLOAD_FAST.get(x.code)
@@ -283,12 +331,14 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 arr = _frombuffer(data, carrier)
                 if len(info.shape) != 1:
                     arr = arr.reshape(info.shape)
-                t = _from_numpy(arr) if arr.flags.writeable else _shared_readonly(arr)
+                t = _from_numpy(arr) if arr.flags.writeable else _read_only(arr, data)
                 return t if dtype is None else t.view(dtype)
     if int4 != "packed":
         _check_int4(int4)
     if isinstance(x, WeightTensor):
-        x = x.payload()  # a LogicalTensor: TYPE, naming its parts and its values
+        # A file's bytes through its private map (copy-on-write), never the read-only
+        # one; a LogicalTensor: TYPE, naming its parts and its values.
+        x = x.payload() if copy else private_payload(x)
     if isinstance(x, Payload):
         return _payload_tensor(x, int4, copy)
     arr = x if type(x) is np.ndarray else as_array(x)

@@ -151,7 +151,8 @@ def test_from_torch_of_torch_made_tensors(row: TorchType) -> None:
 
 def test_read_only_memory_is_shared_without_a_warning() -> None:
     # torch warns once per process about read-only memory; kiln_np swallows it where
-    # it hands such memory over (a fresh interpreter: the warning not yet spent).
+    # it hands a read-only view of writable memory over (a fresh interpreter: the
+    # warning not yet spent). Memory no one may write (bytes) is copied: no warning.
     code = (
         "import warnings; warnings.simplefilter('error')\n"
         "import numpy as np, kiln_np\n"
@@ -356,14 +357,51 @@ def test_doors_take_torch_tensors(tmp_path: Path) -> None:
         assert tensor_bytes(to_torch(w["b"])) == tensor_bytes(bf16)
 
 
-def test_weight_tensors_are_views_of_the_map(tmp_path: Path) -> None:
+def test_weight_tensors_are_views_of_a_private_map(tmp_path: Path) -> None:
+    # Issue 35: to_torch of a weight tensor is zero-copy over the file's private
+    # (copy-on-write) map, one per file: written, the tensors of that file see the
+    # write; payloads, arrays and the file keep the file's bytes.
     path = tmp_path / "w.safetensors"
-    kiln_np.save_weights(path, {"w": np.arange(6, dtype="<f4")}, format="safetensors")
+    kiln_np.save_weights(
+        path, {"v": np.ones(2, "<f4"), "w": np.arange(6, dtype="<f4")}, format="safetensors"
+    )
+    before = path.read_bytes()
     with kiln_np.open_weights(path) as w:
-        p = w["w"].payload()
-        t = to_torch(w["w"])
-        assert t.data_ptr() == address(p.data)
-        assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        t, again, v = to_torch(w["w"]), to_torch(w["w"]), to_torch(w["v"])
+        assert t.data_ptr() == again.data_ptr()
+        assert t.data_ptr() - v.data_ptr() == w["w"].offset - w["v"].offset
+        assert t.data_ptr() != address(w["w"].payload().data)  # not the read-only map
+        t.mul_(2)
+        assert again.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        assert w["w"].numpy().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert to_torch(w["w"].payload()).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        owned = to_torch(w["w"], copy=True)
+        assert owned.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert owned.data_ptr() not in (t.data_ptr(), address(w["w"].payload().data))
+    assert t.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # outlives close(), as payloads do
+    assert path.read_bytes() == before
+
+
+def test_read_only_memory_is_copied_unless_it_can_be_written() -> None:
+    # A read-only view of writable memory is shared (from_numpy's and from_torch's
+    # payloads); memory nobody may write (bytes, a read-only map) is copied.
+    arr = np.arange(4, dtype="<f4")
+    p = kiln_np.from_numpy(arr)
+    assert p.data.readonly
+    assert to_torch(p).data_ptr() == arr.ctypes.data
+    frozen = arr[:]
+    frozen.flags.writeable = False
+    assert to_torch(frozen).data_ptr() == arr.ctypes.data
+    writable = memoryview(bytearray(8)).toreadonly()
+    assert to_torch(kiln_np.Payload(Code.F32, writable, (2,))).tolist() == [0.0, 0.0]
+    raw = bytes(range(8))
+    for x in (kiln_np.Payload(Code.U8, memoryview(raw), (8,)), kiln_np.to_numpy("u8", raw, (8,))):
+        t = to_torch(x)
+        assert t.data_ptr() != address(raw)
+        t.add_(1)
+        assert raw == bytes(range(8))
+    fp4 = bytes([0x21, 0x43])
+    assert to_torch(kiln_np.Payload(Code.E2M1, memoryview(fp4), (4,))).data_ptr() != address(fp4)
 
 
 # -- safetensors' own torch loader and writer as the oracle -------------------------
@@ -432,3 +470,112 @@ def tensor_bytes_as_array(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
+
+
+# -- issue 35: no tensor to_torch hands out crashes when it is written ----------------
+
+# Each case builds ``t`` in a fresh interpreter from the files of ``_write_files`` (in
+# the folder argv[1]); the child then writes it in place three ways, and says whether
+# ``t`` still lies in a mapping of one of those files (zero-copy) or in memory of its
+# own (a copy). Before issue 35 the first case died of SIGSEGV at ``t.mul_(2)`` (a
+# tensor over a read-only map, torch's "not writable" warning swallowed).
+_DOORS = {
+    # kiln_np's own map of a weight file: zero-copy, over a private (copy-on-write) map.
+    "weight tensor": ("w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['w'])", True),
+    "gguf weight tensor": ("w = kiln_np.open_weights(d + '/w.gguf'); t = to_torch(w['w'])", True),
+    "kiln directory weight tensor": (
+        "w = kiln_np.open_weights(d + '/w.kiln'); t = to_torch(w['w'])",
+        True,
+    ),
+    "zarr weight tensor": ("w = kiln_np.open_weights(d + '/w.zarr'); t = to_torch(w['w'])", True),
+    "unpickled weight tensor": (
+        "w = kiln_np.open_weights(d + '/w.safetensors')\n"
+        "t = to_torch(pickle.loads(pickle.dumps(w['w'])))",
+        True,
+    ),
+    "e2m1 weight tensor": (
+        "w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['fp4']).view(torch.uint8)",
+        True,
+    ),
+    # Read-only memory kiln_np does not own: copied.
+    "weight tensor's payload": (
+        "w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['w'].payload())",
+        False,
+    ),
+    "open_payload (a read-only numpy.memmap)": (
+        "t = to_torch(kiln_np.open_payload(d + '/p.kiln', 'f32', (6,)))",
+        False,
+    ),
+    "LazyPayload": ("t = to_torch(kiln_np.LazyPayload(d + '/p.kiln', 'f32', (6,)))", False),
+    "read-only array over a read-only map": (
+        "f = open(d + '/p.kiln', 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "a = np.frombuffer(m, '<f4'); assert not a.flags.writeable; t = to_torch(a)",
+        False,
+    ),
+    "payload over a read-only map": (
+        "f = open(d + '/p.kiln', 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "t = to_torch(kiln_np.Payload(kiln_np.Code.F32, memoryview(m), (6,)))",
+        False,
+    ),
+    "to_numpy of a read-only map": (
+        "f = open(d + '/p.kiln', 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "t = to_torch(kiln_np.to_numpy('f32', m, (6,)))",
+        False,
+    ),
+}
+
+_CHILD = """\
+import mmap, os, pickle, sys
+import numpy as np, torch, kiln_np
+from kiln_np.torch import to_torch
+d = sys.argv[1]
+{build}
+t.mul_(2); t[0] = 1; t.add_(1)
+names = {{os.path.realpath(os.path.join(r, n)) for r, _, ns in os.walk(d) for n in ns}}
+address = t.data_ptr()
+mapped = False
+with open('/proc/self/maps') as maps:
+    for line in maps:
+        span, *rest = line.split(maxsplit=5)
+        start, stop = (int(x, 16) for x in span.split('-'))
+        if start <= address < stop and len(rest) == 5 and rest[4].strip() in names:
+            mapped = True
+print(t.view(torch.float32).tolist() if t.dtype == torch.float32 else t.tolist(), mapped)
+"""
+
+
+def _write_files(d: Path) -> dict[str, bytes]:
+    """The files the cases read (six f32 values 0..5 each; an e2m1 tensor beside),
+    and every file's bytes."""
+    w = np.arange(6, dtype="<f4")
+    fp4 = kiln_np.Payload(Code.E2M1, memoryview(bytes([0x21, 0x43])), (4,))
+    kiln_np.save_weights(d / "w.safetensors", {"w": w, "fp4": fp4}, format="safetensors")
+    kiln_np.save_weights(d / "w.gguf", {"w": w}, format="gguf")
+    kiln_np.save_weights(d / "w.kiln", {"w": w}, format="kiln")
+    kiln_np.save_weights(d / "w.zarr", {"w": w}, format="zarr")
+    kiln_np.save_payload(d / "p.kiln", w)
+    return {str(p): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
+@pytest.mark.parametrize("door", list(_DOORS))
+def test_an_in_place_write_never_crashes_nor_changes_the_file(door: str, tmp_path: Path) -> None:
+    files = _write_files(tmp_path)
+    build, zero_copy = _DOORS[door]
+    code = _CHILD.format(build=build)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Before issue 35: returncode -11 (SIGSEGV) for the weight tensors, no output.
+    assert done.returncode == 0, f"{door}: exit {done.returncode}\n{done.stderr}"
+    values, mapped = done.stdout.rsplit(" ", 1)
+    if door == "e2m1 weight tensor":  # bytes 0x21 0x43: *2 = 0x42 0x86, [0] = 1, +1
+        assert values == "[2, 135]"
+    else:
+        assert values == "[2.0, 3.0, 5.0, 7.0, 9.0, 11.0]"
+    assert mapped.strip() == str(zero_copy), f"{door}: zero-copy {mapped.strip()}"
+    assert {str(p): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == files

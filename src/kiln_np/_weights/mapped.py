@@ -10,6 +10,13 @@ which may be long after it was opened, so its identity at open
 checked again on the opened file: a file replaced or modified in between is
 TYPE, never bytes of another file.  A file truncated while mapped still kills
 the reader with SIGBUS, as any map does (docs/safety.md).
+
+Payloads are views of a read-only map (a write through one would crash the
+process, so none is writable).  ``kiln_np.torch`` hands torch, which has no
+read-only tensors, views of a second map of the file instead, mapped privately
+on first use (:meth:`MappedFile.private_view`): copy-on-write, so a write
+copies the page it touches into the process's memory and the file never
+changes (docs/interop.md#torch).
 """
 
 from __future__ import annotations
@@ -32,6 +39,17 @@ __all__ = ["FileIdentity", "MappedFile"]
 # Python 3.13's mmap can map without keeping a duplicate of the descriptor
 # (trackfd=False); before it, every live map holds one (docs/safety.md).
 _MAP_OPTIONS = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+
+# A private map that may be written is charged to the commit limit as if every
+# page would be (Linux refuses ACCESS_COPY of a file larger than RAM plus swap:
+# ENOMEM); MAP_NORESERVE asks for no such reservation, as a read-only map needs
+# none.  Python names the flag from 3.13; before, Linux's value where the
+# architecture uses the generic one (elsewhere a plain private map).
+_NORESERVE: int = getattr(mmap, "MAP_NORESERVE", 0)
+if not _NORESERVE and sys.platform == "linux" and os.uname().machine in (
+    "x86_64", "aarch64", "arm64", "i686", "armv7l", "riscv64", "s390x", "loongarch64"
+):  # fmt: skip
+    _NORESERVE = 0x4000
 
 
 class FileIdentity(NamedTuple):
@@ -90,6 +108,8 @@ class MappedFile:
         "_base",
         "_lock",
         "_map",
+        "_private",
+        "_private_view",
         "_view",
         "closed",
         "identity",
@@ -108,6 +128,8 @@ class MappedFile:
         self._base = start - start % mmap.ALLOCATIONGRANULARITY
         self._map: mmap.mmap | None = None
         self._view: memoryview | None = None
+        self._private: mmap.mmap | None = None
+        self._private_view: memoryview | None = None
         self._lock = threading.Lock()
         self.closed = False
 
@@ -171,37 +193,72 @@ class MappedFile:
             return memoryview(b"")
         with self._lock:
             if self._view is None:
-                self._map_file(offset + length)
-            assert self._view is not None
+                self._map, self._view = self._map_file(offset + length, private=False)
             start = offset - self._base
             return self._view[start : start + length]
 
-    def _map_file(self, needed: int) -> None:
+    def private_view(self, offset: int, length: int) -> memoryview:
+        """A writable memoryview of ``length`` bytes at ``offset`` of the file's
+        private map (copy-on-write: a write copies its page into this process's
+        memory; the file and :meth:`view` never see it).  One private map per
+        file, mapped on first use: every private view of the same bytes shares
+        the writes made through any of them.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp(); path = os.path.join(d, "f")
+        >>> with open(path, "wb") as f:
+        ...     _ = f.write(b"payload")
+        >>> file = MappedFile.open(path)
+        >>> mine = file.private_view(0, 7)
+        >>> mine[0:1] = b"P"
+        >>> with open(path, "rb") as f:
+        ...     on_disk = f.read()
+        >>> bytes(mine), bytes(file.view(0, 7)), on_disk
+        (b'Payload', b'payload', b'payload')
+        >>> del mine; file.close()
+        >>> import shutil; shutil.rmtree(d)
+        """
+        if length == 0:
+            return memoryview(bytearray())
+        with self._lock:
+            if self._private_view is None:
+                self._private, self._private_view = self._map_file(offset + length, private=True)
+            start = offset - self._base
+            return self._private_view[start : start + length]
+
+    def _map_file(self, needed: int, *, private: bool) -> tuple[mmap.mmap, memoryview]:
         if self.closed:
             raise ValueError(f"{self.path!r}: the weight file was closed")
+        size = self.stop - self._base
         with self.opened(max(needed, self.stop)) as f:
-            self._map = mmap.mmap(
-                f.fileno(),
-                self.stop - self._base,
-                access=mmap.ACCESS_READ,
-                offset=self._base,
-                **_MAP_OPTIONS,
-            )
-        self._view = memoryview(self._map)
+            if not private:
+                how: dict[str, int] = {"access": mmap.ACCESS_READ}
+            elif sys.platform == "win32":
+                how = {"access": mmap.ACCESS_COPY}
+            else:
+                flags = mmap.MAP_PRIVATE | _NORESERVE
+                how = {"flags": flags, "prot": mmap.PROT_READ | mmap.PROT_WRITE}
+            mapped = mmap.mmap(f.fileno(), size, offset=self._base, **how, **_MAP_OPTIONS)
+        return mapped, memoryview(mapped)
 
     def close(self) -> None:
-        """Release the map, unless a handed-out payload still uses it: then it is
-        released when the last such payload is dropped."""
+        """Release the maps, unless a handed-out payload or tensor still uses one:
+        then it is released when the last of those is dropped."""
         with self._lock:
             self.closed = True
-            if self._view is not None:
-                self._view.release()
-            if self._map is not None:
-                with contextlib.suppress(BufferError):  # exported: dropping is enough
-                    self._map.close()
-            self._view = None
-            self._map = None
+            for view in (self._view, self._private_view):
+                if view is not None:
+                    view.release()
+            for mapped in (self._map, self._private):
+                if mapped is not None:
+                    with contextlib.suppress(BufferError):  # exported: dropping is enough
+                        mapped.close()
+            self._view = self._private_view = None
+            self._map = self._private = None
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else ("mapped" if self._map is not None else "not mapped")
+        mapped = self._map is not None or self._private is not None
+        state = "closed" if self.closed else ("mapped" if mapped else "not mapped")
         return f"MappedFile({self.path!r}, {self.size} bytes, {state})"

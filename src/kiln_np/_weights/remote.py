@@ -268,6 +268,8 @@ class RemoteFile(MappedFile):
         self._base = 0
         self._map = None
         self._view = None
+        self._private = None
+        self._private_view = None
         self._lock = threading.Lock()
         self.closed = False
         self.fs = fs
@@ -316,13 +318,21 @@ class RemoteFile(MappedFile):
     def view(self, offset: int, length: int) -> memoryview:
         """The ``length`` bytes at ``offset``, read into a read-only buffer of
         their own (LENGTH when the file holds fewer)."""
+        out = self._fetched(offset, length)
+        out.flags.writeable = False
+        return out.data
+
+    def private_view(self, offset: int, length: int) -> memoryview:
+        """As :meth:`view`, writable: the buffer is the caller's own."""
+        return self._fetched(offset, length).data
+
+    def _fetched(self, offset: int, length: int) -> np.ndarray:
         if self.closed:
             raise ValueError(f"{self.path!r}: the weight file was closed")
         self._check(self.identity, offset + length)
         out = np.empty(length, np.uint8)
         self.fetch_into(offset, out.data)
-        out.flags.writeable = False
-        return out.data
+        return out
 
     def close(self) -> None:
         """No new reads (nothing is held open)."""

@@ -35,7 +35,7 @@ from kiln_np._quants.elements import element_of
 from .mapped import FileIdentity, MappedFile
 from .summary import human_bytes
 
-__all__ = ["WeightTensor", "mapped_file"]
+__all__ = ["WeightTensor", "mapped_file", "private_payload"]
 
 
 @set_module("kiln_np")
@@ -308,6 +308,21 @@ def mapped_file(tensor: WeightTensor) -> MappedFile | None:
     for writers, which copy from it after checking it is still the file that
     was opened."""
     return tensor._file
+
+
+def private_payload(tensor: WeightTensor) -> Payload:
+    """``tensor``'s payload over writable memory that is not the file's: a view
+    of the file's private, copy-on-write map
+    (:meth:`~kiln_np._weights.mapped.MappedFile.private_view`), or a buffer of
+    its own for a URL; for ``kiln_np.torch``, whose tensors cannot be read-only.
+    A tensor held in memory (and a :class:`LogicalTensor`, TYPE) gives
+    :meth:`WeightTensor.payload`."""
+    file = tensor._file
+    if file is None or type(tensor) is not WeightTensor:
+        return tensor.payload()
+    info = tensor.info
+    data = file.private_view(info.offset, info.byte_length)
+    return Payload(info.code, data, info.shape, info.layout)
 
 
 def _host() -> str:
