@@ -1225,6 +1225,24 @@ def _sparse_tensor() -> Any:
     return _torch_tensor("float32").to_sparse()
 
 
+def _nested_tensor() -> Any:
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # nested tensors are a prototype
+        return torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+
+
+def _fake_tensor() -> Any:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.zeros(3)
+
+
 TORCH: list[Entry] = [
     (
         "from_torch",
@@ -1242,6 +1260,8 @@ TORCH: list[Entry] = [
         lambda: _save({"w": _sparse_tensor()}, "safetensors"),
     ),
     ("from_torch", "not a tensor", lambda: _torch("from_torch", np.zeros(2))),
+    ("from_torch", "a nested tensor", lambda: _torch("from_torch", _nested_tensor())),
+    ("from_torch", "a fake tensor (no memory)", lambda: _torch("from_torch", _fake_tensor())),
     (
         "from_torch",
         "a layout without a code",

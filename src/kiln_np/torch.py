@@ -162,8 +162,8 @@ def _tensor(arr: np.ndarray, row: TorchType, copy: bool) -> torch.Tensor:
     carrier, dtype = _TORCH[row.name]
     if arr.dtype != carrier:
         arr = arr.view(carrier)
-    if copy:
-        arr = arr.copy()
+    if copy or (arr.strides and min(arr.strides) < 0):
+        arr = arr.copy()  # asked, or a reversed view: torch has no negative strides
     t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
     return t if dtype is None else t.view(dtype)
 
@@ -317,6 +317,8 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 _check_int4(int4)
             carrier, dtype = fast
             arr = x if carrier is None else x.view(carrier)
+            if arr.strides and min(arr.strides) < 0:
+                arr = arr.copy()  # a reversed view: torch has no negative strides
             t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
             return t if dtype is None else t.view(dtype)
     if type(x) is Payload and x.layout is None and not copy and not BIG_ENDIAN_HOST:

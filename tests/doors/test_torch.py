@@ -579,3 +579,54 @@ def test_an_in_place_write_never_crashes_nor_changes_the_file(door: str, tmp_pat
         assert values == "[2.0, 3.0, 5.0, 7.0, 9.0, 11.0]"
     assert mapped.strip() == str(zero_copy), f"{door}: zero-copy {mapped.strip()}"
     assert {str(p): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == files
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda a: a[::-1],
+        lambda a: a.reshape(4, 6)[:, ::-2],
+        lambda a: a.astype(ml_dtypes.bfloat16)[::-1],
+        lambda a: a.reshape(2, 12)[::-1].astype(">f4"),
+    ],
+    ids=["reversed", "reversed-columns", "bf16-reversed", "big-endian-reversed"],
+)
+def test_to_torch_of_a_reversed_view_is_a_copy_of_its_values(view: Callable[[Any], Any]) -> None:
+    # Issue 36 item 8: to_torch(a[::-1]) raised torch's ValueError about negative strides.
+    a = view(np.arange(24, dtype=np.float32))
+    t = to_torch(a)
+    assert tuple(t.shape) == a.shape
+    want = np.ascontiguousarray(a, a.dtype.newbyteorder("="))
+    assert t.contiguous().view(torch.uint8).numpy().tobytes() == want.view(np.uint8).tobytes()
+
+
+def _nested() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # nested tensors are a prototype
+        return torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+
+
+def test_tensors_without_memory_numpy_can_read_are_type() -> None:
+    # Issue 36 item 8: from_torch of a nested, fake or vmap-batched tensor raised
+    # torch's RuntimeError; every door that takes tensors says TYPE.
+    with pytest.raises(KilnError, match=r"^TYPE: expected a dense .* found a nested tensor"):
+        from_torch(_nested())
+    with pytest.raises(KilnError, match=r"tensor 'w': expected a dense .* nested tensor"):
+        kiln_np.save_weights(Path("never"), {"w": _nested()}, format="safetensors")
+    fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
+    with fake_tensor.FakeTensorMode():
+        fake = torch.zeros(3)
+    with pytest.raises(KilnError, match=r"memory numpy can read, found a FakeTensor"):
+        from_torch(fake)
+    seen: list[str] = []
+
+    def inside(x: torch.Tensor) -> torch.Tensor:
+        try:
+            from_torch(x)
+        except KilnError as exc:
+            seen.append(exc.message)
+        return x
+
+    torch.vmap(inside)(torch.zeros(2, 3))
+    assert len(seen) == 1
+    assert seen[0].startswith("expected a tensor whose memory numpy can read")

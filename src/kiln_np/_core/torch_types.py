@@ -208,6 +208,12 @@ def _dense_cpu(t: Any) -> Any:
     conjugate and negative views resolved (a copy); TYPE for another device or
     a sparse layout."""
     torch = sys.modules["torch"]
+    if getattr(t, "is_nested", False):
+        raise KilnError(
+            "TYPE",
+            f"expected a dense (strided) tensor, found a nested tensor of {t.dim()} dims: its "
+            "rows differ in length; pad it (t.to_padded_tensor(0)) or pass each row (t.unbind())",
+        )
     if t.layout is not torch.strided:
         raise KilnError(
             "TYPE",
@@ -247,8 +253,26 @@ def tensor_bits(t: Any) -> tuple[TorchType, np.ndarray]:
         arr = (t if row.carrier == row.name else t.view(_carrier(row))).numpy()
     except (RuntimeError, TypeError):  # another device, sparse, a grad, a conj or neg bit
         t = _dense_cpu(t)
-        arr = (t if row.carrier == row.name else t.view(_carrier(row))).numpy()
+        try:
+            arr = (t if row.carrier == row.name else t.view(_carrier(row))).numpy()
+        except (RuntimeError, TypeError) as exc:  # a fake, functional or batched tensor
+            raise KilnError(
+                "TYPE",
+                f"expected a tensor whose memory numpy can read, found a {type(t).__name__} "
+                f"of {t.dtype} that has none ({_first_line(exc)}): pass a real CPU tensor "
+                "(outside torch.func transforms and fake modes)",
+            ) from None
     return row, arr if arr.dtype == row.dtype else arr.view(row.dtype)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message, its first line and at most 120 characters.
+
+    >>> _first_line(RuntimeError("Cannot access data pointer\nmore"))
+    'Cannot access data pointer'
+    """
+    line = str(exc).split("\n", 1)[0]
+    return line if len(line) <= 120 else line[:117] + "..."
 
 
 def tensor_array(t: Any) -> np.ndarray:
