@@ -298,14 +298,17 @@ def _pack_numpy(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, check: bool 
     src = src.reshape(-1)
     if src.dtype != U8:
         src = src.view(U8)
-    if lo:
-        bad = _pack_numpy(src[lo:hi], dst[lo // 2 :], 0, hi - lo, check)
-        return bad if bad < 0 else lo + bad
-    n = hi
+    bad = _pack_flat(src[lo:hi], dst[lo // 2 :] if lo else dst, check)
+    return bad if bad < 0 else lo + bad
+
+
+def _pack_flat(src: np.ndarray, dst: np.ndarray, check: bool) -> int:
+    """:func:`_pack_numpy` of all of the flat uint8 ``src``."""
+    n = src.size
     lanes = n // 2
     if lanes < SMALL_LANES:
-        if check and n and int(src[:n].max()) > 15:
-            return _first_above_chunked(src[:n], 15)
+        if check and n and int(src.max()) > 15:
+            return _first_above_chunked(src, 15)
         high = dst[:lanes]  # two strided calls beat the lane kernel's fixed cost here
         np.left_shift(src[1 : 2 * lanes : 2], _FOUR_U8, out=high)
         np.bitwise_or(high, src[0 : 2 * lanes : 2], out=high)
@@ -316,9 +319,9 @@ def _pack_numpy(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, check: bool 
         if bad >= 0:
             return bad
     if n % 2:
-        if src[n - 1] > 15:
+        if src[-1] > 15:
             return n - 1
-        dst[lanes] = src[n - 1]
+        dst[lanes] = src[-1]
     return -1
 
 
@@ -350,8 +353,8 @@ def pack_into(src: np.ndarray, dst: np.ndarray, *, checked: bool = False) -> int
     """
     n = src.size
     run = PACK.pick()
-    if run is _pack_numpy:
-        return _pack_numpy(src, dst, 0, n, not checked)  # splits on its own thresholds
+    if run is _pack_numpy:  # the flat uint8 case of the twin; splits on its own thresholds
+        return _pack_flat(src, dst, not checked)
     if n // 2 < pool.COMPILED_THREAD_MIN_LANES:  # run_compiled's one call, without its costs
         found: int = run(src, dst, 0, n)
         return found
