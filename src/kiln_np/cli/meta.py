@@ -18,7 +18,7 @@ from typing import Any
 from kiln_np._explore.metadata import json_value, meta_text, type_name
 
 from .args import json_flag, subparser
-from .output import print_json
+from .output import print_json, say
 from .weights import open_weights_file
 
 __all__ = ["add_meta", "json_value", "meta_text", "type_name"]
@@ -28,7 +28,7 @@ def _cmd_meta(args: argparse.Namespace) -> int:
     with open_weights_file(args.path) as weights:
         metadata = weights.metadata
         if not args.json:
-            print(meta_text(args.path, weights.format, metadata))
+            say(meta_text(args.path, weights.format, metadata))
             return 0
         types = getattr(metadata, "types", None)
         entries = []

@@ -11,7 +11,7 @@ from typing import Any
 from kiln_np._explore.weight_stats import describe_weights
 
 from .args import json_flag, subparser
-from .output import Progress, print_json
+from .output import Progress, print_json, say
 from .weights import (
     logical_view,
     open_weights_file,
@@ -48,7 +48,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         record: dict[str, Any] = {"format": "kiln-np-stats/1", "selection": selection}
         print_json({**record, **result.to_json(), "path": args.path})
     else:
-        print(result)
+        say(result)
     return 0
 
 
