@@ -57,7 +57,7 @@ def _plain_texts(fig: Figure, *, draw: bool = True) -> list[str]:
     for t in texts:
         what = (t.get_text(), t.get_parse_math(), t.get_usetex())
         assert what == (t.get_text(), False, False)
-        assert t._preprocess_math(t.get_text()) == (t.get_text(), False)
+        assert t._preprocess_math(t.get_text()) == (t.get_text(), False)  # type: ignore[attr-defined]
     return sorted(t.get_text() for t in texts)
 
 
