@@ -5,9 +5,10 @@ GGUF key/values with their GGUF types (``uint32``, ``array[string]``),
 safetensors' ``__metadata__``, an ONNX model's ``ir_version``, producer,
 opsets and ``metadata_props``, a Kiln directory's manifest metadata: whatever
 :attr:`kiln_np.Weights.metadata` holds.  A type the format does not name is
-the value's Python or numpy type (:func:`type_name`).  The text form fits 100
-columns: a long array is its length and first items, a long string is cut and
-its length given; a GGUF string array is decoded only as far as shown
+the value's Python or numpy type (:func:`type_name`).  In the text form each
+value fits 100 columns (a key is never cut): a long array is its length and
+first items, a long string is cut and its length given;
+a GGUF string array is decoded only as far as shown
 (:meth:`kiln_np.gguf.GGUFMetadata.head`).  :func:`json_value` is every value in
 full, as strict JSON.
 """

@@ -157,7 +157,8 @@ NOTE = (
 class Summary:
     """A checkpoint at a glance (see the module's docstring for the tree).
 
-    Its ``str`` is a text form at most 100 columns wide; in a notebook it
+    Its ``str`` is a text form at most 100 columns wide but for the lines
+    naming a tensor, whose name is never cut; in a notebook it
     renders as tables (``_repr_html_``); :meth:`to_dict` is JSON-ready.
 
     Examples

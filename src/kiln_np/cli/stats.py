@@ -1,6 +1,6 @@
 """The ``stats`` command: statistics of every tensor of a weight file
-(:func:`kiln_np.describe` of a :class:`~kiln_np.Weights`), a table that fits
-100 columns or ``--json``; a progress bar on a terminal's stderr.
+(:func:`kiln_np.describe` of a :class:`~kiln_np.Weights`), a table of every
+name whole or ``--json``; a progress bar on a terminal's stderr.
 """
 
 from __future__ import annotations
