@@ -162,7 +162,9 @@ def test_gguf_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     record = json.loads(run_main(capsys, "meta", str(path), "--json")[1])
     assert record["metadata"] == [{"key": "x.raw", "type": "string", "value": "\udcff\udcfeok"}]
     done = subprocess.run([*kiln_np_exe(), "meta", str(path)], capture_output=True, check=True)
-    assert done.stdout.splitlines()[2] == b'x.raw  string  "\xff\xfeok"'  # its bytes, back
+    # Bytes that are not UTF-8 show as their escapes (issue 36), never raw bytes
+    # (a raw 0x9b is CSI to a terminal reading 8-bit controls).
+    assert done.stdout.splitlines()[2] == rb'x.raw  string  "\udcff\udcfeok"'
 
 
 def test_gguf_float_tensors_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

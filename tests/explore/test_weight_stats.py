@@ -277,7 +277,8 @@ def test_bad_bool_byte_names_the_tensor(tmp_path: Path) -> None:
 def test_records_are_strict_json_and_views_fit(tmp_path: Path) -> None:
     tensors = _tensors()
     del tensors["u4"]
-    tensors["<script>x</script>" + "n" * 120] = np.ones(2, np.float32)
+    long = "<script>x</script>" + "n" * 120
+    tensors[long] = np.ones(2, np.float32)
     path = _save(tmp_path / "w.safetensors", "safetensors", tensors)
     with kiln_np.open_weights(path) as w:
         stats = kiln_np.describe(w)
@@ -287,7 +288,10 @@ def test_records_are_strict_json_and_views_fit(tmp_path: Path) -> None:
     assert back["nan"] == stats.nan == sum(r.nan for r in stats) > 0
     f64 = next(r for r in back["tensors"] if r["name"] == "f64")
     assert (f64["max"], f64["nan"], f64["finite"]) == (1e308, 1, 3)
-    assert all(len(line) <= 100 for line in str(stats).splitlines())
+    # Issue 36: the long name is whole, the name column as wide as it.
+    lines = str(stats).splitlines()
+    assert [line[: len(long) + 8] for line in lines if long in line] == [f"{long}     F32"]
+    assert lines[1].startswith(f"{'name':<{len(long)}}    type   count ")
     html = stats._repr_html_()
     assert "<script>" not in html
     assert "&lt;script&gt;" in html
@@ -312,7 +316,8 @@ def test_cli_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert err == ""
     assert out.splitlines()[0].startswith("statistics of 15 tensors (safetensors)")
-    assert "....0.self_attn.q_proj.weight     F32" in out  # a long name keeps its end
+    # Issue 36: a long name is whole, never its end alone.
+    assert "\nmodel.layers.0.self_attn.q_proj.weight     F32" in out
     code, out, _ = run_main(capsys, "stats", str(path), "--json", "--include", "model.*")
     record = json.loads(out)
     assert record["format"] == "kiln-np-stats/1"

@@ -28,6 +28,7 @@ __all__ = [
     "check_offset",
     "check_path",
     "check_regular_file",
+    "printable",
     "set_module",
     "short_or_long",
     "show_int",
@@ -83,6 +84,27 @@ def show_value(value: object) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
+
+
+def printable(text: str) -> str:
+    r"""``text`` as a terminal shows it safely: every character that is not
+    printable as its Python escape, without quotes, the rest as it is.
+
+    The one escaping of text output (every ``kiln-np`` table, line and error,
+    the text forms of the notebook objects, the labels of pictures): an ESC,
+    BEL or CR from a hostile file's names never reaches a terminal, and a lone
+    surrogate (bytes that are not UTF-8) shows as ``\udcff`` instead of
+    failing to encode.  Not printable: controls (``\x1b``, ``\n``, ``\x9b``),
+    format characters (``\u202e``), separators other than the space, lone
+    surrogates, unassigned code points; a backslash is left as it is (``--json``
+    tells a name spelled ``a\x1b`` from one holding ESC).
+
+    >>> print(printable("blk.0.a\x1b[2Jb\x07\r"), printable("caf\udcc3"), printable("café 中"))
+    blk.0.a\x1b[2Jb\x07\r caf\udcc3 café 中
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def short_or_long(expected: int, found: int) -> str:

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln_np._core.checks import set_module
+from kiln_np._core.checks import printable, set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._weights.logical import LogicalTensor, row_chunks
 from kiln_np._weights.tensors import WeightTensor, mapped_file
@@ -210,20 +210,21 @@ class Comparison:
         return rows
 
     def text(self, every: bool = False) -> str:
-        """A table fitting 100 columns (only the differences unless ``every``;
-        the difference columns only when a row has them), then :meth:`summary`."""
+        """A table (only the differences unless ``every``; the difference
+        columns only when a row has them), then :meth:`summary`.  Nothing is
+        cut: every name whole (shown through
+        :func:`~kiln_np._core.checks.printable`), each column as wide as its
+        widest cell, a line as long as its row needs."""
         head = ["name", "status", "max abs", "max rel", "first", "notes"]
-        rows = self._rows(every)
+        rows = [[printable(cell) for cell in r] for r in self._rows(every)]
         if not rows:
             return self.summary()
         shown = [i for i in range(6) if i < 2 or i == 5 or any(r[i] for r in rows)]
         widths = {i: max(len(r[i]) for r in [head, *rows]) for i in shown}
-        widths[0] = min(widths[0], 32)
         lines = []
         for r in [head, *rows]:
-            cells = [_cut(r[i], widths[i]).ljust(widths[i]) for i in shown[:-1]]
-            line = "  ".join(cells) + "  " + r[5]
-            lines.append(_cut(line.rstrip(), 100))
+            cells = [r[i].ljust(widths[i]) for i in shown[:-1]]
+            lines.append(("  ".join(cells) + "  " + r[5]).rstrip())
         return "\n".join([*lines, self.summary()])
 
     def __str__(self) -> str:
@@ -258,10 +259,6 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def _number(value: float | None) -> str:
     return "" if value is None else f"{value:.4g}"
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "~"
 
 
 @set_module("kiln_np")

@@ -452,6 +452,8 @@ class Description:
             plot.draw_exponents(ax, counts, self._bias(), log)
         else:
             plot.draw_patterns(ax, counts, bit_values(self.dtype), log)
-        ax.set_ylabel("count")
-        ax.set_title(f"{self.name} ({self.dtype}), shape {self.shape}: {self.count} elements")
+        ax.set_ylabel("count", **plot.PLAIN)
+        ax.set_title(
+            f"{self.name} ({self.dtype}), shape {self.shape}: {self.count} elements", **plot.PLAIN
+        )
         return ax

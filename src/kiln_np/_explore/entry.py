@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, overload
 
 from kiln_np._codec import Payload
-from kiln_np._core.checks import MAX_INT64, check_int, set_module, show_value
+from kiln_np._core.checks import MAX_INT64, check_int, printable, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.tensors import WeightTensor
@@ -25,6 +25,7 @@ from kiln_np._weights.weights import Weights
 from .chunks import Source, quantized, source
 from .description import Description
 from .pictures import histogram_grid
+from .plot import PLAIN
 from .quantized import QuantizedDescription, describe_quantized
 from .scaled import ScaledDescription, describe_scaled
 from .stats import summarize
@@ -253,5 +254,5 @@ def plot_histograms(
     heading = f"{picked}: {len(names)} of {len(chosen)} tensors"
     if len(chosen) > len(names):
         heading += f" ({len(chosen) - len(names)} more left out: limit={limit})"
-    fig.suptitle(heading)
+    fig.suptitle(printable(heading), **PLAIN)
     return fig

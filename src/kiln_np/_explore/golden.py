@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln_np._codec import from_numpy, to_numpy
-from kiln_np._core.checks import show_int, show_value
+from kiln_np._core.checks import printable, show_int, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout, dtype_info
 from kiln_np._files.io import open_regular
@@ -254,18 +254,19 @@ def _cut(text: str, width: int) -> str:
 
 
 def format_table(results: Sequence[CaseResult]) -> str:
-    """A plain-text table: case, code, dtype, shape, payload hex, result."""
+    """A plain-text table: case, code, dtype, shape, payload hex, result; the
+    case names whole, through :func:`~kiln_np._core.checks.printable`."""
     rows = [("case", "code", "dtype", "shape", "payload", "result")]
     for r in results:
         hexed = _cut(r.case.payload.hex(" "), 35)
         rows.append(
             (
-                r.case.name,
+                printable(r.case.name),
                 show_int(r.case.code),
                 r.dtype_name,
                 _cut("x".join(map(show_int, r.case.shape)) or "()", 20),
                 hexed or "(empty)",
-                ("ok: " if r.ok else "FAIL: ") + r.detail,
+                printable(("ok: " if r.ok else "FAIL: ") + r.detail),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]

@@ -5,9 +5,10 @@ GGUF key/values with their GGUF types (``uint32``, ``array[string]``),
 safetensors' ``__metadata__``, an ONNX model's ``ir_version``, producer,
 opsets and ``metadata_props``, a Kiln directory's manifest metadata: whatever
 :attr:`kiln_np.Weights.metadata` holds.  A type the format does not name is
-the value's Python or numpy type (:func:`type_name`).  The text form fits 100
-columns: a long array is its length and first items, a long string is cut and
-its length given; a GGUF string array is decoded only as far as shown
+the value's Python or numpy type (:func:`type_name`).  In the text form each
+value fits 100 columns (a key is never cut): a long array is its length and
+first items, a long string is cut and its length given;
+a GGUF string array is decoded only as far as shown
 (:meth:`kiln_np.gguf.GGUFMetadata.head`).  :func:`json_value` is every value in
 full, as strict JSON.
 """
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from kiln_np._core.checks import printable
 from kiln_np.gguf import GGUFMetadata
 
 __all__ = ["MetadataRow", "json_value", "meta_text", "metadata_rows", "type_name"]
@@ -96,11 +98,13 @@ def json_value(value: Any) -> Any:
 def _scalar_text(value: Any) -> str:
     """One scalar as the text form shows it: numbers as numpy prints them
     (``0.1`` for a float32), ``true``/``false``, a string in double quotes
-    with its control characters escaped."""
+    with its control characters escaped (JSON's escapes, then
+    :func:`~kiln_np._core.checks.printable` for the rest: C1 controls, lone
+    surrogates)."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return printable(json.dumps(value, ensure_ascii=False))
     if isinstance(value, (bytes, bytearray)):
         return f"{len(value)} bytes: {bytes(value[:32]).hex()}"
     return str(value)
@@ -144,7 +148,9 @@ def _inline(value: Any, width: int) -> str:
         isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
     ):
         if isinstance(value, Mapping):
-            inner = ", ".join(f"{k}: {_inline(v, width)}" for k, v in list(value.items())[:8])
+            inner = ", ".join(
+                f"{printable(str(k))}: {_inline(v, width)}" for k, v in list(value.items())[:8]
+            )
             return _cut("{" + inner + "}", width)
         first = value[:_FIRST]
         inner = ", ".join(_inline(v, width) for v in first)
@@ -211,8 +217,10 @@ def _value_text(value: Any, width: int) -> str:
 
 def meta_text(label: str, fmt: str, metadata: Mapping[str, Any]) -> str:
     """The text form: a line naming the file, then key, type and value in
-    aligned columns, each line at most :data:`WIDTH` columns (a key longer
-    than 40 stands alone, its type and value on the next line).
+    aligned columns, each value cut to fit :data:`WIDTH` columns.  A key is
+    never cut: one longer than 40 stands alone on its line, whole, its type
+    and value on the next.  Keys are shown through
+    :func:`~kiln_np._core.checks.printable`.
 
     Examples
     --------
@@ -228,7 +236,10 @@ def meta_text(label: str, fmt: str, metadata: Mapping[str, Any]) -> str:
     count = len(metadata)
     if not count:
         return f"{label}: {fmt}, no metadata"
-    rows = [("  " * depth + key, type_, value) for depth, key, type_, value in _rows(metadata)]
+    rows = [
+        ("  " * depth + printable(key), type_, value)
+        for depth, key, type_, value in _rows(metadata)
+    ]
     key_w = max([3, *(len(k) for k, _, _ in rows if len(k) <= _KEY_COLUMN)])
     type_w = max(4, *(len(t) for _, t, _ in rows))
     value_w = max(WIDTH - key_w - type_w - 4, 20)
@@ -237,7 +248,7 @@ def meta_text(label: str, fmt: str, metadata: Mapping[str, Any]) -> str:
     for key, type_, value in rows:
         shown = key
         if len(key) > key_w:
-            lines.append(_cut(key, WIDTH))
+            lines.append(key)
             shown = ""
         text = _value_text(value, value_w)
         lines.append(f"{shown:<{key_w}}  {type_:<{type_w}}  {text}".rstrip())

@@ -8,28 +8,31 @@ by bit pattern for the small types); its notebook door on a :class:`~kiln_np.Wei
 is :func:`~kiln_np._explore.entry.plot_histograms`, beside :func:`describe`, which
 it calls (``weight_stats`` draws its heatmap here, and ``entry`` imports it).  Every
 figure lays itself out (constrained layout), so the saved picture keeps its labels;
-matplotlib is imported when one is drawn.
+matplotlib is imported when one is drawn.  Every label is plain text
+(:data:`~kiln_np._explore.plot.PLAIN`) of a name shown through
+:func:`~kiln_np._core.checks.printable` (:func:`picture_label`): a name holding
+``$`` is drawn as it is, never as mathtext.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kiln_np._core.checks import check_int
+from kiln_np._core.checks import check_int, printable
 from kiln_np._core.errors import KilnError
 
 from . import plot
 from .description import Description
 from .layers import LayerGrid, layer_grid
+from .plot import PLAIN
 from .quantized import QuantizedDescription
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["CONTROL", "heatmap_figure", "histogram_grid", "picture_label", "shorten"]
+__all__ = ["heatmap_figure", "histogram_grid", "picture_label", "shorten"]
 
 _LAYER_TICKS = 24  # at most this many layer numbers on a panel's axis
 _STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000)
@@ -54,24 +57,20 @@ def shorten(text: str, width: int, *, keep: str = "middle") -> str:
     return text[:head] + "…" + text[len(text) - (kept - head) :]
 
 
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-"""The control characters a page or a picture shows as their ``\\xNN`` escapes."""
-
-
 def picture_label(name: str) -> str:
     """A tensor name as a picture can draw it: a lone surrogate (bytes that are
     not UTF-8) and a control character as their escapes, which matplotlib's
-    fonts cannot draw (it raises, or warns of a missing glyph).
+    fonts cannot draw (it raises, or warns of a missing glyph), through
+    :func:`~kiln_np._core.checks.printable`, the one escaping of text output.
 
     >>> picture_label("blk.\\udcff.w"), picture_label("a\\x1bb")
     ('blk.\\\\udcff.w', 'a\\\\x1bb')
     """
-    readable = name.encode("utf-8", "backslashreplace").decode("utf-8")
-    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", readable)
+    return printable(name)
 
 
 def _message(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes)
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, **PLAIN)
     ax.set_axis_off()
 
 
@@ -157,11 +156,11 @@ def heatmap_figure(
                 f"found {stack!r}",
             )
         grids = {stack: grids[stack]}
-    heading = title if title is not None else f"{label} by layer and role"
+    heading = printable(title if title is not None else f"{label} by layer and role")
     drawn = [g for g in grids.values() if g.values.count()]
     if not drawn:
         fig, empty = plot.figure((6, 2.5))
-        fig.suptitle(heading)
+        fig.suptitle(heading, **PLAIN)
         why = "no tensor name with a layer index" if not grids else "no positive value"
         _message(empty[0], f"nothing to draw on a log scale: {why}")
         return fig
@@ -183,20 +182,21 @@ def heatmap_figure(
     for ax, grid in zip(axes, drawn, strict=True):
         image = ax.imshow(grid.values, aspect="auto", interpolation="nearest", norm=norm)
         step = _layer_step(len(grid.layers))
-        ax.set_yticks(range(0, len(grid.layers), step), [str(n) for n in grid.layers[::step]])
-        ax.set_xticks(range(len(grid.roles)), _role_labels(grid), rotation=90)
+        layers = [str(n) for n in grid.layers[::step]]
+        ax.set_yticks(range(0, len(grid.layers), step), layers, **PLAIN)
+        ax.set_xticks(range(len(grid.roles)), _role_labels(grid), rotation=90, **PLAIN)
         ax.tick_params(axis="x", labelsize=6 if small else 8)
         ax.tick_params(axis="y", labelsize=8)
-        ax.set_xlabel("role")
-        ax.set_ylabel("layer")
-        ax.set_title(grid.stack or "(no prefix)", fontsize=10)
+        ax.set_xlabel("role", **PLAIN)
+        ax.set_ylabel("layer", **PLAIN)
+        ax.set_title(grid.stack or "(no prefix)", fontsize=10, **PLAIN)
     assert image is not None
-    fig.colorbar(image, ax=list(axes), label=label)
-    fig.suptitle(heading)
+    fig.colorbar(image, ax=list(axes)).set_label(printable(label), **PLAIN)
+    fig.suptitle(heading, **PLAIN)
     note = "blank: no tensor, or a value that is zero, negative, NaN or infinite"
     if any(n > 1 for g in drawn for n in g.folded()):
         note += "\n(max of n): the largest of n tensors folded into one role"
-    fig.supxlabel(note, fontsize=8)
+    fig.supxlabel(note, fontsize=8, **PLAIN)
     return fig
 
 
@@ -230,7 +230,7 @@ def _draw_panel(
         _thin_ticks(ax)
         ax.xaxis.label.set_fontsize(8)
         ax.yaxis.label.set_fontsize(8)
-    ax.set_title(heading, fontsize=9)
+    ax.set_title(heading, fontsize=9, **PLAIN)
 
 
 def histogram_grid(

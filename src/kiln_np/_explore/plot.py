@@ -4,11 +4,17 @@ matplotlib is imported when a figure is first drawn (``pip install
 'kiln-np[plot]'``), never when the notebook helpers load.  These functions
 draw counts they are given; :meth:`kiln_np.Description.plot` and
 :meth:`kiln_np.ScaledDescription.plot` choose what to draw and title it.
+
+Every text kiln_np gives matplotlib is drawn as plain text (:data:`PLAIN`):
+titles, axis and colour-bar labels, tick labels and messages, so a tensor name
+or a pattern holding ``$`` is drawn as it is, never parsed as mathtext (a
+formula, or a traceback for ``$\\frac$``) or handed to TeX.  The one
+exception is kiln_np's own binary-exponent ticks, ``$2^{-3}$``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,7 +22,12 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["draw_exponents", "draw_patterns", "draw_scale_exponents", "figure"]
+__all__ = ["PLAIN", "draw_exponents", "draw_patterns", "draw_scale_exponents", "figure"]
+
+PLAIN: dict[str, Any] = {"parse_math": False, "usetex": False}
+"""The text properties of every string kiln_np draws (titles, labels, ticks,
+messages): the characters as they are, never mathtext, never TeX (whatever
+``text.usetex`` says)."""
 
 
 def figure(size: tuple[float, float], panels: int = 1) -> tuple[Figure, list[Axes]]:
@@ -53,9 +64,10 @@ def draw_patterns(ax: Axes, counts: np.ndarray, values: np.ndarray, log: bool) -
     ticks = patterns[:: 8192 if wide else max(1, counts.size // 16)]
     digits = {2: 1, 16: 1, 256: 2}.get(counts.size, 4)
     shown = [f"{float(values[t]):.3g}" if wide else str(values[t]) for t in ticks.tolist()]
-    ax.set_xticks(ticks, [f"{v}\n0x{t:0{digits}x}" for v, t in zip(shown, ticks, strict=True)])
+    labels = [f"{v}\n0x{t:0{digits}x}" for v, t in zip(shown, ticks, strict=True)]
+    ax.set_xticks(ticks, labels, **PLAIN)
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_xlabel("value / bit pattern")
+    ax.set_xlabel("value / bit pattern", **PLAIN)
 
 
 def draw_exponents(ax: Axes, counts: np.ndarray, bias: int, log: bool) -> None:
@@ -78,9 +90,9 @@ def draw_exponents(ax: Axes, counts: np.ndarray, bias: int, log: bool) -> None:
             ticks.append(where)
             labels.append(label)
     ax.bar(place, counts[fields], width=0.85, log=log)
-    ax.set_xticks(ticks, labels)
+    ax.set_xticks(ticks, labels)  # kiln_np's own mathtext: 2 to the power e
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_xlabel("binary exponent e (|x| in [2^e, 2^(e+1)))")
+    ax.set_xlabel("binary exponent e (|x| in [2^e, 2^(e+1)))", **PLAIN)
 
 
 def draw_scale_exponents(ax: Axes, exponents: list[tuple[int, int]], log: bool) -> None:
@@ -91,5 +103,5 @@ def draw_scale_exponents(ax: Axes, exponents: list[tuple[int, int]], log: bool) 
         where, counts = zip(*exponents, strict=True)
         ax.bar(where, counts, width=0.85, log=log)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("scale exponent (scale = 2^e)")
-    ax.set_ylabel("blocks")
+    ax.set_xlabel("scale exponent (scale = 2^e)", **PLAIN)
+    ax.set_ylabel("blocks", **PLAIN)

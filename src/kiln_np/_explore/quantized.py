@@ -223,10 +223,10 @@ class QuantizedDescription:
                 f"expected {panels} axes to draw on (values and scales), found {len(drawn)}",
             )
         self.values.plot(drawn[0], log=log, what="exponents")
-        drawn[0].set_title(f"{self.type} values: {self.values.count} elements")
+        drawn[0].set_title(f"{self.type} values: {self.values.count} elements", **plot.PLAIN)
         for ax, (name, part) in zip(drawn[1:], scales, strict=True):
             part.plot(ax, log=log)
-            ax.set_title(f"scale {name}: {part.name}, shape {part.shape}")
+            ax.set_title(f"scale {name}: {part.name}, shape {part.shape}", **plot.PLAIN)
         return drawn
 
 

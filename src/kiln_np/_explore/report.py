@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln_np._core.checks import set_module
+from kiln_np._core.checks import printable, set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing
 from kiln_np._version import __version__
@@ -50,7 +50,7 @@ from kiln_np.formats import open_weights
 from .entry import describe
 from .layers import layer_role
 from .metadata import metadata_rows
-from .pictures import CONTROL, heatmap_figure, histogram_grid
+from .pictures import heatmap_figure, histogram_grid
 from .weight_stats import Progress, WeightStats, describe_weights
 
 if TYPE_CHECKING:
@@ -63,16 +63,16 @@ MAX_ROWS = 2000
 
 
 def text(value: object) -> str:
-    """``value`` as HTML text (or an attribute's value): ``& < > " '``
-    escaped, control characters shown as ``\\xNN``.
+    """``value`` as HTML text (or an attribute's value): shown through
+    :func:`~kiln_np._core.checks.printable` (control characters as ``\\xNN``,
+    lone surrogates as ``\\udcNN``), then ``& < > " '`` escaped.
 
     Examples
     --------
     >>> text("<script>alert(1)</script>"), text("a\\x1bb")
     ('&lt;script&gt;alert(1)&lt;/script&gt;', 'a\\\\x1bb')
     """
-    shown = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(value))
-    return html.escape(shown, quote=True)
+    return html.escape(printable(str(value)), quote=True)
 
 
 def dotted(name: str) -> str:

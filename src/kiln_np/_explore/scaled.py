@@ -429,12 +429,13 @@ class ScaledDescription:
         plot.draw_scale_exponents(first, self.scale_exponents(), log)
         first.set_title(
             f"{self.blocks} blocks of {self.block_size}: {self.saturated} saturated, "
-            f"{self.zero_blocks} all zero"
+            f"{self.zero_blocks} all zero",
+            **plot.PLAIN,
         )
         self.values.plot(second, log=log, what="patterns")
-        second.set_title(f"{self.values.name} element codes (unscaled)")
+        second.set_title(f"{self.values.name} element codes (unscaled)", **plot.PLAIN)
         self.dequantized.plot(third, log=log, what="exponents")
-        third.set_title(f"dequantized: {self.dequantized.count} values")
+        third.set_title(f"dequantized: {self.dequantized.count} values", **plot.PLAIN)
         return drawn
 
 

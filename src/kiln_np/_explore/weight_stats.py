@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from kiln_np._core.checks import set_module
+from kiln_np._core.checks import printable, set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code
 from kiln_np._kernels import pool
@@ -91,9 +91,6 @@ runs measured slower: the per-run calls cost more than the cache saves)."""
 
 Progress = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)``: the payload bytes read so far."""
-
-WIDTH = 100
-"""The text form's columns."""
 
 HEATMAP_STATS = ("std", "absmax", "max", "mean", "zero_fraction", "nan", "posinf", "neginf")
 """What :meth:`WeightStats.heatmap` can colour by (a log scale: cells of values
@@ -220,7 +217,7 @@ class WeightStats(Sequence[TensorStats]):
     :class:`TensorStats` per tensor, in file order.
 
     A sequence of rows (index by position, or by name with :meth:`row`); its
-    ``str`` is a table that fits 100 columns; in a notebook it renders as an
+    ``str`` is a table of every name whole; in a notebook it renders as an
     HTML table; :meth:`to_records` and :meth:`to_json` are JSON-ready (a
     pandas DataFrame is ``pd.DataFrame(stats.to_records())``).
 
@@ -314,20 +311,23 @@ class WeightStats(Sequence[TensorStats]):
         return f"statistics of {len(self.tensors):,} tensors ({self.format}){flagged}"
 
     def __str__(self) -> str:
+        """The table: every name whole (shown through
+        :func:`~kiln_np._core.checks.printable`), the name column as wide as the
+        longest, the statistics in fixed columns after it; a line is as long as
+        its name needs."""
         widths = (7, 7, 9, 9, 9, 9, 6, 7)
-        rest = sum(widths) + len(widths)
-        name_w = max(12, min(max((len(t.name) for t in self.tensors), default=4), WIDTH - rest))
+        names = [printable(t.name) for t in self.tensors]
+        name_w = max([12, *map(len, names)])
         head = f"{'name':<{name_w}}" + "".join(
             f" {c:>{w}}" for c, w in zip(_COLUMNS, widths, strict=True)
         )
         lines = [self._head(), head]
-        for t in self.tensors:
+        for t, name in zip(self.tensors, names, strict=True):
             cells = self._cells(t)
-            name = t.name if len(t.name) <= name_w else "..." + t.name[-(name_w - 3) :]
             line = f"{name:<{name_w}}" + "".join(
                 f" {c:>{w}}" for c, w in zip(cells, widths, strict=True)
             )
-            lines.append(line if t.note is None else f"{line}  ({t.note})"[:WIDTH])
+            lines.append(line if t.note is None else f"{line}  ({printable(t.note)})")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -32,6 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from kiln_np._core.checks import printable
+
 __all__ = [
     "Listed",
     "Summary",
@@ -155,7 +157,8 @@ NOTE = (
 class Summary:
     """A checkpoint at a glance (see the module's docstring for the tree).
 
-    Its ``str`` is a text form at most 100 columns wide; in a notebook it
+    Its ``str`` is a text form at most 100 columns wide but for the lines
+    naming a tensor, whose name is never cut; in a notebook it
     renders as tables (``_repr_html_``); :meth:`to_dict` is JSON-ready.
 
     Examples
@@ -203,7 +206,7 @@ class Summary:
             rows.append(
                 (
                     "largest",
-                    f"{self.largest} ({self.largest_parameters:,} parameters, "
+                    f"{printable(self.largest)} ({self.largest_parameters:,} parameters, "
                     f"{human_bytes(self.largest_byte_length)})",
                 )
             )
@@ -239,12 +242,17 @@ class Summary:
             else:
                 what = f"{r.tensors:,} tensors"
             size = f"{human_count(r.parameters)} / {human_bytes(r.byte_length)}"
-            cells.append((r.depth, r.name, what, size + (" each" if r.repeat > 1 else "")))
+            name = printable(r.name)
+            cells.append((r.depth, name, what, size + (" each" if r.repeat > 1 else "")))
         return cells
 
     def __str__(self) -> str:
         lines = [f"Weights summary ({self.format})"]
-        lines += [_clip(f"  {k:<12} {v}") for k, v in self._facts()]
+        # A fact naming a tensor (largest) is never cut; the others fit WIDTH.
+        lines += [
+            f"  {k:<12} {v}" if k == "largest" else _clip(f"  {k:<12} {v}")
+            for k, v in self._facts()
+        ]
         lines.append(_clip(f"  note: {NOTE}", wrap=True))
         head = ("type", "tensors", "parameters", "bytes", "bits/weight")
         lines.append("")
@@ -254,11 +262,9 @@ class Summary:
             lines += ["", "  tree (parameters / bytes)"]
             rows = [("  " * d + n, w, z) for d, n, w, z in self._tree_cells()]
             what_w = max(len(w) for _, w, _ in rows)
-            size_w = max(len(z) for _, _, z in rows)
-            name_w = min(max(len(n) for n, _, _ in rows), max(WIDTH - 8 - what_w - size_w, 24))
+            name_w = max(len(n) for n, _, _ in rows)  # every name whole
             for name, what, size in rows:
-                line = f"    {_fit(name, name_w):<{name_w}}  {what:<{what_w}}  {size}"
-                lines.append(_clip(line.rstrip()))
+                lines.append(f"    {name:<{name_w}}  {what:<{what_w}}  {size}".rstrip())
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -329,11 +335,6 @@ class Summary:
             "note": NOTE,
             "tree": [r.to_dict() for r in self.tree],
         }
-
-
-def _fit(text: str, room: int) -> str:
-    """``text`` cut to ``room`` columns, ``...`` marking the cut."""
-    return text if len(text) <= room else text[: max(room - 3, 0)] + "..."
 
 
 def _clip(line: str, *, wrap: bool = False) -> str:

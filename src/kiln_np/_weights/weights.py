@@ -133,8 +133,9 @@ class Weights(Mapping[str, WeightTensor]):
         """The checkpoint at a glance, from the headers alone: counts, bytes, bits
         per weight, a table by stored type, the largest tensor, a memory
         estimate and the tree of names (repeated layers folded).  Its ``str``
-        fits 100 columns; it renders as tables in a notebook; ``to_dict()`` is
-        JSON-ready.  See docs/explore.md, "Checkpoint summary"."""
+        fits 100 columns but for the lines naming a tensor (never cut); it
+        renders as tables in a notebook; ``to_dict()`` is JSON-ready.
+        See docs/explore.md, "Checkpoint summary"."""
         return summarize(self._tensors.values(), format=self.format, path=self.path)
 
     @property

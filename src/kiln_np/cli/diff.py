@@ -12,7 +12,7 @@ from typing import Any
 from kiln_np._explore.comparison import compare
 
 from .args import json_flag, subparser
-from .output import print_json
+from .output import print_json, say
 from .weights import (
     logical_view,
     open_weights_file,
@@ -50,7 +50,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         record = {"format": "kiln-np-diff/1", "selection": selection, **result.to_json()}
         print_json({**record, "a": args.a, "b": args.b})
     else:
-        print(result.text(every=args.all))
+        say(result.text(every=args.all))
     return 0 if result.equal else 1
 
 

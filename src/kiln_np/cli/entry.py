@@ -23,6 +23,7 @@ from .errors import CliError, Stopped
 from .golden import add_golden
 from .meta import add_meta
 from .onnx import add_onnx
+from .output import say
 from .payloads import add_decode, add_encode, add_inspect
 from .report import add_report
 from .stats import add_stats
@@ -34,7 +35,7 @@ __all__ = ["main", "parser", "run"]
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other error, instead of argparse's usage block.
-        print(f"kiln-np: USAGE: {message} (see {self.prog} --help)", file=sys.stderr)
+        say(f"kiln-np: USAGE: {message} (see {self.prog} --help)", stream=sys.stderr)
         sys.exit(2)
 
 
@@ -92,9 +93,6 @@ def run(argv: Sequence[str]) -> int:
     return status
 
 
-_UTF8 = frozenset({"utf-8", "utf8"})
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -104,18 +102,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     {"format": "kiln-np-golden/1", ...}
     0
     """
-    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.encoding.lower() in _UTF8:
-        # A path from argv may hold undecodable bytes (as surrogates): print them
-        # back as the bytes they were, as ls does, instead of failing to encode.
-        sys.stdout.reconfigure(errors="surrogateescape")
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            # Text leaves through output.say, escaped (a lone surrogate as \udcff):
+            # what a terminal's encoding cannot hold (CJK on a Latin-1 one)
+            # shows as its escape too, never a UnicodeEncodeError.
+            stream.reconfigure(errors="backslashreplace")
     previous = _on_sigterm()
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except KilnError as exc:
-        print(f"kiln-np: {exc}", file=sys.stderr)
+        say(f"kiln-np: {exc}", stream=sys.stderr)
         return 2
     except CliError as exc:
-        print(f"kiln-np: {exc.kind}: {exc}", file=sys.stderr)
+        say(f"kiln-np: {exc.kind}: {exc}", stream=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (`kiln-np inspect ... | head`): end quietly, as a
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (no temporary file is left); end with one line saying what happened and
         # 128 + the signal's number, as a shell does.
         stop = exc if isinstance(exc, Stopped) else Stopped("SIGINT (Ctrl-C)", signal.SIGINT)
-        print(f"kiln-np: INTERRUPTED: {stop.line()}", file=sys.stderr)
+        say(f"kiln-np: INTERRUPTED: {stop.line()}", stream=sys.stderr)
         return stop.status
     finally:
         if previous is not None:

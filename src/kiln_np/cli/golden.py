@@ -13,7 +13,7 @@ from kiln_np._explore.golden import CaseResult, format_table, load_cases, run_ca
 
 from .args import json_flag, subparser
 from .errors import file_error
-from .output import print_json
+from .output import print_json, say
 
 __all__ = ["add_golden"]
 
@@ -45,10 +45,10 @@ def _cmd_golden(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise file_error("read", args.dir, exc) from exc
     except ValueError as exc:
-        print(f"kiln-np: golden: {exc}", file=sys.stderr)
+        say(f"kiln-np: golden: {exc}", stream=sys.stderr)
         return 2
     if not cases:
-        print(f"kiln-np: golden: no *.json case files in {args.dir}", file=sys.stderr)
+        say(f"kiln-np: golden: no *.json case files in {args.dir}", stream=sys.stderr)
         return 2
     results = [run_case(case) for case in cases]
     failed = sum(not r.ok for r in results)
@@ -62,8 +62,8 @@ def _cmd_golden(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(format_table(results))
-        print(f"\n{len(results) - failed} passed, {failed} failed")
+        say(format_table(results))
+        say(f"\n{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

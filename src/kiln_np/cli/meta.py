@@ -2,9 +2,10 @@
 
 GGUF key/values with their GGUF types (``uint32``, ``array[string]``),
 safetensors' ``__metadata__``, an ONNX model's ``ir_version``, producer,
-opsets and ``metadata_props``, a Kiln directory's manifest metadata.  The text
-form fits 100 columns: a long array is its length and first items, a long
-string is cut and its length given; a GGUF string array is decoded only as far
+opsets and ``metadata_props``, a Kiln directory's manifest metadata.  In the text
+form each value fits 100 columns (a key is never cut): a long array is its
+length and first items, a long string is cut and its length given;
+a GGUF string array is decoded only as far
 as shown (:meth:`kiln_np.gguf.GGUFMetadata.head`).  ``--json`` prints every
 value in full (:func:`json_value`).  The rendering is
 :mod:`kiln_np._explore.metadata`'s (the report shows the same rows).
@@ -18,7 +19,7 @@ from typing import Any
 from kiln_np._explore.metadata import json_value, meta_text, type_name
 
 from .args import json_flag, subparser
-from .output import print_json
+from .output import print_json, say
 from .weights import open_weights_file
 
 __all__ = ["add_meta", "json_value", "meta_text", "type_name"]
@@ -28,7 +29,7 @@ def _cmd_meta(args: argparse.Namespace) -> int:
     with open_weights_file(args.path) as weights:
         metadata = weights.metadata
         if not args.json:
-            print(meta_text(args.path, weights.format, metadata))
+            say(meta_text(args.path, weights.format, metadata))
             return 0
         types = getattr(metadata, "types", None)
         entries = []

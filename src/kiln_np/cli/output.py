@@ -1,6 +1,14 @@
 """What the command line prints: one JSON object (``--json``, ``docs/cli.md``) or
 text, tables of aligned columns, and a progress bar on stderr, drawn only when
 it is a terminal.
+
+Every line of text goes out through :func:`say` (stdout, stderr) and every cell
+of a table through :func:`table`, and both show names and keys through
+:func:`~kiln_np._core.checks.printable`: a control character (ESC, BEL, CR) or
+a lone surrogate of a hostile file prints as its escape (``\\x1b``,
+``\\udcff``), never raw.  ``--json`` is ``json.dumps``, which escapes them
+itself.  ``tests/cli/test_text_escapes.py`` fails on a ``print`` anywhere else
+in the command line.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
+from kiln_np._core.checks import printable
 from kiln_np._core.table import Layout
 
 __all__ = [
@@ -22,6 +31,7 @@ __all__ = [
     "human_count",
     "layout_json",
     "print_json",
+    "say",
     "shape_text",
     "table",
 ]
@@ -38,12 +48,27 @@ def print_json(record: dict[str, Any]) -> None:
     print(json.dumps(record, allow_nan=False))
 
 
+def say(text: object = "", *, stream: TextIO | None = None) -> None:
+    """Print ``text`` on ``stream`` (stdout by default), each of its lines
+    through :func:`~kiln_np._core.checks.printable`: the one way text leaves
+    the command line.
+
+    Examples
+    --------
+    >>> say("w\\x1b[2J\\x07  f32\\nb\\udcff")
+    w\\x1b[2J\\x07  f32
+    b\\udcff
+    """
+    shown = "\n".join(printable(line) for line in str(text).split("\n"))
+    print(shown, file=sys.stdout if stream is None else stream)
+
+
 def emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
     """Print ``record`` with ``--json``, else ``text``."""
     if args.json:
         print_json(record)
     else:
-        print(text)
+        say(text)
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -118,15 +143,18 @@ def layout_json(layout: Layout | None) -> dict[str, Any] | None:
 
 def table(rows: list[list[str]], right: Collection[int] | None = None) -> str:
     """Rows of cells in aligned columns, those of ``right`` to the right (default:
-    the last, byte counts).
+    the last, byte counts).  A cell is never cut: a column is as wide as its
+    widest cell, each cell shown through :func:`~kiln_np._core.checks.printable`
+    (a name holding ESC is as wide as its escape).
 
     Examples
     --------
-    >>> print(table([["name", "bytes"], ["w", "24"], ["bias", "4"]]))
-    name  bytes
-    w        24
-    bias      4
+    >>> print(table([["name", "bytes"], ["w", "24"], ["bias\\x1b", "4"]]))
+    name      bytes
+    w            24
+    bias\\x1b      4
     """
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     right = {len(widths) - 1} if right is None else set(right)
     return "\n".join(
@@ -154,7 +182,7 @@ class Progress:
         self.stream = sys.stderr if stream is None else stream
         self.enabled = self.stream.isatty()
         self.total = total
-        self.label = label
+        self.label = printable(label)
         self.done = 0
         self.drawn = 0.0
 

@@ -39,7 +39,7 @@ from kiln_np._weights.mapped import MappedFile
 from .args import describe_payload, json_flag, parse_code, parse_first, payload_args, subparser
 from .errors import CliError, file_error
 from .files import identity, refuse_overwrite, stat_input, write_file
-from .output import Progress, emit, layout_json, print_json, shape_text
+from .output import Progress, emit, layout_json, print_json, say, shape_text
 from .weights import open_weights_file
 
 __all__ = ["add_decode", "add_encode", "add_inspect"]
@@ -384,9 +384,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print_json(record)
         return 0
-    print(_inspect_text(record, described, args.first))
+    say(_inspect_text(record, described, args.first))
     if values is not None:
-        print(_quantized_text(values))
+        say(_quantized_text(values))
     return 0
 
 

@@ -16,7 +16,7 @@ from kiln_np._weights.summary import human_bytes
 from .args import subparser
 from .errors import file_error
 from .files import refuse_overwrite
-from .output import Progress
+from .output import Progress, say
 from .weights import (
     logical_view,
     open_weights_file,
@@ -34,10 +34,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         chosen = select_tensors(weights, args, args.path, logical=False)
         refuse_overwrite(args.output, weights_inputs(weights))
         if matplotlib_missing():
-            print(
+            say(
                 "kiln-np: note: the report leaves its pictures out: they need matplotlib "
                 "(pip install 'kiln-np[plot]')",
-                file=sys.stderr,
+                stream=sys.stderr,
             )
         else:
             import matplotlib
@@ -56,7 +56,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 raise file_error("write", args.output, exc) from exc
         count = len(chosen)
     size = human_bytes(os.stat(args.output).st_size)
-    print(f"{args.output}: report of {count} tensor{'s' * (count != 1)}, {size}")
+    say(f"{args.output}: report of {count} tensor{'s' * (count != 1)}, {size}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The ``stats`` command: statistics of every tensor of a weight file
-(:func:`kiln_np.describe` of a :class:`~kiln_np.Weights`), a table that fits
-100 columns or ``--json``; a progress bar on a terminal's stderr.
+(:func:`kiln_np.describe` of a :class:`~kiln_np.Weights`), a table of every
+name whole or ``--json``; a progress bar on a terminal's stderr.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from kiln_np._explore.weight_stats import describe_weights
 
 from .args import json_flag, subparser
-from .output import Progress, print_json
+from .output import Progress, print_json, say
 from .weights import (
     logical_view,
     open_weights_file,
@@ -48,7 +48,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         record: dict[str, Any] = {"format": "kiln-np-stats/1", "selection": selection}
         print_json({**record, **result.to_json(), "path": args.path})
     else:
-        print(result)
+        say(result)
     return 0
 
 

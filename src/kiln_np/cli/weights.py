@@ -52,6 +52,7 @@ from .output import (
     human_count,
     layout_json,
     print_json,
+    say,
     shape_text,
     table,
 )
@@ -276,10 +277,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         [t["name"], t["format_dtype"], t["kiln"], shape_text(t["shape"]), size(t["byte_length"])]
         for t in tensors
     ]
-    print(table(rows))
+    say(table(rows))
     total, fmt = record["byte_length"], record["weights_format"]
     count = _count_text(len(tensors), len(weights), selection)
-    print(
+    say(
         f"{count}, {human_count(record['parameters'])} parameters, "
         f"{human_bytes(total)} ({total:,} payload bytes), {fmt}"
     )
@@ -307,9 +308,9 @@ def _refuse_replacing(args: argparse.Namespace, row: WeightFormat, plan: Plan) -
     splits = row.replaces(dst) if row.replaces is not None else []
     if args.force:
         for path, what in [*found, *((p, "a split") for p in splits)]:
-            print(f"replacing {path} ({what})", file=sys.stderr)
+            say(f"replacing {path} ({what})", stream=sys.stderr)
         for path in plan.replaced:
-            print(f"replacing {path} (not written by a conversion)", file=sys.stderr)
+            say(f"replacing {path} (not written by a conversion)", stream=sys.stderr)
         return
     if found:
         raise CliError("FILE", f"cannot write {dst!r}: it exists ({found[0][1]}); {force} it")
@@ -471,7 +472,7 @@ def _write(
     """Execute the plan (here, or a shard per task on ``--scheduler``) and report it."""
     kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
     for k in kept:
-        print(f"kept {k['name']} as {k['type']}: {k['reason']}", file=sys.stderr)
+        say(f"kept {k['name']} as {k['type']}: {k['reason']}", stream=sys.stderr)
     total = sum(s.target_bytes for s in plan.steps)
     if args.scheduler is not None:
         written = _save_on_cluster(args, plan, chosen)
@@ -591,9 +592,9 @@ def _print_plan(
             change += f" -> {step['target_type']}"
             size += f" -> {human_bytes(step['target_bytes'])}"
         rows.append([step["name"], step["action"], change, size, _bpw_text(step), step["reason"]])
-    print(table(rows, right=(3, 4)))
+    say(table(rows, right=(3, 4)))
     actions = ", ".join(f"{n} {a}" for a, n in totals["actions"].items())
-    print(
+    say(
         f"{count} ({actions}), {human_bytes(totals['source_bytes'])} -> "
         f"{human_bytes(totals['target_bytes'])}, {_bpw_text(totals)} bits per weight, "
         f"{weights.format} -> {plan.row.name}; would write {_files_text(record['files'])}"
