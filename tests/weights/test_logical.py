@@ -208,8 +208,9 @@ def test_names_and_types_alone_without_a_config(tmp_path: Path) -> None:
         assert isinstance(plain.logical({"quant_method": "toy"})["q.weight"], LogicalTensor)
         with pytest.raises(KilnError, match=r"whose configuration no scheme reads"):
             plain.logical({"quant_method": "toy", "toy_version": 2})
-        with pytest.raises(TypeError, match="expected config to be a mapping"):
+        with pytest.raises(KilnError, match="expected config to be a mapping") as e:
             plain.logical("toy")  # type: ignore[arg-type]
+        assert e.value.kind == "TYPE"
 
 
 def test_parts_that_do_not_fit_are_errors_naming_the_tensor_and_rule(tmp_path: Path) -> None:
