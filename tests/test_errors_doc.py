@@ -580,6 +580,7 @@ GGUF: list[Entry] = [
     ("read_gguf", "ne[0] not a whole number of blocks", lambda: _gguf(infos=(gguf_info("w", (33, 1), 2),), data=bytes(64))),
     ("read_gguf", "shape numpy cannot represent", lambda: _gguf(infos=(gguf_info("w", (2**62, 1)),))),
     ("read_gguf", "offset off the alignment", lambda: _gguf(infos=(gguf_info("w", offset=4),), data=bytes(64))),
+    ("read_gguf", "offset past 2**63-1 (an empty tensor)", lambda: _gguf(infos=(gguf_info("w", (0,), offset=2**64 - 32),))),
     ("read_gguf", "data past the end of the file", lambda: _gguf(infos=(gguf_info("w", (9,)),), data=bytes(32))),
     ("read_gguf", "tensors overlap", lambda: _gguf(infos=(gguf_info("a", (16,)), gguf_info("b", offset=32)), data=bytes(64))),
     ("read_gguf", "split.count not an integer", lambda: _gguf(gguf_kv("split.count", 8, struct.pack("<Q", 1) + b"2"))),
