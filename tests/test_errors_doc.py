@@ -44,6 +44,7 @@ from kiln_np._schemes.bnb import NF4
 from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
 from kiln_np._schemes.scheme import Facts
 from kiln_np._schemes.table import scheme_named
+from kiln_np._weights.tensors import WeightTensor
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -766,6 +767,11 @@ _TYPE142 = kiln_np.Payload(
 )
 
 
+def _unknown_numbers() -> Any:
+    info = kiln_np.payload_info(_TYPE142.code, _TYPE142.shape, _TYPE142.layout)
+    return np.asarray(WeightTensor("k", info, None, "type142", data=_TYPE142.data))
+
+
 def _weights_file() -> str:
     path = _scratch() / "w.safetensors"
     kiln_np.save_weights(path, _ONE, format="safetensors")
@@ -811,6 +817,7 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
     ("WeightTensor.payload", "file cut short since it was opened", _shrunk),
     ("WeightTensor.payload", "file replaced since it was opened", _replaced),
+    ("WeightTensor.numpy / np.asarray", "a GGML type with no decoder (an unknown id): its numbers are unknown", _unknown_numbers),
     ("open_safetensors", "file shorter than the 8-byte size", lambda: kst.open_safetensors(_file("w.safetensors", b"\x02\x00"))),
     ("open_safetensors", "header size above 100 MB", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 10**9) + b"{}"))),
     ("open_safetensors", "header longer than the file", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 9) + b"{}"))),
