@@ -636,6 +636,7 @@ MX: list[Entry] = [
     ("gguf.dequantize", "a GGML layout of the wrong block size (gguf-py's 40-byte Q8_1)", lambda: kg.dequantize(kiln_np.Payload(0x4700 + 9, memoryview(bytes(36)), (1,), Layout("ggml.q8_1", 40)))),
     ("gguf.dequantize", "data that is no buffer", lambda: kg.dequantize(kiln_np.Payload(0x4708, [0] * 34, (1,), Layout("ggml.q8_0", 34)))),  # type: ignore[arg-type]
     ("gguf.dequantize", "data of the wrong size", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(33)), (1,), Layout("ggml.q8_0", 34)))),
+    ("gguf.dequantize", "an empty tensor whose values numpy cannot hold (2**63 elements in a zero-size array)", lambda: kg.dequantize(kiln_np.Payload(0x4702, b"", (0, 2**58), Layout("ggml.q4_0", 18)))),
     ("gguf.dequantize", "dtype not f32, f16, bf16, f64", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(34)), (1,), Layout("ggml.q8_0", 34)), dtype=np.int8)),
     ("gguf.quantize", "a type that needs an importance matrix", lambda: kg.quantize(np.zeros((1, 256), np.float32), "iq2_xs")),
     ("gguf.quantize", "an intermediate type (Q8_K)", lambda: kg.quantize(np.zeros((1, 256), np.float32), "Q8_K")),

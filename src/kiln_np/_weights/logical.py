@@ -44,6 +44,7 @@ import numpy as np
 from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import check_representable
 from kiln_np._core.table import as_dtype
 from kiln_np._files.io import open_regular_raw, read_all
 from kiln_np._schemes import table
@@ -192,8 +193,10 @@ class LogicalTensor(WeightTensor):
         ------
         KilnError
             TYPE when the roles are not :attr:`parts`' or an array's dtype is
-            not its part's; SHAPE when an array's shape is not its part's; the
-            scheme's own errors, naming the tensor.
+            not its part's; SHAPE when an array's shape is not its part's, or
+            numpy cannot make the rows' array (an empty tensor's other
+            dimensions too large for ``dtype``); the scheme's own errors,
+            naming the tensor.
         IndexError
             For rows outside the first axis.
 
@@ -215,13 +218,14 @@ class LogicalTensor(WeightTensor):
         n = self.shape[0] if self.shape else 1
         if not (0 <= r0 <= r1 <= n):
             raise IndexError(f"rows [{r0}, {r1}) of a first axis of {n}")
+        want = (r1 - r0, *self.shape[1:]) if self.shape else ()
+        check_representable(want, out.itemsize, f"tensor {self.name!r} as {out}: ")
         checked = self._checked(arrays)
         scheme = scheme_named(self.scheme)
         try:
             values = scheme.decode(self.plan, checked, r0, r1, out)
         except KilnError as exc:
             raise exc.prefixed(f"tensor {self.name!r}: ") from None
-        want = (r1 - r0, *self.shape[1:]) if self.shape else ()
         if values.dtype != out or values.shape != want:
             raise AssertionError(
                 f"{self.scheme} decode gave {values.dtype} {values.shape}, expected {out} {want}"
@@ -296,7 +300,9 @@ class LogicalTensor(WeightTensor):
             )
         if dtype is None or as_dtype(dtype).name in OUTPUT_DTYPES:
             return self.dequantize(dtype)
-        return self.dequantize().astype(dtype)
+        wanted = as_dtype(dtype)
+        check_representable(self.shape, wanted.itemsize, f"tensor {self.name!r} as {wanted}: ")
+        return self.dequantize().astype(wanted)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_logical, (self.name, self.scheme, self.plan, dict(self.parts)))

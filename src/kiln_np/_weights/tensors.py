@@ -27,7 +27,7 @@ from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import set_module
 from kiln_np._core.errors import KilnError
 from kiln_np._core.foreign import ForeignType
-from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.payload import PayloadInfo, check_representable, payload_info
 from kiln_np._core.table import Layout, as_dtype, code_label
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import OUTPUT_DTYPES, dequantize_blocks
@@ -247,7 +247,10 @@ class WeightTensor:
             out = np.dtype(np.float32)
             if dtype is not None and dtype.name in OUTPUT_DTYPES and dtype.isnative:
                 out = dtype
-            return dequantize_blocks(block.name, payload.data, self.info.shape, out)
+            try:
+                return dequantize_blocks(block.name, payload.data, self.info.shape, out)
+            except KilnError as exc:
+                raise exc.prefixed(f"tensor {self.name!r}: ") from None
         foreign = self._foreign()
         if foreign is not None:
             self.info.check_length(memoryview(payload.data).nbytes)
@@ -266,6 +269,7 @@ class WeightTensor:
         arr = self._elements(wanted)
         fresh = self._block() is not None or self.info.element.packed
         if wanted is not None and arr.dtype != wanted:
+            check_representable(arr.shape, wanted.itemsize, f"tensor {self.name!r} as {wanted}: ")
             if copy is False:
                 raise ValueError(
                     f"{arr.dtype} elements as {wanted}: a new array, copy=False is impossible"
