@@ -44,6 +44,7 @@ from kiln_np._schemes.bnb import NF4
 from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
 from kiln_np._schemes.scheme import Facts
 from kiln_np._schemes.table import scheme_named
+from kiln_np._weights.logical import logical_tensors
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
@@ -1176,6 +1177,16 @@ def _int4_plan(scheme: str, config: dict[str, Any], **arrays: np.ndarray) -> obj
     return scheme_named(scheme).plan("m.q_proj.weight", facts, config)
 
 
+def _gidx_rows_of() -> Any:
+    """A desc_act GPTQ weight's rows decoded from a g_idx that names group -1."""
+    gidx = np.arange(128, dtype=np.int32)[::-1] // 32
+    parts = {**_GPTQ, "g_idx": gidx}
+    tensors = {f"m.{r}": WeightTensor(f"m.{r}", kiln_np.payload_info(kiln_np.code_for_dtype(a.dtype), a.shape), None, "x", data=memoryview(a.tobytes())) for r, a in parts.items()}  # fmt: skip
+    (logical,) = logical_tensors(tensors, {"quant_method": "gptq"})
+    arrays = {**parts, "g_idx": np.where(gidx == 0, -1, gidx).astype(np.int32)}
+    return logical.rows_of(arrays, 0, 1)
+
+
 _GPTQ: dict[str, np.ndarray] = {
     "qweight": np.zeros((16, 24), np.int32),
     "qzeros": np.zeros((4, 3), np.int32),
@@ -1196,6 +1207,7 @@ INT4: list[Entry] = [
     ("logical() (gptq)", "g_idx beside AWQ-shaped parts", lambda: _int4_plan("gptq", {}, qweight=np.zeros((128, 3), np.int32), qzeros=np.zeros((4, 3), np.int32), scales=np.ones((4, 24), np.float16), g_idx=np.zeros(128, np.int32))),
     ("logical() (gptq)", "g_idx not of in elements", lambda: _int4_plan("gptq", {}, **_GPTQ, g_idx=np.zeros(64, np.int32))),
     ("logical() (gptq)", "a g_idx value past the groups", lambda: _int4_plan("gptq", {}, **_GPTQ, g_idx=np.full(128, 4, np.int32))),
+    ("LogicalTensor.rows_of (gptq)", "a caller's g_idx value outside the groups (both kernels)", _gidx_rows_of),
     ("logical() (pack-quantized)", "weight_shape not 2 elements", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "shape": np.array([21, 100, 1], np.int64)})),
     ("logical() (pack-quantized)", "weight_shape of a zero size", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "shape": np.array([0, 100], np.int64)})),
     ("logical() (pack-quantized)", "weight_packed not (out, ceil(in/8))", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "packed": np.zeros((21, 12), np.int32)})),
