@@ -33,7 +33,8 @@ def _gptq() -> tuple[LogicalTensor, dict[str, np.ndarray]]:
     codes = {"qweight": "i32", "qzeros": "i32", "scales": "f16", "g_idx": "i32"}
     parts = {f"m.{role}": _part(f"m.{role}", a, codes[role]) for role, a in arrays.items()}
     (t,) = logical_tensors(parts, {"quant_method": "gptq", "bits": 4})
-    assert isinstance(t, LogicalTensor) and t.plan.params["group"] == 0
+    assert isinstance(t, LogicalTensor)
+    assert t.plan.params["group"] == 0
     return t, arrays
 
 

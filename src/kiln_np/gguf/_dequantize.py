@@ -40,8 +40,9 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
         block)`` (what :func:`kiln_np.open_weights` gives for a quantized GGUF
         tensor), block shape ``(..., m)``.
     dtype : float32, float16, bfloat16 or float64
-        float32 (the default; None means it too, not numpy's float64) is ggml's own result, bit for bit its ``dequantize_row_*`` for
-        every block (NaN and infinite scales included); the others are those
+        float32 (the default; None means it too, not numpy's float64) is
+        ggml's own result, bit for bit its ``dequantize_row_*`` for every
+        block (NaN and infinite scales included); the others are those
         float32 values rounded once, to nearest even.
 
     Returns
