@@ -147,7 +147,7 @@ def _numpy(
     for r0 in range(lo, hi, step):
         r1 = min(r0 + step, hi)
         srows = scales[(row0 + np.arange(r0, r1)) // b0]
-        per = np.repeat(srows, b1, axis=1)[:, :cols]
+        per = srows[:, np.arange(cols) // b1]  # each column's scale: memory of cols, any b1
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are results here
             out[r0:r1] = (table[codes[r0:r1]] * per).astype(out.dtype)
 

@@ -18,7 +18,13 @@ from typing import Any
 from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 
-from .logical import logical_tensors, modelopt_quantization, read_config
+from .logical import (
+    HF_QUANT_CONFIG,
+    beside,
+    logical_tensors,
+    modelopt_quantization,
+    read_config,
+)
 from .mapped import MappedFile
 from .remote import is_url
 from .summary import Summary, human_bytes, human_count, summarize
@@ -200,14 +206,18 @@ class Weights(Mapping[str, WeightTensor]):
                 f"{show_value(config)}",
             )
         where, found = (None, None) if config is False else read_config(self.path)
+        source = "quantization_config"  # given by hand
         if config is True or config is None:
-            chosen = (found or {}).get("quantization_config") or (
-                modelopt_quantization(self.path) or {}
-            )
+            chosen = (found or {}).get("quantization_config")
+            if chosen:
+                source = f"{where!r}: quantization_config"
+            else:
+                chosen = modelopt_quantization(self.path) or {}
+                source = f"{beside(self.path, HF_QUANT_CONFIG)!r}: quantization"
         else:
             chosen = config or {}
         view = Weights(
-            logical_tensors(self._tensors, chosen),
+            logical_tensors(self._tensors, chosen, source),
             format=self.format,
             metadata=self.metadata,
             path=self.path,
