@@ -44,7 +44,7 @@ from kiln_np._schemes.bnb import NF4
 from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
 from kiln_np._schemes.scheme import Facts
 from kiln_np._schemes.table import scheme_named
-from kiln_np._weights.logical import logical_tensors
+from kiln_np._weights.logical import LogicalTensor, logical_tensors
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
@@ -433,6 +433,11 @@ EXPLORE: list[Entry] = [
     ("bit_histogram", "opaque payload", lambda: kiln_np.bit_histogram(kiln_np.Payload(4096, memoryview(bytes(2)), (1,), Layout("pair", 2)))),
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
     ("report", "the output is a file of the checkpoint", lambda: kiln_np.report(path := _weights_file(), path)),
+    ("report", "neither a path nor a Weights", lambda: kiln_np.report(3, "r.html")),  # type: ignore[arg-type]
+    ("compare", "neither a path nor a Weights", lambda: kiln_np.compare(b"a.gguf", "b.gguf")),  # type: ignore[arg-type]
+    ("plot_histograms", "not a Weights", lambda: kiln_np.plot_histograms({"w": 1})),  # type: ignore[arg-type]
+    ("Weights.select", "a pattern that is not a str", lambda: kiln_np.open_weights(_weights_file()).select(["*"])),  # type: ignore[arg-type]
+    ("Weights.logical", "config neither a mapping, False nor None", lambda: kiln_np.open_weights(_weights_file()).logical("fp8")),  # type: ignore[arg-type]
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
     ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
     ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]
@@ -637,7 +642,7 @@ MX: list[Entry] = [
     ("gguf.dequantize", "a GGML layout of the wrong block size (gguf-py's 40-byte Q8_1)", lambda: kg.dequantize(kiln_np.Payload(0x4700 + 9, memoryview(bytes(36)), (1,), Layout("ggml.q8_1", 40)))),
     ("gguf.dequantize", "data that is no buffer", lambda: kg.dequantize(kiln_np.Payload(0x4708, [0] * 34, (1,), Layout("ggml.q8_0", 34)))),  # type: ignore[arg-type]
     ("gguf.dequantize", "data of the wrong size", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(33)), (1,), Layout("ggml.q8_0", 34)))),
-    ("gguf.dequantize", "an empty tensor whose values numpy cannot hold (2**63 elements in a zero-size array)", lambda: kg.dequantize(kiln_np.Payload(0x4702, b"", (0, 2**58), Layout("ggml.q4_0", 18)))),
+    ("gguf.dequantize", "an empty tensor whose values numpy cannot hold (2**63 elements in a zero-size array)", lambda: kg.dequantize(kiln_np.Payload(0x4702, memoryview(b""), (0, 2**58), Layout("ggml.q4_0", 18)))),
     ("gguf.dequantize", "dtype not f32, f16, bf16, f64", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(34)), (1,), Layout("ggml.q8_0", 34)), dtype=np.int8)),
     ("gguf.quantize", "a type that needs an importance matrix", lambda: kg.quantize(np.zeros((1, 256), np.float32), "iq2_xs")),
     ("gguf.quantize", "an intermediate type (Q8_K)", lambda: kg.quantize(np.zeros((1, 256), np.float32), "Q8_K")),
@@ -1101,6 +1106,10 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
     ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
     ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
+    ("Weights.logical", "config.json nested deeper than 127 levels", lambda: _configured(b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}").logical()),
+    ("Weights.logical", "a quantization_config setting of another type (a list for quant_method)", lambda: _configured(b'{"quantization_config": {"quant_method": ["fp8"]}}').logical()),
+    ("Weights.logical", "a quantization_config setting out of range (group_size 2**70)", lambda: _configured(b'{"quantization_config": {"quant_method": "gptq", "group_size": 1180591620717411303424}}').logical()),
+    ("Weights.logical", "a config_groups entry that is not an object", lambda: _configured(b'{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": 3}}}').logical()),
     ("Weights.logical", "config.json a dangling symlink", lambda: _config_made(lambda p: p.symlink_to("nowhere.json"))),
     ("Weights.logical", "config.json a directory", lambda: _config_made(Path.mkdir)),
     ("Weights.logical", "hf_quant_config.json with no quantization object", lambda: _config_made(lambda p: p.with_name("hf_quant_config.json").write_text('{"producer": {}}'))),
@@ -1147,7 +1156,7 @@ def _bnb_plan(state: dict[str, Any] | bytes, **parts: np.ndarray) -> Any:
 
 FP8: list[Entry] = [
     ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
-    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
+    ("Weights.logical", "fp8-block weight_block_size not two integers from 1 to 2**31-1", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
     ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
     ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
 ]  # fmt: skip
@@ -1155,6 +1164,8 @@ FP8: list[Entry] = [
 BNB: list[Entry] = [
     ("bnb-nf4 / bnb-fp4 plan", "quant state not 1 to 4096 bytes", lambda: _bnb_plan({}, quant_state=np.zeros(4097, np.uint8))),
     ("bnb-nf4 / bnb-fp4 plan", "quant state not JSON", lambda: _bnb_plan(b"{nf4}")),
+    ("bnb-nf4 / bnb-fp4 plan", "quant state nested deeper than 127 levels", lambda: _bnb_plan(b"[" * 2000 + b"]" * 2000)),
+    ("bnb-nf4 / bnb-fp4 plan", "nested_offset an integer past a float's range", lambda: _bnb_plan({"nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": 10**400}, nested_absmax=np.ones(1, np.float32), nested_quant_map=np.zeros(256, np.float32), absmax=np.zeros(2, np.uint8))),
     ("bnb-nf4 / bnb-fp4 plan", "quant state key missing or unexpected", lambda: _bnb_plan({"blocksize": None})),
     ("bnb-nf4 / bnb-fp4 plan", "quant_type not the part name's", lambda: _bnb_plan({"quant_type": "fp4"})),
     ("bnb-nf4 / bnb-fp4 plan", "blocksize not 32, 64, ..., 4096", lambda: _bnb_plan({"blocksize": 48})),
@@ -1183,6 +1194,7 @@ def _gidx_rows_of() -> Any:
     parts = {**_GPTQ, "g_idx": gidx}
     tensors = {f"m.{r}": WeightTensor(f"m.{r}", kiln_np.payload_info(kiln_np.code_for_dtype(a.dtype), a.shape), None, "x", data=memoryview(a.tobytes())) for r, a in parts.items()}  # fmt: skip
     (logical,) = logical_tensors(tensors, {"quant_method": "gptq"})
+    assert isinstance(logical, LogicalTensor)
     arrays = {**parts, "g_idx": np.where(gidx == 0, -1, gidx).astype(np.int32)}
     return logical.rows_of(arrays, 0, 1)
 

@@ -259,9 +259,9 @@ def test_never_over_a_file_of_the_checkpoint(llama: Path, tmp_path: Path) -> Non
         with pytest.raises(kiln_np.KilnError, match=r"expected a path or a kiln_np\.Weights") as e:
             kiln_np.report(odd, tmp_path / "r.html")  # type: ignore[arg-type]
         assert e.value.kind == "TYPE"
-    for odd in (3, b"r.html", None):  # nor is the output anything but a path
+    for bad_out in (3, b"r.html", None):  # nor is the output anything but a path
         with pytest.raises(kiln_np.KilnError, match=r"expected a str or os\.PathLike path") as e:
-            kiln_np.report(llama, odd)  # type: ignore[arg-type]
+            kiln_np.report(llama, bad_out)  # type: ignore[arg-type]
         assert e.value.kind == "TYPE"
     assert not (tmp_path / "r.html").exists()
 

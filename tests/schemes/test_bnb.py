@@ -487,7 +487,8 @@ RULES: list[tuple[str, Callable[[], Any], str, str]] = [
         "nested-blocksize-0",
         lambda: _synthetic({**_NESTED, "nested_blocksize": 0}),
         "SHAPE",
-        "positive nested_blocksize of at most 2147483647 (a C int, as bitsandbytes' kernels take it), found 0",
+        "positive nested_blocksize of at most 2147483647 (a C int, as bitsandbytes' kernels "
+        "take it), found 0",
     ),
     # issue 36: the quant state read by the package's one parser, every field in range
     (

@@ -49,7 +49,7 @@ def _shape_error(ask: Any, *words: str) -> None:
 @pytest.mark.parametrize("dtype", [None, "float32", "float16", "float64"])
 def test_gguf_dequantize_checks_the_output_shape(dtype: str | None) -> None:
     # (0, 2**58) Q4_0 blocks are 2**62 bytes of blocks (representable), 2**63 elements
-    p = Payload(0x4702, b"", (0, 2**58), Q4_0)
+    p = Payload(0x4702, memoryview(b""), (0, 2**58), Q4_0)
     _shape_error(lambda: kg.dequantize(p, dtype=dtype), "GGML Q4_0 blocks (0, 288230376151711744)")
 
 

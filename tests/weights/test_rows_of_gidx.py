@@ -24,7 +24,7 @@ def _part(name: str, a: np.ndarray, code: str) -> WeightTensor:
 
 def _gptq() -> tuple[LogicalTensor, dict[str, np.ndarray]]:
     rng = np.random.default_rng(36)
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "qweight": rng.integers(-(2**31), 2**31, (N_IN // 8, OUT), dtype=np.int32),
         "qzeros": rng.integers(-(2**31), 2**31, (GROUPS, OUT // 8), dtype=np.int32),
         "scales": rng.uniform(0.5, 2, (GROUPS, OUT)).astype(np.float16),

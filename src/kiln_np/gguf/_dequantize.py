@@ -30,7 +30,7 @@ def _payload(x: object) -> Payload:
 
 
 @set_module("kiln_np.gguf")
-def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+def dequantize(x: object, *, dtype: npt.DTypeLike | None = np.float32) -> np.ndarray:
     """The values of a GGML quantized payload (or weight tensor), as llama.cpp computes them.
 
     Parameters

@@ -253,7 +253,7 @@ def dequantize(
     *,
     block_size: int | None = None,
     axis: int = -1,
-    dtype: npt.DTypeLike = np.float32,
+    dtype: npt.DTypeLike | None = np.float32,
 ) -> np.ndarray:
     """Exact values of a block-scaled tensor: ``element * scale`` per block.
 
