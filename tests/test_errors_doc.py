@@ -45,6 +45,8 @@ from kiln_np._schemes.bnb import NF4
 from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
 from kiln_np._schemes.scheme import Facts
 from kiln_np._schemes.table import scheme_named
+from kiln_np._weights.logical import LogicalTensor, logical_tensors
+from kiln_np._weights.tensors import WeightTensor
 from kiln_np.kilndir import MAX_MANIFEST_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,6 +434,11 @@ EXPLORE: list[Entry] = [
     ("bit_histogram", "opaque payload", lambda: kiln_np.bit_histogram(kiln_np.Payload(4096, memoryview(bytes(2)), (1,), Layout("pair", 2)))),
     ("describe", "first below 0", lambda: kiln_np.describe(_f4(2), first=-1)),
     ("report", "the output is a file of the checkpoint", lambda: kiln_np.report(path := _weights_file(), path)),
+    ("report", "neither a path nor a Weights", lambda: kiln_np.report(3, "r.html")),  # type: ignore[arg-type]
+    ("compare", "neither a path nor a Weights", lambda: kiln_np.compare(b"a.gguf", "b.gguf")),  # type: ignore[arg-type]
+    ("plot_histograms", "not a Weights", lambda: kiln_np.plot_histograms({"w": 1})),  # type: ignore[arg-type]
+    ("Weights.select", "a pattern that is not a str", lambda: kiln_np.open_weights(_weights_file()).select(["*"])),  # type: ignore[arg-type]
+    ("Weights.logical", "config neither a mapping, False nor None", lambda: kiln_np.open_weights(_weights_file()).logical("fp8")),  # type: ignore[arg-type]
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
     ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
     ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]
@@ -581,6 +588,7 @@ GGUF: list[Entry] = [
     ("read_gguf", "ne[0] not a whole number of blocks", lambda: _gguf(infos=(gguf_info("w", (33, 1), 2),), data=bytes(64))),
     ("read_gguf", "shape numpy cannot represent", lambda: _gguf(infos=(gguf_info("w", (2**62, 1)),))),
     ("read_gguf", "offset off the alignment", lambda: _gguf(infos=(gguf_info("w", offset=4),), data=bytes(64))),
+    ("read_gguf", "offset past 2**63-1 (an empty tensor)", lambda: _gguf(infos=(gguf_info("w", (0,), offset=2**64 - 32),))),
     ("read_gguf", "data past the end of the file", lambda: _gguf(infos=(gguf_info("w", (9,)),), data=bytes(32))),
     ("read_gguf", "tensors overlap", lambda: _gguf(infos=(gguf_info("a", (16,)), gguf_info("b", offset=32)), data=bytes(64))),
     ("read_gguf", "split.count not an integer", lambda: _gguf(gguf_kv("split.count", 8, struct.pack("<Q", 1) + b"2"))),
@@ -635,6 +643,7 @@ MX: list[Entry] = [
     ("gguf.dequantize", "a GGML layout of the wrong block size (gguf-py's 40-byte Q8_1)", lambda: kg.dequantize(kiln_np.Payload(0x4700 + 9, memoryview(bytes(36)), (1,), Layout("ggml.q8_1", 40)))),
     ("gguf.dequantize", "data that is no buffer", lambda: kg.dequantize(kiln_np.Payload(0x4708, [0] * 34, (1,), Layout("ggml.q8_0", 34)))),  # type: ignore[arg-type]
     ("gguf.dequantize", "data of the wrong size", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(33)), (1,), Layout("ggml.q8_0", 34)))),
+    ("gguf.dequantize", "an empty tensor whose values numpy cannot hold (2**63 elements in a zero-size array)", lambda: kg.dequantize(kiln_np.Payload(0x4702, memoryview(b""), (0, 2**58), Layout("ggml.q4_0", 18)))),
     ("gguf.dequantize", "dtype not f32, f16, bf16, f64", lambda: kg.dequantize(kiln_np.Payload(0x4708, memoryview(bytes(34)), (1,), Layout("ggml.q8_0", 34)), dtype=np.int8)),
     ("gguf.quantize", "a type that needs an importance matrix", lambda: kg.quantize(np.zeros((1, 256), np.float32), "iq2_xs")),
     ("gguf.quantize", "an intermediate type (Q8_K)", lambda: kg.quantize(np.zeros((1, 256), np.float32), "Q8_K")),
@@ -766,6 +775,11 @@ _TYPE142 = kiln_np.Payload(
 )
 
 
+def _unknown_numbers() -> Any:
+    info = kiln_np.payload_info(_TYPE142.code, _TYPE142.shape, _TYPE142.layout)
+    return np.asarray(WeightTensor("k", info, None, "type142", data=_TYPE142.data))
+
+
 def _weights_file() -> str:
     path = _scratch() / "w.safetensors"
     kiln_np.save_weights(path, _ONE, format="safetensors")
@@ -811,6 +825,7 @@ WEIGHTS: list[Entry] = [
     ("open_weights", "starts like ONNX but does not parse", lambda: kiln_np.open_weights(_file("m.onnx", b"\x08\x07\x12\xff\xff"))),
     ("WeightTensor.payload", "file cut short since it was opened", _shrunk),
     ("WeightTensor.payload", "file replaced since it was opened", _replaced),
+    ("WeightTensor.numpy / np.asarray", "a GGML type with no decoder (an unknown id): its numbers are unknown", _unknown_numbers),
     ("open_safetensors", "file shorter than the 8-byte size", lambda: kst.open_safetensors(_file("w.safetensors", b"\x02\x00"))),
     ("open_safetensors", "header size above 100 MB", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 10**9) + b"{}"))),
     ("open_safetensors", "header longer than the file", lambda: kst.open_safetensors(_file("w.safetensors", struct.pack("<Q", 9) + b"{}"))),
@@ -1101,6 +1116,10 @@ LOGICAL: list[Entry] = [
     ("Weights.logical", "config.json not an object", lambda: _configured(b"[]").logical()),
     ("Weights.logical", "config.json over 16 MiB", lambda: _configured(b" " * (16 << 20) + b"{}").logical()),
     ("Weights.logical", "quantization_config not an object", lambda: _configured(b'{"quantization_config": 1}').logical()),
+    ("Weights.logical", "config.json nested deeper than 127 levels", lambda: _configured(b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}").logical()),
+    ("Weights.logical", "a quantization_config setting of another type (a list for quant_method)", lambda: _configured(b'{"quantization_config": {"quant_method": ["fp8"]}}').logical()),
+    ("Weights.logical", "a quantization_config setting out of range (group_size 2**70)", lambda: _configured(b'{"quantization_config": {"quant_method": "gptq", "group_size": 1180591620717411303424}}').logical()),
+    ("Weights.logical", "a config_groups entry that is not an object", lambda: _configured(b'{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": 3}}}').logical()),
     ("Weights.logical", "config.json a dangling symlink", lambda: _config_made(lambda p: p.symlink_to("nowhere.json"))),
     ("Weights.logical", "config.json a directory", lambda: _config_made(Path.mkdir)),
     ("Weights.logical", "hf_quant_config.json with no quantization object", lambda: _config_made(lambda p: p.with_name("hf_quant_config.json").write_text('{"producer": {}}'))),
@@ -1147,7 +1166,7 @@ def _bnb_plan(state: dict[str, Any] | bytes, **parts: np.ndarray) -> Any:
 
 FP8: list[Entry] = [
     ("Weights.logical", "fp8-block scale not one per block", lambda: _fp8_logical((300, 130), (2, 2), ".weight_scale_inv", _DEEPSEEK)),
-    ("Weights.logical", "fp8-block weight_block_size not two positive integers", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
+    ("Weights.logical", "fp8-block weight_block_size not two integers from 1 to 2**31-1", lambda: _fp8_logical((4, 4), (1, 1), ".weight_scale_inv", {**_DEEPSEEK, "weight_block_size": [128]})),
     ("Weights.logical", "fp8-block weight not 2-D", lambda: _fp8_logical((2, 4, 4), (1, 1), ".weight_scale_inv", _DEEPSEEK)),
     ("Weights.logical", "fp8-scaled scale neither per tensor, per row nor per block", lambda: _fp8_logical((10, 20), (3, 3), ".weight_scale", _CT_FP8)),
 ]  # fmt: skip
@@ -1155,6 +1174,8 @@ FP8: list[Entry] = [
 BNB: list[Entry] = [
     ("bnb-nf4 / bnb-fp4 plan", "quant state not 1 to 4096 bytes", lambda: _bnb_plan({}, quant_state=np.zeros(4097, np.uint8))),
     ("bnb-nf4 / bnb-fp4 plan", "quant state not JSON", lambda: _bnb_plan(b"{nf4}")),
+    ("bnb-nf4 / bnb-fp4 plan", "quant state nested deeper than 127 levels", lambda: _bnb_plan(b"[" * 2000 + b"]" * 2000)),
+    ("bnb-nf4 / bnb-fp4 plan", "nested_offset an integer past a float's range", lambda: _bnb_plan({"nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": 10**400}, nested_absmax=np.ones(1, np.float32), nested_quant_map=np.zeros(256, np.float32), absmax=np.zeros(2, np.uint8))),
     ("bnb-nf4 / bnb-fp4 plan", "quant state key missing or unexpected", lambda: _bnb_plan({"blocksize": None})),
     ("bnb-nf4 / bnb-fp4 plan", "quant_type not the part name's", lambda: _bnb_plan({"quant_type": "fp4"})),
     ("bnb-nf4 / bnb-fp4 plan", "blocksize not 32, 64, ..., 4096", lambda: _bnb_plan({"blocksize": 48})),
@@ -1177,6 +1198,17 @@ def _int4_plan(scheme: str, config: dict[str, Any], **arrays: np.ndarray) -> obj
     return scheme_named(scheme).plan("m.q_proj.weight", facts, config)
 
 
+def _gidx_rows_of() -> Any:
+    """A desc_act GPTQ weight's rows decoded from a g_idx that names group -1."""
+    gidx = np.arange(128, dtype=np.int32)[::-1] // 32
+    parts = {**_GPTQ, "g_idx": gidx}
+    tensors = {f"m.{r}": WeightTensor(f"m.{r}", kiln_np.payload_info(kiln_np.code_for_dtype(a.dtype), a.shape), None, "x", data=memoryview(a.tobytes())) for r, a in parts.items()}  # fmt: skip
+    (logical,) = logical_tensors(tensors, {"quant_method": "gptq"})
+    assert isinstance(logical, LogicalTensor)
+    arrays = {**parts, "g_idx": np.where(gidx == 0, -1, gidx).astype(np.int32)}
+    return logical.rows_of(arrays, 0, 1)
+
+
 _GPTQ: dict[str, np.ndarray] = {
     "qweight": np.zeros((16, 24), np.int32),
     "qzeros": np.zeros((4, 3), np.int32),
@@ -1197,6 +1229,7 @@ INT4: list[Entry] = [
     ("logical() (gptq)", "g_idx beside AWQ-shaped parts", lambda: _int4_plan("gptq", {}, qweight=np.zeros((128, 3), np.int32), qzeros=np.zeros((4, 3), np.int32), scales=np.ones((4, 24), np.float16), g_idx=np.zeros(128, np.int32))),
     ("logical() (gptq)", "g_idx not of in elements", lambda: _int4_plan("gptq", {}, **_GPTQ, g_idx=np.zeros(64, np.int32))),
     ("logical() (gptq)", "a g_idx value past the groups", lambda: _int4_plan("gptq", {}, **_GPTQ, g_idx=np.full(128, 4, np.int32))),
+    ("LogicalTensor.rows_of (gptq)", "a caller's g_idx value outside the groups (both kernels)", _gidx_rows_of),
     ("logical() (pack-quantized)", "weight_shape not 2 elements", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "shape": np.array([21, 100, 1], np.int64)})),
     ("logical() (pack-quantized)", "weight_shape of a zero size", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "shape": np.array([0, 100], np.int64)})),
     ("logical() (pack-quantized)", "weight_packed not (out, ceil(in/8))", lambda: _int4_plan("pack-quantized", {}, **{**_PACKED, "packed": np.zeros((21, 12), np.int32)})),

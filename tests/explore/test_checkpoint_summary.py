@@ -235,8 +235,9 @@ def test_kiln_directory_and_select(tmp_path: Path) -> None:
         assert both.format == "kiln"
         assert both.path == w.path
         assert both["model.layers.0.attn.q.weight"] is w["model.layers.0.attn.q.weight"]
-        with pytest.raises(TypeError, match="expected str patterns, found list"):
+        with pytest.raises(kiln_np.KilnError, match="expected str patterns, found list") as e:
             w.select(["*"])  # type: ignore[arg-type]
+        assert e.value.kind == "TYPE"
 
 
 def both_first(view: Weights) -> list[str]:

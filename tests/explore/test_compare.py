@@ -270,9 +270,18 @@ def test_onnx_on_one_side(tmp_path: Path) -> None:
     assert (t.equal, t.max_abs) == (expected.max() == 0, float(expected.max()))
 
 
-def test_refuses_what_is_not_a_checkpoint() -> None:
-    with pytest.raises(TypeError, match=r"expected a path or a kiln_np\.Weights, found int"):
-        kiln_np.compare(3, "x")  # type: ignore[arg-type]
+@pytest.mark.parametrize("odd", [3, b"a.safetensors", {"w": 1}, None])
+def test_refuses_what_is_not_a_checkpoint(tmp_path: Path, odd: object) -> None:
+    """What the user sees for an object that is neither a path nor a Weights: the
+    library's TYPE, as open_weights and describe say it (not a bare TypeError),
+    on either side."""
+    with pytest.raises(kiln_np.KilnError, match=r"expected a path or a kiln_np\.Weights") as e:
+        kiln_np.compare(odd, "x")  # type: ignore[arg-type]
+    assert e.value.kind == "TYPE"
+    path = _st(tmp_path / "a.safetensors", {"x": np.ones(2, np.float32)})
+    with pytest.raises(kiln_np.KilnError, match=r"expected a path or a kiln_np\.Weights") as e:
+        kiln_np.compare(path, odd)  # type: ignore[arg-type]
+    assert e.value.kind == "TYPE"
 
 
 def test_json_form_is_strict(tmp_path: Path) -> None:

@@ -426,9 +426,9 @@ def test_plot_histograms_on_safetensors_in_file_order_with_the_limit_noted(tmp_p
         assert every.axes[0].get_yscale() == "linear"
         with pytest.raises(KilnError, match="expected limit to be an integer >= 1, found 0"):
             kiln_np.plot_histograms(w, limit=0)
-        with pytest.raises(TypeError, match="expected str patterns"):
+        with pytest.raises(KilnError, match="expected str patterns"):
             kiln_np.plot_histograms(w, 3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="plot_histograms: expected Weights, found dict"):
+    with pytest.raises(KilnError, match="plot_histograms: expected Weights, found dict"):
         kiln_np.plot_histograms(tensors)  # type: ignore[arg-type]
 
 

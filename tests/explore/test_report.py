@@ -255,8 +255,15 @@ def test_never_over_a_file_of_the_checkpoint(llama: Path, tmp_path: Path) -> Non
     assert llama.read_bytes() == before
     with pytest.raises(kiln_np.KilnError, match="expected a regular file, found a directory"):
         kiln_np.report(llama, tmp_path)  # a directory is not replaced
-    with pytest.raises(TypeError, match=r"expected a path or a kiln_np\.Weights, found int"):
-        kiln_np.report(3, tmp_path / "r.html")  # type: ignore[arg-type]
+    for odd in (3, b"m.gguf", [llama]):  # neither a path nor a Weights: TYPE, as every door
+        with pytest.raises(kiln_np.KilnError, match=r"expected a path or a kiln_np\.Weights") as e:
+            kiln_np.report(odd, tmp_path / "r.html")  # type: ignore[arg-type]
+        assert e.value.kind == "TYPE"
+    for bad_out in (3, b"r.html", None):  # nor is the output anything but a path
+        with pytest.raises(kiln_np.KilnError, match=r"expected a str or os\.PathLike path") as e:
+            kiln_np.report(llama, bad_out)  # type: ignore[arg-type]
+        assert e.value.kind == "TYPE"
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_an_opened_weights_stays_open(llama: Path, tmp_path: Path) -> None:

@@ -76,6 +76,23 @@ def test_other_dtypes_round_ggmls_float32_once(dtype: str) -> None:
     assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
 
 
+def test_dtype_none_is_the_float32_default() -> None:
+    """dtype=None is the documented default, float32 (ggml's own bits), not numpy's
+    float64 (issue 36): for a payload, a weight tensor, and mx.dequantize alike."""
+    rng = np.random.default_rng(5)
+    p = payload("Q8_0", rng.integers(0, 256, (4, 34), np.uint8), (2, 2))
+    got = kg.dequantize(p, dtype=None)
+    assert got.dtype == np.float32
+    assert got.tobytes() == kg.dequantize(p).tobytes()
+    values = np.array([0.5, 1, -6, 3], ml_dtypes.float4_e2m1fn)
+    scales = np.array([2.0**-3, 4.0], ml_dtypes.float8_e8m0fnu)
+    none = mx.dequantize(values, scales, block_size=2, dtype=None)
+    assert none.dtype == np.float32
+    assert none.tolist() == mx.dequantize(values, scales, block_size=2).tolist()
+    x, s = mx.to_onnx(values.reshape(1, 4), scales.reshape(1, 2))
+    assert mx.dequantize_onnx(x, s, block_size=2, dtype=None).dtype == np.float32
+
+
 def test_shapes_and_empty() -> None:
     assert kg.dequantize(payload("Q8_0", np.zeros((0, 34)), (4, 0))).shape == (4, 0)
     one = payload("Q8_0", np.zeros((1, 34)), ())  # a 0-d payload is one block

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from _helpers import gguf_info, gguf_kv, kiln_np_exe, optional
+from _helpers import gguf_bytes, gguf_info, gguf_kv, kiln_np_exe, optional
 
 import kiln_np
 import kiln_np.gguf as kg
@@ -256,3 +256,41 @@ def test_nested_arrays_read_as_gguf_py_reads_them(tmp_path: Path) -> None:
     kg.save_gguf(tmp_path / "back.gguf", {}, meta)
     back = gguf.GGUFReader(tmp_path / "back.gguf").fields
     assert {k: back[k].contents() for k in values} == {k: oracle[k].contents() for k in values}
+
+
+# -- tensor infos: every field's error names the file and the tensor (issue 36) -------------
+
+
+@pytest.mark.parametrize(
+    ("dims", "type_id", "offset", "says"),
+    [
+        ((0,), 0, 1 << 63, "data offset of at most 2**63-1"),  # an empty F32
+        ((32, 0), 2, (1 << 64) - 32, "data offset of at most 2**63-1"),  # an empty Q4_0
+        ((0,), 200, (1 << 64) - 32, "data offset of at most 2**63-1"),  # an empty unknown type
+        ((2,), 0, 4, "multiple of the alignment"),
+        ((1 << 63, 0), 0, 0, "product is at most 2**63-1"),
+        ((33,), 2, 0, "multiple of the 32-element block"),
+        ((2,), 0, 1 << 40, "expected 2 x 4 = 8 bytes"),
+    ],
+    ids=["empty-f32", "empty-q4_0", "empty-unknown", "unaligned", "dims", "block", "past-end"],
+)
+def test_a_tensor_info_error_names_the_file_and_the_tensor(
+    tmp_path: Path, dims: tuple[int, ...], type_id: int, offset: int, says: str
+) -> None:
+    """An offset past 2**63-1 on an empty tensor was a bare "expected offset to be an
+    integer in 0..2**63-1" naming neither the file nor the tensor; like every other
+    tensor-info field, it names both now."""
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(
+        gguf_bytes(
+            infos=[gguf_info("ok", (2,)), gguf_info("blk.0.w", dims, type_id, offset)],
+            data=bytes(64),
+        )
+    )
+    for door in (kiln_np.open_weights, kg.read_gguf):
+        with pytest.raises(KilnError) as e:
+            door(path)
+        message = str(e.value)
+        assert str(path) in message
+        assert "tensor 'blk.0.w'" in message
+        assert says in message

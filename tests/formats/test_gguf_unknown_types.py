@@ -120,10 +120,35 @@ def test_the_tensor_hands_out_its_bytes(forked: tuple[Path, Path]) -> None:
         expected = _file_bytes(path, t.offset, t.byte_length)
         assert t.format_dtype == "type142"
         assert bytes(t.payload().data) == expected
-        arr = t.numpy()
-        assert (arr.dtype, arr.shape) == (np.dtype(np.uint8), (t.byte_length, 1))
-        assert arr.tobytes() == expected
-        assert np.asarray(t).tobytes() == expected
+
+
+def test_its_numbers_are_unknown_not_its_bytes(forked: tuple[Path, Path]) -> None:
+    """np.asarray of a tensor whose numbers are unknown handed out its bytes as uint8,
+    which then read as numbers (statistics, a conversion to float); it is TYPE
+    naming .payload(), the door to the bytes (issue 36), whatever asks."""
+    _, path = forked
+    with kiln_np.open_weights(path) as weights:
+        t = weights["q"]
+        asks = (t.numpy, lambda: np.asarray(t), lambda: np.asarray(t, np.float32))
+        for ask in asks:
+            with pytest.raises(KilnError, match=r"tensor 'q': expected numbers") as e:
+                ask()
+            assert e.value.kind == "TYPE"
+            assert "type 142" in str(e.value)
+            assert "t.payload()" in str(e.value)
+        assert bytes(t.payload().data) == _file_bytes(path, t.offset, t.byte_length)
+        assert np.asarray(weights["b"]).dtype == np.float32  # a known type still reads
+
+
+def test_a_ggml_type_without_a_decoder_has_no_numbers() -> None:
+    """A known id whose layout is another block size has no decoder either (the
+    one reading of (code, layout), kiln_np._quants.elements.element_of)."""
+    info = kiln_np.payload_info(0x4708, (2,), Layout("ggml.q8_0", 33))
+    t = kiln_np.WeightTensor("odd", info, None, "Q8_0", data=memoryview(bytes(66)))
+    with pytest.raises(KilnError, match=r"tensor 'odd': expected numbers.*t\.payload\(\)"):
+        np.asarray(t)
+    assert t.shape == (2,)
+    assert bytes(t.payload().data) == bytes(66)
 
 
 def test_the_last_tensor_runs_to_the_end_of_the_file(tmp_path: Path) -> None:

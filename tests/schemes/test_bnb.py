@@ -332,12 +332,12 @@ RULES: list[tuple[str, Callable[[], Any], str, str]] = [
         "SHAPE",
         "found shape (0,)",
     ),
-    ("not-utf8", lambda: _synthetic(raw=b'{"a": "\xff"}'), "TYPE", "UTF-8 JSON"),
+    ("not-utf8", lambda: _synthetic(raw=b'{"a": "\xff"}'), "TYPE", "expected valid JSON"),
     (
         "not-json",
         lambda: _synthetic(raw=b'{"quant_type": nf4}'),
         "TYPE",
-        "UTF-8 JSON, found: Expecting value",
+        "expected valid JSON, found: Expecting value",
     ),
     (
         "duplicate-key",
@@ -487,7 +487,40 @@ RULES: list[tuple[str, Callable[[], Any], str, str]] = [
         "nested-blocksize-0",
         lambda: _synthetic({**_NESTED, "nested_blocksize": 0}),
         "SHAPE",
-        "positive nested_blocksize, found 0",
+        "positive nested_blocksize of at most 2147483647 (a C int, as bitsandbytes' kernels "
+        "take it), found 0",
+    ),
+    # issue 36: the quant state read by the package's one parser, every field in range
+    (
+        "deep-json",
+        lambda: _synthetic(raw=b"[" * 2000 + b"]" * 2000),
+        "TYPE",
+        "expected JSON nested at most 127 levels, found 2000",
+    ),
+    (
+        "deep-value",
+        lambda: _synthetic(raw=b'{"quant_type": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
+        "TYPE",
+        "nested at most 127 levels",
+    ),
+    (
+        "nested-offset-huge",
+        lambda: _synthetic({**_NESTED, "nested_offset": 10**400}),
+        "TYPE",
+        "nested_offset as a number, found an integer of 401 digits, past a float's range",
+    ),
+    (
+        "nested-offset-negative-huge",
+        lambda: _synthetic({**_NESTED, "nested_offset": -(10**309)}),
+        "TYPE",
+        "found an integer of 310 digits",
+    ),
+    (
+        "nested-blocksize-huge",
+        lambda: _synthetic({**_NESTED, "nested_blocksize": 2**70}),
+        "SHAPE",
+        f"nested_blocksize of at most {2**31 - 1} (a C int, as bitsandbytes' kernels take it), "
+        f"found {2**70}",
     ),
     (
         "nested-blocksize-str",

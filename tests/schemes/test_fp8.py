@@ -222,8 +222,18 @@ def test_block_plan_default_and_config() -> None:
         ({"scale": f("w.s", "bf16", (3, 2))}, {}, "TYPE", "expected f32, found bf16"),
         ({"weight": f("w.weight", "u8", (300, 130))}, {}, "TYPE", "expected f8e4m3, found u8"),
         ({"weight": f("w.weight", "f8e4m3", (3, 10, 13))}, {}, "SHAPE", "expected 2 dimensions"),
-        ({}, {"weight_block_size": [128]}, "TYPE", "weight_block_size: expected two positive"),
-        ({}, {"weight_block_size": [0, 128]}, "TYPE", "expected two positive integers"),
+        ({}, {"weight_block_size": [128]}, "TYPE", "weight_block_size: expected two integers"),
+        ({}, {"weight_block_size": [0, 128]}, "TYPE", "expected two integers from 1 to"),
+        # issue 36: a block past a C int passed the plan (one scale) and failed in the
+        # kernel ("bad geometry", or OverflowError past 2**63)
+        (
+            {},
+            {"weight_block_size": [2**41, 128]},
+            "TYPE",
+            f"weight_block_size: expected two integers from 1 to 2147483647, found [{2**41}, 128]",
+        ),
+        ({}, {"weight_block_size": [128, 2**70]}, "TYPE", f"found [128, {2**70}]"),
+        ({}, {"weight_block_size": [2**31, 2**31]}, "TYPE", "from 1 to 2147483647"),
     ],
 )
 def test_block_plan_errors(
@@ -306,7 +316,7 @@ def test_modelopt_rounds_the_scale_first(kernels: str) -> None:
             {"scale": f("q.s", "f32", ())},
             {"config_groups": {"g": {"weights": {"strategy": "block", "block_structure": None}}}},
             "TYPE",
-            "config_groups.g.weights.block_structure: expected two positive integers",
+            "config_groups.g.weights.block_structure: expected two integers from 1 to 2147483647",
         ),
     ],
 )

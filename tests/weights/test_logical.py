@@ -11,6 +11,7 @@ bits are checked against their producers in tests/schemes/.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 from collections.abc import Mapping
@@ -208,8 +209,9 @@ def test_names_and_types_alone_without_a_config(tmp_path: Path) -> None:
         assert isinstance(plain.logical({"quant_method": "toy"})["q.weight"], LogicalTensor)
         with pytest.raises(KilnError, match=r"whose configuration no scheme reads"):
             plain.logical({"quant_method": "toy", "toy_version": 2})
-        with pytest.raises(TypeError, match="expected config to be a mapping"):
+        with pytest.raises(KilnError, match="expected config to be a mapping") as e:
             plain.logical("toy")  # type: ignore[arg-type]
+        assert e.value.kind == "TYPE"
 
 
 def test_parts_that_do_not_fit_are_errors_naming_the_tensor_and_rule(tmp_path: Path) -> None:
@@ -271,10 +273,10 @@ def test_config_json_is_read_strictly(tmp_path: Path, monkeypatch: pytest.Monkey
     folder, _, _ = _checkpoint(tmp_path / "m")
     config = folder / "config.json"
     for text, message in [
-        (b"{", r"config.json': expected UTF-8 JSON"),
+        (b"{", r"config.json': expected valid JSON"),
         (b"[1]", r"expected a JSON object, found list"),
         (b'{"quantization_config": 3}', r"expected quantization_config to be an object"),
-        (b"\xff", r"expected UTF-8 JSON"),
+        (b"\xff", r"expected valid JSON"),
     ]:
         config.write_bytes(text)
         with kiln_np.open_weights(folder) as plain, pytest.raises(KilnError, match=message):
@@ -286,6 +288,104 @@ def test_config_json_is_read_strictly(tmp_path: Path, monkeypatch: pytest.Monkey
         pytest.raises(KilnError, match=r"expected a config of at most 8 bytes"),
     ):
         plain.logical()
+
+
+DEEP = b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        # issue 36: RecursionError before, now the package's parser and its depth cap
+        ("config.json", DEEP, "expected JSON nested at most 127 levels, found 100001"),
+        (
+            "config.json",
+            b'{"quantization_config": {"quant_method": "toy", "x": '
+            + b"[" * 5000
+            + b"]" * 5000
+            + b"}}",
+            "nested at most 127 levels",
+        ),
+        ("hf_quant_config.json", DEEP, "expected JSON nested at most 127 levels"),
+        ("config.json", b'{"a": 1, "a": 2}', "expected unique keys, found 'a' twice"),
+    ],
+    ids=["config-deep", "config-deep-inside", "hf-quant-config-deep", "config-duplicate"],
+)
+def test_sidecars_are_read_by_the_one_json_parser(
+    tmp_path: Path, name: str, text: bytes, says: str
+) -> None:
+    folder, _, _ = _checkpoint(tmp_path / "m")
+    (folder / name).write_bytes(text)
+    with kiln_np.open_weights(folder) as plain, pytest.raises(KilnError) as e:
+        plain.logical()
+    assert e.value.kind == "TYPE"
+    assert str(e.value).startswith(f"TYPE: {str(folder / name)!r}: ")
+    assert says in str(e.value)
+
+
+def test_a_sidecar_may_hold_what_pythons_json_writes(tmp_path: Path) -> None:
+    """NaN and Infinity (Python's json.dump writes them) stay readable in a config."""
+    folder, _, _ = _checkpoint(tmp_path / "m", config={**_CONFIG, "rope": float("nan")})
+    with kiln_np.open_weights(folder) as plain:
+        view = plain.logical()
+        assert view.config is not None
+        assert math.isnan(view.config["rope"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ({"quant_method": ["toy"]}, "quantization_config quant_method: expected text, found list"),
+        ({"quant_method": {"a": 1}}, "quant_method: expected text, found dict"),
+        ({"quant_method": "toy", "format": ["x"]}, "quantization_config format: expected text"),
+        (
+            {"quant_method": "toy", "config_groups": {"g": {"format": {"x": 1}}}},
+            "quantization_config config_groups.g format: expected text, found dict",
+        ),
+        (
+            {"quant_method": "toy", "config_groups": {"g": {"weights": {"group_size": 2**70}}}},
+            f"config_groups.g.weights group_size: expected an integer from -1 to {2**31 - 1}",
+        ),
+        ({"quant_method": "toy", "group_size": 2**70}, "group_size: expected an integer from -1"),
+        ({"quant_method": "toy", "bits": True}, "bits: expected an integer from 1 to 64"),
+        ({"quant_method": "toy", "load_in_4bit": "yes"}, "load_in_4bit: expected true or false"),
+        ({"quant_method": "toy", "config_groups": [1]}, "config_groups: expected an object"),
+        ({"quant_method": "toy", "config_groups": {"g": 3}}, "config_groups.g: expected an object"),
+    ],
+)
+def test_every_setting_is_checked_naming_the_file_and_key(
+    tmp_path: Path, setting: dict[str, Any], says: str
+) -> None:
+    """A list for quant_method or format was numpy's TypeError (unhashable); each
+    setting is checked for type and range where the config is read, TYPE naming
+    the file and the key (issue 36), and given by hand, the key."""
+    config = {"model_type": "toy", "quantization_config": setting}
+    folder, _, _ = _checkpoint(tmp_path / "m", config=config)
+    with kiln_np.open_weights(folder) as plain:
+        with pytest.raises(KilnError) as e:
+            plain.logical()
+        assert e.value.kind == "TYPE"
+        assert str(e.value).startswith(
+            f"TYPE: {str(folder / 'config.json')!r}: quantization_config"
+        )
+        assert says in str(e.value)
+        with pytest.raises(KilnError) as e:
+            plain.logical(setting)
+        assert e.value.kind == "TYPE"
+        assert str(e.value).startswith("TYPE: quantization_config")
+        assert says in str(e.value)
+
+
+def test_hf_quant_config_settings_name_that_file(tmp_path: Path) -> None:
+    folder, _, _ = _checkpoint(tmp_path / "m")
+    doc = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": ["FP8"]}}
+    (folder / "hf_quant_config.json").write_text(json.dumps(doc))
+    with kiln_np.open_weights(folder) as plain, pytest.raises(KilnError) as e:
+        plain.logical()
+    where = repr(str(folder / "hf_quant_config.json"))
+    assert (
+        str(e.value) == f"TYPE: {where}: quantization quant_algo: expected text, found list ['FP8']"
+    )
 
 
 def test_describe_and_compare_read_the_values(tmp_path: Path) -> None:

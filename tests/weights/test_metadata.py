@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload
+from kiln_np._core import jsontext
 from kiln_np._weights import metadata
 from kiln_np._weights.metadata import decode_metadata, encode_metadata
 
@@ -127,7 +128,7 @@ def test_parse_json_agrees_with_json_and_serde(
     expected = json.loads(raw)  # escapes of two halves in a row are one character
     good = _depth(expected) <= metadata.MAX_JSON_DEPTH and not _lone_surrogate(expected)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(metadata, "_SCAN_CHUNK", chunk)
+        patch.setattr(jsontext, "_SCAN_CHUNK", chunk)  # the one parser's module
         if not good:
             raises_kind("TYPE", metadata.parse_json, raw, "")
             return

@@ -44,7 +44,7 @@ from .table import (
     resolve,
 )
 
-__all__ = ["PayloadInfo", "byte_length", "payload_info"]
+__all__ = ["PayloadInfo", "byte_length", "check_representable", "payload_info"]
 
 
 @set_module("kiln_np")
@@ -288,16 +288,35 @@ def _check_decodable(
             code=code,
             shape=dims,
         )
+    check_representable(decoded, itemsize, f"{label} ", code=code)
+
+
+def check_representable(
+    shape: tuple[int, ...], itemsize: int, where: str = "", **fields: Any
+) -> None:
+    """SHAPE unless numpy can make an array of ``shape`` of ``itemsize``-byte
+    items: nonzero dimensions times the item size at most 2**63-1, even when a
+    zero dimension makes it empty.  What :func:`payload_info` asks of a payload's
+    decoded shape, and every door that makes an array of another shape or dtype
+    (a dequantized GGML tensor, a logical tensor, a conversion) asks of its
+    output before making it; ``where`` starts the message.
+
+    >>> check_representable((0, 2**61), 2)
+    >>> check_representable((0, 2**61), 4, "out: ")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kiln_np.KilnError: SHAPE: out: shape (0, 2305843009213693952): expected an array numpy ...
+    """
     total = itemsize
-    for d in decoded:
+    for d in shape:
         total *= d or 1
         if total > MAX_INT64:
             raise KilnError(
                 "SHAPE",
-                f"{label} shape {decoded}: expected an array numpy can represent (nonzero "
+                f"{where}shape {shape}: expected an array numpy can represent (nonzero "
                 f"dimensions x {itemsize}-byte items at most 2**63-1), found more",
-                code=code,
-                shape=decoded,
+                shape=shape,
+                **fields,
             )
 
 

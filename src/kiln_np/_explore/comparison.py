@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln_np._core.checks import printable, set_module
+from kiln_np._core.checks import printable, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._weights.logical import LogicalTensor, row_chunks
 from kiln_np._weights.tensors import WeightTensor, mapped_file
@@ -272,7 +272,8 @@ def compare(a: Weights | str | os.PathLike[str], b: Weights | str | os.PathLike[
     Raises
     ------
     KilnError
-        As :func:`kiln_np.open_weights` and the tensors' decoders raise (a
+        TYPE when ``a`` or ``b`` is neither a path nor a :class:`~kiln_np.Weights`;
+        as :func:`kiln_np.open_weights` and the tensors' decoders raise (a
         payload whose bool bytes or padding are invalid: TYPE).
     """
     wa, close_a = _opened(a)
@@ -292,7 +293,7 @@ def _opened(x: Weights | str | os.PathLike[str]) -> tuple[Weights, bool]:
     if isinstance(x, Weights):
         return x, False
     if not isinstance(x, (str, os.PathLike)):
-        raise TypeError(f"expected a path or a kiln_np.Weights, found {type(x).__name__}")
+        raise KilnError("TYPE", f"expected a path or a kiln_np.Weights, found {show_value(x)}")
     return open_weights(x), True
 
 

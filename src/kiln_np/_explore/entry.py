@@ -244,7 +244,7 @@ def plot_histograms(
     >>> shutil.rmtree(d)
     """
     if not isinstance(weights, Weights):
-        raise TypeError(f"plot_histograms: expected Weights, found {type(weights).__name__}")
+        raise KilnError("TYPE", f"plot_histograms: expected Weights, found {show_value(weights)}")
     most = None if limit is None else check_int(limit, "limit", kind="SHAPE", minimum=1)
     chosen = weights.select(*patterns, exclude=exclude)
     names = list(chosen)[:most]

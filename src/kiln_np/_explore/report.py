@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln_np._core.checks import printable, set_module
+from kiln_np._core.checks import check_path, printable, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing
 from kiln_np._version import __version__
@@ -723,8 +723,9 @@ def report(
     Raises
     ------
     KilnError
-        TYPE when ``path`` is one of the checkpoint's own files, or exists and
-        is not a regular file; as :func:`kiln_np.open_weights` raises, and as
+        TYPE when ``weights`` is neither a path nor a :class:`~kiln_np.Weights`,
+        ``path`` is not a path, is one of the checkpoint's own files, or exists
+        and is not a regular file; as :func:`kiln_np.open_weights` raises, and as
         :func:`kiln_np.describe` raises for a tensor whose bytes are malformed
         (nothing is written then).
     OSError
@@ -742,14 +743,16 @@ def report(
     True
     >>> import shutil; shutil.rmtree(d)
     """
+    out = check_path(path)
     if isinstance(weights, Weights):
         opened, close = weights, False
     elif isinstance(weights, (str, os.PathLike)):
         opened, close = open_weights(weights), True
     else:
-        raise TypeError(f"expected a path or a kiln_np.Weights, found {type(weights).__name__}")
+        raise KilnError(
+            "TYPE", f"expected a path or a kiln_np.Weights, found {show_value(weights)}"
+        )
     try:
-        out = os.fspath(path)
         _refuse_inputs(out, opened)
         chosen, selection = opened, ""
         if include or exclude:

@@ -86,7 +86,8 @@ def dequantize(
     if scales.shape[1] < -(-cols // b1) or (rows and scales.shape[0] < (row0 + rows - 1) // b0 + 1):
         raise ValueError(f"scales {scales.shape} do not cover rows {row0}.. of {codes.shape}")
     out = pool.empty((rows, cols), dtype, rows * cols)
-    DEQUANT.pick()(codes, scales, out, b0, b1, row0)
+    if rows and cols:  # nothing to write: no pass over the rows of an empty matrix
+        DEQUANT.pick()(codes, scales, out, b0, b1, row0)
     return out
 
 
@@ -146,7 +147,7 @@ def _numpy(
     for r0 in range(lo, hi, step):
         r1 = min(r0 + step, hi)
         srows = scales[(row0 + np.arange(r0, r1)) // b0]
-        per = np.repeat(srows, b1, axis=1)[:, :cols]
+        per = srows[:, np.arange(cols) // b1]  # each column's scale: memory of cols, any b1
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are results here
             out[r0:r1] = (table[codes[r0:r1]] * per).astype(out.dtype)
 

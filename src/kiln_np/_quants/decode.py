@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from kiln_np._core.checks import U8, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import check_representable
 from kiln_np._core.table import Layout, as_dtype
 from kiln_np._kernels import ggml, pool
 from kiln_np._kernels.dispatch import Kernel, register
@@ -154,7 +155,9 @@ def dequantize_blocks(
 ) -> np.ndarray:
     """The values of the GGML blocks ``data`` (a buffer of exactly the blocks of
     ``block_shape``), shape ``block_shape`` with the last axis counted in
-    elements (``()`` is one block: shape ``(elements,)``), as ``dtype``.
+    elements (``()`` is one block: shape ``(elements,)``), as ``dtype``; SHAPE
+    when numpy cannot make an array of that shape and dtype (an empty tensor's
+    other dimensions can be too large), before anything is made.
 
     >>> dequantize_blocks("Q8_0", bytes([0, 0x3C] + [1] * 32), (1,), "float16")[:3].tolist()
     [1.0, 1.0, 1.0]
@@ -165,6 +168,9 @@ def dequantize_blocks(
     count = blocks.size // block.bytes
     shape = (
         (*block_shape[:-1], block_shape[-1] * block.elements) if block_shape else (block.elements,)
+    )
+    check_representable(
+        shape, out_dtype.itemsize, f"GGML {name} blocks {block_shape} as {out_dtype}: "
     )
     total = count * block.elements
     out = pool.empty(shape, out_dtype, total)

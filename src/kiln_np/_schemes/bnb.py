@@ -58,7 +58,6 @@ NaN of its sign, :mod:`kiln_np._kernels.bnb`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from kiln_np._core.errors import ErrorKind, KilnError
+from kiln_np._core.jsontext import parse_json
 from kiln_np._core.table import check_shape, spec_dtype
 from kiln_np._kernels.bnb import decode_4bit
 
@@ -107,6 +107,10 @@ _SPECS = {"float32": "<f4", "bfloat16": "ml_dtypes.bfloat16", "float16": "<f2"}
 _DTYPES = tuple(_SPECS)
 _STATE_MAX = 4096
 """Most bytes of a JSON quant state read (bitsandbytes writes under 200)."""
+_NESTED_MAX = 2**31 - 1
+"""The largest nested_blocksize (bitsandbytes passes it to its kernels as an int)."""
+_FLOAT_MAX = int(np.finfo(np.float64).max)
+"""An integer nested_offset past this is no float (``float(offset)`` overflows)."""
 _KEYS = ("quant_type", "blocksize", "dtype", "shape")
 _NESTED_KEYS = ("nested_blocksize", "nested_dtype", "nested_offset")
 
@@ -127,14 +131,6 @@ def _parts(kind: str) -> tuple[Part, ...]:
     )
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise ValueError(f"expected unique keys, found {key!r} twice")
-    return dict(pairs)
-
-
 def _read_state(where: str, facts: Facts) -> dict[str, Any]:
     """The quant state part's JSON object, read only when small and 1-D."""
     if len(facts.shape) != 1 or not 0 < facts.shape[0] <= _STATE_MAX:
@@ -146,11 +142,9 @@ def _read_state(where: str, facts: Facts) -> dict[str, Any]:
             shape=facts.shape,
         )
     raw = bytes(np.asarray(facts.read(), np.uint8))
-    try:
-        state = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as exc:
-        rule = f"expected the quant state as UTF-8 JSON, found: {exc}"
-        raise _fail("TYPE", where, rule) from None
+    # the package's one strict parser: nesting capped (never a RecursionError),
+    # duplicate keys refused, NaN and Infinity read as Python's json writes them
+    state = parse_json(raw, f"{where}: quant state {facts.name!r}: ", serde=False, constants=True)
     if not isinstance(state, dict):
         found = type(state).__name__
         raise _fail("TYPE", where, f"expected the quant state as a JSON object, found {found}")
@@ -231,11 +225,12 @@ def _plan_nested(
 ) -> dict[str, Any]:
     """Check the double-quant keys and parts; the plan's nested params."""
     nested_blocksize = _int(where, state, "nested_blocksize")
-    if nested_blocksize < 1:
+    if not 1 <= nested_blocksize <= _NESTED_MAX:
         raise _fail(
             "SHAPE",
             where,
-            f"expected a positive nested_blocksize, found {nested_blocksize}",
+            f"expected a positive nested_blocksize of at most {_NESTED_MAX} (a C int, as "
+            f"bitsandbytes' kernels take it), found {nested_blocksize}",
             found=nested_blocksize,
         )
     if state["nested_dtype"] != "float32":
@@ -243,8 +238,13 @@ def _plan_nested(
             "TYPE", where, f"expected nested_dtype 'float32', found {state['nested_dtype']!r}"
         )
     offset = state["nested_offset"]
-    if type(offset) not in (int, float):
-        raise _fail("TYPE", where, f"expected nested_offset as a number, found {offset!r}")
+    if type(offset) not in (int, float) or (type(offset) is int and abs(offset) > _FLOAT_MAX):
+        shown = (
+            repr(offset)
+            if type(offset) is not int
+            else f"an integer of {len(str(abs(offset)))} digits, past a float's range"
+        )
+        raise _fail("TYPE", where, f"expected nested_offset as a number, found {shown}")
     _check_part(where, facts["nested_absmax"], ("f32",), (-(-blocks // nested_blocksize),))
     _check_part(where, facts["nested_quant_map"], ("f32",), (256,))
     # bitsandbytes' QuantState.from_dict: torch.tensor(float(offset)), a float32 scalar.

@@ -70,12 +70,19 @@ def _matrix(name: str, scheme: str, weight: Facts) -> tuple[int, int]:
     return rows, cols
 
 
+MAX_BLOCK = 2**31 - 1
+"""The largest side of a block a config may give (a C ``int``, as the producers'
+kernels take it; DeepSeek's is 128): a larger one would pass the shape rule
+(one scale) and fail in the kernel."""
+
+
 def _block(name: str, where: str, value: object) -> tuple[int, int]:
     if isinstance(value, list | tuple) and len(value) == 2:
         b0, b1 = value
-        if type(b0) is int and type(b1) is int and b0 > 0 and b1 > 0:
+        if type(b0) is int and type(b1) is int and 0 < b0 <= MAX_BLOCK and 0 < b1 <= MAX_BLOCK:
             return b0, b1
-    raise _bad("TYPE", name, where, "two positive integers", repr(value))
+    shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
+    raise _bad("TYPE", name, where, f"two integers from 1 to {MAX_BLOCK}", shown)
 
 
 def _blocks(rows: int, cols: int, block: tuple[int, int]) -> tuple[int, int]:

@@ -153,9 +153,24 @@ def _zeros_by_nibble(words: np.ndarray, o: np.ndarray, nibble: np.ndarray) -> np
 
 
 def _gidx(plan: Plan, arrays: Mapping[str, np.ndarray], key: str) -> np.ndarray:
-    """Each column's group: the stored ``key`` when the plan found no rule for it."""
+    """Each column's group: the stored ``key`` when the plan found no rule for it,
+    checked here, once for both kernels (the plan checked the file's; these are
+    the caller's arrays): a group outside ``scales`` is TYPE, never the compiled
+    kernel's ValueError or numpy's index wrapping -1 to the last group."""
     found = arrays.get(key)
     if found is not None and not plan.params["group"]:
+        groups = arrays["scales"].shape[0]
+        bad = np.flatnonzero((found < 0) | (found >= groups))
+        if bad.size:
+            i = int(bad[0])
+            raise KilnError(
+                "TYPE",
+                f"expected {key} values in [0, {groups}) (the groups of scales), found "
+                f"{int(found[i])} at {i}",
+                index=i,
+                expected=groups,
+                found=int(found[i]),
+            )
         return np.ascontiguousarray(found, np.int32)
     n_in, group = plan.params["in"], plan.params["group"]
     return (np.arange(n_in, dtype=np.int32) // np.int32(group)).astype(np.int32)

@@ -31,7 +31,6 @@ type is TYPE, naming the tensor, the scheme and the types it may have.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -44,6 +43,8 @@ import numpy as np
 from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._core.jsontext import parse_json
+from kiln_np._core.payload import check_representable
 from kiln_np._core.table import as_dtype
 from kiln_np._files.io import open_regular_raw, read_all
 from kiln_np._schemes import table
@@ -56,8 +57,13 @@ from .tensors import WeightTensor, mapped_file
 
 __all__ = [
     "CONFIG_LIMIT",
+    "HF_QUANT_CONFIG",
+    "MAX_SETTING",
     "OUTPUT_DTYPES",
     "LogicalTensor",
+    "beside",
+    "check_settings",
+    "configured_schemes",
     "logical_tensors",
     "modelopt_quantization",
     "part_type",
@@ -192,8 +198,10 @@ class LogicalTensor(WeightTensor):
         ------
         KilnError
             TYPE when the roles are not :attr:`parts`' or an array's dtype is
-            not its part's; SHAPE when an array's shape is not its part's; the
-            scheme's own errors, naming the tensor.
+            not its part's; SHAPE when an array's shape is not its part's, or
+            numpy cannot make the rows' array (an empty tensor's other
+            dimensions too large for ``dtype``); the scheme's own errors,
+            naming the tensor.
         IndexError
             For rows outside the first axis.
 
@@ -215,13 +223,14 @@ class LogicalTensor(WeightTensor):
         n = self.shape[0] if self.shape else 1
         if not (0 <= r0 <= r1 <= n):
             raise IndexError(f"rows [{r0}, {r1}) of a first axis of {n}")
+        want = (r1 - r0, *self.shape[1:]) if self.shape else ()
+        check_representable(want, out.itemsize, f"tensor {self.name!r} as {out}: ")
         checked = self._checked(arrays)
         scheme = scheme_named(self.scheme)
         try:
             values = scheme.decode(self.plan, checked, r0, r1, out)
         except KilnError as exc:
             raise exc.prefixed(f"tensor {self.name!r}: ") from None
-        want = (r1 - r0, *self.shape[1:]) if self.shape else ()
         if values.dtype != out or values.shape != want:
             raise AssertionError(
                 f"{self.scheme} decode gave {values.dtype} {values.shape}, expected {out} {want}"
@@ -296,7 +305,9 @@ class LogicalTensor(WeightTensor):
             )
         if dtype is None or as_dtype(dtype).name in OUTPUT_DTYPES:
             return self.dequantize(dtype)
-        return self.dequantize().astype(dtype)
+        wanted = as_dtype(dtype)
+        check_representable(self.shape, wanted.itemsize, f"tensor {self.name!r} as {wanted}: ")
+        return self.dequantize().astype(wanted)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_logical, (self.name, self.scheme, self.plan, dict(self.parts)))
@@ -417,13 +428,23 @@ def modelopt_quantization(path: str) -> Mapping[str, Any] | None:
     return {**quantization, "quant_method": "modelopt"}
 
 
+def beside(path: str, name: str) -> str:
+    """The path of the file ``name`` beside the checkpoint at ``path`` (in the
+    directory ``path``, or beside the file).
+
+    >>> beside("/m/model.safetensors", "config.json")
+    '/m/config.json'
+    """
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    return os.path.join(folder, name)
+
+
 def _json_beside(path: str, name: str) -> tuple[str | None, dict[str, Any] | None]:
     """The JSON object file ``name`` beside ``path``: ``(where, object)``, or
     ``(None, None)`` when there is none; TYPE as :func:`read_config` says."""
     if is_url(path):  # not read beside a URL: logical(config) is the door
         return None, None
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    where = os.path.join(folder, name)
+    where = beside(path, name)
     if not os.path.lexists(where):
         return None, None
     try:
@@ -436,27 +457,98 @@ def _json_beside(path: str, name: str) -> tuple[str | None, dict[str, Any] | Non
         raise KilnError(
             "TYPE", f"{where!r}: expected a config of at most {CONFIG_LIMIT} bytes, found more"
         )
-    try:
-        found = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise KilnError("TYPE", f"{where!r}: expected UTF-8 JSON, found {str(exc)[:200]}") from None
+    # the package's one strict parser: nesting capped (never a RecursionError), duplicate
+    # keys refused; NaN and Infinity as Python's json (which writes these files) reads them
+    found = parse_json(raw, f"{where!r}: ", serde=False, constants=True)
     if not isinstance(found, dict):
         raise KilnError("TYPE", f"{where!r}: expected a JSON object, found {type(found).__name__}")
     return where, found
 
 
-def configured_schemes(config: Mapping[str, Any]) -> tuple[Scheme, ...]:
+MAX_SETTING = 2**31 - 1
+"""The largest block or group size a ``quantization_config`` may give: what the
+producers' kernels take (a C ``int``), far above any real one (128)."""
+
+_TEXT_SETTINGS = (
+    "quant_method",
+    "format",
+    "checkpoint_format",
+    "quant_algo",
+    "version",
+    "bnb_4bit_quant_type",
+)
+_FLAG_SETTINGS = ("load_in_4bit", "_load_in_4bit")
+_INT_SETTINGS = {"bits": (1, 64), "group_size": (-1, MAX_SETTING)}
+
+
+def check_settings(config: Mapping[str, Any], source: str = "quantization_config") -> None:
+    """TYPE unless every setting of ``config`` the schemes read is of its type and
+    range (or absent, or null), naming ``source`` (``"'m/config.json':
+    quantization_config"``) and the key: text where text is compared (a list for
+    ``quant_method`` or ``format`` would be unhashable), booleans, integers in
+    their ranges (a ``group_size`` of 2**70 would overflow the kernels), and
+    ``config_groups`` as objects of the same.  Checked once, where the config is
+    read, before any scheme reads it.
+
+    >>> check_settings({"quant_method": "gptq", "bits": 4, "group_size": 128})
+    >>> check_settings({"quant_method": ["gptq"]})
+    Traceback (most recent call last):
+    ...
+    kiln_np.KilnError: TYPE: quantization_config quant_method: expected text, found list ['gptq']
+    """
+    _check_level(config, source)
+    groups = config.get("config_groups")
+    if groups is None:
+        return
+    if not isinstance(groups, Mapping):
+        raise _setting_error(source, "config_groups", "an object", groups)
+    for name, group in groups.items():
+        where = f"{source} config_groups.{name}"
+        if not isinstance(group, Mapping):
+            raise KilnError("TYPE", f"{where}: expected an object, found {show_value(group)}")
+        _check_level(group, where)
+        weights = group.get("weights")
+        if weights is not None and not isinstance(weights, Mapping):
+            raise _setting_error(where, "weights", "an object", weights)
+        _check_level(weights or {}, f"{where}.weights")
+
+
+def _check_level(config: Mapping[str, Any], source: str) -> None:
+    for key in _TEXT_SETTINGS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, str):
+            raise _setting_error(source, key, "text", value)
+    for key in _FLAG_SETTINGS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise _setting_error(source, key, "true or false", value)
+    for key, (low, high) in _INT_SETTINGS.items():
+        value = config.get(key)
+        if value is not None and (type(value) is not int or not low <= value <= high):
+            raise _setting_error(source, key, f"an integer from {low} to {high}", value)
+
+
+def _setting_error(source: str, key: str, expected: str, found: object) -> KilnError:
+    return KilnError("TYPE", f"{source} {key}: expected {expected}, found {show_value(found)}")
+
+
+def configured_schemes(
+    config: Mapping[str, Any], source: str = "quantization_config"
+) -> tuple[Scheme, ...]:
     """The schemes a ``quantization_config`` names (every scheme for ``{}``).
 
     Raises
     ------
     KilnError
-        TYPE when it names a ``quant_method`` no scheme reads, or a scheme's
-        method with a configuration none of them reads.
+        TYPE when a setting is not of its type or range (:func:`check_settings`,
+        naming ``source`` and the key), when it names a ``quant_method`` no
+        scheme reads, or a scheme's method with a configuration none of them
+        reads.
     """
     schemes = table.SCHEMES  # read at call time: the table is data
     if not config:
         return schemes
+    check_settings(config, source)
     method = config.get("quant_method")
     named = tuple(s for s in schemes if method in s.methods)
     chosen = tuple(s for s in named if s.configured(config))
@@ -556,11 +648,14 @@ def _group(
 
 
 def logical_tensors(
-    tensors: Mapping[str, WeightTensor], config: Mapping[str, Any]
+    tensors: Mapping[str, WeightTensor],
+    config: Mapping[str, Any],
+    source: str = "quantization_config",
 ) -> list[WeightTensor]:
     """``tensors`` with each scheme's parts as one :class:`LogicalTensor`, in file
     order (a logical tensor where its first part stood); the others as they
-    are.  ``config`` is the ``quantization_config`` (``{}`` for none).
+    are.  ``config`` is the ``quantization_config`` (``{}`` for none), ``source``
+    what its errors call it (the file it was read from, and its key).
 
     Raises
     ------
@@ -570,7 +665,7 @@ def logical_tensors(
         that does not divide), naming the logical tensor.
     """
     strict = bool(config)
-    schemes = configured_schemes(config)
+    schemes = configured_schemes(config, source)
     member: dict[str, LogicalTensor] = {}
     for name, t in tensors.items():
         if name in member:

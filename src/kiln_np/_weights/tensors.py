@@ -25,8 +25,9 @@ import numpy as np
 
 from kiln_np._codec import Payload, to_numpy
 from kiln_np._core.checks import set_module
+from kiln_np._core.errors import KilnError
 from kiln_np._core.foreign import ForeignType
-from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.payload import PayloadInfo, check_representable, payload_info
 from kiln_np._core.table import Layout, as_dtype, code_label
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import OUTPUT_DTYPES, dequantize_blocks
@@ -60,10 +61,14 @@ class WeightTensor:
       complex64, complex128; see ``kiln_np._core.foreign``): one element per
       block, so :attr:`shape` is the block shape; :meth:`numpy` is a
       zero-copy, read-only view of the bytes as the numpy or ml_dtypes type.
-    - **Any other opaque code** (an unknown layout, a GGML type with no
-      decoder, the 2- and 6-bit foreign types): :attr:`shape` is the block
-      shape and :meth:`numpy` the payload's block bytes, uint8 of shape
-      ``(*shape, block bytes)``.
+    - **A GGML type kiln_np has no decoder for** (an unknown type id, a
+      known type without a decoder): :attr:`shape` is the block shape, and
+      :meth:`numpy` (``np.asarray``) is TYPE: its numbers are unknown, and
+      bytes handed out as if they were numbers would be read as such;
+      :meth:`payload` hands out the bytes.
+    - **Any other opaque code** (an unknown layout, the 2- and 6-bit foreign
+      types): :attr:`shape` is the block shape and :meth:`numpy` the
+      payload's block bytes, uint8 of shape ``(*shape, block bytes)``.
 
     The blocks stay on the payload: ``t.payload().shape`` and
     ``t.info.shape`` are the block shape for every opaque code, and
@@ -206,6 +211,12 @@ class WeightTensor:
         array of its exact values (``kiln_np.gguf.dequantize``); for other
         opaque codes the block bytes, ``to_numpy(*tensor.payload())``.
 
+        Raises
+        ------
+        KilnError
+            TYPE for a GGML type kiln_np has no decoder for, naming
+            :meth:`payload` for its bytes; as :meth:`payload` raises.
+
         Examples
         --------
         >>> from kiln_np import Layout
@@ -220,13 +231,26 @@ class WeightTensor:
     def _elements(self, dtype: np.dtype[Any] | None) -> np.ndarray:
         """:meth:`numpy`, a GGML type dequantized straight to ``dtype`` when it is
         an output dtype of the decoders (else None: float32)."""
+        element = element_of(self.info.code, self.info.layout)
+        if element.kind == "ggml" and not element.decodable:
+            assert element.block is not None
+            raise KilnError(
+                "TYPE",
+                f"tensor {self.name!r}: expected numbers, found GGML blocks of "
+                f"{element.block.name} ({self.format_dtype}), a type kiln_np has no decoder "
+                "for: its values are unknown; its bytes are t.payload()",
+                code=self.info.code,
+            )
         payload = self.payload()
         block = self._block()
         if block is not None:
             out = np.dtype(np.float32)
             if dtype is not None and dtype.name in OUTPUT_DTYPES and dtype.isnative:
                 out = dtype
-            return dequantize_blocks(block.name, payload.data, self.info.shape, out)
+            try:
+                return dequantize_blocks(block.name, payload.data, self.info.shape, out)
+            except KilnError as exc:
+                raise exc.prefixed(f"tensor {self.name!r}: ") from None
         foreign = self._foreign()
         if foreign is not None:
             self.info.check_length(memoryview(payload.data).nbytes)
@@ -245,6 +269,7 @@ class WeightTensor:
         arr = self._elements(wanted)
         fresh = self._block() is not None or self.info.element.packed
         if wanted is not None and arr.dtype != wanted:
+            check_representable(arr.shape, wanted.itemsize, f"tensor {self.name!r} as {wanted}: ")
             if copy is False:
                 raise ValueError(
                     f"{arr.dtype} elements as {wanted}: a new array, copy=False is impossible"

@@ -15,10 +15,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from kiln_np._core.checks import set_module
+from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 
-from .logical import logical_tensors, modelopt_quantization, read_config
+from .logical import (
+    HF_QUANT_CONFIG,
+    beside,
+    logical_tensors,
+    modelopt_quantization,
+    read_config,
+)
 from .mapped import MappedFile
 from .remote import is_url
 from .summary import Summary, human_bytes, human_count, summarize
@@ -189,25 +195,30 @@ class Weights(Mapping[str, WeightTensor]):
             A group whose parts do not fit their scheme (a missing part, a
             part of the wrong type, shapes that disagree, a block size that
             does not divide): the message names the logical tensor and the
-            rule.  TYPE for a malformed ``config.json`` or a
-            ``quantization_config`` no scheme reads.
+            rule.  TYPE for a ``config`` of another type, a malformed
+            ``config.json`` or a ``quantization_config`` no scheme reads.
         """
         if self._plain is not None:
             return self
         if config is not None and not isinstance(config, (bool, Mapping)):
-            raise TypeError(
+            raise KilnError(
+                "TYPE",
                 f"logical: expected config to be a mapping, False or None, found "
-                f"{type(config).__name__}"
+                f"{show_value(config)}",
             )
         where, found = (None, None) if config is False else read_config(self.path)
+        source = "quantization_config"  # given by hand
         if config is True or config is None:
-            chosen = (found or {}).get("quantization_config") or (
-                modelopt_quantization(self.path) or {}
-            )
+            chosen = (found or {}).get("quantization_config")
+            if chosen:
+                source = f"{where!r}: quantization_config"
+            else:
+                chosen = modelopt_quantization(self.path) or {}
+                source = f"{beside(self.path, HF_QUANT_CONFIG)!r}: quantization"
         else:
             chosen = config or {}
         view = Weights(
-            logical_tensors(self._tensors, chosen),
+            logical_tensors(self._tensors, chosen, source),
             format=self.format,
             metadata=self.metadata,
             path=self.path,
@@ -245,13 +256,15 @@ class Weights(Mapping[str, WeightTensor]):
 
         Raises
         ------
-        TypeError
-            When a pattern is not a str.
+        KilnError
+            TYPE when a pattern is not a str.
         """
         excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
         for pattern in (*patterns, *excluded):
             if not isinstance(pattern, str):
-                raise TypeError(f"select: expected str patterns, found {type(pattern).__name__}")
+                raise KilnError(
+                    "TYPE", f"select: expected str patterns, found {show_value(pattern)}"
+                )
         kept = [
             t
             for name, t in self._tensors.items()

@@ -30,7 +30,7 @@ def _payload(x: object) -> Payload:
 
 
 @set_module("kiln_np.gguf")
-def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+def dequantize(x: object, *, dtype: npt.DTypeLike | None = np.float32) -> np.ndarray:
     """The values of a GGML quantized payload (or weight tensor), as llama.cpp computes them.
 
     Parameters
@@ -40,8 +40,9 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
         block)`` (what :func:`kiln_np.open_weights` gives for a quantized GGUF
         tensor), block shape ``(..., m)``.
     dtype : float32, float16, bfloat16 or float64
-        float32 is ggml's own result, bit for bit its ``dequantize_row_*`` for
-        every block (NaN and infinite scales included); the others are those
+        float32 (the default; None means it too, not numpy's float64) is
+        ggml's own result, bit for bit its ``dequantize_row_*`` for every
+        block (NaN and infinite scales included); the others are those
         float32 values rounded once, to nearest even.
 
     Returns
@@ -91,4 +92,4 @@ def dequantize(x: object, *, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
             "TYPE", f"expected the payload's data as a bytes-like buffer, found {found}"
         ) from None
     info.check_length(data.size)
-    return dequantize_blocks(block.name, data, info.shape, dtype)
+    return dequantize_blocks(block.name, data, info.shape, np.float32 if dtype is None else dtype)

@@ -285,6 +285,14 @@ def _tensor(
             found=rel,
         )
     offset = data_start + rel
+    if offset > MAX_INT64:  # past it no file holds it (seek fails): even an empty tensor's
+        raise malformed(
+            what,
+            f"expected a data offset of at most 2**63-1 from the file's start, found "
+            f"{offset} (data section at {data_start} + {rel})",
+            expected=MAX_INT64,
+            found=offset,
+        )
     if row.known:
         shape = dims[::-1]
         if dims:

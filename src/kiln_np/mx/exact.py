@@ -253,7 +253,7 @@ def dequantize(
     *,
     block_size: int | None = None,
     axis: int = -1,
-    dtype: npt.DTypeLike = np.float32,
+    dtype: npt.DTypeLike | None = np.float32,
 ) -> np.ndarray:
     """Exact values of a block-scaled tensor: ``element * scale`` per block.
 
@@ -273,7 +273,8 @@ def dequantize(
     axis : int
         The axis the blocks run along.
     dtype : dtype
-        float32 (the default), float64, float16 or bfloat16.
+        float32 (the default; None means it too, not numpy's float64), float64,
+        float16 or bfloat16.
 
     Returns
     -------
@@ -303,7 +304,7 @@ def dequantize(
     sk, sbytes = scales_bytes(scales)
     bs = check_block_size(sk.block_size if block_size is None else block_size)
     try:
-        out_dtype = np.dtype(dtype)
+        out_dtype = np.dtype(np.float32 if dtype is None else dtype)
     except (TypeError, ValueError) as exc:
         raise KilnError("TYPE", f"expected an output dtype, found {show_value(dtype)}") from exc
     if out_dtype not in _out_dtypes():

@@ -484,7 +484,7 @@ def to_gpt_oss(values: object, scales: object) -> tuple[np.ndarray, np.ndarray]:
 
 @set_module(_MODULE)
 def dequantize_gpt_oss(
-    blocks: object, scales: object, *, dtype: npt.DTypeLike = np.float32
+    blocks: object, scales: object, *, dtype: npt.DTypeLike | None = np.float32
 ) -> np.ndarray:
     """Exact floats of a gpt-oss MXFP4 tensor pair: shape ``(..., nblocks * 32)``.
 
@@ -614,7 +614,7 @@ def dequantize_onnx(
     *,
     block_size: int,
     axis: int = 1,
-    dtype: npt.DTypeLike = np.float32,
+    dtype: npt.DTypeLike | None = np.float32,
 ) -> np.ndarray:
     """Exact floats of ONNX MX tensors, as ``DequantizeLinear`` defines them.
 
