@@ -268,7 +268,7 @@ def tensor_bits(t: Any) -> tuple[TorchType, np.ndarray]:
 def _first_line(exc: BaseException) -> str:
     """An exception's message, its first line and at most 120 characters.
 
-    >>> _first_line(RuntimeError("Cannot access data pointer\nmore"))
+    >>> _first_line(RuntimeError("Cannot access data pointer" + chr(10) + "more"))
     'Cannot access data pointer'
     """
     line = str(exc).split("\n", 1)[0]
