@@ -63,7 +63,10 @@ def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPa
         agree(out, GOLDEN[f"{name}.values"])
 
 
-@pytest.mark.skipif(not _backend.COMPILED, reason="the compiled kernels are not built")
+@pytest.mark.skipif(
+    not _backend.COMPILED,
+    reason="the compiled kernels are not running (not built, or KILN_NP_PURE=1)",
+)
 @pytest.mark.parametrize("name", DECODED)
 def test_compiled_is_numpy_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Exact bytes on random blocks, across thread ranges."""

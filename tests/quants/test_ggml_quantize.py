@@ -85,7 +85,10 @@ def _random_blocks(name: str, count: int) -> np.ndarray:
     return (rng.standard_normal((count, block.elements)) * scale).astype(np.float32)
 
 
-@pytest.mark.skipif(not _backend.COMPILED, reason="the compiled kernels are not built")
+@pytest.mark.skipif(
+    not _backend.COMPILED,
+    reason="the compiled kernels are not running (not built, or KILN_NP_PURE=1)",
+)
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_compiled_is_numpy_bytes_across_threads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_quantize, "_THREAD_MIN_ELEMENTS", 1)

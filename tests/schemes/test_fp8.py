@@ -132,7 +132,10 @@ def test_fixtures_hold_every_code() -> None:
 RNG = np.random.default_rng(23)
 
 
-@pytest.mark.skipif(not backend.COMPILED, reason="the compiled kernels are not built")
+@pytest.mark.skipif(
+    not backend.COMPILED,
+    reason="the compiled kernels are not running (not built, or KILN_NP_PURE=1)",
+)
 @pytest.mark.parametrize("threaded", [False, True])
 @pytest.mark.parametrize(
     ("rows", "cols", "block"),
