@@ -19,7 +19,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import run_main
+from _helpers import needs, run_main
 
 import kiln_np
 from kiln_np import Layout, Payload, formats
@@ -157,7 +157,11 @@ def _onnx_source(path: Path, tensors: dict[str, np.ndarray]) -> None:
     onnx.save(onnx.helper.make_model(graph), path)
 
 
-@pytest.mark.parametrize("row", formats.FORMATS, ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, marks=needs("onnx")) if r.save is None else r for r in formats.FORMATS],
+    ids=lambda r: r.name,
+)
 def test_every_format_reads_as_src(
     row: WeightFormat, work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

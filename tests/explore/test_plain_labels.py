@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from _helpers import available, optional
+from _helpers import available, needs, optional
 
 import kiln_np
 from kiln_np._explore import heatmap_figure, histogram_grid
@@ -33,6 +33,8 @@ _NAMES = [f"blk.{layer}.{role}.weight" for layer in (0, 1) for role in _ROLES]
 # The mathtext of the tick labels no data reaches: kiln_np's binary exponents
 # (2^-3) and matplotlib's log-axis numbers (10^2, 2x10^-1).
 _OWN_MATH = re.compile(r"\$(2\^\{-?\d+\}|\\mathdefault\{[^$]*\})\$$")
+
+pytestmark = needs("matplotlib")  # every test draws
 
 
 @pytest.fixture(autouse=True)

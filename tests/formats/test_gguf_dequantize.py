@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import gguf_py_file, optional
+from _helpers import gguf_py_file, needs, optional
 
 import kiln_np
 from kiln_np import KilnError, Layout, Payload, mx
@@ -76,6 +76,7 @@ def test_other_dtypes_round_ggmls_float32_once(dtype: str) -> None:
     assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
 
 
+@needs("onnx")
 def test_dtype_none_is_the_float32_default() -> None:
     """dtype=None is the documented default, float32 (ggml's own bits), not numpy's
     float64 (issue 36): for a payload, a weight tensor, and mx.dequantize alike."""
