@@ -234,7 +234,7 @@ def _payload_file(
                 found=found,
             )
     # The format's own type name is Kiln's: the code's short name, or the layout's.
-    label = info.layout.name if info.layout is not None else info.element.name
+    label = info.element.name
     return WeightTensor(name, info, mapped, label), mapped
 
 

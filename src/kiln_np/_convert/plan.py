@@ -82,11 +82,10 @@ class Spelling(NamedTuple):
 
     dequantize: str
     quantize: str
-    cli: bool
 
 
-PYTHON = Spelling("dequantize", "quantize", False)
-CLI = Spelling("--dequantize", "--quantize", True)
+PYTHON = Spelling("dequantize", "quantize")
+CLI = Spelling("--dequantize", "--quantize")
 
 
 class OptionsError(KilnError):
@@ -271,10 +270,9 @@ def plan_conversion(
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy)
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
-    inside = folder and row.folder_file is not None and max_shard_size is None
-    directory = target if inside else None
-    if row.folder_file is not None and directory is not None:
-        target = os.path.join(directory, row.folder_file)
+    directory = None
+    if folder and row.folder_file is not None and max_shard_size is None:
+        directory, target = target, os.path.join(target, row.folder_file)
     paths = row.paths(target, sources, max_shard_size=max_shard_size)
     config = _plain_config(target, tensors, row, max_shard_size, code is not None)
     replaced = () if config is None else _replaced(config, target, force)
@@ -397,10 +395,6 @@ def _refuse_blocks(sources: Sequence[TensorSource], target: str, option: str) ->
                 raise refused
 
 
-def _kiln_type(info: PayloadInfo) -> str:
-    return info.layout.name if info.layout is not None else info.element.name
-
-
 def _elements(info: PayloadInfo) -> int:
     return info.count * element_of(info.code, info.layout).per_block
 
@@ -419,7 +413,7 @@ def _rule(policy: QuantizePolicy, name: str) -> str:
 
 def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     info = s.info
-    target_type = _kiln_type(info)
+    target_type = info.element.name
     if s.logical is not None:
         t = s.logical
         parts = ", ".join(t.parts)
@@ -432,7 +426,7 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
         blocks = s.dequantized.blocks
         reason = f"GGML {s.dequantized.block.name} blocks decoded (ggml's float32)"
         return Step(
-            s.name, "dequantize", reason, _kiln_type(blocks), target_type, blocks.byte_length,
+            s.name, "dequantize", reason, blocks.element.name, target_type, blocks.byte_length,
             info.byte_length, info.count,
         )  # fmt: skip
     if s.quantized is not None:
@@ -440,7 +434,7 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
         assert policy is not None  # only a policy quantizes
         reason = f"{_rule(policy, s.name)} of the policy"
         return Step(
-            s.name, "quantize", reason, _kiln_type(values), target_type, values.byte_length,
+            s.name, "quantize", reason, values.element.name, target_type, values.byte_length,
             info.byte_length, values.count,
         )  # fmt: skip
     action, reason = ("keep", s.kept) if s.kept is not None else ("copy", "its bytes as they are")

@@ -265,10 +265,6 @@ def as_policy(quantize: object, option: str = "quantize") -> QuantizePolicy | No
     )
 
 
-def _kiln_type(info: PayloadInfo) -> str:
-    return info.layout.name if info.layout is not None else info.element.name
-
-
 def decide(policy: QuantizePolicy, name: str, info: PayloadInfo) -> Target | str | None:
     """What tensor ``name`` described by ``info`` becomes under ``policy``: a
     :class:`Block` type to quantize to, a float :class:`Code` to store as, None
@@ -290,7 +286,7 @@ def decide(policy: QuantizePolicy, name: str, info: PayloadInfo) -> Target | str
     <Code.F32: 2>
     """
     asked = policy.type_for(name)
-    kind = _kiln_type(info)
+    kind = info.element.name  # the code's short name, or the layout's
     if asked is None:
         return "no pattern of the policy matches it and it has no default type"
     if info.layout is not None and element_of(info.code, info.layout).kind == "ggml":

@@ -665,7 +665,7 @@ def quantize_kept(
     if policy is None:
         return []
     return [
-        KeptTensor(s.name, s.info.layout.name if s.info.layout else s.info.element.name, s.kept)
+        KeptTensor(s.name, s.info.element.name, s.kept)
         for s in tensor_sources(tensors, quantize=policy)
         if s.kept is not None
     ]

@@ -311,7 +311,7 @@ def _compare(wa: Weights, wb: Weights) -> Comparison:
 def _type(t: WeightTensor) -> str:
     if isinstance(t, LogicalTensor):
         return t.scheme
-    return t.layout.name if t.layout is not None else t.info.element.name
+    return t.info.element.name
 
 
 def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:

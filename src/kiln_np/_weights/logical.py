@@ -85,7 +85,7 @@ ROW_CHUNK = 1 << 22
 def part_type(t: WeightTensor) -> str:
     """A part's Kiln type name: the short name of a closed code (``"f8e4m3"``,
     ``"u8"``, ``"i32"``), or an opaque tensor's layout name."""
-    return t.layout.name if t.layout is not None else t.info.element.name
+    return t.info.element.name
 
 
 @set_module("kiln_np")

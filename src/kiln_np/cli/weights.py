@@ -242,7 +242,7 @@ def _tensor_record(t: WeightTensor) -> dict[str, Any]:
         "name": t.name,
         "format_dtype": t.format_dtype,
         "code": int(info.code),
-        "kiln": info.layout.name if info.layout else info.element.name,
+        "kiln": info.element.name,
         "layout": layout_json(info.layout),
         "shape": list(t.shape),
         "block_shape": None if info.layout is None else list(info.shape),
@@ -338,7 +338,7 @@ def _target_format(args: argparse.Namespace) -> WeightFormat:
     rows = _writers()
     if args.to is not None:
         return next(row for row in rows if row.name == args.to)
-    suffix = os.path.splitext(args.dst.rstrip("/" + os.sep))[1]
+    suffix = _suffix(args.dst)
     for row in rows:
         if suffix and suffix in row.suffixes:
             return row
@@ -373,6 +373,11 @@ def _save_on_cluster(args: argparse.Namespace, plan: Plan, chosen: Weights) -> l
     return [args.dst]
 
 
+def _suffix(dst: str) -> str:
+    """DST's suffix, a trailing separator aside (``out.zarr/`` -> ``.zarr``)."""
+    return os.path.splitext(dst.rstrip("/" + os.sep))[1]
+
+
 def _folder_out(args: argparse.Namespace, row: WeightFormat) -> bool:
     """Whether DST is a directory to write the format's folder layout into: a
     directory in (SRC) gives a directory out, unless DST's suffix names a file.
@@ -386,7 +391,7 @@ def _folder_out(args: argparse.Namespace, row: WeightFormat) -> bool:
     >>> _folder_out(argparse.Namespace(src=src, dst="m.safetensors"), safetensors)
     False
     """
-    suffix = os.path.splitext(args.dst.rstrip("/" + os.sep))[1]
+    suffix = _suffix(args.dst)
     return os.path.isdir(args.src) and suffix not in row.suffixes
 
 
