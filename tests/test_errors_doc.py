@@ -442,6 +442,7 @@ EXPLORE: list[Entry] = [
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
     ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
     ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]
+    ("describe", "a Weights with sort= naming no order", lambda: kiln_np.describe(_small_weights(), sort="bytes")),
     ("WeightStats.heatmap", "an unknown stat", lambda: kiln_np.describe(_small_weights()).heatmap("median")),
     ("describe", "block-scaled values not e2m1, f8e4m3, f8e5m2, i8", lambda: kiln_np.describe(_f4(32), _E8M0_1)),
     ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),
