@@ -146,11 +146,13 @@ def ordered(tensors: Iterable[L], sort: str) -> list[L]:
     listed = list(tensors)
     if sort == "file":
         return listed
-    if sort == "name":
-        return sorted(listed, key=lambda t: natural_key(t.name))
-    if sort == "size":
-        return sorted(listed, key=lambda t: (-t.byte_length, natural_key(t.name)))
-    return sorted(listed, key=lambda t: (natural_key(t.format_dtype), natural_key(t.name)))
+    by_name = sorted(listed, key=lambda t: natural_key(t.name))
+    if sort == "size":  # sorts are stable: ties keep the name order
+        by_name.sort(key=lambda t: -t.byte_length)
+    elif sort == "type":
+        kinds = {kind: natural_key(kind) for kind in {t.format_dtype for t in by_name}}
+        by_name.sort(key=lambda t: kinds[t.format_dtype])
+    return by_name
 
 
 def human_count(n: int) -> str:
