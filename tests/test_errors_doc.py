@@ -323,6 +323,9 @@ def _cli_file(command: str, name: str, data: bytes, *options: str) -> Any:
 
 CORE: list[Entry] = [
     ("to_numpy", "code is not an integer", lambda: kiln_np.to_numpy(2.0, b"", ())),  # type: ignore[arg-type]
+    ("to_numpy", "a dtype's name for the code", lambda: kiln_np.to_numpy("float32", b"", ())),
+    ("to_numpy", "a numpy dtype for the code", lambda: kiln_np.to_numpy(np.dtype("float32"), b"", ())),  # type: ignore[arg-type]
+    ("to_numpy", "an unknown code name", lambda: kiln_np.to_numpy("q4_k", b"", ())),
     ("to_numpy", "code 0", lambda: kiln_np.to_numpy(0, b"", ())),
     ("to_numpy", "reserved code 20-4095", lambda: kiln_np.to_numpy(20, b"", ())),
     ("to_numpy", "code above 32767", lambda: kiln_np.to_numpy(40000, b"", ())),
@@ -352,6 +355,7 @@ CORE: list[Entry] = [
     ("from_numpy", "not array-like", lambda: kiln_np.from_numpy([[1], [1, 2]])),
     ("from_numpy", "dtype without a Kiln code", lambda: kiln_np.from_numpy(np.zeros(2, np.complex64))),
     ("from_numpy", "dtype is not the code's", lambda: kiln_np.from_numpy(np.zeros(2), code=Code.F32)),
+    ("from_numpy", "a numpy scalar type for code=", lambda: kiln_np.from_numpy(np.zeros(2), code=np.float64)),  # type: ignore[arg-type]
     ("from_numpy", "opaque blocks of the wrong shape", lambda: kiln_np.from_numpy(np.zeros((2, 3), np.uint8), code=4096, layout=Layout("pair", 2))),
     ("from_numpy", "bool byte other than 0/1", lambda: kiln_np.from_numpy(_bools(0, 3))),
     ("from_numpy", "4-bit storage byte above 0x0f", lambda: kiln_np.from_numpy(_u4(1, 0x1F))),
@@ -403,6 +407,8 @@ FILES: list[Entry] = [
     ("save_payload", "array shape is not shape=", lambda: kiln_np.save_payload(io.BytesIO(), _f4(3), shape=(4,))),
     ("save_payload", "empty stream without code=", lambda: kiln_np.save_payload(io.BytesIO(), [])),
     ("save_payload", "0-d chunk", lambda: kiln_np.save_payload(io.BytesIO(), [np.float32(1)])),
+    ("save_payload", "a list of numbers (chunks of one number each)", lambda: kiln_np.save_payload(io.BytesIO(), [1.0, 2.0])),
+    ("save_payload", "a Payload", lambda: kiln_np.save_payload(io.BytesIO(), kiln_np.from_numpy(_f4(1)))),
     ("save_payload", "chunk trailing shape differs", lambda: kiln_np.save_payload(io.BytesIO(), [np.zeros((1, 2), "<f4"), np.zeros((1, 3), "<f4")])),
     ("save_payload", "more rows than shape[0]", lambda: kiln_np.save_payload(io.BytesIO(), [_f4(2), _f4(2)], shape=(3,))),
     ("save_payload", "fewer rows than shape[0]", lambda: kiln_np.save_payload(io.BytesIO(), [_f4(2)], shape=(3,))),
@@ -442,6 +448,7 @@ EXPLORE: list[Entry] = [
     ("describe", "block_size without scales", lambda: kiln_np.describe(_f4(2), block_size=2)),  # type: ignore[call-overload]
     ("describe", "a Weights with first=", lambda: kiln_np.describe(_small_weights(), first=2)),
     ("describe", "progress= with one tensor", lambda: kiln_np.describe(_f4(2), progress=print)),  # type: ignore[call-overload]
+    ("describe", "a Weights with sort= naming no order", lambda: kiln_np.describe(_small_weights(), sort="bytes")),
     ("WeightStats.heatmap", "an unknown stat", lambda: kiln_np.describe(_small_weights()).heatmap("median")),
     ("describe", "block-scaled values not e2m1, f8e4m3, f8e5m2, i8", lambda: kiln_np.describe(_f4(32), _E8M0_1)),
     ("describe", "block-scaled values of shape ()", lambda: kiln_np.describe(np.zeros((), ml_dtypes.float4_e2m1fn), _E8M0_1)),

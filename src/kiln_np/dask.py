@@ -60,6 +60,7 @@ from ._files.io import TEMP_SUFFIX, building_directory, replacing, write_all
 from ._files.payload import LazyPayload
 from ._quants.elements import element_of
 from ._weights.logical import LogicalTensor
+from ._weights.summary import ordered
 from ._weights.tensors import WeightTensor
 from ._weights.weights import Weights
 from .formats import open_weights, plan_weights
@@ -686,7 +687,9 @@ class _StatsJob:
 
 
 @set_module("kiln_np.dask")
-def describe(weights: Weights, *, client: Client | None = None) -> WeightStats:
+def describe(
+    weights: Weights, *, client: Client | None = None, sort: str | None = None
+) -> WeightStats:
     """The statistics of every tensor of ``weights``, one task per tensor: equal,
     row for row, to :func:`kiln_np.describe` (the same code runs on the workers).
 
@@ -698,16 +701,20 @@ def describe(weights: Weights, *, client: Client | None = None) -> WeightStats:
         are reopened on the workers.
     client : distributed.Client, optional
         The cluster to run on; None: dask's local threaded scheduler.
+    sort : {"file", "name", "size", "type"}, optional
+        The rows' order, as :func:`kiln_np.describe` takes it; file order by
+        default.
 
     Returns
     -------
     WeightStats
-        In file order.
+        In file order, or the order ``sort`` names.
 
     Raises
     ------
     KilnError
-        As :func:`kiln_np.describe`: a tensor's malformed bytes, naming it.
+        As :func:`kiln_np.describe`: a tensor's malformed bytes, naming it;
+        SHAPE for a ``sort`` that names no order.
 
     Examples
     --------
@@ -723,6 +730,7 @@ def describe(weights: Weights, *, client: Client | None = None) -> WeightStats:
         raise KilnError(
             "TYPE", f"expected a Weights (kiln_np.open_weights), found {show_value(weights)}"
         )
-    rows = _run([_StatsJob(t) for t in weights.values()], client, "stats")
+    tensors = ordered(weights.values(), "file" if sort is None else sort)
+    rows = _run([_StatsJob(t) for t in tensors], client, "stats")
     kept = [dataclasses.replace(r, scales=MappingProxyType(r.scales)) for r in rows]
     return WeightStats(kept, format=weights.format, path=weights.path)

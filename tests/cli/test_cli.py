@@ -231,6 +231,16 @@ def test_codes_by_name_are_the_python_apis(work: Path, run: Runner) -> None:
         run("inspect", "f32x3.kiln", "--code", spelling, "--shape", "3").error("TYPE", "--code")
         with pytest.raises(kiln_np.KilnError):
             kiln_np.to_numpy(spelling, bytes(12), (3,))
+    # A dtype's name names its code (issue 37), on the command line as in Python.
+    hint = "float32 is code 2 (kiln_np.Code.F32, or the name 'f32'"
+    run("inspect", "f32x3.kiln", "--code", "float32", "--shape", "3").error("TYPE", hint)
+    with pytest.raises(kiln_np.KilnError, match=re.escape(hint)):
+        kiln_np.to_numpy("float32", bytes(12), (3,))
+    run("decode", "f32x3.kiln", "--code", "bfloat16", "--shape", "6", "o.npy").error(
+        "TYPE",
+        "--code: expected an integer dtype code or a code name, found str 'bfloat16', "
+        "a dtype's name: bfloat16 is code 4 (kiln_np.Code.BF16, or the name 'bf16'",
+    )
 
 
 def test_decode_opaque_blocks_embedded_at_an_offset(work: Path, run: Runner) -> None:

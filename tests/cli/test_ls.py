@@ -61,21 +61,21 @@ def test_safetensors_sizes_and_totals(tmp_path: Path, capsys: pytest.CaptureFixt
     assert status == 0
     assert out.splitlines() == [
         "name  dtype  kiln  shape         size",
-        "big   F32    f32   512x1024  2.00 MiB",
         "b     F16    f16   3              6 B",
+        "big   F32    f32   512x1024  2.00 MiB",
         "2 tensors, 524,291 (524 K) parameters, 2.00 MiB (2,097,158 payload bytes), safetensors",
     ]
     out = run_main(capsys, "ls", str(path), "--bytes")[1]
     assert out.splitlines()[:3] == [
         "name  dtype  kiln  shape       bytes",
-        "big   F32    f32   512x1024  2097152",
         "b     F16    f16   3               6",
+        "big   F32    f32   512x1024  2097152",
     ]
     record = json.loads(run_main(capsys, "ls", str(path), "--json")[1])
     assert list(record)[-3:] == ["tensors", "tensor_count", "parameters"]
     assert (record["tensor_count"], record["parameters"]) == (2, 524_291)
     assert record["byte_length"] == 2_097_158
-    assert [t["elements"] for t in record["tensors"]] == [524_288, 3]
+    assert [t["elements"] for t in record["tensors"]] == [3, 524_288]
 
 
 def test_sharded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

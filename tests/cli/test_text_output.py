@@ -78,7 +78,7 @@ def test_stats_rows_of_layers_3_and_13_differ(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, _ = _long_files(tmp_path)
-    out = run_main(capsys, "stats", a)[1]
+    out = run_main(capsys, "stats", a, "--sort", "file")[1]  # layers 3 and 13 side by side
     width = len(_LONG[1])  # the name column: the longest name
     assert out.splitlines()[1:4] == [
         f"{'name':<{width}}    type   count       min       max      mean       std  zeros nan/inf",
@@ -187,10 +187,10 @@ def test_names_and_keys_are_shown_as_their_escapes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b = _hostile(tmp_path)
-    out = run_main(capsys, "ls", a)[1]
+    out = run_main(capsys, "ls", a, "--sort", "file")[1]
     width = max(map(len, _SHOWN))
     assert [line[:width].rstrip() for line in out.splitlines()[1:-1]] == _SHOWN
-    out = run_main(capsys, "stats", a)[1]
+    out = run_main(capsys, "stats", a, "--sort", "file")[1]
     assert [line[:width].rstrip() for line in out.splitlines()[2:]] == _SHOWN
     out = run_main(capsys, "meta", a)[1]
     assert out.splitlines()[2:] == [
@@ -206,7 +206,7 @@ def test_names_and_keys_are_shown_as_their_escapes(
 
 def test_json_stays_exact_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, _ = _hostile(tmp_path)
-    out = run_main(capsys, "ls", a, "--json")[1]
+    out = run_main(capsys, "ls", a, "--json", "--sort", "file")[1]
     assert out.isascii()  # json.dumps escapes every control and surrogate itself
     assert [t["name"] for t in json.loads(out)["tensors"]] == _NAMES
     out = run_main(capsys, "meta", a, "--json")[1]

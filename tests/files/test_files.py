@@ -304,6 +304,73 @@ def test_unsupported_keys_raise_like_numpy(tmp_path: Path) -> None:
     assert bits(lazy[...]) == bits(lazy[()]) == bits(u4([[1, 2], [3, 4]]))
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        [0, 1],
+        np.array([True, False]),
+        [True, False],
+        np.array([0, 1]),
+        np.array([1]),
+        np.array(True),
+        (np.array([True, False]), 0),
+    ],
+    ids=["list", "mask", "bool-list", "index-array", "one-index-array", "0-d-bool", "tuple-mask"],
+)
+def test_a_mask_or_an_index_array_gets_the_guidance_a_list_does(tmp_path: Path, key: Any) -> None:
+    """Issue 37: numpy's own words for an array key ("only integer scalar arrays
+    can be converted to a scalar index") said nothing of what to do."""
+    path = tmp_path / "p.bin"
+    save_payload(path, u4([[1, 2], [3, 4]]))
+    lazy = open_lazy(path, Code.U4, (2, 2))
+    lead = key[0] if isinstance(key, tuple) else key
+    with pytest.raises(TypeError) as info:
+        lazy[key]
+    assert str(info.value) == (
+        "a LazyPayload indexes its leading axis with an int or a slice, got "
+        f"{type(lead).__name__} {lead!r}; decode a range first, e.g. p[a:b][key]"
+    )
+    # What the message says to do works, and agrees with numpy.
+    whole = u4([[1, 2], [3, 4]])
+    assert bits(lazy[:][key]) == bits(whole[key])
+    # An integer 0-d array is an index, as in numpy.
+    assert bits(lazy[np.array(1)]) == bits(whole[1])
+
+
+def test_save_payload_of_a_list_of_numbers_says_what_it_expects(tmp_path: Path) -> None:
+    """Issue 37: an iterable is chunks, so a list of numbers is chunks of one
+    number each; the error names the number and the fix (was "found chunk 0 0-d")."""
+    path = tmp_path / "p.kiln"
+    with pytest.raises(KilnError) as info:
+        save_payload(path, [1.0, 2.0])
+    assert info.value.kind == "SHAPE"
+    assert info.value.message == (
+        "code 1 (f64): expected an array, or chunks that are C-order slabs along axis 0, "
+        "found chunk 0 0-d (float 1.0): an iterable is read as chunks, so pass "
+        "np.asarray(values) to write a sequence of numbers as one array, or a single 0-d "
+        "array to write a scalar"
+    )
+    assert not path.exists()
+    info_ = save_payload(path, np.asarray([1.0, 2.0]))  # the fix it names
+    assert (int(info_.code), info_.shape) == (1, (2,))
+    assert path.read_bytes() == np.array([1.0, 2.0], "<f8").view(np.uint8).tobytes()
+
+
+def test_save_payload_of_a_payload_says_to_pass_its_array(tmp_path: Path) -> None:
+    payload = from_numpy(np.array([1.0, -2.0], np.float32))
+    path = tmp_path / "p.kiln"
+    with pytest.raises(
+        KilnError,
+        match=r"a Payload is bytes already encoded: pass its array, "
+        r"kiln_np.to_numpy\(\*payload\)",
+    ) as info:
+        save_payload(path, payload)
+    assert info.value.kind == "TYPE"
+    assert not path.exists()
+    save_payload(path, kiln_np.to_numpy(*payload))
+    assert path.read_bytes() == bytes(payload.data)
+
+
 def test_scalar_payload(tmp_path: Path) -> None:
     path = tmp_path / "p.bin"
     save_payload(path, np.array(9, np.uint8).view(ml_dtypes.uint4))

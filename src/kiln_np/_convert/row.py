@@ -133,6 +133,12 @@ class WeightFormat:
         ``replaces(path)``: existing files beside ``path`` that writing it with
         ``max_shard_size`` may replace (a GGUF's splits), which ``kiln-np convert``
         refuses to replace without ``--force``.
+    listing_order : str
+        The order ``kiln-np ls`` and ``kiln-np stats`` list its tensors in when
+        ``--sort`` is not given (one of ``kiln_np._weights.summary.ORDERS``):
+        ``"name"``, natural name order across shards, where the file's order
+        is an accident of the writer; ``"file"`` where it is the producer's
+        choice (GGUF: llama.cpp's order).
     """
 
     name: str
@@ -150,3 +156,4 @@ class WeightFormat:
     sharded: Sharded | None = None
     hf_config: bool = False
     replaces: Callable[[str], list[str]] | None = None
+    listing_order: str = "name"

@@ -285,6 +285,7 @@ def native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 _BY_CODE: Mapping[int, DType] = MappingProxyType({int(r.code): r for r in DTYPES})
 _BY_DTYPE: DTypeIndex[DType] = DTypeIndex((r.dtype_spec, r) for r in DTYPES)
+_ML_SPECS = frozenset(r.dtype_spec for r in DTYPES if r.dtype_spec.startswith(_ML_PREFIX))
 # A code may be named as the spec spells it ("bf16") or as the Code member ("BF16").
 _BY_NAME: Mapping[str, DType] = MappingProxyType(
     {r.name: r for r in DTYPES} | {r.code.name: r for r in DTYPES}
@@ -401,12 +402,28 @@ CodeRange = Literal["closed", "opaque", "reserved", "rejected"]
 def as_code(code: object) -> int:
     """``code`` as a Python int: an integer, or a closed code's name exactly as
     spelled (``"bf16"``, ``"BF16"``); TYPE for anything else (``True``, floats,
-    other strings)."""
+    other strings).  A dtype given where a code is expected (``"float32"``,
+    ``np.float32``, ``np.dtype("float32")``) is TYPE naming its code.
+
+    >>> as_code("bf16"), as_code(np.uint8(9))
+    (4, 9)
+    >>> as_code(np.float32)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kiln_np.KilnError: TYPE: ... found type <class 'numpy.float32'>, a dtype: float32 is code 2 ...
+    """
     if type(code) is int:
         return code
     if isinstance(code, str):
         row = _BY_NAME.get(code)
         if row is None:
+            hint = _dtype_hint(code)
+            if hint:
+                raise KilnError(
+                    "TYPE",
+                    f"expected an integer dtype code or a code name, found {show_value(code)}, "
+                    f"a dtype's name: {hint}",
+                )
             raise KilnError(
                 "TYPE",
                 "expected an integer dtype code or one of the names "
@@ -415,10 +432,38 @@ def as_code(code: object) -> int:
             )
         return int(row.code)
     if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
+        hint = _dtype_hint(code)
         raise KilnError(
-            "TYPE", f"expected an integer dtype code or a code name, found {show_value(code)}"
+            "TYPE",
+            f"expected an integer dtype code or a code name, found {show_value(code)}"
+            + (f", a dtype: {hint}" if hint else ""),
         )
     return int(code)
+
+
+def _dtype_hint(value: object) -> str:
+    """``"float32 is code 2 (kiln_np.Code.F32, ...)"`` when ``value`` (given where
+    a code is expected) is a dtype of the table: a numpy or ml_dtypes dtype, its
+    scalar type, or a short name numpy reads as one; else ``""``.  ml_dtypes is
+    loaded only for the name of one of its types."""
+    if isinstance(value, str):
+        if len(value) > 32 or not value.isascii():
+            return ""
+        if _ML_PREFIX + value in _ML_SPECS:
+            value = spec_dtype(_ML_PREFIX + value)
+    elif not isinstance(value, (type, np.dtype)):
+        return ""
+    try:
+        found = np.dtype(value)
+    except Exception:  # numpy's reading of a type runs its code: no hint then
+        return ""
+    row = _BY_DTYPE.lookup(native_dtype(found)) if found.fields is None else None
+    if row is None:
+        return ""
+    return (
+        f"{row.dtype.name} is code {int(row.code)} (kiln_np.Code.{row.code.name}, or the name "
+        f"'{row.name}'; kiln_np.code_for_dtype gives a dtype's code)"
+    )
 
 
 def code_range(code: CodeLike) -> CodeRange:

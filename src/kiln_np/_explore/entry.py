@@ -38,7 +38,9 @@ __all__ = ["describe", "plot_histograms"]
 
 
 @overload
-def describe(array: Weights, *, progress: Progress | None = None) -> WeightStats: ...
+def describe(
+    array: Weights, *, progress: Progress | None = None, sort: str | None = None
+) -> WeightStats: ...
 
 
 # A logical tensor (a quantization scheme's weight) is described as its values.
@@ -78,6 +80,7 @@ def describe(
     axis: int | None = None,
     first: int = 8,
     progress: Progress | None = None,
+    sort: str | None = None,
 ) -> Description | ScaledDescription | QuantizedDescription | WeightStats:
     """Summarize an array of any Kiln dtype, a block-scaled tensor, or every
     tensor of a checkpoint, without touching its bits.
@@ -111,6 +114,13 @@ def describe(
     progress : callable, optional
         For a :class:`Weights` only: ``progress(bytes_done, bytes_total)``,
         called after each tensor and each round of a large one.
+    sort : {"file", "name", "size", "type"}, optional
+        For a :class:`Weights` only: the rows' order.  By default (None,
+        ``"file"``) the mapping's own, file order; ``"name"``: natural name
+        order (``layers.2`` before ``layers.10``, a layer's tensors together,
+        whatever shard holds them); ``"size"``: the most payload bytes first;
+        ``"type"``: grouped by the stored type; ties in natural name order.
+        ``kiln-np stats --sort`` is the same.
 
     Returns
     -------
@@ -160,16 +170,18 @@ def describe(
         if scales is not None or block_size is not None or axis is not None or first != 8:
             raise KilnError(
                 "SHAPE",
-                "describe(weights) takes only progress=: expected no scales, block_size, axis "
-                "or first, found some (describe one tensor, weights[name], for those)",
+                "describe(weights) takes only progress= and sort=: expected no scales, "
+                "block_size, axis or first, found some (describe one tensor, weights[name], "
+                "for those)",
             )
-        return describe_weights(array, progress=progress)
-    if progress is not None:
-        raise KilnError(
-            "SHAPE",
-            f"progress= is for describe(weights): expected a Weights with it, found "
-            f"{type(array).__name__}",
-        )
+        return describe_weights(array, progress=progress, sort=sort)
+    for given, value in (("progress", progress), ("sort", sort)):
+        if value is not None:
+            raise KilnError(
+                "SHAPE",
+                f"{given}= is for describe(weights): expected a Weights with it, found "
+                f"{type(array).__name__}",
+            )
     head = check_int(first, "first", kind="SHAPE", maximum=MAX_INT64)
     if scales is not None:
         return describe_scaled(array, scales, block_size, -1 if axis is None else axis, head)

@@ -56,7 +56,7 @@ from kiln_np._kernels.moments import Moments, moments
 from kiln_np._quants.decode import DECODERS, dequantize_into
 from kiln_np._quants.decoder import float_scales
 from kiln_np._weights.logical import LogicalTensor, part_type, row_chunks
-from kiln_np._weights.summary import human_count
+from kiln_np._weights.summary import human_count, ordered
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -214,7 +214,8 @@ _COLUMNS = ("type", "count", "min", "max", "mean", "std", "zeros", "nan/inf")
 @set_module("kiln_np")
 class WeightStats(Sequence[TensorStats]):
     """What :func:`describe` found in every tensor of a checkpoint: one
-    :class:`TensorStats` per tensor, in file order.
+    :class:`TensorStats` per tensor, in file order (or the order ``describe``'s
+    ``sort=`` named).
 
     A sequence of rows (index by position, or by name with :meth:`row`); its
     ``str`` is a table of every name whole; in a notebook it renders as an
@@ -433,8 +434,11 @@ class WeightStats(Sequence[TensorStats]):
         return f"{caption}<table><tr>{head}</tr>{body}</table>"
 
 
-def describe_weights(weights: Weights, *, progress: Progress | None = None) -> WeightStats:
-    """Statistics of every tensor of ``weights``, in file order (see the module
+def describe_weights(
+    weights: Weights, *, progress: Progress | None = None, sort: str | None = None
+) -> WeightStats:
+    """Statistics of every tensor of ``weights``, in file order or the order
+    ``sort`` names (``kiln_np._weights.summary.ordered``; see the module
     docstring for the definitions).
 
     ``progress(bytes_done, bytes_total)`` is called after each tensor and each
@@ -450,10 +454,11 @@ def describe_weights(weights: Weights, *, progress: Progress | None = None) -> W
     >>> s[0].max, s[0].neginf, s[0].finite
     (1.0, 1, 1)
     """
+    tensors = ordered(weights.values(), "file" if sort is None else sort)
     total = weights.byte_length
     done = 0
     rows = []
-    for t in weights.values():
+    for t in tensors:
         base = done
 
         def step(nbytes: int, base: int = base) -> None:

@@ -269,12 +269,12 @@ class LazyPayload:
             else:
                 block = self._stepped(rows)
             return block[(slice(None), *rest)] if rest else block
-        if isinstance(lead, (bool, np.bool_)) or not hasattr(lead, "__index__"):
-            raise TypeError(
-                "a LazyPayload indexes its leading axis with an int or a slice, got "
-                f"{show_value(lead)}; decode a range first, e.g. p[a:b][key]"
-            )
-        i = operator.index(lead)
+        if isinstance(lead, (bool, np.bool_)):
+            raise _not_an_index(lead)
+        try:
+            i = operator.index(lead)
+        except TypeError:  # a list, a boolean mask, an index array: numpy's words say less
+            raise _not_an_index(lead) from None
         if not -n <= i < n:
             raise IndexError(f"index {show_int(i)} is out of bounds for axis 0 with size {n}")
         i %= n
@@ -420,6 +420,20 @@ class LazyPayload:
     def _host_order(self, src: np.ndarray) -> np.ndarray:
         element = self.info.element
         return src if isinstance(element, Layout) else host_order(src, element)
+
+
+def _not_an_index(lead: object) -> TypeError:
+    """What indexing a :class:`LazyPayload`'s leading axis with ``lead`` (a bool,
+    a list, a boolean mask, an index array) raises: what it takes, and what to do.
+
+    >>> message = _not_an_index(np.array([True, False])).args[0]
+    >>> message.split(", got ")[1]
+    'ndarray array([ True, False]); decode a range first, e.g. p[a:b][key]'
+    """
+    return TypeError(
+        "a LazyPayload indexes its leading axis with an int or a slice, got "
+        f"{show_value(lead)}; decode a range first, e.g. p[a:b][key]"
+    )
 
 
 def _reopen(

@@ -25,7 +25,7 @@ from typing import IO
 
 import numpy as np
 
-from kiln_np._codec import as_array, from_numpy
+from kiln_np._codec import Payload, as_array, from_numpy
 from kiln_np._core.checks import U8, check_offset, check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
@@ -103,8 +103,10 @@ class _Stream:
         if not shape:
             raise KilnError(
                 "SHAPE",
-                f"{code_label(code)}: expected chunks that are C-order slabs along axis 0, "
-                f"found chunk {self.chunks} 0-d (pass a single array to write a scalar)",
+                f"{code_label(code)}: expected an array, or chunks that are C-order slabs "
+                f"along axis 0, found chunk {self.chunks} 0-d ({show_value(chunk)}): an "
+                "iterable is read as chunks, so pass np.asarray(values) to write a sequence "
+                "of numbers as one array, or a single 0-d array to write a scalar",
                 code=code,
             )
         if self.tail is None:
@@ -175,6 +177,12 @@ class _Stream:
         return info
 
 
+_PAYLOAD_HINT = (
+    "; a Payload is bytes already encoded: pass its array, kiln_np.to_numpy(*payload) "
+    "(and code= and layout= for an opaque code)"
+)
+
+
 def _array_chunks(arr: np.ndarray) -> Iterator[np.ndarray]:
     row_bytes = max(1, arr[:1].nbytes)
     step = max(1, CHUNK_BYTES // row_bytes)
@@ -208,7 +216,7 @@ def _stream_to(
             write_all(f, np.frombuffer(payload.data, U8))
             return payload.info
         chunks = _array_chunks(arr)
-    elif isinstance(source, Iterable) and not isinstance(source, (str, bytes, bytearray)):
+    elif isinstance(source, Iterable) and not isinstance(source, (str, bytes, bytearray, Payload)):
         if dims == ():
             raise KilnError(
                 "SHAPE",
@@ -218,7 +226,8 @@ def _stream_to(
     else:
         raise KilnError(
             "TYPE",
-            f"expected an array or an iterable of array chunks, got {show_value(source)}",
+            f"expected an array or an iterable of array chunks, got {show_value(source)}"
+            + (_PAYLOAD_HINT if isinstance(source, Payload) else ""),
         )
     for chunk in chunks:
         stream.feed(chunk)
@@ -281,9 +290,12 @@ def save_payload(
         TYPE for a bad code, layout or offset (an integer in 0..2**63-1), a
         dtype that is not the code's, a bad bool byte or 4-bit value (the
         index is the element's in the whole payload), an empty stream with no
-        ``code``, a path that exists but is not a regular file; SHAPE for a
-        bad shape, a 0-d chunk or one whose trailing shape differs; LENGTH
-        when the stream gives fewer or more rows than ``shape[0]``.
+        ``code``, a path that exists but is not a regular file, a
+        :class:`Payload` (pass its array, ``to_numpy(*payload)``); SHAPE for a
+        bad shape, a 0-d chunk (a list of numbers is chunks of one number
+        each: pass ``np.asarray(values)``) or one whose trailing shape
+        differs; LENGTH when the stream gives fewer or more rows than
+        ``shape[0]``.
     OSError
         When the file cannot be written (it names ``path``, not the
         temporary file).

@@ -15,6 +15,12 @@ that differs (an extra tensor, another shape or type) breaks the run: it
 stands on its own row, and the runs on either side fold (``0-14``, ``15``,
 ``16-31``).
 
+The same reading of numbers orders a listing: :func:`natural_key` compares the
+runs of ASCII digits in a name as numbers (``layers.2`` before ``layers.10``, so
+a layer's tensors stand together, whatever shard holds them), and
+:func:`ordered` lists tensors in one of :data:`ORDERS` (``kiln-np ls`` and
+``kiln-np stats --sort``, ``kiln_np.describe(weights, sort=...)``).
+
 Parameters count elements as each tensor is stored: a block-scaled scheme
 stored as two tensors (elements and scales) counts both; a tensor of an
 opaque type with no numeric reading (a GGML type without a decoder) counts
@@ -28,19 +34,24 @@ imports it): it reads any object with ``name``, ``shape`` (elements),
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from kiln_np._core.checks import printable
+from kiln_np._core.checks import printable, show_value
+from kiln_np._core.errors import KilnError
 
 __all__ = [
+    "ORDERS",
     "Listed",
     "Summary",
     "TreeRow",
     "TypeRow",
     "human_bytes",
     "human_count",
+    "natural_key",
+    "ordered",
     "shown_bits",
     "summarize",
 ]
@@ -60,6 +71,88 @@ class Listed(Protocol):
     def byte_length(self) -> int: ...
     @property
     def format_dtype(self) -> str: ...
+
+
+ORDERS = ("file", "name", "size", "type")
+"""The orders a listing of tensors can take (:func:`ordered`)."""
+
+_DIGITS = re.compile(r"([0-9]+)")
+
+NaturalKey = tuple[tuple[int, str], ...]
+"""What :func:`natural_key` returns."""
+
+L = TypeVar("L", bound=Listed)
+
+
+def natural_key(name: str) -> NaturalKey:
+    """The key that sorts names in natural order: each run of ASCII digits as a
+    number, the text between as text.
+
+    A run compares by its length without leading zeros, then its digits, so a
+    run of any length is a number without converting it (Python refuses ints of
+    more than 4300 digits); names equal as numbers (``l.01``, ``l.1``) fall
+    back to the name itself.
+
+    Examples
+    --------
+    >>> names = ["blk.10.ffn", "blk.2.ffn", "blk.2.attn", "blk.1", "output", "blk.02.x"]
+    >>> sorted(names, key=natural_key)
+    ['blk.1', 'blk.2.attn', 'blk.2.ffn', 'blk.02.x', 'blk.10.ffn', 'output']
+    """
+    runs = _DIGITS.split(name)  # text, digits, text, ...: a digit run at every odd place
+    key = [(0, run) if i % 2 == 0 else _number(run) for i, run in enumerate(runs)]
+    return (*key, (0, name))
+
+
+def _number(digits: str) -> tuple[int, str]:
+    significant = digits.lstrip("0")
+    return len(significant), significant
+
+
+def ordered(tensors: Iterable[L], sort: str) -> list[L]:
+    """``tensors`` (given in file order) listed in the order ``sort`` names.
+
+    Parameters
+    ----------
+    tensors : iterable
+        Objects with ``name``, ``byte_length`` and ``format_dtype``, in file order.
+    sort : {"file", "name", "size", "type"}
+        ``"file"``: as given; ``"name"``: natural name order (:func:`natural_key`);
+        ``"size"``: the most payload bytes first; ``"type"``: grouped by the
+        format's type name (``BF16``, ``Q4_K``) in natural order.  Ties of size
+        or type go in natural name order.
+
+    Raises
+    ------
+    KilnError
+        SHAPE when ``sort`` is none of :data:`ORDERS`.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as T
+    >>> ts = [T(name=n, byte_length=b, format_dtype=d)
+    ...       for n, b, d in (("l.10.w", 8, "F32"), ("l.9.w", 4, "BF16"), ("l.9.b", 8, "F32"))]
+    >>> for sort in ORDERS:
+    ...     print(sort, [t.name for t in ordered(ts, sort)])
+    file ['l.10.w', 'l.9.w', 'l.9.b']
+    name ['l.9.b', 'l.9.w', 'l.10.w']
+    size ['l.9.b', 'l.10.w', 'l.9.w']
+    type ['l.9.w', 'l.9.b', 'l.10.w']
+    """
+    if not isinstance(sort, str) or sort not in ORDERS:
+        raise KilnError(
+            "SHAPE", f"expected sort= among {', '.join(ORDERS)}, found {show_value(sort)}"
+        )
+    listed = list(tensors)
+    if sort == "file":
+        return listed
+    by_name = sorted(listed, key=lambda t: natural_key(t.name))
+    if sort == "size":  # sorts are stable: ties keep the name order
+        by_name.sort(key=lambda t: -t.byte_length)
+    elif sort == "type":
+        kinds = {kind: natural_key(kind) for kind in {t.format_dtype for t in by_name}}
+        by_name.sort(key=lambda t: kinds[t.format_dtype])
+    return by_name
 
 
 def human_count(n: int) -> str:
@@ -420,7 +513,7 @@ class _Tree:
                 while (
                     j < len(items)
                     and _numeric(items[j][0])
-                    and int(items[j][0]) == int(items[j - 1][0]) + 1
+                    and _follows(items[j - 1][0], items[j][0])
                     and self.signature(items[j][1]) == mine
                 ):
                     j += 1
@@ -436,17 +529,29 @@ def _numeric(key: str) -> bool:
     return key.isascii() and key.isdigit()
 
 
+def _follows(before: str, key: str) -> bool:
+    """Whether the layer index ``key`` is ``before`` + 1 (ASCII digits both);
+    an index of more than 18 digits never is (no int of it is made).
+
+    >>> _follows("9", "10"), _follows("09", "10"), _follows("1", "3"), _follows("1" * 19, "2")
+    (True, True, False, False)
+    """
+    if len(before) > 18 or len(key) > 18:
+        return False
+    return int(key) == int(before) + 1
+
+
 def _ordered(children: dict[str, _Node]) -> list[tuple[str, _Node]]:
-    """File order, but the numeric keys together, sorted as numbers, where the
-    first of them stood."""
-    numeric = sorted((int(k), k) for k in children if _numeric(k))
+    """File order, but the numeric keys together, sorted as numbers
+    (:func:`natural_key`), where the first of them stood."""
+    numeric = sorted((k for k in children if _numeric(k)), key=natural_key)
     out: list[tuple[str, _Node]] = []
     placed = False
     for key, node in children.items():
         if not _numeric(key):
             out.append((key, node))
         elif not placed:
-            out += [(k, children[k]) for _, k in numeric]
+            out += [(k, children[k]) for k in numeric]
             placed = True
     return out
 

@@ -32,6 +32,7 @@ from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._explore.report import input_files
 from kiln_np._weights.logical import LogicalTensor
+from kiln_np._weights.summary import ORDERS, ordered
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -60,11 +61,13 @@ from .output import (
 __all__ = [
     "add_convert",
     "add_ls",
+    "listing_order",
     "open_weights_file",
     "save_weights_file",
     "select_args",
     "select_tensors",
     "selection_record",
+    "sort_args",
     "weights_inputs",
 ]
 
@@ -133,6 +136,37 @@ def select_args(parser: argparse.ArgumentParser) -> None:
         "(FP8 block-scaled, NVFP4, GPTQ, AWQ, bitsandbytes, gpt-oss MXFP4, ...) stores as "
         "several tensors is one tensor of its values (docs/weights.md)",
     )
+
+
+def sort_args(parser: argparse.ArgumentParser) -> None:
+    """``--sort file|name|size|type``: the order of a listing's rows, read by
+    :func:`listing_order`."""
+    by_file = ", ".join(row.name for row in formats.FORMATS if row.listing_order == "file")
+    parser.add_argument(
+        "--sort",
+        choices=ORDERS,
+        help="the order of the rows: file (as stored), name (natural order across shards: "
+        "layers.2 before layers.10, a layer's tensors together), size (the most bytes "
+        "first), type (grouped by the format's type); default: name, but file for "
+        f"{by_file} (the producer's order)",
+    )
+
+
+def listing_order(args: argparse.Namespace, weights: Weights) -> str:
+    """The order ``--sort`` names, else the one of ``weights``' format's row
+    (``WeightFormat.listing_order``; natural name order for a format not in the table).
+
+    >>> from types import SimpleNamespace
+    >>> gguf = SimpleNamespace(format="gguf")
+    >>> listing_order(argparse.Namespace(sort=None), gguf), listing_order(argparse.Namespace(
+    ...     sort="size"), gguf), listing_order(argparse.Namespace(sort=None), SimpleNamespace(
+    ...     format="safetensors"))
+    ('file', 'size', 'name')
+    """
+    if args.sort is not None:
+        return str(args.sort)
+    row = next((r for r in formats.FORMATS if r.name == weights.format), None)
+    return "name" if row is None else row.listing_order
 
 
 def _selection_text(args: argparse.Namespace) -> str:
@@ -256,7 +290,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     with open_weights_file(args.path) as stored:
         weights = logical_view(stored, args, args.path)
         chosen = select_tensors(weights, args, args.path, logical=False)
-        tensors = [_tensor_record(t) for t in chosen.values()]
+        order = listing_order(args, weights)
+        tensors = [_tensor_record(t) for t in ordered(chosen.values(), order)]
         selection = selection_record(args, len(chosen), len(weights))
         record = {
             "format": "kiln-np-ls/1",
@@ -264,6 +299,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             "weights_format": weights.format,
             "byte_length": chosen.byte_length,
             "selection": selection,
+            "order": order,
             "tensors": tensors,
             "tensor_count": len(tensors),
             "parameters": sum(t["elements"] for t in tensors),
@@ -644,10 +680,12 @@ def add_ls(sub: Any) -> None:
         "Kiln payload directory): name, the format's dtype, the Kiln code or layout, shape, "
         "payload size; then the totals: tensors, parameters (elements; a GGML quantized "
         "tensor counts its elements, not its blocks), payload bytes.  With --include or "
-        "--exclude, only the tensors they select, the totals saying so (3 of 75 tensors).  Only "
-        "headers are read.",
+        "--exclude, only the tensors they select, the totals saying so (3 of 75 tensors).  "
+        "Tensors are listed in natural name order (GGUF: in file order), or as --sort says.  "
+        "Only headers are read.",
         [
             "kiln-np ls model.safetensors",
+            "kiln-np ls model/ --sort size",
             "kiln-np ls m.gguf --bytes",
             "kiln-np ls m.gguf --include 'blk.0.*' --exclude '*norm*'",
             "kiln-np ls m.gguf --json",
@@ -658,6 +696,7 @@ def add_ls(sub: Any) -> None:
         "--bytes", action="store_true", help="sizes as exact byte counts (default: 1.21 KiB)"
     )
     select_args(parser)
+    sort_args(parser)
     json_flag(parser, "print one JSON object, a row per tensor, and the totals")
     parser.set_defaults(run=_cmd_ls)
 

@@ -48,6 +48,7 @@ FORMAT = WeightFormat(
     carries=_carries,
     shards=True,
     replaces=split_siblings,
+    listing_order="file",
 )
 """GGUF: a file starting ``GGUF`` (the first file of a split opens the whole split)."""
 
