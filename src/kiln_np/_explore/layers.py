@@ -47,9 +47,20 @@ def layer_role(name: str) -> tuple[str, int, str] | None:
     ('model.layers', 3, 'mlp.experts.*.down_proj')
     >>> layer_role("model.embed_tokens.weight") is None
     True
+    >>> layer_role("h." + "9" * 5000 + ".w") is None
+    True
     """
     parts = name.split(".")
-    at = next((i for i, part in enumerate(parts) if part.isascii() and part.isdigit()), None)
+    # A layer index is a run of at most 18 digits (an int64); a longer run (a
+    # hostile name: Python refuses int() of over 4300 digits) is no index.
+    at = next(
+        (
+            i
+            for i, part in enumerate(parts)
+            if part.isascii() and part.isdigit() and len(part) <= 18
+        ),
+        None,
+    )
     if at is None:
         return None
     rest = parts[at + 1 :]
