@@ -145,6 +145,29 @@ def test_a_logical_weight_shows_its_values_then_its_parts(
     assert "code              code 5 (f8e4m3)" in parts
 
 
+@pytest.mark.parametrize(
+    "fixture", ["fp4/nvfp4-modelopt", "fp4/mxfp4-gpt-oss", "int4/ct_channel_asym", "bnb/nf4"]
+)
+def test_every_scheme_shows_values_then_parts(
+    fixture: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = FP8.parents[1] / fixture / "model.safetensors"
+    with kiln_np.open_weights(path) as w:
+        logical = w.logical()
+        name = next(n for n, t in logical.items() if isinstance(t, kiln_np.LogicalTensor))
+        t = logical[name]
+        assert isinstance(t, kiln_np.LogicalTensor)
+        first = np.asarray(t).reshape(-1, t.shape[-1])[0]
+    code, out, _ = run_main(capsys, "inspect", str(path), "--tensor", name)
+    assert code == 0
+    values = out.index(f"values ({t.dtype.name}, as the scheme's reference computes them):")
+    assert values < out.index("part ")
+    row = out[values:].splitlines()[4].strip(" [,")  # the first row's start
+    shown = first if first.dtype == np.float32 else first.astype(np.float64)
+    assert row.split(", ")[:3] == [str(v) for v in shown[:3]]
+    assert not re.search(r"[0-9a-f]{32}", out)
+
+
 def test_a_logical_weights_json_is_the_documented_schema(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
