@@ -1,4 +1,12 @@
-"""Build script: only the optional C kernels; all metadata lives in pyproject.toml.
+"""Build script: the optional C kernels and one startup file; all metadata lives in
+pyproject.toml.
+
+``kiln_np-zarr.pth`` goes beside the package in site-packages (``build_py`` copies
+it to the top of the wheel): its one line imports ``_kiln_np_zarr_hook``, which
+registers kiln_np's Zarr data types once zarr-python 3.1.0-3.4.0 is imported (the
+module says why).  An editable install (``pip install -e``) has no such file; there
+zarr-python finds the types through the ``zarr.buffer`` entry point only, on its
+group door (docs/interop.md, "zarr-python versions").
 
 ``kiln_np._kernels.native`` is an *optional* extension: where it cannot be compiled
 (no C compiler, no Python headers) setuptools warns and the install goes on
@@ -12,10 +20,14 @@ unless told not to, so every build passes ``-ffp-contract=off`` (MSVC:
 ``/fp:precise``, which does not contract).
 """
 
+import os
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 KERNELS = "src/kiln_np/_kernels/"
+STARTUP = "src/kiln_np-zarr.pth"
 
 
 class BuildExt(build_ext):
@@ -28,8 +40,22 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+class BuildPy(build_py):
+    """build_py that also puts the startup file at the top of the build (site-packages)."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(STARTUP, os.path.join(self.build_lib, os.path.basename(STARTUP)))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [
+            *super().get_outputs(include_bytecode),
+            os.path.join(self.build_lib, os.path.basename(STARTUP)),
+        ]
+
+
 setup(
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
     ext_modules=[
         Extension(
             "kiln_np._kernels.native",

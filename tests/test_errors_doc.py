@@ -1329,6 +1329,11 @@ TORCH: list[Entry] = [
     ("to_torch", "an unknown int4 mode", lambda: _torch("to_torch", np.zeros(2), int4="nibbles")),
     (
         "to_torch",
+        "dtype= with an input not a weight tensor",
+        lambda: _torch("to_torch", np.zeros(2), dtype="float32"),
+    ),
+    (
+        "to_torch",
         "e2m1 (or packed i4/u4) with an odd innermost dim",
         lambda: _torch("to_torch", kiln_np.Payload(18, memoryview(b"\x21\x03"), (3,))),
     ),

@@ -23,6 +23,11 @@ FNUZ float8s, complex float8_e4m3fnuz float8_e5m2fnuz  foreign types (opaque cod
 other opaque codes    uint8 blocks                     as ``to_numpy``
 ===================== ================================ ============================
 
+A weight tensor whose numbers are computed (a GGML quantized tensor, a
+:class:`~kiln_np.LogicalTensor`) is given as its numbers, as ``np.asarray(t)``
+gives them (float32 for GGML; ``dtype=`` for another); its bytes stay
+``to_torch(t.payload())``.
+
 The rules
 ---------
 - **Zero-copy**: a payload and a whole-byte array share memory with the tensor
@@ -31,8 +36,10 @@ The rules
   ``int4="values"``, a non-native byte order, read-only memory no one may
   write (below), and ``copy=True``.
 - **Every tensor may be written** (issue 35): torch has no read-only tensors,
-  and a write into a read-only map kills the process (SIGSEGV).  So a
-  :class:`~kiln_np.WeightTensor` of a file is a view of the file's *private*
+  and a write into a read-only map kills the process (SIGSEGV).  So numbers
+  computed from the bytes (a GGML or logical weight, ``dtype=``) are a new
+  array the tensor owns; a :class:`~kiln_np.WeightTensor` of a file's stored
+  elements is a view of the file's *private*
   map (copy-on-write: zero-copy until written, a write copies the page it
   touches into this process's memory, the file never changes; the tensors of
   one file share that map, so they see each other's writes, while its
@@ -87,7 +94,17 @@ from ._codec import (
 from ._core.checks import U8, byte_view, set_module, show_value
 from ._core.errors import KilnError
 from ._core.payload import PayloadInfo, payload_info
-from ._core.table import NEEDS_OPAQUE, Code, CodeLike, DType, Layout, as_code, code_label, resolve
+from ._core.table import (
+    NEEDS_OPAQUE,
+    Code,
+    CodeLike,
+    DType,
+    Layout,
+    as_code,
+    as_dtype,
+    code_label,
+    resolve,
+)
 from ._core.torch_types import (
     TORCH_TYPES,
     TorchType,
@@ -97,6 +114,7 @@ from ._core.torch_types import (
     torch_type_for_dtype,
 )
 from ._quants.elements import element_of
+from ._weights.logical import LogicalTensor
 from ._weights.tensors import WeightTensor, private_payload
 
 __all__ = ["Int4", "from_torch", "to_torch"]
@@ -265,8 +283,11 @@ def _payload_tensor(p: Payload, int4: str, copy: bool) -> torch.Tensor:
 
 
 @set_module("kiln_np.torch")
-def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tensor:
-    """A torch tensor over the memory of a payload, an array or a weight tensor.
+def to_torch(
+    x: Any, *, int4: Int4 = "packed", copy: bool = False, dtype: Any = None
+) -> torch.Tensor:
+    """A torch tensor over the memory of a payload, an array or a weight tensor,
+    or of a weight's numbers.
 
     Parameters
     ----------
@@ -274,17 +295,23 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
         A :class:`~kiln_np.Payload` (checked as :func:`kiln_np.to_numpy`
         checks it: length, bool bytes, padding nibble); a numpy or ml_dtypes
         array (or what ``np.asarray`` makes one of); a
-        :class:`~kiln_np.WeightTensor` of a weight file, a zero-copy view
-        of the file's private (copy-on-write) map: writes never reach the
-        file (``to_torch(t.payload())`` copies: the payload is a view of the
-        read-only map).  A
-        :class:`~kiln_np.LogicalTensor` has no one payload: TYPE; pass
-        ``t.dequantize()`` for its values, or each of ``t.parts``.
+        :class:`~kiln_np.WeightTensor` of a weight file: its numbers, as
+        ``np.asarray(x)`` gives them.  Stored elements are a zero-copy view
+        of the file's private (copy-on-write) map, so writes never reach the
+        file; the numbers of a GGML quantized tensor (float32) or of a
+        :class:`~kiln_np.LogicalTensor` (its reference's dtype) are computed
+        into a new array the tensor owns.  The stored bytes are always
+        ``to_torch(x.payload())`` (a copy: the payload is a view of the
+        read-only map).
     int4 : {"packed", "values"}
         For i4 and u4 (:data:`Int4`): the packed bytes as ``uint8`` (the
         innermost dim halved), or one value per ``int8``/``uint8`` (a copy).
     copy : bool
         A tensor with memory of its own.
+    dtype : numpy dtype or name, optional
+        For a weight tensor only: its numbers as ``np.asarray(x, dtype)``
+        gives them (a GGML type dequantized straight to float16 or bfloat16,
+        a logical weight to float32 ...): a new array the tensor owns.
 
     Returns
     -------
@@ -296,9 +323,10 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
     ------
     KilnError
         TYPE for a dtype with no torch dtype (ONNX's 2- and 6-bit types, a
-        string array), a bad ``int4``, a logical tensor; SHAPE for an e2m1 (or
-        packed i4/u4) shape whose innermost dim is odd; the payload's own
-        TYPE, SHAPE, LENGTH.
+        string array), a bad ``int4``, ``dtype`` with something not a weight
+        tensor, a GGML type kiln_np has no decoder for (as ``np.asarray``);
+        SHAPE for an e2m1 (or packed i4/u4) shape whose innermost dim is odd;
+        the payload's own TYPE, SHAPE, LENGTH.
 
     Examples
     --------
@@ -310,7 +338,7 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
     >>> str(fp4.dtype), tuple(fp4.shape), fp4.view(torch.uint8).tolist()
     ('torch.float4_e2m1fn_x2', (2,), [33, 67])
     """
-    if type(x) is np.ndarray and not copy:
+    if type(x) is np.ndarray and not copy and dtype is None:
         fast = _ARRAY_FAST.get(x.dtype)  # native order, a whole-byte element
         if fast is not None:
             if int4 != "packed":
@@ -321,7 +349,13 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
                 arr = arr.copy()  # a reversed view: torch has no negative strides
             t = torch.from_numpy(arr) if arr.flags.writeable else _read_only(arr)
             return t if dtype is None else t.view(dtype)
-    if type(x) is Payload and x.layout is None and not copy and not BIG_ENDIAN_HOST:
+    if (
+        type(x) is Payload
+        and x.layout is None
+        and not copy
+        and dtype is None
+        and not BIG_ENDIAN_HOST
+    ):
         fast = _PAYLOAD_FAST.get(x.code)
         data = x.data
         if fast is not None and type(data) is memoryview and data.c_contiguous:
@@ -338,12 +372,34 @@ def to_torch(x: Any, *, int4: Int4 = "packed", copy: bool = False) -> torch.Tens
     if int4 != "packed":
         _check_int4(int4)
     if isinstance(x, WeightTensor):
-        # A file's bytes through its private map (copy-on-write), never the read-only
-        # one; a LogicalTensor: TYPE, naming its parts and its values.
+        if dtype is not None or _computed(x):
+            # Numbers computed from the bytes are a new array: the tensor owns it (the
+            # stored elements asked as their own dtype are the read-only map's: copied).
+            arr = np.asarray(x, None if dtype is None else as_dtype(dtype))
+            return _array_tensor(arr, int4, copy=False)
+        # Stored elements through the file's private map (copy-on-write), never the
+        # read-only one.
         x = x.payload() if copy else private_payload(x)
+    elif dtype is not None:
+        raise KilnError(
+            "TYPE",
+            f"dtype=: expected a weight tensor (whose numbers it picks), found "
+            f"{show_value(x)}; kiln_np hands other inputs over bit for bit (cast the "
+            "tensor: .to(dtype))",
+        )
     if isinstance(x, Payload):
         return _payload_tensor(x, int4, copy)
-    arr = x if type(x) is np.ndarray else as_array(x)
+    return _array_tensor(x if type(x) is np.ndarray else as_array(x), int4, copy)
+
+
+def _computed(t: WeightTensor) -> bool:
+    """Whether ``t``'s numbers are computed from its bytes (not its stored elements):
+    a logical weight, a GGML quantized type (one without a decoder is TYPE there)."""
+    return isinstance(t, LogicalTensor) or element_of(t.info.code, t.info.layout).kind == "ggml"
+
+
+def _array_tensor(arr: np.ndarray, int4: str, copy: bool) -> torch.Tensor:
+    """:func:`to_torch` of an array."""
     row = torch_type_for_dtype(arr.dtype)
     if row is None:
         # A 4-bit ml_dtypes array is packed first (a copy); no Kiln code is TYPE there.

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import kiln_np
+import kiln_np.gguf
 from kiln_np import Code, KilnError, Layout
 from kiln_np._core.torch_types import TORCH_TYPES, TorchType
 
@@ -472,6 +473,88 @@ def tensor_bytes_as_array(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+# -- issue 37: a weight's numbers, as numpy gives them ---------------------------------
+
+
+def _tensor_bits(t: torch.Tensor) -> bytes:
+    return bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def _fp8_block(path: Path) -> Path:
+    """A DeepSeek FP8 block-scaled weight (codes and one f32 scale per 128x128 block)."""
+    rng = np.random.default_rng(37)
+    codes = rng.integers(0, 0x7F, (130, 40), dtype=np.uint8)  # finite, both signs below
+    codes[::3] |= 0x80
+    scale = rng.uniform(0.5, 2.0, (2, 1)).astype(np.float32)
+    weights = {"l.weight": codes.view(ml_dtypes.float8_e4m3fn), "l.weight_scale_inv": scale}
+    kiln_np.save_weights(path, weights, format="safetensors")
+    return path
+
+
+@pytest.mark.parametrize("ggml", ["Q4_K", "Q8_0", "MXFP4"])
+def test_a_ggml_weight_is_its_numbers_as_numpy_gives_them(ggml: str, tmp_path: Path) -> None:
+    x = np.random.default_rng(8).standard_normal((4, 512)).astype(np.float32)
+    q = kiln_np.gguf.quantize(x, ggml)
+    path = tmp_path / "q.gguf"
+    kiln_np.save_weights(path, {"w": q}, format="gguf")
+    with kiln_np.open_weights(path) as w:
+        t = w["w"]
+        got = to_torch(t)
+        assert (got.dtype, tuple(got.shape)) == (torch.float32, (4, 512))
+        assert _tensor_bits(got) == np.asarray(t).view(np.uint8).tobytes()
+        for name in ("float16", "bfloat16", "float64"):
+            wanted = to_torch(t, dtype=name)
+            assert str(wanted.dtype) == f"torch.{name}"
+            assert _tensor_bits(wanted) == np.asarray(t, name).view(np.uint8).tobytes()
+        # The bytes stay one door away: the payload's blocks, as uint8.
+        raw = to_torch(t.payload())
+        assert q.layout is not None
+        assert (raw.dtype, tuple(raw.shape)) == (torch.uint8, (*q.shape, q.layout.block_size))
+        assert _tensor_bits(raw) == bytes(q.data)
+        # A tensor of its own: writing it changes neither the file nor a second one.
+        got.mul_(0)
+        assert _tensor_bits(to_torch(t)) == np.asarray(t).view(np.uint8).tobytes()
+
+
+def test_a_logical_weight_is_its_numbers_as_numpy_gives_them(tmp_path: Path) -> None:
+    path = _fp8_block(tmp_path / "fp8.safetensors")
+    with kiln_np.open_weights(path) as plain:
+        t = plain.logical()["l.weight"]
+        assert isinstance(t, kiln_np.LogicalTensor)
+        got = to_torch(t)
+        assert tuple(got.shape) == t.shape == (130, 40)
+        assert str(got.dtype) == f"torch.{t.dtype.name}"
+        assert _tensor_bits(got) == np.asarray(t).view(np.uint8).tobytes()
+        f32 = to_torch(t, dtype=np.float32)
+        assert _tensor_bits(f32) == np.asarray(t, np.float32).view(np.uint8).tobytes()
+        assert not np.array_equal(f32.numpy(), plain["l.weight"].numpy().astype(np.float32))
+        parts = {role: to_torch(part) for role, part in t.parts.items()}
+        assert _tensor_bits(parts["weight"]) == bytes(plain["l.weight"].payload().data)
+
+
+def test_dtype_picks_a_stored_weights_numbers_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    w = np.array([1.5, -0.0, np.nan], ml_dtypes.bfloat16)
+    kiln_np.save_weights(path, {"w": w}, format="safetensors")
+    with kiln_np.open_weights(path) as weights:
+        t = weights["w"]
+        assert _tensor_bits(to_torch(t, dtype="float32")) == w.astype(np.float32).tobytes()
+        same = to_torch(t, dtype="bfloat16")  # the map's elements: copied, never the map
+        same.mul_(2)
+        assert bytes(t.payload().data) == w.tobytes()
+    for x in (w, kiln_np.from_numpy(w), [1.0]):
+        with pytest.raises(KilnError, match=r"^TYPE: dtype=: expected a weight tensor"):
+            to_torch(x, dtype="float32")
+
+
+def test_a_ggml_type_without_a_decoder_is_type_as_in_numpy() -> None:
+    info = kiln_np.payload_info(0x4708, (2,), Layout("ggml.q8_0", 33))
+    t = kiln_np.WeightTensor("odd", info, None, "Q8_0", data=memoryview(bytes(66)))
+    with pytest.raises(KilnError, match=r"tensor 'odd': expected numbers.*t\.payload\(\)"):
+        to_torch(t)
+    assert tuple(to_torch(t.payload()).shape) == (2, 33)
+
+
 # -- issue 35: no tensor to_torch hands out crashes when it is written ----------------
 
 # Each case builds ``t`` in a fresh interpreter from the files of ``_write_files`` (in
@@ -496,6 +579,16 @@ _DOORS = {
     "e2m1 weight tensor": (
         "w = kiln_np.open_weights(d + '/w.safetensors'); t = to_torch(w['fp4']).view(torch.uint8)",
         True,
+    ),
+    # Numbers computed from the bytes (issue 37): a new array, the tensor's own.
+    "GGML weight tensor": ("w = kiln_np.open_weights(d + '/q.gguf'); t = to_torch(w['w'])", False),
+    "logical weight tensor": (
+        "w = kiln_np.open_weights(d + '/fp8.safetensors').logical(); t = to_torch(w['l.weight'])",
+        False,
+    ),
+    "weight tensor as another dtype": (
+        "w = kiln_np.open_weights(d + '/w.gguf'); t = to_torch(w['w'], dtype='float64')",
+        False,
     ),
     # Read-only memory kiln_np does not own: copied.
     "weight tensor's payload": (
@@ -540,7 +633,7 @@ with open('/proc/self/maps') as maps:
         start, stop = (int(x, 16) for x in span.split('-'))
         if start <= address < stop and len(rest) == 5 and rest[4].strip() in names:
             mapped = True
-print(t.view(torch.float32).tolist() if t.dtype == torch.float32 else t.tolist(), mapped)
+print(t.reshape(-1)[:6].tolist(), mapped)
 """
 
 
@@ -554,6 +647,17 @@ def _write_files(d: Path) -> dict[str, bytes]:
     kiln_np.save_weights(d / "w.kiln", {"w": w}, format="kiln")
     kiln_np.save_weights(d / "w.zarr", {"w": w}, format="zarr")
     kiln_np.save_payload(d / "p.kiln", w)
+    # Q8_0 of one block whose scale is 1.0 exactly (the largest magnitude 127): its
+    # numbers are 0..5 first; an FP8 block-scaled weight of codes 0..5 (one a row, so
+    # that t[0] = 1 writes one), scale 1.0.
+    row = np.arange(32, dtype=np.float32)
+    row[-1] = 127.0
+    kiln_np.save_weights(d / "q.gguf", {"w": kiln_np.gguf.quantize(row, "Q8_0")}, format="gguf")
+    fp8 = {
+        "l.weight": w.reshape(6, 1).astype(ml_dtypes.float8_e4m3fn),
+        "l.weight_scale_inv": np.ones((1, 1), np.float32),
+    }
+    kiln_np.save_weights(d / "fp8.safetensors", fp8, format="safetensors")
     return {str(p): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 

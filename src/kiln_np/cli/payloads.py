@@ -7,9 +7,13 @@ A payload is described by ``--code/--shape/--layout/--offset``
 from the description.  ``decode`` and ``inspect`` read it once, in bounded
 chunks checked as they are read (:func:`kiln_np._files.chunks.read_chunks`);
 ``encode`` memory-maps the .npy and streams it through
-:func:`kiln_np.save_payload`.  ``inspect`` of a GGML quantized payload with a
-decoder also describes its values and block scales from the mapped file
-(:class:`~kiln_np.QuantizedDescription`, a bounded run of blocks at a time).
+:func:`kiln_np.save_payload`.  ``inspect`` of a quantized tensor shows its
+numbers first: a GGML quantized payload with a decoder as its values and block
+scales from the mapped file (:class:`~kiln_np.QuantizedDescription`, a bounded
+run of blocks at a time), a weight a quantization scheme stores as several
+tensors (``--tensor NAME`` of its logical name) as its values and its stored
+parts; each with a bounded head of its values laid out as numpy prints a large
+array (:mod:`kiln_np._explore.corners`), and its raw bytes only with ``--hex``.
 """
 
 from __future__ import annotations
@@ -22,25 +26,29 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from kiln_np._codec import Payload
-from kiln_np._core.checks import U8, short_or_long, show_int
+from kiln_np._core.checks import U8, printable, short_or_long, show_int
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import DType, Layout, code_label, code_range, row_for_dtype
 from kiln_np._explore import Description, QuantizedDescription, summarize
 from kiln_np._explore.chunks import quantized
+from kiln_np._explore.corners import corners_text, ggml_corners, logical_corners
+from kiln_np._explore.entry import describe
 from kiln_np._explore.quantized import describe_quantized
 from kiln_np._files.chunks import file_where, read_chunks
 from kiln_np._files.io import open_regular
 from kiln_np._files.npy import npy_header, read_npy_header
 from kiln_np._files.saving import save_payload
 from kiln_np._quants.elements import element_of
+from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.tensors import WeightTensor
 
 from .args import describe_payload, json_flag, parse_code, parse_first, payload_args, subparser
 from .errors import CliError, file_error
 from .files import identity, refuse_overwrite, stat_input, write_file
 from .output import Progress, emit, layout_json, print_json, say, shape_text
-from .weights import open_weights_file
+from .weights import logical_view, open_weights_file, parts_flag
 
 __all__ = ["add_decode", "add_encode", "add_inspect"]
 
@@ -81,8 +89,9 @@ def _chunks(opened: _Input, progress: Callable[[int], None] | None = None) -> It
         raise file_error("read", opened.path, exc) from exc
 
 
-def _tensor_input(args: argparse.Namespace) -> _Input:
-    """``inspect PATH --tensor NAME``: the tensor's payload in its file."""
+def _named_tensor(args: argparse.Namespace, weights: Any) -> WeightTensor:
+    """``inspect PATH --tensor NAME``: the tensor, of the logical view unless
+    ``--parts`` (a stored part's name, which that view hides, is the part)."""
     options = (("--code", args.code), ("--shape", args.shape), ("--layout", args.layout))
     given = [option for option, value in options if value is not None]
     if given or args.offset != "0":
@@ -90,24 +99,30 @@ def _tensor_input(args: argparse.Namespace) -> _Input:
         raise CliError(
             "USAGE", f"--tensor takes the description from the weight file: drop {dropped}"
         )
-    with open_weights_file(args.input) as weights:
+    tensor: WeightTensor | None = logical_view(weights, args, args.input).get(args.tensor)
+    if tensor is None:
         tensor = weights.get(args.tensor)
-        if tensor is None:
-            names = ", ".join(repr(n) for n in list(weights)[:5])
-            raise KilnError(
-                "TYPE",
-                f"{args.input!r}: expected a tensor named {args.tensor!r}, found none "
-                f"(it holds {len(weights)}: {names}{', ...' if len(weights) > 5 else ''})",
-            )
-        if tensor.path is None:
-            raise KilnError(
-                "TYPE",
-                f"{args.input!r}: tensor {args.tensor!r} is held in memory, not at an offset "
-                "of a file (inside the model, or a 2- or 6-bit type Kiln holds unpacked): "
-                "expected a tensor stored in a file (export the model with "
-                "kiln-np convert MODEL DIR --to kiln, then inspect DIR --tensor NAME)",
-            )
-        return _Input(tensor.path, tensor.info, stat_input(tensor.path))
+    if tensor is None:
+        names = ", ".join(repr(n) for n in list(weights)[:5])
+        raise KilnError(
+            "TYPE",
+            f"{args.input!r}: expected a tensor named {args.tensor!r}, found none "
+            f"(it holds {len(weights)}: {names}{', ...' if len(weights) > 5 else ''})",
+        )
+    return tensor
+
+
+def _stored_input(args: argparse.Namespace, tensor: WeightTensor) -> _Input:
+    """A stored tensor's payload in its file."""
+    if tensor.path is None:
+        raise KilnError(
+            "TYPE",
+            f"{args.input!r}: tensor {args.tensor!r} is held in memory, not at an offset "
+            "of a file (inside the model, or a 2- or 6-bit type Kiln holds unpacked): "
+            "expected a tensor stored in a file (export the model with "
+            "kiln-np convert MODEL DIR --to kiln, then inspect DIR --tensor NAME)",
+        )
+    return _Input(tensor.path, tensor.info, stat_input(tensor.path))
 
 
 # -- .npy files -----------------------------------------------------------------------
@@ -295,9 +310,10 @@ def _opaque_summary(opened: _Input, first: int) -> dict[str, Any]:
     }
 
 
-def _quantized(opened: _Input, first: int) -> QuantizedDescription | None:
+def _quantized(opened: _Input, first: int) -> tuple[QuantizedDescription, np.ndarray] | None:
     """A GGML quantized payload of a type with a decoder, described as its values
-    and block scales from the mapped file (a bounded run of blocks at a time);
+    and block scales from the mapped file (a bounded run of blocks at a time),
+    and the corners of its values (:func:`~kiln_np._explore.corners.ggml_corners`);
     None for any other payload."""
     info = opened.info
     if element_of(info.code, info.layout).decoded is None:
@@ -307,7 +323,7 @@ def _quantized(opened: _Input, first: int) -> QuantizedDescription | None:
         data = file.view(info.offset, info.byte_length)
         q = quantized(Payload(info.code, data, info.shape, info.layout))
         assert q is not None
-        return describe_quantized(q, first)
+        return describe_quantized(q, first), ggml_corners(info, data)
     finally:
         file.close()
 
@@ -316,7 +332,8 @@ _MOST_COMMON = 16  # histogram rows shown for a 16-bit type
 
 
 def _inspect_text(record: dict[str, Any], described: Description | None, first: int) -> str:
-    """The text ``inspect`` prints: the file, then :meth:`Description.rows`."""
+    """The text ``inspect`` prints: the file, then :meth:`Description.rows` (or, for
+    an opaque payload with no decoder, its blocks)."""
     lines = [
         f"file              {record['file']} ({record['file_bytes']} bytes; payload at offset "
         f"{record['offset']}, {record['trailing_bytes']} bytes after it)"
@@ -354,7 +371,11 @@ def _inspect_text(record: dict[str, Any], described: Description | None, first: 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.tensor is not None:
-        opened = _tensor_input(args)
+        with open_weights_file(args.input) as weights:
+            tensor = _named_tensor(args, weights)
+            if isinstance(tensor, LogicalTensor):
+                return _inspect_logical(args, tensor)
+            opened = _stored_input(args, tensor)
     elif args.code is None or args.shape is None:
         raise CliError(
             "USAGE", "the following arguments are required: --code, --shape (or --tensor NAME)"
@@ -371,7 +392,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         "layout": layout_json(info.layout),
     }
     described: Description | None = None
-    values: QuantizedDescription | None = None
+    values = None
     row = info.element
     if isinstance(row, Layout):
         record = head | _opaque_summary(opened, args.first)
@@ -380,25 +401,145 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         with Progress(max(info.byte_length, 1), f"inspect {opened.path}") as bar:
             described = summarize(row, info.shape, _chunks(opened, bar.advance), args.first)
         record = head | described.to_dict()
-    record["quantized"] = None if values is None else values.to_dict()
+    record["quantized"] = None if values is None else values[0].to_dict()
     if args.json:
         print_json(record)
         return 0
-    say(_inspect_text(record, described, args.first))
-    if values is not None:
-        say(_quantized_text(values))
+    if values is None:
+        say(_inspect_text(record, described, args.first))
+    else:
+        say(_quantized_text(record, *values, hex_blocks=args.hex))
     return 0
 
 
-def _quantized_text(q: QuantizedDescription) -> str:
-    """A GGML quantized payload's values and scale fields, after its blocks."""
-    lines = [f"{'ggml ' + k:<17} {v}" for k, v in q.rows()]
-    parts = (("values", q.values), *((f"scale {k}", v) for k, v in q.scales.items()))
-    for label, part in parts:
-        rows = dict(part.rows())
-        lines.append(f"{label}:")
-        lines += [f"  {k:<17} {rows[k]}" for k in ("nan / inf / zero", "min / max", "mean / std")]
-    return "\n".join(line[:100] for line in lines)
+_WIDTH = 100
+"""Columns a line of ``inspect``'s quantized summaries keeps within."""
+
+
+def _part_rows(
+    label: str, d: Description, head: str | None = None, stored: str | None = None
+) -> list[str]:
+    """One part of a quantized tensor (its values, a scale field, a stored part):
+    a heading, where it is ``stored``, its counts and statistics, then ``head``
+    (the corners of the values) or its first elements."""
+    rows = dict(d.rows())
+    lines = [label] if stored is None else [label, f"  {'stored at':<17} {stored}"]
+    lines += [f"  {k:<17} {rows[k]}" for k in ("nan / inf / zero", "min / max", "mean / std")]
+    if head is not None:
+        lines.append(head)
+    elif d.first.size:
+        first = f"  {'first':<17} {rows['first']}"
+        if len(first) > _WIDTH:  # as many as fit, then "..."
+            first = first[: first.rindex(" ", 0, _WIDTH - 3)] + " ..."
+        lines.append(first)
+    return lines
+
+
+def _hex_lines(label: str, data: bytes, size: int) -> list[str]:
+    """``data`` in hex, ``size`` bytes (a block) at a time, 32 bytes a line."""
+    lines = [label]
+    for start in range(0, len(data), size):
+        piece = data[start : start + size].hex()
+        chunks = [piece[i : i + 64] for i in range(0, len(piece), 64)] or [""]
+        lines.append(f"  {start // size:>4}  {chunks[0]}")
+        lines += [f"        {c}" for c in chunks[1:]]
+    return lines
+
+
+def _quantized_text(
+    record: dict[str, Any], q: QuantizedDescription, corners: Any, *, hex_blocks: bool
+) -> str:
+    """A GGML quantized payload: where it is, its blocks in brief, its values (a
+    head as numpy prints the tensor) and each scale field; the blocks' bytes with
+    ``--hex``."""
+    lines = [
+        f"file              {record['file']} ({record['file_bytes']} bytes; payload at offset "
+        f"{record['offset']}, {record['trailing_bytes']} bytes after it)"
+    ]
+    lines += [f"{k:<17} {v}" for k, v in q.rows()]
+    lines += _part_rows(
+        "values (float32, as ggml dequantizes them):", q.values, corners_text(corners)
+    )
+    for name, d in q.scales.items():
+        lines += _part_rows(f"scale {name} ({d.count} {d.dtype}, shape {shape_text(d.shape)}):", d)
+    size = q.layout.block_size
+    if not hex_blocks:
+        lines.append(
+            f"{'blocks':<17} {q.blocks} of {size} bytes (--hex shows the first "
+            f"{len(record['first_bits'])} in hex)"
+        )
+        return "\n".join(lines)
+    head = bytes.fromhex("".join(record["first_bits"]))
+    label = (
+        f"first blocks      {len(record['first_bits'])} of {q.blocks}, {size} bytes each, in hex:"
+    )
+    return "\n".join(lines + _hex_lines(label, head, size))
+
+
+_HEX_BYTES = 64
+"""Bytes of each stored part ``inspect --hex`` shows of a logical weight."""
+
+
+def _inspect_logical(args: argparse.Namespace, t: LogicalTensor) -> int:
+    """``inspect --tensor NAME`` of a weight a quantization scheme stores as several
+    tensors: its values (all read, a bounded run of rows at a time; the head as
+    numpy prints the tensor), then each stored part as stored."""
+    values = describe(t, first=args.first)
+    described: list[tuple[str, WeightTensor, Description, bytes]] = []
+    for role, part in t.parts.items():
+        d = describe(part, first=args.first)
+        assert isinstance(d, Description)  # a scheme's parts are plain tensors
+        described.append((role, part, d, bytes(memoryview(part.payload().data)[:_HEX_BYTES])))
+    record = {
+        "format": "kiln-np-inspect-logical/1",
+        "tensor": t.name,
+        "scheme": t.scheme,
+        "shape": list(t.shape),
+        "dtype": values.dtype.name,
+        "values": values.to_dict(),
+        "parts": [
+            {
+                "role": role,
+                "name": part.name,
+                "file": part.path,
+                "offset": None if part.path is None else part.offset,
+                "stored": part.format_dtype,
+                "code": part.code,
+                "shape": list(part.info.shape),
+                "byte_length": part.byte_length,
+                "description": d.to_dict(),
+                "first_bytes": head.hex(),
+            }
+            for role, part, d, head in described
+        ],
+    }
+    if args.json:
+        print_json(record)
+        return 0
+    bits = f" ({8 * t.byte_length / values.count:.4g} bits per element)" if values.count else ""
+    lines = [
+        f"tensor            {printable(t.name)}: a {t.scheme} weight stored as {len(described)} "
+        "tensors "
+        f"({', '.join(t.parts)})",
+        f"shape             {shape_text(t.shape)} ({values.count} elements)",
+        f"payload           {t.byte_length} bytes in its parts{bits}",
+    ]
+    label = f"values ({values.dtype.name}, as the scheme's reference computes them):"
+    lines += _part_rows(label, values, corners_text(logical_corners(t)))
+    for role, part, d, head in described:
+        where = "memory" if part.path is None else f"offset {part.offset} of {printable(part.path)}"
+        lines += _part_rows(
+            f"part {role} ({printable(part.name)}: {part.format_dtype} "
+            f"{shape_text(part.info.shape)}, {part.byte_length} bytes):",
+            d,
+            stored=where,
+        )
+        if args.hex:
+            lines += _hex_lines(f"  first {len(head)} bytes, in hex:", head, max(len(head), 1))
+    if not args.hex:
+        lines.append(f"{'bytes':<17} --hex shows the first {_HEX_BYTES} of each part in hex")
+    say("\n".join(lines))
+    return 0
 
 
 # -- the commands ---------------------------------------------------------------------
@@ -473,5 +614,12 @@ def add_inspect(sub: Any) -> None:
     parser.add_argument(
         "--first", type=parse_first, default=8, help="leading elements shown (8; 0 for none)"
     )
+    parser.add_argument(
+        "--hex",
+        action="store_true",
+        help="a quantized tensor's raw bytes too (its first blocks, or the first bytes of "
+        "each stored part), after its values and scales",
+    )
+    parts_flag(parser)
     json_flag(parser)
     parser.set_defaults(run=_cmd_inspect)

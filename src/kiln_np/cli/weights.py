@@ -62,7 +62,9 @@ __all__ = [
     "add_convert",
     "add_ls",
     "listing_order",
+    "logical_view",
     "open_weights_file",
+    "parts_flag",
     "save_weights_file",
     "select_args",
     "select_tensors",
@@ -129,6 +131,11 @@ def select_args(parser: argparse.ArgumentParser) -> None:
         help="leave out the tensors whose name matches this glob, even when --include "
         "keeps them: '*norm*'; repeatable",
     )
+    parts_flag(parser)
+
+
+def parts_flag(parser: argparse.ArgumentParser) -> None:
+    """``--parts``: the tensors as stored, not the logical view (:func:`logical_view`)."""
     parser.add_argument(
         "--parts",
         action="store_true",

@@ -5,13 +5,17 @@ zarr-python finds these through the entry points of kiln_np's
 
 - ``[project.entry-points."zarr.codecs"]`` ``packbits = kiln_np.zarr._plugin:PackBits``;
 - ``[project.entry-points."zarr.data_type"]`` one class per data type of the
-  table that zarr-python lacks (``bfloat16 = ...:BFloat16``, ...);
+  table that zarr-python lacks (``bfloat16 = ...:BFloat16``, ...), which
+  zarr-python loads from 3.4.1 on; before, it collects them and never loads
+  them, and the startup hook ``_kiln_np_zarr_hook`` (installed with
+  ``kiln_np-zarr.pth``) imports this module at zarr-python's first data-type
+  lookup;
 - ``[project.entry-points."zarr.buffer"]`` ``kiln_np = ...:CPU_BUFFER``, which is
-  zarr-python's own CPU buffer class: zarr-python collects ``zarr.data_type``
-  entry points but (3.1.x, and its main branch as of 2026-08) never loads them,
-  while it loads every ``zarr.buffer`` entry point before it reads the first
-  metadata document.  Loading this module then registers the data types
-  (below).  Registering zarr's own class changes no buffer choice.
+  zarr-python's own CPU buffer class, for an editable install (which has no
+  ``.pth`` of the project's): zarr-python loads every ``zarr.buffer`` entry
+  point before a group reads its members' metadata, so loading this module
+  then registers the data types (below) on ``zarr.open_group``'s door.
+  Registering zarr's own class changes no buffer choice.
 
 Importing this module imports zarr (and ml_dtypes); ``import kiln_np`` never does.
 """
@@ -26,7 +30,12 @@ import numpy as np
 from zarr.abc.codec import ArrayBytesCodec
 from zarr.core.buffer import cpu
 from zarr.core.dtype import data_type_registry
-from zarr.core.dtype.common import DataTypeValidationError, HasEndianness, HasItemSize
+from zarr.core.dtype.common import HasEndianness, HasItemSize
+
+try:  # its home from zarr-python 3.3 on, where the old one warns (deprecated)
+    from zarr.errors import DataTypeValidationError  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # zarr-python 3.1 and 3.2
+    from zarr.core.dtype.common import DataTypeValidationError
 from zarr.core.dtype.wrapper import ZDType
 from zarr.registry import register_codec
 
