@@ -442,6 +442,7 @@ EXPLORE: list[Entry] = [
     ("report", "the output is a file of the checkpoint", lambda: kiln_np.report(path := _weights_file(), path)),
     ("report", "neither a path nor a Weights", lambda: kiln_np.report(3, "r.html")),  # type: ignore[arg-type]
     ("compare", "neither a path nor a Weights", lambda: kiln_np.compare(b"a.gguf", "b.gguf")),  # type: ignore[arg-type]
+    ("Comparison.sorted", "an unknown figure", lambda: kiln_np.compare(p := _weights_file(), p).sorted("loss")),
     ("plot_histograms", "not a Weights", lambda: kiln_np.plot_histograms({"w": 1})),  # type: ignore[arg-type]
     ("Weights.select", "a pattern that is not a str", lambda: kiln_np.open_weights(_weights_file()).select(["*"])),  # type: ignore[arg-type]
     ("Weights.logical", "config neither a mapping, False nor None", lambda: kiln_np.open_weights(_weights_file()).logical("fp8")),  # type: ignore[arg-type]

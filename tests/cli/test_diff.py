@@ -61,10 +61,16 @@ def test_different_files_exit_1_with_json(tmp_path: Path, capsys: Any) -> None:
     status, out, _ = run_main(capsys, "diff", a, b)
     assert status == 1
     lines = out.splitlines()
-    assert lines[0].split() == ["name", "status", "max", "abs", "max", "rel", "first", "notes"]
+    assert lines[0].split() == [
+        "name", "status", "rmse", "rel", "rmse", "SNR", "dB", "cosine", "max", "abs", "(at)",
+        "max", "rel", "(at)", "first", "notes",
+    ]  # fmt: skip
     assert lines[1].split()[:4] == ["extra", "only", "in", "B"]
-    assert lines[2].split()[:3] == ["w", "DIFFERENT", f"{9.0 - float(_tensors()['w'][2, 5]):.4g}"]
-    assert "(2,5)" in lines[2]
+    w = lines[2].split()
+    old = float(_tensors()["w"][2, 5])
+    assert w[:3] == ["w", "DIFFERENT", f"{abs(9.0 - old) / np.sqrt(96):.4g}"]
+    assert w[6:8] == [f"{9.0 - old:.4g}", "(2,5)"]  # max abs, where
+    assert w[10] == "(2,5)"  # the first differing place
     assert lines[-1].startswith("different: 2 tensors in both")
     status, out, _ = run_main(capsys, "diff", a, b, "--json")
     assert status == 1
@@ -114,6 +120,11 @@ def test_json_keys_are_documented(tmp_path: Path, capsys: Any) -> None:
     assert status == 0
     assert list(record) == _documented_keys("diff-json")
     assert list(record["tensors"][0]) == _documented_keys("diff-tensor-json")
+    layered = _save(tmp_path / "l.safetensors", {"h.0.w": np.zeros(3, np.float32)})
+    other = _save(tmp_path / "m.safetensors", {"h.0.w": np.ones(3, np.float32)})
+    record = json.loads(run_main(capsys, "diff", layered, other, "--json")[1])
+    for key in ("by_layer", "by_role"):
+        assert list(record[key][0]) == _documented_keys("diff-group-json")
 
 
 def test_include_and_exclude_select_on_both_sides(tmp_path: Path, capsys: Any) -> None:
@@ -134,3 +145,34 @@ def test_include_and_exclude_select_on_both_sides(tmp_path: Path, capsys: Any) -
     status, _, err = run_main(capsys, "diff", a, b, "--include", "nothing*")
     assert status == 2
     assert "expected a tensor selected by --include 'nothing*'" in err
+
+
+def test_sort_orders_tensors_layers_and_roles_worst_first(tmp_path: Path, capsys: Any) -> None:
+    rng = np.random.default_rng(7)
+    x = {f"blk.{k}.ffn_up.weight": rng.standard_normal(256).astype(np.float32) for k in range(3)}
+    noise = {0: 0.01, 1: 0.3, 2: 0.001}
+    y = {n: v + noise[int(n.split(".")[1])] * rng.standard_normal(256).astype(np.float32)
+         for n, v in x.items()}  # fmt: skip
+    a = _save(tmp_path / "a.safetensors", x)
+    b = _save(tmp_path / "b.safetensors", y)
+    status, out, _ = run_main(capsys, "diff", a, b, "--sort", "snr_db")
+    assert status == 1
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[1:4]] == [
+        "blk.1.ffn_up.weight", "blk.0.ffn_up.weight", "blk.2.ffn_up.weight"
+    ]  # fmt: skip
+    layer = lines.index(next(line for line in lines if line.startswith("layer ")))
+    assert [line.split()[0] for line in lines[layer + 1 : layer + 4]] == ["blk.1", "blk.0", "blk.2"]
+    assert lines[layer + 5].split()[:2] == ["blk.*.ffn_up", "3"]
+    status, out, _ = run_main(capsys, "diff", a, b, "--sort", "rmse", "--json")
+    record = json.loads(out)
+    assert record["sort"] == "rmse"
+    assert [t["name"] for t in record["tensors"]] == [
+        "blk.1.ffn_up.weight", "blk.0.ffn_up.weight", "blk.2.ffn_up.weight"
+    ]  # fmt: skip
+    assert [g["name"] for g in record["by_layer"]] == ["blk.1", "blk.0", "blk.2"]
+    rmse = [t["rmse"] for t in record["tensors"]]
+    assert rmse == sorted(rmse, reverse=True)
+    status, _, err = run_main(capsys, "diff", a, b, "--sort", "loss")
+    assert status == 2
+    assert "invalid choice: 'loss'" in err

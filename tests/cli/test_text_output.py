@@ -94,9 +94,11 @@ def test_diff_rows_of_the_two_projections_differ(
     a, b = _long_files(tmp_path)
     lines = run_main(capsys, "diff", a, b)[1].splitlines()
     width = len(_LONG[1])
+    figures = "2         -6.021  -1    "  # rel rmse, SNR dB, cosine: B is -A
+    rest = "2 (0)         (0)    4 differ"  # max rel (at), first, notes
     assert lines[3:5] == [
-        f"{_LONG[2]:<{width}}  DIFFERENT  10       2        (0)    4 differ",
-        f"{_LONG[3]:<{width}}  DIFFERENT  12       2        (0)    4 differ",
+        f"{_LONG[2]:<{width}}  DIFFERENT  7.348  {figures}  10 (3)        {rest}",
+        f"{_LONG[3]:<{width}}  DIFFERENT  9.274  {figures}  12 (3)        {rest}",
     ]
 
 

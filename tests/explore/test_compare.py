@@ -295,6 +295,7 @@ def test_json_form_is_strict(tmp_path: Path) -> None:
         "a": str(a.resolve()),
         "b": str(b.resolve()),
         "equal": False,
+        "sort": None,
         "only_a": [],
         "only_b": ["y"],
         "tensors": [
@@ -308,15 +309,26 @@ def test_json_form_is_strict(tmp_path: Path) -> None:
                 "equal": False,
                 "compared": True,
                 "mismatches": 1,
+                "rmse": 0.0,  # over the one place finite on both sides: equal
+                "rel_rmse": 0.0,
+                "snr_db": "inf",
+                "cosine": 1.0,
                 "max_abs": "inf",
+                "max_abs_index": [1],
                 "max_rel": "inf",
+                "max_rel_index": [1],
                 "first_index": [1],
+                "nonfinite": 1,
+                "saturated_a": None,
+                "saturated_b": None,
                 "nan_payloads": 0,
                 "signed_zeros": 0,
                 "note": "",
                 "status": "DIFFERENT",
             }
         ],
+        "by_layer": [],
+        "by_role": [],
     }
 
 

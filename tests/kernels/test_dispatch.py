@@ -16,6 +16,7 @@ import pytest
 
 import kiln_np
 import kiln_np._explore.scaled
+import kiln_np._kernels.differences
 from kiln_np._kernels import backend
 from kiln_np._kernels.dispatch import KERNELS, Kernel
 from kiln_np._quants import decode as _decode
@@ -75,6 +76,23 @@ def _sub(bits: int, packing: bool) -> Case:
 def moments() -> Case:
     # Whole blocks of 2048 small integers: every sum and merge exact in either order.
     return (_rng().integers(-50, 50, 4 * 2048).astype(np.float32), "f32"), _returned
+
+
+def differences() -> Case:
+    # Small integers (every sum exact in either order; many ties for the maxima) over
+    # several blocks, bf16 against f32, with NaNs (two payloads), an infinity and zeros
+    # of both signs on both sides.
+    n = 3 * 2048 + 5
+    a = _rng().integers(-40, 40, n).astype(np.float32)
+    b = a + _rng().integers(-2, 3, n).astype(np.float32)
+    a[[7, 4000]] = b[[7, 4000]] = np.nan
+    a[11] = b[11] = np.inf
+    a[[20, 21]] = [-0.0, 0.0]
+    b[[20, 21]] = [0.0, 0.0]
+    bits = b.view(np.uint32)
+    bits[4000] |= 1  # another NaN payload
+    a16 = (a.view(np.uint32) >> 16).astype(np.uint16)  # these values are exact in bf16
+    return (a16, "bf16", b, "f32"), _returned
 
 
 def fp8() -> Case:
@@ -153,6 +171,7 @@ SAMPLES: dict[str, Callable[..., Case]] = {
     "unpack6": lambda: _sub(6, False),
     "pack6": lambda: _sub(6, True),
     "moments": moments,
+    "differences": differences,
     "fp8_dequant": fp8,
     "fp4_scaled": fp4,
     "bnb4": bnb,
@@ -171,7 +190,7 @@ def _sample(row: Kernel) -> Callable[..., Case] | None:
 
 
 def test_every_row_has_a_twin_and_a_case() -> None:
-    assert {"unpack", "moments", "scaled_pairs"} <= set(KERNELS)
+    assert {"unpack", "moments", "differences", "scaled_pairs"} <= set(KERNELS)
     assert {f"ggml_to_float32.{n}" for n in _decode.DECODERS} <= set(KERNELS)
     assert {f"ggml_from_float32.{n}" for n in _quantize.ENCODERS} <= set(KERNELS)
     for name, row in KERNELS.items():

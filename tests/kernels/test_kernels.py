@@ -510,6 +510,16 @@ def every_kernel(kernels: Any) -> list[bytes]:
     for kind, src in ((0, singles), (1, halves), (2, halves)):
         for lo, hi in ((0, src.size), (5, src.size - 3), (1, 40), (src.size - 2100, src.size)):
             out.append(str(kernels.moments(kind, src, lo, hi)).encode())
+    # The differences kernel: every pair of kinds, values near each other and far apart,
+    # the 16-bit patterns (NaNs, infinities, zeros of both signs) against shifted ones.
+    others = {0: np.roll(singles, 1) ^ 0x3, 1: np.roll(halves, 1) ^ 0x3, 2: np.roll(halves, 1)}
+    mine = {0: singles, 1: halves, 2: halves}
+    for ka in range(3):
+        for kb in range(3):
+            size = min(mine[ka].size, others[kb].size)
+            for lo, hi in ((0, size), (5, size - 3), (1, 40)):
+                result = kernels.differences(ka, mine[ka], kb, others[kb], lo, hi)
+                out.append(str(result).encode())
     return out
 
 

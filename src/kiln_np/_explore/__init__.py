@@ -31,10 +31,12 @@ views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 ``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``layers``
 (tensor names read as stack, layer and role), ``pictures`` (the per-layer heatmap and
 the histogram grid), ``weight_stats`` (:class:`WeightStats`: every tensor of a
-checkpoint), ``entry`` (:func:`describe`, :func:`plot_histograms`), ``comparison``
-(:func:`compare`: two checkpoints, name by name), ``metadata`` (a weight file's
-metadata key by key with its type), ``report`` (:func:`report`: one self-contained
-HTML page of a checkpoint); ``golden`` runs the golden case files.
+checkpoint), ``entry`` (:func:`describe`, :func:`plot_histograms`), ``metrics`` (the
+error figures of two tensors, their aggregates per layer and per role, the saturation of
+MX and NVFP4 tensors), ``comparison`` (:func:`compare`: two checkpoints, name by name),
+``metadata`` (a weight file's metadata key by key with its type), ``report``
+(:func:`report`: one self-contained HTML page of a checkpoint); ``golden`` runs the
+golden case files.
 """
 
 from .chunks import CHUNK, flat_chunks

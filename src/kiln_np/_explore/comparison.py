@@ -21,15 +21,30 @@ What "equal" means, exactly:
   u64).  An integer against a float compares as float64 (exact for integers
   up to 2**53 in magnitude).
 - **NaN** equals NaN in the same place; when their bits differ (same stored
-  type: the stored bits; else the float64 bits) the place is counted in
-  ``nan_payloads``, not as a difference.  **-0 and +0** are equal; such
-  places are counted in ``signed_zeros``.
+  type: the stored bits; else, f32, bf16 and f16 against each other, the
+  float32 bits, to which each widens exactly, a NaN's payload kept; otherwise
+  the float64 bits) the place is counted in ``nan_payloads``, not as a
+  difference.  **-0 and +0** are equal; such places are counted in
+  ``signed_zeros``.
 - **Differences**, over the places whose values differ: ``max_abs`` is the
   largest ``|a - b|`` (float64) and ``max_rel`` the largest
   ``|a - b| / max(|a|, |b|)`` (symmetric, at most 2); a place where one side
   is NaN or either side is infinite counts ``inf`` in both.  ``first_index``
-  is the first differing place in C order, as a multi-index of the element
-  shape.
+  is the first differing place in C order, ``max_abs_index`` and
+  ``max_rel_index`` the first place of each maximum, as multi-indices of the
+  element shape.
+- **Error figures** (A the reference), over the places where both sides are
+  finite (``nonfinite`` counts the others, which are left out: one infinity
+  would make every figure infinite and say nothing of the rest), from float64
+  sums (:mod:`kiln_np._explore.metrics` defines them and their edge cases):
+  ``rmse``, ``rel_rmse`` (the RMSE over the RMS of A), ``snr_db`` and
+  ``cosine``; for an MX or NVFP4 block-scaled side, ``saturated_a`` or
+  ``saturated_b``, how many of its elements hold the element format's largest
+  magnitude (None for any other type, including every GGML block type but
+  MXFP4 and NVFP4).  They are set whenever the values were read (``compared``), equal
+  or not: identical values have RMSE 0, SNR ``inf`` and cosine 1.  Per layer
+  and per role, the tensors pooled: :meth:`Comparison.by_layer` and
+  :meth:`Comparison.by_role`.
 - Tensors of different element shapes are not equal and their values are
   not read; an opaque type with no numeric reading (complex, a GGML type with
   no decoder) is equal only byte for byte.
@@ -39,24 +54,29 @@ What "equal" means, exactly:
 >>> for name, x in [("a", [1, 2, 3]), ("b", [1, 2, 3.5])]:
 ...     _ = kiln_np.save_weights(f"{d}/{name}", {"w": np.float32(x)}, format="safetensors")
 >>> r = compare(d + "/a", d + "/b")
->>> r.equal, r.tensors[0].first_index, r.tensors[0].max_abs
-(False, (2,), 0.5)
+>>> t = r.tensors[0]
+>>> r.equal, t.first_index, t.max_abs, t.max_abs_index, round(t.rmse, 4), round(t.cosine, 4)
+(False, (2,), 0.5, (2,), 0.2887, 0.9974)
 >>> import shutil; shutil.rmtree(d)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kiln_np._codec import to_numpy
 from kiln_np._core.checks import printable, set_module, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._core.table import Code
+from kiln_np._kernels.differences import Differences, Tally, differences, float_differences
 from kiln_np._weights.logical import LogicalTensor, row_chunks
 from kiln_np._weights.tensors import WeightTensor, mapped_file
 from kiln_np._weights.weights import Weights
@@ -64,20 +84,35 @@ from kiln_np.formats import open_weights
 
 from .chunks import source
 from .description import html_table
+from .metrics import (
+    METRICS,
+    ErrorSums,
+    GroupMetrics,
+    group_metrics,
+    json_number,
+    saturated,
+    sort_key,
+)
 
 __all__ = ["Comparison", "TensorComparison", "compare"]
 
 BYTE_CHUNK = 1 << 20
 """Bytes read from each side at a time when payload bytes are compared."""
 VALUE_CHUNK = 1 << 16
-"""Elements of each side compared at a time."""
+"""Elements of each side compared at a time by numpy (integers, f64, float8)."""
+KERNEL_CHUNK = 1 << 22
+"""Elements of each side compared at a time by the differences kernel (f32, bf16
+and f16 on both sides), split over the thread pool."""
 _I64_MAX = np.iinfo(np.int64).max
+_KINDS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_IN_PLACE = frozenset({Code.F32, Code.BF16, Code.F16})
+_FIGURES = ("rmse", "rel_rmse", "snr_db", "cosine", "max_abs", "max_rel")
 
 
 @dataclass(frozen=True)
 class TensorComparison:
     """One name held by both sides, compared (see :mod:`kiln_np._explore.comparison`
-    for the definitions).
+    for the definitions, :mod:`kiln_np._explore.metrics` for the error figures).
 
     Attributes
     ----------
@@ -96,14 +131,28 @@ class TensorComparison:
         were identical, or a side has no numeric reading.
     mismatches : int
         Places whose values differ.
+    rmse, rel_rmse, snr_db, cosine : float or None
+        The error figures of B against A over the places finite on both sides;
+        None when the values were not read.
     max_abs, max_rel : float or None
         Over the differing places; None when there are none.
+    max_abs_index, max_rel_index : tuple of int or None
+        The first place of each maximum, in C order.
     first_index : tuple of int or None
         The first differing place, in C order.
+    nonfinite : int
+        Places left out of the error figures: NaN or infinite on a side.
+    saturated_a, saturated_b : int or None
+        For a side whose values were read and which is MX or NVFP4 block-scaled,
+        its elements at the element format's largest magnitude; else None.
     nan_payloads, signed_zeros : int
         Places equal as NaN with different bits, and equal zeros of different signs.
     note : str
         Why the values were not compared, or ``''``.
+    sums : ErrorSums or None
+        The sums behind the error figures (what the per-layer and per-role
+        aggregates pool); None when the values were not read.  Not in
+        :meth:`to_record`.
     """
 
     name: str
@@ -115,12 +164,22 @@ class TensorComparison:
     equal: bool
     compared: bool
     mismatches: int = 0
+    rmse: float | None = None
+    rel_rmse: float | None = None
+    snr_db: float | None = None
+    cosine: float | None = None
     max_abs: float | None = None
+    max_abs_index: tuple[int, ...] | None = None
     max_rel: float | None = None
+    max_rel_index: tuple[int, ...] | None = None
     first_index: tuple[int, ...] | None = None
+    nonfinite: int = 0
+    saturated_a: int | None = None
+    saturated_b: int | None = None
     nan_payloads: int = 0
     signed_zeros: int = 0
     note: str = ""
+    sums: ErrorSums | None = field(default=None, repr=False)
 
     @property
     def status(self) -> str:
@@ -133,16 +192,27 @@ class TensorComparison:
             return "shape differs"
         return "DIFFERENT"
 
+    @property
+    def saturated(self) -> int | None:
+        """``saturated_a`` and ``saturated_b`` added, None when neither is counted."""
+        counts = [n for n in (self.saturated_a, self.saturated_b) if n is not None]
+        return sum(counts) if counts else None
+
+    def figure(self, metric: str) -> float | None:
+        """The value of one of :data:`~kiln_np._explore.metrics.METRICS`."""
+        value: float | None = getattr(self, metric)
+        return value
+
     def to_record(self) -> dict[str, Any]:
-        """A JSON-ready dict (strict JSON: infinities as the strings ``'inf'``)."""
-        record = asdict(self)
-        for key in ("shape_a", "shape_b", "first_index"):
+        """A JSON-ready dict (strict JSON: ``inf``, ``-inf`` and NaN as the strings
+        ``'inf'``, ``'-inf'``, ``'nan'``), without ``sums``."""
+        record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del record["sums"]
+        for key in ("shape_a", "shape_b", "first_index", "max_abs_index", "max_rel_index"):
             if record[key] is not None:
                 record[key] = list(record[key])
-        for key in ("max_abs", "max_rel"):
-            value = record[key]
-            if value is not None and not math.isfinite(value):
-                record[key] = str(value)
+        for key in _FIGURES:
+            record[key] = json_number(record[key])
         record["status"] = self.status
         return record
 
@@ -159,7 +229,10 @@ class Comparison:
     only_a, only_b : tuple of str
         Names held by one side only, in that side's order.
     tensors : tuple of TensorComparison
-        Every name held by both, in A's order.
+        Every name held by both, in A's order (worst first by ``sort``).
+    sort : str or None
+        The figure the tensors and the aggregates are sorted by
+        (:meth:`sorted`), None for A's order.
     """
 
     a: str
@@ -167,6 +240,7 @@ class Comparison:
     only_a: tuple[str, ...]
     only_b: tuple[str, ...]
     tensors: tuple[TensorComparison, ...]
+    sort: str | None = None
 
     @property
     def equal(self) -> bool:
@@ -176,6 +250,44 @@ class Comparison:
     def differences(self) -> list[TensorComparison]:
         """The tensors not equal, or equal with NaN bits or zero signs that differ."""
         return [t for t in self.tensors if not t.equal or t.nan_payloads or t.signed_zeros]
+
+    def sorted(self, metric: str) -> Comparison:
+        """The same comparison, its tensors and aggregates worst first by ``metric``:
+        one of ``rmse``, ``rel_rmse``, ``snr_db``, ``cosine``, ``max_abs``,
+        ``max_rel``, ``saturated``, ``mismatches`` (smallest first for ``snr_db`` and
+        ``cosine``, largest first for the others; a NaN figure first, a tensor
+        without the figure last; ties in A's order).
+
+        Raises
+        ------
+        KilnError
+            TYPE for another ``metric``.
+        """
+        if metric not in METRICS:
+            raise KilnError(
+                "TYPE",
+                f"sort: expected one of {', '.join(METRICS)}, found {show_value(metric)}",
+            )
+        ordered = sorted(self.tensors, key=lambda t: sort_key(metric, t.figure(metric)))
+        return dataclasses.replace(self, tensors=tuple(ordered), sort=metric)
+
+    def by_layer(self) -> list[GroupMetrics]:
+        """The error figures of each layer, its compared tensors pooled
+        (:func:`~kiln_np._explore.metrics.group_metrics`), by stack and index, or
+        worst first by ``sort``."""
+        return self._sorted_groups(group_metrics(self.tensors)[0])
+
+    def by_role(self) -> list[GroupMetrics]:
+        """The error figures of each role (``model.layers.*.self_attn.q_proj``), its
+        compared tensors pooled, in the order roles first occur, or worst first by
+        ``sort``."""
+        return self._sorted_groups(group_metrics(self.tensors)[1])
+
+    def _sorted_groups(self, groups: list[GroupMetrics]) -> list[GroupMetrics]:
+        metric = self.sort
+        if metric is None:
+            return groups
+        return sorted(groups, key=lambda g: sort_key(metric, getattr(g, metric)))
 
     def summary(self) -> str:
         """One line: how many names, equal, different, only on one side."""
@@ -189,8 +301,9 @@ class Comparison:
         )
 
     def _rows(self, every: bool) -> list[list[str]]:
-        rows = [[n, "only in A", "", "", "", ""] for n in self.only_a]
-        rows += [[n, "only in B", "", "", "", ""] for n in self.only_b]
+        blank = [""] * 8
+        rows = [[n, "only in A", *blank, ""] for n in self.only_a]
+        rows += [[n, "only in B", *blank, ""] for n in self.only_b]
         for t in self.tensors if every else self.differences():
             notes = [t.note] if t.note and t.shape_a == t.shape_b else []
             if t.type_a != t.type_b:
@@ -199,33 +312,39 @@ class Comparison:
                 notes.append(f"{_shape(t.shape_a)} vs {_shape(t.shape_b)}")
             if t.mismatches:
                 notes.append(f"{t.mismatches} differ")
+            if t.nonfinite:
+                notes.append(f"{t.nonfinite} NaN/inf left out")
             if t.nan_payloads:
                 notes.append(f"{t.nan_payloads} NaN bits differ")
             if t.signed_zeros:
                 notes.append(f"{t.signed_zeros} -0/+0")
             first = "" if t.first_index is None else _shape(t.first_index)
             rows.append(
-                [t.name, t.status, _number(t.max_abs), _number(t.max_rel), first, ", ".join(notes)]
+                [
+                    t.name,
+                    t.status,
+                    *_figures(t),
+                    first,
+                    _saturation(t.saturated_a, t.saturated_b),
+                    ", ".join(notes),
+                ]
             )
         return rows
 
     def text(self, every: bool = False) -> str:
-        """A table (only the differences unless ``every``; the difference
-        columns only when a row has them), then :meth:`summary`.  Nothing is
-        cut: every name whole (shown through
-        :func:`~kiln_np._core.checks.printable`), each column as wide as its
-        widest cell, a line as long as its row needs."""
-        head = ["name", "status", "max abs", "max rel", "first", "notes"]
-        rows = [[printable(cell) for cell in r] for r in self._rows(every)]
-        if not rows:
-            return self.summary()
-        shown = [i for i in range(6) if i < 2 or i == 5 or any(r[i] for r in rows)]
-        widths = {i: max(len(r[i]) for r in [head, *rows]) for i in shown}
-        lines = []
-        for r in [head, *rows]:
-            cells = [r[i].ljust(widths[i]) for i in shown[:-1]]
-            lines.append(("  ".join(cells) + "  " + r[5]).rstrip())
-        return "\n".join([*lines, self.summary()])
+        """A table (only the differences unless ``every``; a column of figures only
+        when a row has one), the per-layer and per-role aggregates when a tensor
+        with a layer index was compared, then :meth:`summary`.  Nothing is cut:
+        every name whole (shown through :func:`~kiln_np._core.checks.printable`),
+        each column as wide as its widest cell, a line as long as its row needs."""
+        head = ["name", "status", *_HEADS, "first", "saturated", "notes"]
+        blocks = [_columns(head, self._rows(every), keep=(0, 1, len(head) - 1))]
+        for label, groups in (("layer", self.by_layer()), ("role", self.by_role())):
+            if groups:
+                rows = [[g.name, str(g.tensors), *_figures(g), _count(g.saturated)] for g in groups]
+                head = [label, "tensors", *_HEADS[:4], "max abs", "max rel", "saturated"]
+                blocks.append(_columns(head, rows, (0, 1)))
+        return "\n".join([*(b for b in blocks if b), self.summary()])
 
     def __str__(self) -> str:
         return self.text()
@@ -243,14 +362,53 @@ class Comparison:
             "a": self.a,
             "b": self.b,
             "equal": self.equal,
+            "sort": self.sort,
             "only_a": list(self.only_a),
             "only_b": list(self.only_b),
             "tensors": [t.to_record() for t in self.tensors],
+            "by_layer": [g.to_record() for g in self.by_layer()],
+            "by_role": [g.to_record() for g in self.by_role()],
         }
 
     def _repr_html_(self) -> str:
         rows = [(r[0], " | ".join(c for c in r[1:] if c)) for r in self._rows(every=False)]
         return f"<p>{self.summary()}</p>" + (html_table(rows) if rows else "")
+
+
+_HEADS = ("rmse", "rel rmse", "SNR dB", "cosine", "max abs (at)", "max rel (at)")
+
+
+def _figures(x: TensorComparison | GroupMetrics) -> list[str]:
+    """The cells of the six figures (a maximum with its place when there is one)."""
+    cells = [_number(x.rmse), _number(x.rel_rmse), _number(x.snr_db)]
+    cells.append("" if x.cosine is None else f"{x.cosine:.7g}")
+    for value, at in (
+        (x.max_abs, getattr(x, "max_abs_index", None)),
+        (x.max_rel, getattr(x, "max_rel_index", None)),
+    ):
+        cells.append(_number(value) + ("" if at is None else f" {_shape(at)}"))
+    return cells
+
+
+def _columns(head: list[str], rows: list[list[str]], keep: tuple[int, ...]) -> str:
+    """``rows`` under ``head``, left-aligned, the columns empty in every row left
+    out but those of ``keep``; ``''`` for no row."""
+    if not rows:
+        return ""
+    rows = [[printable(cell) for cell in r] for r in rows]
+    shown = [i for i in range(len(head)) if i in keep or any(r[i] for r in rows)]
+    widths = {i: max(len(r[i]) for r in [head, *rows]) for i in shown}
+    return "\n".join(
+        "  ".join(r[i].ljust(widths[i]) for i in shown).rstrip() for r in [head, *rows]
+    )
+
+
+def _saturation(a: int | None, b: int | None) -> str:
+    return ", ".join(f"{n} in {side}" for side, n in (("A", a), ("B", b)) if n is not None)
+
+
+def _count(value: int | None) -> str:
+    return "" if value is None else str(value)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -347,13 +505,46 @@ def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:
         return TensorComparison(
             **base, same_bytes=False, equal=False, compared=False, note="no numeric reading"
         )
-    return _compare_values(base, a.shape, chunks_a, chunks_b, same_type)
+    d = _compare_values(math.prod(a.shape), chunks_a, chunks_b, same_type)
+    sums = ErrorSums(d.count - d.nonfinite, d.aa, d.bb, d.ab, d.dd)
+
+    def place(at: int) -> tuple[int, ...] | None:
+        return None if at < 0 else tuple(int(i) for i in np.unravel_index(at, a.shape))
+
+    return TensorComparison(
+        **base,
+        same_bytes=False,
+        equal=d.differ == 0,
+        compared=True,
+        mismatches=d.differ,
+        rmse=sums.rmse,
+        rel_rmse=sums.rel_rmse,
+        snr_db=sums.snr_db,
+        cosine=sums.cosine,
+        max_abs=d.max_abs if d.differ else None,
+        max_abs_index=place(d.max_abs_at),
+        max_rel=d.max_rel if d.differ else None,
+        max_rel_index=place(d.max_rel_at),
+        first_index=place(d.first),
+        nonfinite=d.nonfinite,
+        saturated_a=saturated(a),
+        saturated_b=saturated(b),
+        nan_payloads=d.nan_bits,
+        signed_zeros=d.signed_zeros,
+        sums=sums,
+    )
 
 
 def _values(t: WeightTensor) -> Iterator[np.ndarray]:
+    """``t``'s values as 1-D chunks in C order: an f32, bf16 or f16 payload whole,
+    read in place (a view of the mapped file); else as :func:`~.chunks.source`
+    reads it."""
     if isinstance(t, LogicalTensor):
-        return (chunk.reshape(-1) for chunk in row_chunks(t))
-    _, _, chunks = source(t.payload())
+        return (chunk.reshape(-1) for chunk in row_chunks(t, None, KERNEL_CHUNK))
+    payload = t.payload()
+    if payload.layout is None and payload.code in _IN_PLACE:
+        return iter([to_numpy(payload.code, payload.data, (t.info.count,))])
+    _, _, chunks = source(payload)
     return iter(chunks)
 
 
@@ -423,35 +614,27 @@ class _ByteReader:
 
 
 class _Aligned:
-    """Chunks of one side re-cut to the lengths asked for."""
+    """Chunks of one side, handed out as views: :meth:`head` is the rest of the
+    current chunk, :meth:`take` cuts its first ``n`` off."""
 
     def __init__(self, chunks: Iterator[np.ndarray]) -> None:
         self._chunks = chunks
         self._rest = np.empty(0)
 
+    def head(self) -> np.ndarray:
+        while self._rest.size == 0:
+            self._rest = next(self._chunks).reshape(-1)
+        return self._rest
+
     def take(self, n: int) -> np.ndarray:
-        parts: list[np.ndarray] = []
-        have = 0
-        while have < n:
-            if self._rest.size == 0:
-                self._rest = next(self._chunks).reshape(-1)
-                continue
-            part = self._rest[: n - have]
-            self._rest = self._rest[part.size :]
-            parts.append(part)
-            have += part.size
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        part = self._rest[:n]
+        self._rest = self._rest[n:]
+        return np.ascontiguousarray(part)
 
 
-def _is_float(x: np.ndarray) -> bool:
-    return x.dtype.kind not in "biu"
-
-
-def _widened(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Both chunks in the type they compare in (the module's definitions)."""
-    if _is_float(a) or _is_float(b):
-        return a.astype(np.float64), b.astype(np.float64)
-    return a, b
+def _kind(x: np.ndarray) -> str | None:
+    """The differences kernel's kind of ``x``'s elements, or None for numpy's way."""
+    return _KINDS.get(x.dtype.name) if x.dtype.isnative else None
 
 
 def _int_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -468,65 +651,37 @@ def _int_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _compare_values(
-    base: dict[str, Any],
-    shape: tuple[int, ...],
-    chunks_a: Iterator[np.ndarray],
-    chunks_b: Iterator[np.ndarray],
-    same_type: bool,
-) -> TensorComparison:
+    total: int, chunks_a: Iterator[np.ndarray], chunks_b: Iterator[np.ndarray], same_type: bool
+) -> Differences:
+    """Both sides' values, a run of each at a time as long as both current chunks
+    allow (no copy): two f32, bf16 or f16 runs on the differences kernel, any others
+    in float64 by numpy (integers compared exactly first)."""
     ra, rb = _Aligned(chunks_a), _Aligned(chunks_b)
-    total = math.prod(shape)
-    mismatches = nan_payloads = signed_zeros = 0
-    max_abs = max_rel = 0.0
-    first: int | None = None
-    for lo in range(0, total, VALUE_CHUNK):
-        n = min(VALUE_CHUNK, total - lo)
-        raw_a, raw_b = ra.take(n), rb.take(n)
-        a, b = _widened(raw_a, raw_b)
-        if not _is_float(a):
-            eq = _int_equal(a, b)
-            differ = ~eq
+    tally = Tally()
+    lo = 0
+    while lo < total:
+        head_a, head_b = ra.head(), rb.head()
+        kind_a, kind_b = _kind(head_a), _kind(head_b)
+        if kind_a is not None and kind_b is not None:
+            n = min(total - lo, head_a.size, head_b.size, KERNEL_CHUNK)
+            found = differences(_bits(ra.take(n)), kind_a, _bits(rb.take(n)), kind_b)
         else:
-            with np.errstate(invalid="ignore"):
-                nan_a, nan_b = np.isnan(a), np.isnan(b)
-                both_nan = nan_a & nan_b
-                differ = ~((a == b) | both_nan)
-            if both_nan.any():
-                bits_a, bits_b = (raw_a, raw_b) if same_type else (a, b)
-                ua = bits_a.view(f"u{bits_a.dtype.itemsize}")
-                ub = bits_b.view(f"u{bits_b.dtype.itemsize}")
-                nan_payloads += int(np.count_nonzero(both_nan & (ua != ub)))
-            zeros = (a == 0) & (b == 0)
-            if zeros.any():
-                signed_zeros += int(np.count_nonzero(zeros & (np.signbit(a) != np.signbit(b))))
-        count = int(np.count_nonzero(differ))
-        if not count:
-            continue
-        if first is None:
-            first = lo + int(np.argmax(differ))
-        mismatches += count
-        da = a[differ].astype(np.float64)
-        db = b[differ].astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(da - db)
-            scale = np.maximum(np.abs(da), np.abs(db))
-            bad = ~(np.isfinite(da) & np.isfinite(db))
-            diff[bad] = np.inf
-            rel = np.where(bad, np.inf, diff / scale)
-        max_abs = max(max_abs, float(diff.max()))
-        max_rel = max(max_rel, float(rel.max()))
-    index = None
-    if first is not None:
-        index = tuple(int(i) for i in np.unravel_index(first, shape))
-    return TensorComparison(
-        **base,
-        same_bytes=False,
-        equal=mismatches == 0,
-        compared=True,
-        mismatches=mismatches,
-        max_abs=max_abs if mismatches else None,
-        max_rel=max_rel if mismatches else None,
-        first_index=index,
-        nan_payloads=nan_payloads,
-        signed_zeros=signed_zeros,
-    )
+            n = min(total - lo, head_a.size, head_b.size, VALUE_CHUNK)
+            found = _numpy_values(ra.take(n), rb.take(n), same_type)
+        tally.add(found.shifted(lo))
+        lo += n
+    return tally.total()
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    """``x``'s elements as unsigned integers of their size (ml_dtypes' types have no
+    buffer format)."""
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def _numpy_values(a: np.ndarray, b: np.ndarray, same_type: bool) -> Differences:
+    """Two runs compared in float64 by numpy; two integer runs' equality exactly."""
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    if a.dtype.kind in "biu" and b.dtype.kind in "biu":
+        return float_differences(x, y, equal=_int_equal(a, b))
+    return float_differences(x, y, bits=(a, b) if same_type else None)

@@ -20,8 +20,6 @@
  * never wins. */
 #include "moments.h"
 
-#include "ggml.h"
-
 #define LANES 16
 #define BLOCK 2048 /* elements: 4-8 KiB of source, 16 KiB of doubles, all in L1 */
 
@@ -44,30 +42,6 @@ static Part merge(Part a, Part b) {
     const Part out = {n, a.mean + delta * ((double)b.n / (double)n),
                       a.m2 + b.m2 + delta * delta * ((double)a.n * (double)b.n / (double)n)};
     return out;
-}
-
-/* Element i of kind at p, as float32 (exact for all three kinds). */
-static ALWAYS_INLINE float load(const uint8_t *restrict p, ptrdiff_t i, int kind) {
-    if (kind == KILN_MOMENTS_F32) {
-        uint32_t u;
-        memcpy(&u, p + 4 * i, 4);
-        return ggml_bits_f32(u);
-    }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    if (kind == KILN_MOMENTS_BF16) {
-        return ggml_bits_f32((uint32_t)h << 16);
-    }
-    /* IEEE half: a normal rebiased; a subnormal m * 2**-24 as 2**-14 * (1 + m/1024) -
-     * 2**-14 (exact, and no float32 subnormal, which is slow on some CPUs); an infinity
-     * or a NaN rebiased twice, to the exponent field all ones.  Masks, not branches, so
-     * that the loops vectorize. */
-    const uint32_t em = h & 0x7FFFu, shifted = em << 13;
-    const uint32_t big = shifted + 0x38000000u + ((0u - (em >= 0x7C00u)) & 0x38000000u);
-    const float sub = ggml_bits_f32(shifted + 0x38800000u) - 6.103515625e-05f;
-    const uint32_t small = 0u - (em < 0x400u);
-    const uint32_t mag = (ggml_f32_bits(sub) & small) | (big & ~small);
-    return ggml_bits_f32(mag | ((uint32_t)(h & 0x8000u) << 16));
 }
 
 static ALWAYS_INLINE double lanes_sum(const double *s) {
@@ -122,7 +96,7 @@ static ALWAYS_INLINE Part masked_block(const uint8_t *restrict p, ptrdiff_t n, i
     double s[LANES] = {0}, q[LANES] = {0};
     int64_t finite = 0;
     for (ptrdiff_t i = 0; i < n; i++) {
-        const float x = load(p, i, kind);
+        const float x = kiln_float_at(p, i, kind);
         const uint32_t u = ggml_f32_bits(x), a = u & 0x7FFFFFFFu;
         const int j = (int)(i % LANES);
         if (a < 0x7F800000u) {
@@ -145,7 +119,7 @@ static ALWAYS_INLINE Part masked_block(const uint8_t *restrict p, ptrdiff_t n, i
     }
     const double mean = lanes_sum(s) / (double)finite;
     for (ptrdiff_t i = 0; i < n; i++) {
-        const float x = load(p, i, kind);
+        const float x = kiln_float_at(p, i, kind);
         if ((ggml_f32_bits(x) & 0x7FFFFFFFu) < 0x7F800000u) {
             const double d = (double)x - mean;
             q[i % LANES] += d * d;
@@ -183,7 +157,7 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
         }
         for (ptrdiff_t i = 0; i < full; i += LANES) {
             for (int j = 0; j < LANES; j++) {
-                const float x = load(p, i + j, kind);
+                const float x = kiln_float_at(p, i + j, kind);
                 dx[i + j] = x;
                 s[j] += x;
                 z[j] += x == 0.0f;
@@ -192,7 +166,7 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
             }
         }
         for (ptrdiff_t i = full; i < count; i++) {
-            const float x = load(p, i, kind);
+            const float x = kiln_float_at(p, i, kind);
             const int j = (int)(i - full);
             dx[i] = x;
             s[j] += x;

@@ -64,7 +64,7 @@ from kiln_np._kernels.dispatch import Kernel, register
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["BLOCK", "KINDS", "MOMENTS", "Moments", "moments"]
+__all__ = ["BLOCK", "KINDS", "MOMENTS", "Moments", "as_float32", "moments"]
 
 BLOCK = 2048
 """Elements per block of the two-pass sums (the compiled kernel's and the numpy one's)."""
@@ -200,9 +200,13 @@ def _compiled(code: int, values: np.ndarray, lo: int, hi: int) -> Moments:
     )
 
 
-def _as_float32(values: np.ndarray, kind: str) -> np.ndarray:
+def as_float32(values: np.ndarray, kind: str) -> np.ndarray:
     """The elements' values as float32, exactly: a view, or widened (numpy's float16
-    arithmetic is several times slower than its float32)."""
+    arithmetic is several times slower than its float32).
+
+    >>> as_float32(np.array([0x3F80, 0xC000], np.uint16), "bf16").tolist()
+    [1.0, -2.0]
+    """
     if kind == "f32":
         return values.view(np.float32)
     if kind == "f16":
@@ -218,7 +222,7 @@ def _numpy(values: np.ndarray, kind: str, lo: int, hi: int) -> Moments:
     parts: list[np.ndarray] = []
     total = Moments.empty()
     for start in range(lo, hi, pool.CHUNK_LANES):
-        chunk = _as_float32(values[start : min(start + pool.CHUNK_LANES, hi)], kind)
+        chunk = as_float32(values[start : min(start + pool.CHUNK_LANES, hi)], kind)
         finite = np.isfinite(chunk)
         clean = bool(finite.all())
         kept = chunk if clean else chunk[finite]

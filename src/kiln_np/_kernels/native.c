@@ -23,6 +23,7 @@
 #include "ggml.h"
 #include "int4.h"
 #include "moments.h"
+#include "differences.h"
 #include "fp8.h"
 #include "bnb.h"
 #include "fp4.h"
@@ -1128,6 +1129,56 @@ static PyObject *moments(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     return result;
 }
 
+/* ---- the differences kernel (differences.h; the loops are in differences.c) ------- */
+
+PyDoc_STRVAR(differences_doc,
+    "differences(kind_a, a, kind_b, b, lo, hi) -> tuple\n--\n\n"
+    "Elements [lo, hi) of the host-order float buffers a (kind_a) and b (kind_b), kind 0\n"
+    "float32, 1 bfloat16, 2 IEEE float16, element i against element i: (differ, first,\n"
+    "nan_bits, signed_zeros, nonfinite, aa, bb, ab, dd, max_abs, max_abs_at, max_rel,\n"
+    "max_rel_at), the places counted from 0 (lo is place lo), -1 for none.");
+
+static PyObject *differences(PyObject *Py_UNUSED(module), PyObject *const *args,
+                             Py_ssize_t nargs) {
+    Py_ssize_t ka, kb, lo, hi;
+    if (check_nargs("differences", nargs, 6) < 0 || get_index(args[0], &ka) < 0 ||
+        get_index(args[2], &kb) < 0 || get_index(args[4], &lo) < 0 ||
+        get_index(args[5], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (ka < KILN_MOMENTS_F32 || ka > KILN_MOMENTS_F16 || kb < KILN_MOMENTS_F32 ||
+        kb > KILN_MOMENTS_F16) {
+        PyErr_Format(PyExc_ValueError, "kinds must be 0 (float32), 1 (bfloat16) or 2 (float16), "
+                     "got %zd and %zd", ka, kb);
+        return NULL;
+    }
+    const Py_ssize_t sa = ka == KILN_MOMENTS_F32 ? 4 : 2, sb = kb == KILN_MOMENTS_F32 ? 4 : 2;
+    if (hi > PY_SSIZE_T_MAX / 4) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    PyObject *sources[2] = {args[1], args[3]};
+    Py_buffer views[2];
+    if (get_buffers(sources, 2, (const int[]){0, 0}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("a", hi * sa, views[0].len) == 0 && check_fits("b", hi * sb, views[1].len) == 0) {
+        KilnDifferences d;
+        const uint8_t *a = (const uint8_t *)views[0].buf + lo * sa;
+        const uint8_t *b = (const uint8_t *)views[1].buf + lo * sb;
+        RUN_LOOP((hi - lo) * (sa + sb), kiln_differences((int)ka, a, (int)kb, b, hi - lo, &d));
+        const long long shift = (long long)lo;
+        result = Py_BuildValue(
+            "(LLLLLdddddLdL)", (long long)d.differ, d.first < 0 ? -1LL : d.first + shift,
+            (long long)d.nan_bits, (long long)d.signed_zeros, (long long)d.nonfinite, d.aa, d.bb,
+            d.ab, d.dd, d.max_abs, d.max_abs_at < 0 ? -1LL : d.max_abs_at + shift, d.max_rel,
+            d.max_rel_at < 0 ? -1LL : d.max_rel_at + shift);
+    }
+    release_buffers(views, 2);
+    return result;
+}
+
 /* ---- the FP8 dequantization kernel (fp8.h; the loops are in fp8.c) ---------------- */
 
 PyDoc_STRVAR(fp8_dequant_doc,
@@ -1374,6 +1425,7 @@ static PyMethodDef methods[] = {
      ggml_from_float32_doc},
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
+    {"differences", (PyCFunction)(void (*)(void))differences, METH_FASTCALL, differences_doc},
     {"fp8_dequant", (PyCFunction)(void (*)(void))fp8_dequant, METH_FASTCALL, fp8_dequant_doc},
     {"bnb4", (PyCFunction)(void (*)(void))bnb4, METH_FASTCALL, bnb4_doc},
     {"fp4_scaled", (PyCFunction)(void (*)(void))fp4_scaled, METH_FASTCALL, fp4_scaled_doc},

@@ -62,6 +62,13 @@ def moments(
     kind: int, src: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> tuple[int, float, float, float, float, int, int, int, int]: ...
 
+# The differences kernel (kiln_np._kernels.differences): elements [lo, hi) of a (kind_a)
+# against b (kind_b), kinds as moments' -> (differ, first, nan_bits, signed_zeros,
+# nonfinite, aa, bb, ab, dd, max_abs, max_abs_at, max_rel, max_rel_at).
+def differences(
+    kind_a: int, a: np.ndarray, kind_b: int, b: np.ndarray, lo: int, hi: int, /
+) -> tuple[int, int, int, int, int, float, float, float, float, float, int, float, int]: ...
+
 # The e2m1 scaled decode (kiln_np._kernels.fp4): blocks [lo, hi) of block elements, code
 # value * table[scales[k]] * post in float32, rounded into out of kind 0 f32, 1 bf16,
 # 2 f16; code 8 is -0.0 when minus_zero, else +0.0 (ModelOpt's table).

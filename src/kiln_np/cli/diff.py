@@ -1,7 +1,8 @@
 """The ``diff`` command: two weight files compared name by name
-(:func:`kiln_np.compare`), exit status 0 when they hold the same names and
-every tensor is equal, 1 when not; an error is 2, as for every command (like
-``cmp`` and ``diff``).
+(:func:`kiln_np.compare`), with the error figures of every tensor whose values
+were read and their aggregates per layer and per role (``--sort METRIC``: worst
+first); exit status 0 when they hold the same names and every tensor is equal,
+1 when not; an error is 2, as for every command (like ``cmp`` and ``diff``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 from typing import Any
 
 from kiln_np._explore.comparison import compare
+from kiln_np._explore.metrics import METRICS
 
 from .args import json_flag, subparser
 from .output import print_json, say
@@ -30,7 +32,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> _ = kiln_np.save_weights(d + "/a", {"w": np.ones(2, np.float32)}, format="kiln")
-    >>> ns = argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False)
+    >>> ns = argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False, sort=None)
     >>> _cmd_diff(argparse.Namespace(**vars(ns), include=[], exclude=[]))
     equal: 1 tensors in both (1 same bytes, 0 equal values, 0 different), 0 only in A, 0 only in B
     0
@@ -43,6 +45,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         if len(va) == 0 and len(vb) == 0:
             select_tensors(a, args, args.a)  # TYPE: the options select no tensor on either side
         result = compare(va, vb)
+        if args.sort is not None:
+            result = result.sorted(args.sort)
         selection = selection_record(args, len(va), len(a))
         if selection is not None:
             selection["b"] = selection_record(args, len(vb), len(b))
@@ -63,15 +67,29 @@ def add_diff(sub: Any) -> None:
         "Compare two weight files of any formats name by name: names only in one, and for "
         "each tensor in both whether its bytes are identical, whether its values are equal "
         "(GGML quantized tensors as their dequantized values; NaN equal to NaN, -0 to +0), "
-        "the largest absolute and relative differences and the first differing index. Exit "
-        "status 0 when both hold the same names and every tensor is equal, 1 when not, 2 on "
-        "errors.",
-        ["kiln-np diff model.safetensors model.gguf", "kiln-np diff a/ b/ --json"],
+        "the error figures of B against A (RMSE, relative RMSE, SNR in dB, cosine "
+        "similarity, the largest absolute and relative differences and where they are, "
+        "saturated MX/NVFP4 elements) and the first differing index, then the same figures "
+        "per layer and per role. Exit status 0 when both hold the same names and every "
+        "tensor is equal, 1 when not, 2 on errors.",
+        [
+            "kiln-np diff model.safetensors model.gguf",
+            "kiln-np diff original/ quantized/ --sort snr_db",
+            "kiln-np diff a/ b/ --json",
+        ],
     )
     parser.add_argument("a", metavar="A")
     parser.add_argument("b", metavar="B")
     parser.add_argument(
         "--all", action="store_true", help="list every tensor, not only differences"
+    )
+    parser.add_argument(
+        "--sort",
+        choices=list(METRICS),
+        metavar="METRIC",
+        help="list the tensors, layers and roles worst first by one figure: "
+        + ", ".join(METRICS)
+        + " (smallest first for snr_db and cosine)",
     )
     select_args(parser)
     json_flag(parser, "print one JSON object, a row per tensor in both")
