@@ -438,6 +438,9 @@ def test_a_layer_number_past_an_int_is_refused_when_pruning() -> None:
     assert len(choose_types("Q8_0", tensors, metadata)) == len(tensors)
     with pytest.raises(KilnError, match="a layer number that fits an int, found 99999999999"):
         choose_types("Q8_0", tensors, metadata, prune_layers=[0])
+    tensors[-1] = ("blk.000000000001.attn_k.weight", (2, 256), F16)  # stoi reads it: layer 1
+    choices = choose_types("Q8_0", tensors, metadata, prune_layers=[0])
+    assert choices[-1].name == "blk.0.attn_k.weight"
 
 
 # -- llama.cpp's reading of names --------------------------------------------------------

@@ -341,6 +341,7 @@ def llama_order_key(name: str) -> tuple[int, bytes]:
 
 
 def _checked(tensors: Iterable[object]) -> list[MixTensor]:
+    """The tensors as ``MixTensor`` rows: each a (name, shape, type id) checked."""
     out: list[MixTensor] = []
     for i, item in enumerate(tensors):
         if not isinstance(item, tuple) or len(item) != 3 or not isinstance(item[0], str):
@@ -385,13 +386,14 @@ def _pruned(tensors: list[MixTensor], prune: list[int]) -> list[tuple[str, MixTe
         if found is None:
             out.append((t.name, t))
             continue
-        if len(found[1]) > 10 or int(found[1]) > 2**31 - 1:
+        digits = found[1].lstrip("0") or "0"  # std::stoi: leading zeros are fine
+        if len(digits) > 10 or int(digits) > 2**31 - 1:
             raise KilnError(
                 "TYPE",
                 f"tensor {t.name!r}: expected a layer number that fits an int, "
-                f"found {found[1][:20]}{'...' * (len(found[1]) > 20)}",
+                f"found {digits[:20]}{'...' * (len(digits) > 20)}",
             )
-        block = int(found[1])
+        block = int(digits)
         if block not in mapped:
             if block in prune:
                 mapped[block] = ""
