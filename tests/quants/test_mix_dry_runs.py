@@ -48,6 +48,7 @@ def test_dry_run(case: dict[str, Any]) -> None:
     model = DRY_RUNS["models"][case["model"]]
     tensors = sorted((tuple(t) for t in model["tensors"]), key=lambda t: llama_order_key(t[0]))
     assert [t[0] for t in tensors] == model["order"]
+
     def run() -> list[Choice]:
         return choose_types(
             case["ftype"], tensors, model["metadata"], dry_run=True, **_flags(case["flags"])
