@@ -41,6 +41,7 @@ import kiln_np.safetensors as kst
 import kiln_np.zarr
 from kiln_np import Code, KilnError, Layout, mx
 from kiln_np._explore import heatmap_figure
+from kiln_np._quants.mix import choose_types
 from kiln_np._schemes.bnb import NF4
 from kiln_np._schemes.fp4 import MXFP4_GPT_OSS, NVFP4_CT, NVFP4_MODELOPT
 from kiln_np._schemes.scheme import Facts
@@ -1636,6 +1637,89 @@ ZARR: list[Entry] = [
 ]
 
 
+_MIX_META: dict[str, object] = {
+    "general.architecture": "llama",
+    "llama.block_count": 2,
+    "llama.attention.head_count": 8,
+    "llama.attention.head_count_kv": 2,
+}
+_MIX_TENSORS = [
+    ("output.weight", (4, 256), 1),
+    ("token_embd.weight", (4, 256), 1),
+    *((f"blk.{i}.{p}.weight", (2, 256), 1) for i in (0, 1) for p in ("attn_v", "ffn_down")),
+]
+
+
+def _mix(ftype: str = "Q4_K_M", *more: object, meta: object = None, **flags: Any) -> Any:
+    """``choose_types`` over a two-layer llama, with ``more`` tensors."""
+    return choose_types(ftype, [*_MIX_TENSORS, *more], meta or _MIX_META, **flags)  # type: ignore[list-item, arg-type]
+
+
+MIX: list[Entry] = [
+    ("choose_types", "an unknown file type", lambda: _mix("Q4_K_X")),
+    (
+        "choose_types",
+        "no architecture in the metadata",
+        lambda: _mix(meta={"llama.block_count": 2}),
+    ),
+    (
+        "choose_types",
+        "a block count out of range",
+        lambda: _mix(meta=_MIX_META | {"llama.block_count": 0}),
+    ),
+    (
+        "choose_types",
+        "a per-layer head count of another length",
+        lambda: _mix(meta=_MIX_META | {"llama.attention.head_count": [8, 8, 8]}),
+    ),
+    (
+        "choose_types",
+        "a tensor that is no (name, shape, type id)",
+        lambda: _mix("Q4_K_M", ["w", (2, 256), 1]),
+    ),
+    ("choose_types", "a shape of 5 dims", lambda: _mix("Q4_K_M", ("w", (1, 1, 1, 2, 256), 1))),
+    ("choose_types", "an unknown GGML type id", lambda: _mix("Q4_K_M", ("w", (2, 256), 4))),
+    ("choose_types", "a tensor name twice", lambda: _mix("Q4_K_M", _MIX_TENSORS[0])),
+    (
+        "choose_types",
+        "an output type ggml does not quantize to",
+        lambda: _mix(output_tensor_type="q8_k"),
+    ),
+    ("choose_types", "tensor_types as one string", lambda: _mix(tensor_types="attn_v=q8_0")),
+    ("choose_types", "a tensor_types entry with no type", lambda: _mix(tensor_types=["attn_v="])),
+    (
+        "choose_types",
+        "a pattern Python reads otherwise (an inline flag)",
+        lambda: _mix(tensor_types=["(?i)attn_v=q8_0"]),
+    ),
+    (
+        "choose_types",
+        "a layer past an int, with prune_layers",
+        lambda: _mix("Q4_K_M", ("blk.9999999999.w", (2, 256), 1), prune_layers=[0]),
+    ),
+    (
+        "choose_types",
+        "an expert tensor whose name gives no layer",
+        lambda: _mix(
+            "Q4_K_M",
+            ("experts.ffn_up_exps.weight", (4, 2, 256), 1),
+            meta=_MIX_META | {"llama.expert_count": 4},
+        ),
+    ),
+    (
+        "choose_types",
+        "rows llama.cpp has no fallback for (Q1_0)",
+        lambda: _mix("Q1_0", ("blk.0.ffn_up.weight", (2, 100), 1)),
+    ),
+    ("choose_types", "a type that needs an importance matrix", lambda: _mix("IQ2_XS")),
+    (
+        "choose_types",
+        "requantizing without allow_requantize",
+        lambda: _mix("Q8_0", ("blk.0.attn_q.weight", (2, 256), 12)),
+    ),
+]
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -1653,6 +1737,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Quantization schemes: bitsandbytes NF4/FP4", BNB),
     ("torch (`kiln_np.torch`, and torch tensors at every door)", TORCH),
     ("Zarr v3 (`kiln_np.zarr`)", ZARR),
+    ("llama-quantize's file types (`kiln_np._quants.mix`, not public yet)", MIX),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 
