@@ -228,13 +228,24 @@ def gguf_bytes(
     return body + bytes(-len(body) % 32) + data
 
 
-def gguf_py_file(path: Path, tensors: dict[str, tuple[np.ndarray, Any]]) -> Path:
+def gguf_py_file(
+    path: Path,
+    tensors: dict[str, tuple[np.ndarray, Any]],
+    *,
+    name: str | None = None,
+    file_type: int | None = None,
+) -> Path:
     """A GGUF file written by gguf-py's ``GGUFWriter`` (the oracle's writer): each
     tensor is ``(array, raw_dtype)``, ``raw_dtype`` a ``GGMLQuantizationType`` for
-    blocks from ``gguf.quants.quantize`` or None for a plain array."""
+    blocks from ``gguf.quants.quantize`` or None for a plain array; ``name`` and
+    ``file_type`` its ``general.name`` and ``general.file_type``, if given."""
     writer = _gguf().GGUFWriter(str(path), "llama")
-    for name, (arr, raw) in tensors.items():
-        writer.add_tensor(name, arr, raw_dtype=raw)
+    if name is not None:
+        writer.add_name(name)
+    if file_type is not None:
+        writer.add_file_type(file_type)
+    for tensor, (arr, raw) in tensors.items():
+        writer.add_tensor(tensor, arr, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -279,9 +290,10 @@ def llama_safetensors(path: Path, layers: int = 3, metadata: dict[str, str] | No
     return path
 
 
-def quantized_gguf(path: Path) -> Path:
+def quantized_gguf(path: Path, *, name: str | None = None, file_type: int | None = None) -> Path:
     """A GGUF file (gguf-py's writer) of two llama blocks: Q8_0 ``attn_q``, F32
-    ``attn_norm``, then an F32 ``output_norm``; seeded."""
+    ``attn_norm``, then an F32 ``output_norm``; seeded.  ``name`` and
+    ``file_type`` as :func:`gguf_py_file` takes them."""
     rng = np.random.default_rng(23)
     gguf = _gguf()
     q8_0 = gguf.GGMLQuantizationType.Q8_0
@@ -291,7 +303,7 @@ def quantized_gguf(path: Path) -> Path:
         tensors[f"blk.{i}.attn_q.weight"] = (gguf.quants.quantize(weights, q8_0), q8_0)
         tensors[f"blk.{i}.attn_norm.weight"] = (np.ones(64, np.float32), None)
     tensors["output_norm.weight"] = (np.ones(64, np.float32), None)
-    return gguf_py_file(path, tensors)
+    return gguf_py_file(path, tensors, name=name, file_type=file_type)
 
 
 def raises_kind(kind: str, call: Any, *args: Any, **kwargs: Any) -> Any:

@@ -7,7 +7,9 @@ Run from the repository root with matplotlib installed (``pip install -e .[plot]
 The checkpoint is synthetic and deterministic (seed 22): a llama-like bf16
 safetensors file of 16 layers, each with the nine tensors of a Hugging Face llama
 layer, whose standard deviations shrink with depth, and one odd tensor (layer 11's
-``mlp.down_proj``, ten times wider) for the heatmap to show.  It takes a second.
+``mlp.down_proj``, ten times wider) for the heatmap to show; the histograms (by
+exponent and by value) of layers 10 and 11's MLP tensors show it too.  It takes a
+second or two.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 import kiln_np
-from kiln_np._explore import heatmap_figure
+from kiln_np._explore import heatmap_figure, value_grid, value_histogram
 
 matplotlib.use("Agg")
 
@@ -58,7 +60,7 @@ def checkpoint() -> dict[str, np.ndarray]:
 
 
 def main(out: Path = HERE) -> list[Path]:
-    """Write heatmap.png and histograms.png into ``out``; return their paths."""
+    """Write heatmap.png, histograms.png and values.png into ``out``; return their paths."""
     import matplotlib.pyplot as plt
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -75,6 +77,11 @@ def main(out: Path = HERE) -> list[Path]:
                     weights, "model.layers.1[01].mlp.*", limit=6
                 ),
             }
+            mlp = [n for n in names if n.startswith(("model.layers.10.mlp", "model.layers.11.mlp"))]
+            described = [(n, kiln_np.describe(weights[n])) for n in mlp]
+            figures["values.png"] = value_grid(
+                [(n, d, value_histogram(weights[n], d)) for n, d in described], columns=3
+            )
     written = []
     for name, figure in figures.items():
         figure.savefig(out / name, dpi=100)

@@ -5,15 +5,18 @@ selenium) and Debian's ``chromium`` and ``chromium-driver``::
 
     python docs/images/make_report_screenshot.py
 
-The checkpoint is synthetic and seeded: a llama-like bf16 model of eight layers whose
-weights widen with depth, one layer with an outlier and a NaN, so the statistics and
-the heatmap have something to show.  The page is drawn by headless Chromium at 1280
-pixels wide, as tall as the page (at most 8,000 pixels), and saved as a 256-colour PNG.
+The checkpoint is synthetic and seeded: a Hugging Face-style folder (``config.json``,
+``generation_config.json``, ``model.safetensors``) of a llama-like bf16 model of eight
+layers whose weights widen with depth, one layer with an outlier and a NaN, so the
+statistics, the heatmap and the value histograms have something to show.  The page is
+drawn by headless Chromium at 1280 pixels wide, as tall as the page (at most 8,000
+pixels), and saved as a 256-colour PNG.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,8 +41,9 @@ ROLES = {
 }
 
 
-def checkpoint(path: Path, layers: int = 8) -> Path:
-    """The synthetic model (seed 22), saved as safetensors."""
+def checkpoint(folder: Path, layers: int = 8) -> Path:
+    """The synthetic model (seed 22), saved as ``folder/model.safetensors`` beside its
+    ``config.json`` and ``generation_config.json``; returns ``folder``."""
     rng = np.random.default_rng(22)
     bf16 = ml_dtypes.bfloat16
     tensors = {"model.embed_tokens.weight": (rng.standard_normal((1024, 256)) * 0.02).astype(bf16)}
@@ -55,9 +59,29 @@ def checkpoint(path: Path, layers: int = 8) -> Path:
             ).astype(bf16)
     tensors["model.norm.weight"] = np.ones(256, bf16)
     tensors["lm_head.weight"] = (rng.standard_normal((1024, 256)) * 0.02).astype(bf16)
-    metadata = {"format": "pt", "model_type": "llama", "num_hidden_layers": str(layers)}
-    kiln_np.save_weights(path, tensors, format="safetensors", metadata=metadata)
-    return path
+    folder.mkdir()
+    kiln_np.save_weights(
+        folder / "model.safetensors", tensors, format="safetensors", metadata={"format": "pt"}
+    )
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "vocab_size": 1024,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {"bos_token_id": 1, "eos_token_id": [2, 3], "temperature": 0.6, "top_p": 0.9}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return folder
 
 
 def screenshot(page: Path, out: Path, profile: Path) -> None:
@@ -90,7 +114,7 @@ def main() -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     try:
-        model = checkpoint(folder / "llama-8.safetensors")
+        model = checkpoint(folder / "llama-8")
         page = kiln_np.report(model, folder / "report.html")
         out = HERE / "report.png"
         screenshot(Path(page), out, folder / "profile")

@@ -117,8 +117,11 @@ def test_gguf_json(vocab_gguf: Path, capsys: pytest.CaptureFixture[str]) -> None
     status, out, _ = run_main(capsys, "meta", str(vocab_gguf), "--json")
     assert status == 0
     record = json.loads(out)  # strict: no NaN token
-    assert list(record) == ["format", "path", "weights_format", "metadata"]
+    assert list(record) == [
+        "format", "path", "weights_format", "file_type", "metadata", "config", "generation_config",
+    ]  # fmt: skip
     assert (record["format"], record["weights_format"]) == ("kiln-np-meta/1", "gguf")
+    assert (record["file_type"], record["config"], record["generation_config"]) == (None,) * 3
     entries = {e["key"]: e for e in record["metadata"]}
     assert next(iter(entries)) == "general.architecture"
     assert entries["tokenizer.ggml.tokens"]["type"] == "array[string]"
@@ -337,3 +340,121 @@ def test_zero_dim_array() -> None:
     assert json_value(np.array(np.inf)) == "inf"
     text = meta_text("x", "kiln", {"s": np.array(2.5, np.float32)})
     assert text.splitlines()[-1] == "s    np.ndarray[float32]  2.5"
+
+
+def _hf_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny-llama"
+    kiln_np.save_weights(
+        folder, {"a": np.zeros(64, np.float32), "b": np.ones(64, np.float32)},
+        format="safetensors", metadata={"format": "pt"}, max_shard_size=300,
+    )  # fmt: skip
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "rope_scaling": None,
+        "rms_norm_eps": 1e-05,
+        "rope": {"theta": 500000.0, "type": "llama3"},
+        "x": "\x1b[2J",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "generation_config.json").write_text('{"eos_token_id": [2, 3], "t": NaN}')
+    return folder
+
+
+def test_a_checkpoint_directory_shows_its_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 37 item 1: the model's own description, after the file's metadata.
+    folder = _hf_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_main(capsys, "meta", "tiny-llama")
+    assert (status, err) == (0, "")
+    blocks = out.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [
+        "tiny-llama: safetensors, 1 key",
+        "tiny-llama/config.json: Hugging Face config, 6 keys",
+        "tiny-llama/generation_config.json: Hugging Face generation config, 2 keys",
+    ]
+    config = _rows(blocks[1])
+    assert config["architectures"] == ("list", '1 item: "LlamaForCausalLM"')
+    assert config["rope_scaling"] == ("null", "null")
+    assert config["rms_norm_eps"] == ("float", "1e-05")
+    assert config["rope"] == ("dict", "2 entries")
+    assert config["theta"] == ("float", "500000.0")  # a dict's entries, one level deeper
+    assert config["x"] == ("str", '"\\u001b[2J"')  # never a raw escape to the terminal
+    generation = _rows(blocks[2])
+    assert generation["t"] == ("float", "nan")
+    status, out, _ = run_main(capsys, "meta", "tiny-llama", "--json")
+    record = json.loads(out)  # strict: NaN as "nan"
+    assert record["config"] == {
+        "path": "tiny-llama/config.json",
+        "value": {**json.loads((folder / "config.json").read_text())},
+    }
+    assert record["generation_config"] == {
+        "path": "tiny-llama/generation_config.json",
+        "value": {"eos_token_id": [2, 3], "t": "nan"},
+    }
+    assert record["file_type"] is None
+    # The index or a shard spelled instead of the directory: the same files beside.
+    index = json.loads(
+        run_main(capsys, "meta", "tiny-llama/model.safetensors.index.json", "--json")[1]
+    )
+    assert index["config"]["path"] == "tiny-llama/config.json"
+
+
+def test_a_malformed_config_is_type_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _hf_folder(tmp_path)
+    (folder / "config.json").write_text('{"a": 1, "a": 2}')
+    for argv in (("meta", str(folder)), ("meta", str(folder), "--json")):
+        status, out, err = run_main(capsys, *argv)
+        assert (status, out) == (2, "")
+        assert err.startswith(f"kiln-np: TYPE: {str(folder / 'config.json')!r}: ")
+        assert "expected unique keys, found 'a' twice" in err
+    # ls --parts reads no config (ls reads it for its quantization_config: TYPE too)
+    assert run_main(capsys, "ls", str(folder), "--parts")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("number", "shown", "name"),
+    [(15, "15 (Q4_K_M)", "Q4_K_M"), (1, "1 (F16)", "F16"), (1024, "1024 (GUESSED)", "GUESSED"),
+     (99, "99", "99")],
+)  # fmt: skip
+def test_gguf_file_type_in_llama_cpps_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], number: int, shown: str, name: str
+) -> None:
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_file_type(number)
+    writer.add_tensor("w", np.ones(4, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    status, out, _ = run_main(capsys, "meta", str(path))
+    assert status == 0
+    assert _rows(out)["general.file_type"] == ("uint32", shown)
+    record = json.loads(run_main(capsys, "meta", str(path), "--json")[1])
+    entries = {e["key"]: e for e in record["metadata"]}
+    assert entries["general.file_type"]["value"] == number  # the raw value stays
+    assert record["file_type"]["value"] == number
+    assert record["file_type"]["name"] == name
+    listed = run_main(capsys, "ls", str(path))[1]
+    assert listed.splitlines()[-1].endswith(f", gguf, file type {name}")
+    assert (
+        json.loads(run_main(capsys, "ls", str(path), "--json")[1])["file_type"]
+        == (record["file_type"])
+    )
+
+
+def test_a_file_type_that_is_no_integer_is_shown_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.gguf"
+    save_gguf(path, {"w": np.ones(2, np.float32)}, {"general.file_type": "Q4_K_M"})
+    status, out, _ = run_main(capsys, "meta", str(path))
+    assert status == 0
+    assert _rows(out)["general.file_type"] == ("string", '"Q4_K_M"')
+    assert json.loads(run_main(capsys, "meta", str(path), "--json")[1])["file_type"] is None
+    assert run_main(capsys, "ls", str(path))[1].splitlines()[-1].endswith(", gguf")

@@ -2,9 +2,11 @@
 ``chromium`` and ``chromium-driver``) through selenium.
 
 The page loads from ``file://`` with no console error (a blocked script or
-request, a script error), shows the tensor count and parameter total, its
-pictures have a size, and clicking a column header sorts the rows: numbers as
-numbers, both ways, empty and NaN cells last.
+request, a script error), is titled with the model, shows the tensor count and
+parameter total, the model's config and llama.cpp's file type, its pictures
+(heatmaps, histograms by exponent and by value) have a size, and clicking a
+column header sorts the rows: numbers as numbers, both ways, empty and NaN cells
+last.
 
 Without Chromium or selenium the tests skip on a developer's machine and fail
 in CI (the ``CI`` variable set), where ``.ci/run`` installs Chromium and the
@@ -13,6 +15,7 @@ in CI (the ``CI`` variable set), where ``.ci/run`` installs Chromium and the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -128,15 +131,62 @@ def test_llama_report_loads_cleanly_and_shows_its_counts(browser: Any, tmp_path:
     assert browser.execute_script(
         "return Array.from(document.querySelectorAll('table.sortable th'), th => th.tabIndex)"
     ) == [0] * (5 + 13)  # the table by type, the statistics
-    # Two heatmaps (std, absmax) and the histograms.
-    assert _pictures_have_a_size(browser) == 3
+    # Two heatmaps (std, absmax), the histograms by exponent and by value.
+    assert _pictures_have_a_size(browser) == 4
+
+
+def _shown(browser: Any, ident: str) -> bool:
+    """Whether the element is laid out with a size (displayed, not hidden)."""
+    size: list[float] = browser.execute_script(
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        " return [r.width, r.height];",
+        ident,
+    )
+    return size[0] > 0 and size[1] > 0
+
+
+def test_a_checkpoint_directory_shows_its_model_config_and_values(
+    browser: Any, tmp_path: Path
+) -> None:
+    # Issue 37: the title is the model, its config has a section, values beside exponents.
+    folder = tmp_path / "tiny-llama"
+    model = llama_safetensors(tmp_path / "one.safetensors", layers=4)
+    with kiln_np.open_weights(model) as w:
+        kiln_np.save_weights(folder, w, format="safetensors", max_shard_size=100_000)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "x": "<i>"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 3]}))
+    page = tmp_path / "report.html"
+    run_command("report", str(folder), "-o", str(page))
+    assert _open(browser, page) == []
+    assert browser.title == "tiny-llama: LlamaForCausalLM (llama) - kiln-np report"
+    assert _text(browser, "tensor-count") == "39"
+    for ident in ("config", "config-table", "generation-config-table", "values"):
+        assert _shown(browser, ident), ident
+    assert '"<i>"' in _text(browser, "config-table")  # the hostile value is text
+    assert browser.execute_script("return document.querySelectorAll('i').length") == 0
+    links = browser.execute_script(
+        "return Array.from(document.querySelectorAll('nav a'), a => a.textContent)"
+    )
+    assert links == [
+        "Summary", "Metadata", "Model config", "Tensor tree", "Statistics", "Heatmap",
+        "Histograms", "Value histograms",
+    ]  # fmt: skip
+    assert "here model.layers.0-3, x4" in _text(browser, "tree")
+    values = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#values img'), i => i.alt)"
+    )
+    assert values == ["value histograms of 12 tensors"]
+    assert _pictures_have_a_size(browser) == 4
 
 
 def test_quantized_gguf_report_loads_cleanly(browser: Any, tmp_path: Path) -> None:
-    model = quantized_gguf(tmp_path / "q.gguf")
+    model = quantized_gguf(tmp_path / "q.gguf", name="Tiny Llama", file_type=7)
     page = tmp_path / "report.html"
     run_command("report", str(model), "-o", str(page))
     assert _open(browser, page) == []
+    assert browser.title == "Tiny Llama: llama - kiln-np report"
+    assert _text(browser, "file-type") == "Q8_0"
     assert _text(browser, "tensor-count") == "5"
     assert _text(browser, "parameter-count") == "8,384"
     assert "Q8_0" in _text(browser, "types")
@@ -150,9 +200,9 @@ def test_a_hostile_name_runs_nothing(browser: Any, tmp_path: Path) -> None:
     kiln_np.report(path, page)
     assert _open(browser, page) == []
     assert browser.title == "hostile.safetensors - kiln-np report"
-    # The one picture is the report's own histograms (no name has a layer index).
+    # The pictures are the report's own histograms (no name has a layer index).
     sources = browser.execute_script("return Array.from(document.images, i => i.src)")
-    assert [src[:22] for src in sources] == ["data:image/png;base64,"]
+    assert [src[:22] for src in sources] == ["data:image/png;base64,"] * 2
     tree = _text(browser, "tree-table")
     assert all(name in tree for name in names)
 

@@ -250,6 +250,8 @@ def test_cli_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFixt
     listed = json.loads(_cli(capsys, "ls", str(src), "--json")[1])
     assert list(listed) == _documented_keys("ls-json")
     assert list(listed["tensors"][0]) == _documented_keys("ls-tensor-json")
+    meta = json.loads(_cli(capsys, "meta", str(src), "--json")[1])
+    assert list(meta) == _documented_keys("meta-json")
     converted = json.loads(
         _cli(capsys, "convert", str(src), str(tmp_path / "d"), "--to", "kiln", "--json")[1]
     )

@@ -280,11 +280,22 @@ def test_heatmap_folds_experts_and_says_so() -> None:
         "self_attn.q_proj",
     ]
     assert image_data(ax).tolist() == [[128.0, 0.5], [128.0, 0.25]]
+    # Issue 37: the caption says what this picture shows; no cell is blank here.
     assert fig.get_supxlabel().splitlines() == [
-        "blank: no tensor, or a value that is zero, negative, NaN or infinite",
         "(max of n): the largest of n tensors folded into one role",
     ]
     assert texts_outside(fig) == []
+
+
+@needs("matplotlib")
+def test_heatmap_caption_says_only_what_the_picture_shows() -> None:
+    names = [f"blk.{i}.{r}.weight" for i in range(2) for r in ("attn_q", "ffn_up")]
+    full = heatmap_figure(names, [1.0, 2.0, 3.0, 4.0], label="std")
+    assert full.get_supxlabel() == ""  # no blank cell, nothing folded
+    blank = heatmap_figure(names, [1.0, 2.0, 0.0, 4.0], label="std")
+    assert blank.get_supxlabel() == (
+        "blank: no tensor, or a value that is zero, negative, NaN or infinite"
+    )
 
 
 @needs("matplotlib")
@@ -467,7 +478,7 @@ def test_plot_histograms_on_a_quantized_gguf(tmp_path: Path) -> None:
 def test_the_docs_picture_script_runs(tmp_path: Path) -> None:
     script = load_script(ROOT / "docs" / "images" / "make_pictures.py")
     written = script.main(tmp_path)
-    assert [p.name for p in written] == ["heatmap.png", "histograms.png"]
+    assert [p.name for p in written] == ["heatmap.png", "histograms.png", "values.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 import struct
@@ -27,6 +28,7 @@ from _helpers import (
 )
 
 import kiln_np
+from kiln_np._explore import page as page_module
 from kiln_np._explore import report as report_module
 
 VOID = {"meta", "img", "br", "hr", "input", "link", "col", "wbr", "source", "area", "base"}
@@ -134,7 +136,9 @@ def test_llama_report_shows_counts_sections_and_tree(llama: Path, tmp_path: Path
     elements = 2 * 320 * 64 + 3 * (4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128) + 64
     assert parsed.text["parameter-count"] == f"{elements:,}" == "152,000"
     ids = [a.get("id") for t, a in parsed.tags if t == "section"]
-    assert ids == ["summary", "metadata", "tree", "statistics", "heatmap", "histograms"]
+    assert ids == [
+        "summary", "metadata", "tree", "statistics", "heatmap", "histograms", "values",
+    ]  # fmt: skip
     assert "<title>llama.safetensors - kiln-np report</title>" in page
     # The three layers are identical in shape and type: one folded row.
     tree = parsed.text["tree-table"]
@@ -162,7 +166,8 @@ def test_names_and_metadata_are_text_never_markup(tmp_path: Path) -> None:
     assert page.count("<script") == 1
     assert page.count("</script>") == 1
     assert page.count("</style>") == 1
-    assert page.count("<img") == page.count('<img src="data:image/png;base64,') == 1
+    # The histograms by exponent and by value (no name has a layer index: no heatmap).
+    assert page.count("<img") == page.count('<img src="data:image/png;base64,') == 2
     assert "<!--" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;/style&gt;&lt;img src=x onerror=alert(3)&gt;" in page
@@ -320,7 +325,7 @@ def test_without_matplotlib_the_page_says_so(
     llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
-    assert report_module.matplotlib_missing()
+    assert page_module.matplotlib_missing()
     out = tmp_path / "r.html"
     status, _, stderr = run_main(capsys, "report", str(llama), "-o", str(out))
     assert status == 0
@@ -328,7 +333,7 @@ def test_without_matplotlib_the_page_says_so(
     page = out.read_text(encoding="utf-8")
     check_self_contained(page)
     assert "<img" not in page
-    for section in ("heatmap", "histograms"):
+    for section in ("heatmap", "histograms", "values"):
         found = re.search(f'<section id="{section}">(.*?)</section>', page)
         assert found is not None
         assert "The pictures need matplotlib, which is not installed" in found[1]
@@ -379,8 +384,12 @@ def test_statistics_heatmap_and_histograms(llama: Path, tmp_path: Path) -> None:
         assert (width, height) == (w, h)
         assert w > 300
         assert h > 150
+    values = _pngs(_section(page, "values"))
+    assert len(values) == 1
     # Outside the layers: embedding, norm, lm_head; then layer 0's nine tensors.
-    assert "and those of the first layer: 12 of 12, counted exactly" in page
+    which = "The 3 tensors outside the layers and the 9 of layer 0 of model.layers: 12 of 12"
+    assert f"{which}, counted exactly." in _section(page, "histograms")
+    assert f"{which}. Each one's finite values in 64 equal bins" in _section(page, "values")
     assert parsed.text["subtitle"].startswith("safetensors - ")
 
 
@@ -415,7 +424,9 @@ def test_the_statistics_table_is_bounded(tmp_path: Path) -> None:
         "--json)." in stats
     )
     assert "No tensor name has a layer index" in _section(page, "heatmap")
-    assert "the first layer: 3 of 40 (37 more left out), counted exactly" in page
+    which = "The 40 tensors outside the layers: 3 of 40 (37 more left out)"
+    assert f"{which}, counted exactly." in _section(page, "histograms")
+    assert f"{which}. Each one" in _section(page, "values")
 
 
 def test_a_quantized_tensor_has_its_scales(tmp_path: Path) -> None:
@@ -428,3 +439,88 @@ def test_a_quantized_tensor_has_its_scales(tmp_path: Path) -> None:
     assert "Q8_0" in row[1]
     assert ">d " in row[1]  # the range of the blocks' scale d
     assert len(_pngs(_section(page, "heatmap"))) == 2
+
+
+def _hf_folder(tmp_path: Path) -> Path:
+    """A sharded llama-like checkpoint directory with its config.json and
+    generation_config.json (a hostile value in each)."""
+    folder = tmp_path / "tiny-llama"
+    model = llama_safetensors(tmp_path / "one.safetensors", layers=4)
+    with kiln_np.open_weights(model) as w:
+        kiln_np.save_weights(folder, w, format="safetensors", max_shard_size=100_000)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": 4,
+        "rope_scaling": None,
+        "rms_norm_eps": 1e-05,
+        "note": "</td><script>alert(4)</script>",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    generation = {"bos_token_id": 1, "eos_token_id": [2, 3], "x": "<b>"}
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    return folder
+
+
+def test_a_checkpoint_directory_is_titled_with_its_model_and_shows_its_config(
+    tmp_path: Path,
+) -> None:
+    # Issue 37 items 1 and 3: the title is the model, never model.safetensors.index.json;
+    # the config has its own section; the tree's caption names this model's fold.
+    folder = _hf_folder(tmp_path)
+    page = _write(folder, tmp_path / "r.html")
+    parsed = check_self_contained(page)
+    assert "<title>tiny-llama: LlamaForCausalLM (llama) - kiln-np report</title>" in page
+    assert "index.json -" not in page.split("</title>")[0]
+    ids = [a.get("id") for t, a in parsed.tags if t == "section"]
+    assert ids[:4] == ["summary", "metadata", "config", "tree"]
+    assert '<a href="#config">Model config</a>' in page
+    config = parsed.text["config-table"]
+    assert "LlamaForCausalLM" in config
+    assert "nullnull" in config.replace(" ", "")  # rope_scaling: type null, value null
+    assert "</td><script>alert(4)</script>" in config  # text, never markup
+    assert "&lt;/td&gt;&lt;script&gt;alert(4)" in page
+    assert "&quot;&lt;b&gt;&quot;" in page  # generation_config.json's hostile value, escaped
+    generation = parsed.text["generation-config-table"]
+    assert "eos_token_id" in generation
+    assert "2 items: 2, 3" in generation
+    section = _section(page, "config")
+    assert f"{folder / 'config.json'}: 6 keys" in section
+    assert f"{folder / 'generation_config.json'}: 3 keys" in section
+    assert "here model.layers.0-3, x4" in _section(page, "tree")
+    assert "(0-31)" not in page
+    # Never over the files that describe the model, which it reads.
+    for name in ("config.json", "generation_config.json"):
+        with pytest.raises(kiln_np.KilnError, match="of the checkpoint being reported"):
+            kiln_np.report(folder, folder / name)
+
+
+def test_without_a_config_there_is_no_config_section_and_the_tree_says_why(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.safetensors"
+    kiln_np.save_weights(
+        path, {"blk.0.a": np.ones(2, np.float32), "blk.1.b": np.ones(3, np.float32)},
+        format="safetensors",
+    )  # fmt: skip
+    page = _write(path, tmp_path / "r.html")
+    assert 'id="config"' not in page
+    assert "no consecutive layers are identical here, so none fold" in _section(page, "tree")
+    stats = _section(page, "statistics")
+    assert "2 tensors. min, max" in stats
+    assert "GGML" not in stats  # no quantized tensor: nothing said of them
+
+
+def test_a_gguf_report_is_titled_with_its_name_and_shows_its_file_type(tmp_path: Path) -> None:
+    path = quantized_gguf(tmp_path / "q.gguf", name="Tiny Llama", file_type=7)
+    page = _write(path, tmp_path / "r.html")
+    parsed = check_self_contained(page)
+    assert "<title>Tiny Llama: llama - kiln-np report</title>" in page
+    assert parsed.text["file-type"] == "Q8_0"
+    assert "general.file_type 7" in _section(page, "summary")
+    assert "7 (Q8_0)" in parsed.text["metadata-table"]
+    assert 'id="config"' not in page
+    stats = _section(page, "statistics")
+    assert "A GGML quantized tensor or a quantization scheme" in stats
+    one = _section(_write(quantized_gguf(tmp_path / "p.gguf"), tmp_path / "p.html"), "summary")
+    assert 'id="file-type"' not in one  # a file that says no file type: no such fact

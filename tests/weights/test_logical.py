@@ -494,6 +494,38 @@ def test_a_checkpoint_directory_converts_to_a_directory(
     assert (tmp_path / "one.safetensors").is_file()
 
 
+def test_parts_dequantized_get_no_config_beside_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 37: a plain open holds its config.json now; a stripped config is still
+    # written only beside a dequantized logical view, never beside parts that stay
+    # quantized (--parts: --dequantize reads GGML blocks only).
+    folder, w, _ = _checkpoint(tmp_path / "m", config=_CONFIG)
+    dst = tmp_path / "parts"
+    argv = ["convert", str(folder), str(dst), "--to", "safetensors", "--dequantize", "bf16"]
+    status, _, err = run_main(capsys, *argv, "--parts")
+    assert (status, err) == (0, "")
+    assert os.listdir(dst) == ["model.safetensors"]
+    with kiln_np.open_weights(dst) as got:
+        assert got["q.weight"].format_dtype == "F8_E4M3"  # the part, as stored
+        assert np.array_equal(got["q.weight"].numpy().view(np.uint8), w.view(np.uint8))
+        assert got.config is None
+    with kiln_np.open_weights(folder) as plain:
+        assert plain.config is not None
+        assert "quantization_config" in plain.config
+        target = tmp_path / "api" / "model.safetensors"
+        for chosen in (plain, plain.select("q.*")):
+            paths = kiln_np.formats.save_weights_paths(
+                target, chosen, format="safetensors", dequantize="bf16"
+            )
+            assert paths == [str(target)]
+        # the logical view of the same files: its values, and the config beside them
+        paths = kiln_np.formats.save_weights_paths(
+            target, plain.logical(), format="safetensors", dequantize="bf16"
+        )
+        assert paths == [str(target), str(target.parent / "config.json")]
+
+
 def test_save_writes_a_plain_checkpoint_and_its_config(tmp_path: Path) -> None:
     folder, w, s = _checkpoint(tmp_path / "m", config=_CONFIG)
     with kiln_np.open_weights(folder) as plain:

@@ -501,12 +501,16 @@ def _plain_config(
 ) -> tuple[str, bytes] | None:
     """Where and what the plain checkpoint's ``config.json`` is: the source's, without
     its ``quantization_config``; None unless a logical view with a config is
-    dequantized to safetensors.  TYPE when it would replace the source's own config.
+    dequantized to safetensors.  A plain mapping (``--parts``) has its config too,
+    but its scheme's parts stay quantized (``--dequantize`` reads GGML blocks):
+    a config without ``quantization_config`` beside them would be false.  TYPE
+    when it would replace the source's own config.
     """
     if (
         not dequantized
         or not row.hf_config
         or not isinstance(tensors, Weights)
+        or tensors.plain is tensors
         or tensors.config is None
     ):
         return None

@@ -29,13 +29,15 @@ dependency), ``description`` (:class:`Description` and its text, HTML and dict
 views), ``stats`` (the streaming engine, :func:`summarize`), ``scaled``
 (:class:`ScaledDescription`, on :mod:`kiln_np.mx`'s arithmetic and table),
 ``quantized`` (:class:`QuantizedDescription`, on the GGML decoders), ``layers``
-(tensor names read as stack, layer and role), ``pictures`` (the per-layer heatmap and
-the histogram grid), ``weight_stats`` (:class:`WeightStats`: every tensor of a
-checkpoint), ``entry`` (:func:`describe`, :func:`plot_histograms`), ``metrics`` (the
-error figures of two tensors, their aggregates per layer and per role, the saturation of
-MX and NVFP4 tensors), ``comparison`` (:func:`compare`: two checkpoints, name by name),
-``metadata`` (a weight file's metadata key by key with its type), ``report``
-(:func:`report`: one self-contained HTML page of a checkpoint); ``golden`` runs the
+(tensor names read as stack, layer and role), ``values`` (value histograms: finite
+values in equal bins), ``pictures`` (the per-layer heatmap and the histogram grids),
+``weight_stats`` (:class:`WeightStats`: every tensor of a checkpoint), ``entry``
+(:func:`describe`, :func:`plot_histograms`), ``metrics`` (the error figures of two
+tensors, their aggregates per layer and per role, the saturation of MX and NVFP4
+tensors), ``comparison`` (:func:`compare`: two checkpoints, name by name),
+``metadata`` (a weight file's metadata key by key with its type, the model's title),
+``page`` (a self-contained HTML page), ``report`` (:func:`report`: the page of a
+checkpoint); ``golden`` runs the
 golden case files.
 """
 
@@ -45,10 +47,11 @@ from .description import Description
 from .entry import describe, plot_histograms
 from .layers import LayerGrid, layer_grid, layer_role
 from .patterns import bit_histogram, bit_values
-from .pictures import heatmap_figure, histogram_grid
+from .pictures import heatmap_figure, histogram_grid, value_grid
 from .quantized import QuantizedDescription
 from .scaled import ScaledDescription
 from .stats import summarize
+from .values import ValueHistogram, value_histogram
 from .weight_stats import TensorStats, WeightStats
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "ScaledDescription",
     "TensorComparison",
     "TensorStats",
+    "ValueHistogram",
     "WeightStats",
     "bit_histogram",
     "bit_values",
@@ -72,4 +76,6 @@ __all__ = [
     "layer_role",
     "plot_histograms",
     "summarize",
+    "value_grid",
+    "value_histogram",
 ]

@@ -1,5 +1,6 @@
 """Metadata key by key, with its type, in any format: the text form of
-``kiln-np meta`` and the rows of the report.
+``kiln-np meta`` and the rows of the report; and the model a checkpoint
+holds, in its own words (:func:`model_title`).
 
 GGUF key/values with their GGUF types (``uint32``, ``array[string]``),
 safetensors' ``__metadata__``, an ONNX model's ``ir_version``, producer,
@@ -10,7 +11,10 @@ value fits 100 columns (a key is never cut): a long array is its length and
 first items, a long string is cut and its length given;
 a GGUF string array is decoded only as far as shown
 (:meth:`kiln_np.gguf.GGUFMetadata.head`).  :func:`json_value` is every value in
-full, as strict JSON.
+full, as strict JSON.  A Hugging Face ``config.json`` (:attr:`kiln_np.Weights.config`)
+is shown the same way, its JSON types as their names (``null`` for null).
+llama.cpp's ``general.file_type`` is shown with its name (``15 (Q4_K_M)``,
+:mod:`kiln_np._quants.filetypes`).
 """
 
 from __future__ import annotations
@@ -18,15 +22,27 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from kiln_np._core.checks import printable
+from kiln_np._quants.filetypes import file_type_label, file_type_number
+from kiln_np._weights.remote import is_url
+from kiln_np._weights.weights import Weights
 from kiln_np.gguf import GGUFMetadata
+from kiln_np.gguf._types import ARCHITECTURE_KEY, FILE_TYPE_KEY, NAME_KEY
 
-__all__ = ["MetadataRow", "json_value", "meta_text", "metadata_rows", "type_name"]
+__all__ = [
+    "MetadataRow",
+    "json_value",
+    "meta_text",
+    "metadata_rows",
+    "model_title",
+    "type_name",
+]
 
 WIDTH = 100
 """The text form's columns."""
@@ -36,13 +52,18 @@ _FIRST = 16  # array items decoded for the text form, at most
 
 def type_name(value: object) -> str:
     """A value's type when the format names none, as ``encode_metadata`` tags
-    it (``str``, ``int``, ``np.uint32``, ``np.ndarray[float32]``, ``list``).
+    it (``str``, ``int``, ``np.uint32``, ``np.ndarray[float32]``, ``list``);
+    ``null`` for a JSON null (a ``config.json``'s).
 
     Examples
     --------
     >>> type_name("x"), type_name(np.uint32(3)), type_name(np.zeros(2, "<f4")), type_name({})
     ('str', 'np.uint32', 'np.ndarray[float32]', 'dict')
+    >>> type_name(None)
+    'null'
     """
+    if value is None:
+        return "null"
     if isinstance(value, np.ndarray):
         return f"np.ndarray[{value.dtype.name}]"
     if isinstance(value, np.generic):
@@ -69,9 +90,11 @@ def json_value(value: Any) -> Any:
 
     Examples
     --------
-    >>> json_value([np.float32(0.5), np.float64("nan"), np.uint64(2**64 - 1), b"\\x00"])
-    [0.5, 'nan', 18446744073709551615, 'AA==']
+    >>> json_value([np.float32(0.5), np.float64("nan"), np.uint64(2**64 - 1), b"\\x00", None])
+    [0.5, 'nan', 18446744073709551615, 'AA==', None]
     """
+    if value is None:
+        return None
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):
@@ -100,7 +123,9 @@ def _scalar_text(value: Any) -> str:
     (``0.1`` for a float32), ``true``/``false``, a string in double quotes
     with its control characters escaped (JSON's escapes, then
     :func:`~kiln_np._core.checks.printable` for the rest: C1 controls, lone
-    surrogates)."""
+    surrogates); ``null`` for None."""
+    if value is None:
+        return "null"
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -179,8 +204,24 @@ def _rows(metadata: Mapping[str, Any]) -> list[tuple[int, str, str, Any]]:
             rows.append((0, key, type_, _Array(n, first)))
             continue
         value = metadata[key]
+        if key == FILE_TYPE_KEY:
+            value = _file_type_shown(value)
         add(key, value, type_ or type_name(value), 0)
     return rows
+
+
+def _file_type_shown(value: Any) -> Any:
+    """A ``general.file_type`` value with llama.cpp's name for it (``15 (Q4_K_M)``);
+    an unknown number or a value that is not an integer as it is.
+
+    >>> _file_type_shown(np.uint32(15)).text, _file_type_shown(99), _file_type_shown("x")
+    ('15 (Q4_K_M)', 99, 'x')
+    """
+    number = file_type_number(value)
+    label = file_type_label(value)
+    if number is None or label is None or label == str(number):
+        return value
+    return _Shown(f"{number} ({label})")
 
 
 class _Shown:
@@ -285,3 +326,70 @@ def metadata_rows(metadata: Mapping[str, Any], width: int = 160) -> list[Metadat
         MetadataRow(depth, key, type_, _value_text(value, width))
         for depth, key, type_, value in _rows(metadata)
     ]
+
+
+_TITLE_PART = 120  # a name or architecture longer than this is cut in a title
+
+
+def _text_of(value: object) -> str | None:
+    """A description's text value, cut to :data:`_TITLE_PART` characters; None for
+    no text (missing, empty, or another type: a hostile file's)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return _cut(value.strip(), _TITLE_PART)
+
+
+def model_title(weights: Weights) -> str:
+    """The model a checkpoint holds, in its own words: a report's title.
+
+    A GGUF file: its ``general.name`` (else its file name) and its
+    ``general.architecture``.  A checkpoint with a Hugging Face ``config.json``:
+    its directory's name, then its ``architectures`` and ``model_type`` in
+    parentheses (or ``model_type`` alone).  Otherwise what was opened:
+    a file's name, or for a sharded checkpoint's index (and a directory) the
+    directory's name, never ``model.safetensors.index.json``.  A value that is
+    not text is left out; a long one is cut.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile, json, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> folder = os.path.join(d, "tiny-llama")
+    >>> _ = kiln_np.save_weights(folder, {"w": np.ones(4, "<f4")}, format="safetensors",
+    ...                          max_shard_size=16)
+    >>> sorted(os.listdir(folder))[-1]
+    'model.safetensors.index.json'
+    >>> with kiln_np.open_weights(folder) as w:
+    ...     model_title(w)
+    'tiny-llama'
+    >>> with open(os.path.join(folder, "config.json"), "w") as f:
+    ...     json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, f)
+    >>> with kiln_np.open_weights(folder) as w:
+    ...     model_title(w)
+    'tiny-llama: LlamaForCausalLM (llama)'
+    >>> _ = kiln_np.save_weights(d + "/m.gguf", {"w": np.ones(4, "<f4")}, format="gguf",
+    ...                          metadata={"general.name": "Tiny", "general.architecture": "llama"})
+    >>> with kiln_np.open_weights(d + "/m.gguf") as w:
+    ...     model_title(w)
+    'Tiny: llama'
+    >>> import shutil; shutil.rmtree(d)
+    """
+    path = weights.path.rstrip("/")
+    opened = os.path.basename(path) or path
+    folder = os.path.basename(os.path.dirname(path)) or opened
+    if not is_url(path) and os.path.isdir(path):  # a Kiln directory, a Zarr group
+        folder = opened
+    if weights.format == "gguf":
+        name = _text_of(weights.metadata.get(NAME_KEY)) or opened
+        architecture = _text_of(weights.metadata.get(ARCHITECTURE_KEY))
+        return name if architecture is None else f"{name}: {architecture}"
+    config = weights.config
+    if config is not None:
+        found = config.get("architectures")
+        names = [n for n in map(_text_of, found) if n] if isinstance(found, list) else []
+        kind = _text_of(config.get("model_type"))
+        said = ", ".join(names) or kind
+        if said is not None and kind is not None and said != kind:
+            said += f" ({kind})"
+        return folder if said is None else f"{folder}: {_cut(said, _TITLE_PART)}"
+    return folder if path.endswith(".index.json") else opened

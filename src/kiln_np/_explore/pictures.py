@@ -1,10 +1,12 @@
-"""Pictures of a whole checkpoint: a per-layer heatmap and a grid of histograms.
+"""Pictures of a whole checkpoint: a per-layer heatmap and grids of histograms.
 
 :func:`heatmap_figure` draws one value per tensor (its std, its absmax) as a grid
 of layers (rows) by roles (columns), from :func:`~kiln_np._explore.layers.layer_grid`,
 on a logarithmic colour scale.  :func:`histogram_grid` draws one panel per
 described tensor with the drawing of ``plot`` (by binary exponent for the floats,
-by bit pattern for the small types); its notebook door on a :class:`~kiln_np.Weights`
+by bit pattern for the small types), :func:`value_grid` one panel per tensor of
+its values in equal bins (:mod:`~kiln_np._explore.values`); the grid's notebook
+door on a :class:`~kiln_np.Weights`
 is :func:`~kiln_np._explore.entry.plot_histograms`, beside :func:`describe`, which
 it calls (``weight_stats`` draws its heatmap here, and ``entry`` imports it).  Every
 figure lays itself out (constrained layout), so the saved picture keeps its labels;
@@ -19,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from kiln_np._core.checks import check_int, printable
 from kiln_np._core.errors import KilnError
 
@@ -27,12 +31,13 @@ from .description import Description
 from .layers import LayerGrid, layer_grid
 from .plot import PLAIN
 from .quantized import QuantizedDescription
+from .values import ValueHistogram
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["heatmap_figure", "histogram_grid", "picture_label", "shorten"]
+__all__ = ["heatmap_figure", "histogram_grid", "picture_label", "shorten", "value_grid"]
 
 _LAYER_TICKS = 24  # at most this many layer numbers on a panel's axis
 _STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000)
@@ -193,10 +198,13 @@ def heatmap_figure(
     assert image is not None
     fig.colorbar(image, ax=list(axes)).set_label(printable(label), **PLAIN)
     fig.suptitle(heading, **PLAIN)
-    note = "blank: no tensor, or a value that is zero, negative, NaN or infinite"
+    notes = []  # said only of what the picture shows
+    if any(bool(np.ma.getmaskarray(g.values).any()) for g in drawn):
+        notes.append("blank: no tensor, or a value that is zero, negative, NaN or infinite")
     if any(n > 1 for g in drawn for n in g.folded()):
-        note += "\n(max of n): the largest of n tensors folded into one role"
-    fig.supxlabel(note, fontsize=8, **PLAIN)
+        notes.append("(max of n): the largest of n tensors folded into one role")
+    if notes:
+        fig.supxlabel("\n".join(notes), fontsize=8, **PLAIN)
     return fig
 
 
@@ -217,12 +225,16 @@ def _thin_ticks(ax: Axes, most: int = 8) -> None:
     ax.set_xticks([ticks[i] for i in kept], [texts[i] for i in kept])
 
 
+def _heading(name: str, description: Description | QuantizedDescription) -> str:
+    shape = "x".join(map(str, description.shape)) or "scalar"
+    return f"{shorten(name, 40, keep='end')}\n{_type_of(description)}, {shape}"
+
+
 def _draw_panel(
     ax: Axes, name: str, description: Description | QuantizedDescription, log: bool
 ) -> None:
     part = description.values if isinstance(description, QuantizedDescription) else description
-    shape = "x".join(map(str, description.shape)) or "scalar"
-    heading = f"{shorten(name, 40, keep='end')}\n{_type_of(description)}, {shape}"
+    heading = _heading(name, description)
     if part.exponents is None and part.histogram is None:
         _message(ax, f"{part.name}: no histogram (32- and 64-bit integers have none)")
     else:
@@ -282,4 +294,65 @@ def histogram_grid(
     for i, (name, description) in enumerate(items):
         panel = fig.add_subplot(rows, per_row, i + 1)
         _draw_panel(panel, picture_label(name), description, log)
+    return fig
+
+
+def value_grid(
+    items: Sequence[tuple[str, Description | QuantizedDescription, ValueHistogram | None]],
+    *,
+    log: bool = True,
+    columns: int = 4,
+) -> Figure:
+    """One panel per tensor of its finite values in equal bins from its min to
+    its max (:func:`~kiln_np._explore.values.value_histogram`), ``columns`` to a
+    row, titled as :func:`histogram_grid` titles them.
+
+    Parameters
+    ----------
+    items : sequence of (str, Description or QuantizedDescription, ValueHistogram or None)
+        Tensor names, what :func:`kiln_np.describe` found in them and their
+        value histograms (None: no finite value, which the panel says).
+    log : bool
+        Logarithmic count axes (the tails hold few values).
+    columns : int
+        Panels per row (at least 1).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from kiln_np import describe
+    >>> from kiln_np._explore.values import value_histogram
+    >>> x = np.linspace(-1, 1, 100, dtype=np.float32)
+    >>> d = describe(x)
+    >>> fig = value_grid([("w", d, value_histogram(x, d, bins=10))])
+    >>> ax = fig.axes[0]
+    >>> (step,) = ax.patches  # one filled outline of the bins
+    >>> step.get_data().values.tolist(), [float(v) for v in ax.get_xlim()]
+    ([10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0], [-1.0, 1.0])
+    >>> ax.get_yscale(), ax.get_title()
+    ('log', 'w\\nf32, 100')
+    """
+    per_row = check_int(columns, "columns", kind="SHAPE", minimum=1)
+    count = len(items)
+    if not count:
+        fig, axes = plot.figure((5, 2.5))
+        _message(axes[0], "no tensors to draw")
+        return fig
+    per_row = min(per_row, count)
+    rows = -(-count // per_row)
+    fig, _ = plot.figure((3.9 * per_row, 3.1 * rows), 0)
+    for i, (name, description, histogram) in enumerate(items):
+        ax = fig.add_subplot(rows, per_row, i + 1)
+        if histogram is None:
+            _message(ax, "no finite value")
+        else:
+            plot.draw_values(ax, histogram.edges, histogram.counts, log)
+            ax.xaxis.label.set_fontsize(8)
+            ax.yaxis.label.set_fontsize(8)
+        ax.set_title(_heading(picture_label(name), description), fontsize=9, **PLAIN)
     return fig

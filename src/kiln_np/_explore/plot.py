@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["PLAIN", "draw_exponents", "draw_patterns", "draw_scale_exponents", "figure"]
+__all__ = [
+    "PLAIN",
+    "draw_exponents",
+    "draw_patterns",
+    "draw_scale_exponents",
+    "draw_values",
+    "figure",
+]
 
 PLAIN: dict[str, Any] = {"parse_math": False, "usetex": False}
 """The text properties of every string kiln_np draws (titles, labels, ticks,
@@ -105,3 +112,26 @@ def draw_scale_exponents(ax: Axes, exponents: list[tuple[int, int]], log: bool) 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("scale exponent (scale = 2^e)", **PLAIN)
     ax.set_ylabel("blocks", **PLAIN)
+
+
+def draw_values(ax: Axes, edges: np.ndarray, counts: np.ndarray, log: bool) -> None:
+    """Counts of values in equal bins (``edges``: one more than ``counts``) as one
+    filled step outline (one patch, however many bins: a picture of 16 panels
+    renders in a fraction of the time bars take), on a logarithmic count axis
+    from 0.5 when ``log`` (a bin of one value shows; an empty bin draws nothing)."""
+    from matplotlib.ticker import MaxNLocator, NullLocator
+
+    floor = 0.5 if log else 0.0
+    heights = np.where(counts > 0, counts, floor).astype(np.float64)
+    ax.stairs(heights, edges, fill=True, baseline=floor, linewidth=0)
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor, top=max(float(counts.max()), 1.0) * 1.5)
+        # The decades are labelled; minor ticks would halve how fast a grid renders.
+        ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(float(edges[0]), float(edges[-1]))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # labels that never run together
+    ax.tick_params(axis="x", labelsize=8)
+    bins = "one value" if counts.size == 1 else f"{counts.size} equal bins, min to max"
+    ax.set_xlabel(f"value ({bins})", **PLAIN)
+    ax.set_ylabel("count (log scale)" if log else "count", **PLAIN)

@@ -1,13 +1,16 @@
 """A checkpoint's report: one self-contained HTML file to open in a browser.
 
-:func:`report` writes the summary (counts, bytes, bits per weight, the table
-by stored type, the memory estimate), the metadata key by key with its type,
-the tree of names with repeated layers folded, the statistics of every tensor,
-the per-layer heatmap and a grid of histograms.  The file needs nothing else
-to be read: the style sheet and the sorting script are inline, the pictures
-are PNG data inside ``<img>`` tags, and a Content-Security-Policy forbids the
-page any network request (``default-src 'none'``) and any script but its own
-(``script-src`` names the one script's SHA-256).
+:func:`report` writes, under the model's own name (:func:`model_title`), the
+summary (counts, bytes, bits per weight, the table by stored type, the memory
+estimate, llama.cpp's file type), the metadata key by key with its type, the
+model's ``config.json`` and ``generation_config.json``, the tree of names with
+repeated layers folded, the statistics of every tensor, the per-layer heatmap,
+and the histograms of the tensors outside the layers and of each stack's first
+layer: by binary exponent (or bit pattern) and by value.  Every caption is said
+from the data (which layers fold, which tensors are drawn).  The page is
+:mod:`~kiln_np._explore.page`'s: it needs nothing else to be read (style sheet,
+sorting script and PNG pictures inline; a Content-Security-Policy forbids any
+network request and any script but its own).
 
 Every name, metadata key and value is escaped: a hostile file's tensor named
 ``</table><script>...`` is text on the page.  A lone surrogate (a name whose
@@ -28,204 +31,43 @@ report is written without them and says so where they would stand.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import html
-import io
 import math
 import os
-import struct
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
-from kiln_np._core.checks import check_path, printable, set_module, show_value
+from kiln_np._core.checks import check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import replacing
-from kiln_np._version import __version__
 from kiln_np._weights.summary import NOTE, Summary, human_bytes, human_count, shown_bits
 from kiln_np._weights.weights import Weights
 from kiln_np.formats import open_weights
 
+from .description import Description
 from .entry import describe
 from .layers import layer_role
-from .metadata import metadata_rows
-from .pictures import heatmap_figure, histogram_grid
+from .metadata import metadata_rows, model_title
+from .page import (
+    document,
+    dotted,
+    fact,
+    head_cell,
+    left_out,
+    matplotlib_missing,
+    missing_pictures,
+    number_cell,
+    picture,
+    text,
+)
+from .pictures import heatmap_figure, histogram_grid, value_grid
+from .quantized import QuantizedDescription
+from .values import BINS, value_histogram
 from .weight_stats import Progress, WeightStats, describe_weights
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 __all__ = ["MAX_ROWS", "input_files", "report", "report_html"]
 
 MAX_ROWS = 2000
 """The rows each table of the report shows at most, by default."""
-
-
-def text(value: object) -> str:
-    """``value`` as HTML text (or an attribute's value): shown through
-    :func:`~kiln_np._core.checks.printable` (control characters as ``\\xNN``,
-    lone surrogates as ``\\udcNN``), then ``& < > " '`` escaped.
-
-    Examples
-    --------
-    >>> text("<script>alert(1)</script>"), text("a\\x1bb")
-    ('&lt;script&gt;alert(1)&lt;/script&gt;', 'a\\\\x1bb')
-    """
-    return html.escape(printable(str(value)), quote=True)
-
-
-def dotted(name: str) -> str:
-    """A dotted name as HTML text that may break after each dot (``<wbr>``).
-
-    >>> dotted("model.layers.0.<w>")
-    'model.<wbr>layers.<wbr>0.<wbr>&lt;w&gt;'
-    """
-    return text(name).replace(".", ".<wbr>")
-
-
-_STYLE = """
-:root { --ink: #1d2330; --muted: #5b6475; --line: #d9dde5; --band: #f4f6f9; --accent: #2f5fb3; }
-* { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1400px; padding: 1.5rem 2rem 3rem; color: var(--ink);
-  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-h1 { font-size: 1.6rem; margin: 0 0 .2rem; word-break: break-all; }
-h2 { font-size: 1.2rem; margin: 2rem 0 .6rem; padding-bottom: .25rem;
-  border-bottom: 2px solid var(--line); }
-.sub { color: var(--muted); margin: 0; word-break: break-all; }
-nav { margin: .8rem 0 0; }
-nav a { color: var(--accent); margin-right: 1rem; text-decoration: none; }
-.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(13rem, 1fr));
-  gap: .6rem; margin: 0 0 1rem; }
-.fact { background: var(--band); border-radius: 6px; padding: .5rem .75rem; }
-.fact dt { color: var(--muted); font-size: .8rem; text-transform: uppercase;
-  letter-spacing: .04em; }
-.fact dd { margin: 0; font-size: 1.15rem; font-weight: 600; word-break: break-all; }
-.fact.wide { grid-column: span 2; }
-.fact.wide dd { font: 600 .95rem/1.3 ui-monospace, Menlo, Consolas, monospace; }
-.fact.wide dd small { display: block; font-family: system-ui, sans-serif; word-break: normal; }
-.fact dd small { font-weight: 400; color: var(--muted); font-size: .8rem; }
-.note { color: var(--muted); font-size: .85rem; }
-.scroll { overflow-x: auto; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: .3rem 0; }
-th, td { padding: .22rem .6rem; border-bottom: 1px solid var(--line); text-align: right;
-  white-space: nowrap; }
-th { background: var(--band); font-weight: 600; position: sticky; top: 0; }
-th.text, td.text { text-align: left; }
-td.name { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace;
-  font-size: .85rem; white-space: normal; overflow-wrap: anywhere; min-width: 14rem; }
-td.value { text-align: left; white-space: pre-wrap; word-break: break-all;
-  font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .85rem; }
-td.bad { color: #b3261e; font-weight: 600; }
-table.sortable th { cursor: pointer; user-select: none; }
-#stats { font-size: .8rem; }
-#stats th, #stats td { padding: .2rem .4rem; }
-#stats td.name { font-size: .8rem; min-width: 12rem; }
-table.sortable th::after { content: " \\2195"; color: #a0a7b4; font-weight: 400; }
-table.sortable th[aria-sort=ascending]::after { content: " \\2191"; color: var(--accent); }
-table.sortable th[aria-sort=descending]::after { content: " \\2193"; color: var(--accent); }
-tbody tr:nth-child(even) { background: #fafbfc; }
-figure { margin: .5rem 0; }
-.pictures { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; }
-.pictures figure { margin: 0; }
-figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
-figcaption { color: var(--muted); font-size: .85rem; }
-footer { margin-top: 2.5rem; color: var(--muted); font-size: .8rem; }
-"""
-
-_SCRIPT = """
-(function () {
-  "use strict";
-  var collate = new Intl.Collator(undefined, {numeric: true}).compare;
-  function sortBy(table, th, column) {
-    var ascending = th.getAttribute("aria-sort") !== "ascending";
-    var numeric = th.hasAttribute("data-numeric");
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell) {
-      cell.removeAttribute("aria-sort");
-    });
-    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
-    var body = table.tBodies[0];
-    var keyed = Array.prototype.map.call(body.rows, function (row, index) {
-      var cell = row.cells[column];
-      var key = numeric ? parseFloat(cell.getAttribute("data-v")) : cell.textContent;
-      return {key: key, index: index, row: row};
-    });
-    keyed.sort(function (a, b) {
-      var aMissing = numeric && isNaN(a.key), bMissing = numeric && isNaN(b.key);
-      if (aMissing || bMissing) {
-        return aMissing === bMissing ? a.index - b.index : (aMissing ? 1 : -1);
-      }
-      var order = numeric ? (a.key < b.key ? -1 : (a.key > b.key ? 1 : 0))
-                          : collate(a.key, b.key);
-      return order === 0 ? a.index - b.index : (ascending ? order : -order);
-    });
-    var rows = document.createDocumentFragment();
-    keyed.forEach(function (k) { rows.appendChild(k.row); });
-    body.appendChild(rows);
-  }
-  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, column) {
-      th.tabIndex = 0;
-      th.addEventListener("click", function () { sortBy(table, th, column); });
-      th.addEventListener("keydown", function (event) {
-        if (event.key === "Enter" || event.key === " ") {
-          event.preventDefault();
-          sortBy(table, th, column);
-        }
-      });
-    });
-  });
-})();
-"""
-
-_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
-_POLICY = (
-    f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-    f"script-src 'sha256-{_SCRIPT_HASH}'"
-)
-
-_NO_MATPLOTLIB = (
-    "The pictures need matplotlib, which is not installed: pip install 'kiln-np[plot]' "
-    "and write the report again."
-)
-
-
-def _fact(label: str, value: str, detail: str = "", *, ident: str = "", kind: str = "") -> str:
-    """One fact: its label, its value (in a ``<span>`` with ``ident`` as its
-    id), a detail in small type; ``kind`` a class (``wide``: two columns)."""
-    ident_attr = f' id="{ident}"' if ident else ""
-    small = f" <small>{text(detail)}</small>" if detail else ""
-    return (
-        f'<div class="fact {kind}"><dt>{text(label)}</dt>'
-        f"<dd><span{ident_attr}>{text(value)}</span>{small}</dd></div>"
-    )
-
-
-def _number_cell(value: float | int | None, shown: str | None = None) -> str:
-    """A numeric cell: ``data-v`` is what sorts (empty for none or NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        key = ""
-    elif isinstance(value, int):
-        key = str(value)
-    else:
-        key = repr(float(value)).replace("inf", "Infinity")
-    return f'<td data-v="{key}">{text(shown if shown is not None else value)}</td>'
-
-
-def _head_cell(label: str, *, numeric: bool) -> str:
-    if numeric:
-        return f"<th data-numeric>{text(label)}</th>"
-    return f'<th class="text">{text(label)}</th>'
-
-
-def _left_out(shown: int, total: int, what: str, hint: str = "") -> str:
-    if shown >= total:
-        return ""
-    more = f"; {hint}" if hint else ""
-    return (
-        f'<p class="note">The first {shown:,} of {total:,} {what} are shown '
-        f"({total - shown:,} left out{more}).</p>"
-    )
 
 
 def summary_section(summary: Summary) -> str:
@@ -244,21 +86,30 @@ def summary_section(summary: Summary) -> str:
     """
     memory = summary.memory()
     facts = [
-        _fact("tensors", f"{summary.tensors:,}", ident="tensor-count"),
-        _fact(
+        fact("tensors", f"{summary.tensors:,}", ident="tensor-count"),
+        fact(
             "parameters",
             f"{summary.parameters:,}",
             human_count(summary.parameters),
             ident="parameter-count",
         ),
-        _fact("bytes", human_bytes(summary.byte_length), f"{summary.byte_length:,}"),
-        _fact("bits / weight", shown_bits(summary.bits_per_weight)),
-        _fact("as bf16", human_bytes(memory["bf16"])),
-        _fact("as f32", human_bytes(memory["f32"])),
+        fact("bytes", human_bytes(summary.byte_length), f"{summary.byte_length:,}"),
+        fact("bits / weight", shown_bits(summary.bits_per_weight)),
+        fact("as bf16", human_bytes(memory["bf16"])),
+        fact("as f32", human_bytes(memory["f32"])),
     ]
+    if summary.file_type is not None:  # llama.cpp's label of a GGUF file
+        facts.append(
+            fact(
+                "file type",
+                summary.file_type_label or "",
+                f"general.file_type {summary.file_type}",
+                ident="file-type",
+            )
+        )
     if summary.largest is not None:
         facts.append(
-            _fact(
+            fact(
                 "largest",
                 summary.largest,
                 f"{summary.largest_parameters:,} parameters, "
@@ -269,10 +120,10 @@ def summary_section(summary: Summary) -> str:
     heads = [("type", False), ("tensors", True), ("parameters", True), ("bytes", True)]
     heads.append(("bits/weight", True))
     rows = "".join(
-        f'<tr><td class="text">{text(r.type)}</td>{_number_cell(r.tensors, f"{r.tensors:,}")}'
-        f"{_number_cell(r.parameters, f'{r.parameters:,}')}"
-        f"{_number_cell(r.byte_length, human_bytes(r.byte_length))}"
-        f"{_number_cell(r.bits_per_weight, shown_bits(r.bits_per_weight))}</tr>"
+        f'<tr><td class="text">{text(r.type)}</td>{number_cell(r.tensors, f"{r.tensors:,}")}'
+        f"{number_cell(r.parameters, f'{r.parameters:,}')}"
+        f"{number_cell(r.byte_length, human_bytes(r.byte_length))}"
+        f"{number_cell(r.bits_per_weight, shown_bits(r.bits_per_weight))}</tr>"
         for r in summary.types
     )
     return (
@@ -280,9 +131,30 @@ def summary_section(summary: Summary) -> str:
         f'<dl class="facts">{"".join(facts)}</dl>'
         f'<p class="note">{text(NOTE)}.</p>'
         '<div class="scroll"><table class="sortable" id="types"><thead><tr>'
-        + "".join(_head_cell(label, numeric=numeric) for label, numeric in heads)
+        + "".join(head_cell(label, numeric=numeric) for label, numeric in heads)
         + f"</tr></thead><tbody>{rows}</tbody></table></div></section>"
     )
+
+
+def _keys_table(metadata: Mapping[str, Any], ident: str, max_rows: int) -> str:
+    """Key, type and value rows (:func:`metadata_rows`) as a table, ``id=ident``,
+    and how many rows it leaves out."""
+    rows = metadata_rows(metadata)
+    body = "".join(
+        f'<tr><td class="name" style="padding-left:{0.6 + 1.5 * r.depth:g}rem">{dotted(r.key)}</td>'
+        f'<td class="text">{text(r.type)}</td><td class="value">{text(r.text)}</td></tr>'
+        for r in rows[:max_rows]
+    )
+    return (
+        f'<div class="scroll"><table id="{ident}"><thead><tr><th class="text">key</th>'
+        '<th class="text">type</th><th class="text">value</th></tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+        f"{left_out(min(max_rows, len(rows)), len(rows), 'rows')}"
+    )
+
+
+def _keys(count: int) -> str:
+    return f"{count:,} key{'s' * (count != 1)}"
 
 
 def metadata_section(metadata: Mapping[str, Any], max_rows: int = MAX_ROWS) -> str:
@@ -295,23 +167,57 @@ def metadata_section(metadata: Mapping[str, Any], max_rows: int = MAX_ROWS) -> s
     >>> "&lt;/style&gt;&lt;b&gt;x&lt;/b&gt;" in part, "</style>" in part
     (True, False)
     """
-    rows = metadata_rows(metadata)
-    if not rows:
+    if not metadata:
         return '<section id="metadata"><h2>Metadata</h2><p class="note">No metadata.</p></section>'
-    body = "".join(
-        f'<tr><td class="name" style="padding-left:{0.6 + 1.5 * r.depth:g}rem">{dotted(r.key)}</td>'
-        f'<td class="text">{text(r.type)}</td><td class="value">{text(r.text)}</td></tr>'
-        for r in rows[:max_rows]
-    )
-    count = len(metadata)
     return (
-        f'<section id="metadata"><h2>Metadata</h2><p class="note">{count:,} '
-        f"key{'s' * (count != 1)}; every value in full: kiln-np meta PATH --json.</p>"
-        '<div class="scroll"><table id="metadata-table"><thead><tr><th class="text">key</th>'
-        '<th class="text">type</th><th class="text">value</th></tr></thead>'
-        f"<tbody>{body}</tbody></table></div>"
-        f"{_left_out(min(max_rows, len(rows)), len(rows), 'rows')}</section>"
+        f'<section id="metadata"><h2>Metadata</h2><p class="note">{_keys(len(metadata))}; '
+        "every value in full: kiln-np meta PATH --json.</p>"
+        f"{_keys_table(metadata, 'metadata-table', max_rows)}</section>"
     )
+
+
+def config_section(weights: Weights, max_rows: int = MAX_ROWS) -> str | None:
+    """The model's own description beside its weights: its Hugging Face
+    ``config.json`` and ``generation_config.json`` (:attr:`Weights.config`), key
+    by key as the metadata is shown; None when there is neither (a GGUF file's
+    description is its metadata).
+
+    Examples
+    --------
+    >>> import json, numpy as np, os, tempfile, kiln_np
+    >>> d = tempfile.mkdtemp()
+    >>> _ = kiln_np.save_weights(d + "/model.safetensors", {"w": np.ones(2, "<f4")},
+    ...                          format="safetensors")
+    >>> with kiln_np.open_weights(d) as w:
+    ...     config_section(w) is None
+    True
+    >>> with open(d + "/config.json", "w") as f:
+    ...     json.dump({"model_type": "llama", "rope_scaling": None}, f)
+    >>> with kiln_np.open_weights(d) as w:
+    ...     part = config_section(w)
+    >>> 'id="config-table"' in part, '<td class="text">null</td>' in part
+    (True, True)
+    >>> import shutil; shutil.rmtree(d)
+    """
+    parts = []
+    for name, found, where, ident in (
+        ("config.json", weights.config, weights.config_path, "config-table"),
+        (
+            "generation_config.json",
+            weights.generation_config,
+            weights.generation_config_path,
+            "generation-config-table",
+        ),
+    ):
+        if found is not None:
+            parts.append(
+                f'<h3>{text(name)}</h3><p class="note">{text(where)}: {_keys(len(found))}; '
+                "every value in full: kiln-np meta PATH --json.</p>"
+                f"{_keys_table(found, ident, max_rows)}"
+            )
+    if not parts:
+        return None
+    return f'<section id="config"><h2>Model config</h2>{"".join(parts)}</section>'
 
 
 def tree_section(summary: Summary, max_rows: int = MAX_ROWS) -> str:
@@ -325,8 +231,8 @@ def tree_section(summary: Summary, max_rows: int = MAX_ROWS) -> str:
     >>> ts = [T(name=f"layers.{i}.w", shape=(2,), byte_length=4, format_dtype="F16")
     ...       for i in range(3)]
     >>> part = tree_section(summarize(ts, format="x", path="/x"))
-    >>> "0-2" in part, "x3, 1 tensor each" in part
-    (True, True)
+    >>> "0-2" in part, "x3, 1 tensor each" in part, "(here layers.0-2, x3)" in part
+    (True, True, True)
     """
     rows = []
     for r in summary.tree[:max_rows]:
@@ -343,15 +249,33 @@ def tree_section(summary: Summary, max_rows: int = MAX_ROWS) -> str:
             f"<td>{text(human_count(r.parameters) + each)}</td>"
             f"<td>{text(human_bytes(r.byte_length) + each)}</td></tr>"
         )
+    at = next((i for i, r in enumerate(summary.tree) if r.repeat > 1), None)
+    if at is None:
+        how = "no consecutive layers are identical here, so none fold"
+    else:
+        how = (
+            f"identical consecutive layers fold into one row (here {_path(summary, at)}, "
+            f"x{summary.tree[at].repeat}) followed by one member's tensors"
+        )
     return (
         '<section id="tree"><h2>Tensor tree</h2>'
-        '<p class="note">Names grouped by dotted prefix; identical consecutive layers fold '
-        "into one row (0-31) followed by one member's tensors.</p>"
+        f'<p class="note">Names grouped by dotted prefix; {text(how)}.</p>'
         '<div class="scroll"><table id="tree-table"><thead><tr><th class="text">name</th>'
         '<th class="text">what</th><th>parameters</th><th>bytes</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
-        f"{_left_out(min(max_rows, len(summary.tree)), len(summary.tree), 'rows')}</section>"
+        f"{left_out(min(max_rows, len(summary.tree)), len(summary.tree), 'rows')}</section>"
     )
+
+
+def _path(summary: Summary, at: int) -> str:
+    """The dotted name of tree row ``at``: its ancestors' names and its own."""
+    depth = summary.tree[at].depth
+    names = [summary.tree[at].name]
+    for row in reversed(summary.tree[:at]):
+        if row.depth < depth:
+            names.append(row.name)
+            depth = row.depth
+    return ".".join(reversed(names))
 
 
 def _sort_key(key: str) -> str:
@@ -390,11 +314,13 @@ def statistics_section(
     *,
     heading: str,
     max_rows: int = MAX_ROWS,
+    scales: bool = False,
 ) -> str:
     """The statistics table (``id="stats"``): one row per tensor, each cell
     ``(text, sort key)`` as :meth:`WeightStats.html_rows` gives them; a column
     whose keys are all numbers sorts as numbers.  A nonzero NaN or infinity
-    count is marked.
+    count is marked.  ``scales``: some tensor has scales (GGML blocks, a
+    quantization scheme's weight), which the caption then explains.
 
     Examples
     --------
@@ -406,7 +332,7 @@ def statistics_section(
     True
     """
     numeric = [_numeric([row[i][1] for row in rows]) for i in range(len(titles))]
-    head = "".join(_head_cell(t, numeric=n) for t, n in zip(titles, numeric, strict=True))
+    head = "".join(head_cell(t, numeric=n) for t, n in zip(titles, numeric, strict=True))
     body = []
     for row in rows[:max_rows]:
         cells = []
@@ -421,39 +347,20 @@ def statistics_section(
             cells.append(f'<td data-v="{text(_sort_key(key))}"{bad}>{text(shown)}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     hint = "every row: kiln-np stats PATH --json"
+    scaled = (
+        " A GGML quantized tensor or a quantization scheme's weight is read as its values; "
+        "scales gives the range of its blocks' scale fields or of its scale parts."
+        if scales
+        else ""
+    )
     return (
         '<section id="statistics"><h2>Statistics</h2>'
         f'<p class="note">{text(heading)}. min, max, absmax, mean and std (population) are '
-        "over the finite elements; NaN and infinities are counted apart; a GGML quantized "
-        "tensor is read as its dequantized values, its blocks' scale fields given by range. "
+        f"over the finite elements; NaN and infinities are counted apart.{text(scaled)} "
         "Click a column header to sort.</p>"
         f'<div class="scroll"><table class="sortable" id="stats"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
-        f"{_left_out(min(max_rows, len(rows)), len(rows), 'tensors', hint)}</section>"
-    )
-
-
-def picture(fig: Figure, alt: str, dpi: int = 110) -> str:
-    """A matplotlib figure as an ``<img>`` of inline PNG data, its width and
-    height given (so the page lays out before it decodes); the figure is
-    closed."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    try:
-        with warnings.catch_warnings():
-            # A name in a script the font lacks (CJK) is drawn as boxes: the tables
-            # show it whole, so the picture says nothing more on stderr.
-            warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
-            fig.savefig(buffer, format="png", dpi=dpi)
-    finally:
-        plt.close(fig)
-    png = buffer.getvalue()
-    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk's first fields
-    data = base64.b64encode(png).decode()
-    return (
-        f'<img src="data:image/png;base64,{data}" alt="{text(alt)}" '
-        f'width="{width}" height="{height}">'
+        f"{left_out(min(max_rows, len(rows)), len(rows), 'tensors', hint)}</section>"
     )
 
 
@@ -476,32 +383,26 @@ def _first_layers(names: Sequence[str]) -> list[str]:
     return chosen
 
 
-def _missing_pictures(ident: str, heading: str) -> str:
-    return (
-        f'<section id="{ident}"><h2>{text(heading)}</h2>'
-        f'<p class="note">{text(_NO_MATPLOTLIB)}</p></section>'
-    )
-
-
 def heatmap_section(stats: WeightStats) -> str:
     """The per-layer heatmaps of std and absmax (rows: layer; columns: the
     role within the layer; log colour scale), or a note when no name has a
     layer index or matplotlib is missing."""
     heading = "Heatmap"
     names = [t.name for t in stats]
-    if not any(layer_role(n) is not None for n in names):
+    places = [layer_role(n) for n in names]  # read once: 100,000 names cost 0.3 s a pass
+    if not any(p is not None for p in places):
         return (
             f'<section id="heatmap"><h2>{heading}</h2><p class="note">No tensor name has a '
             "layer index (blk.N, layers.N): there is no per-layer picture to draw.</p></section>"
         )
     if matplotlib_missing():
-        return _missing_pictures("heatmap", heading)
+        return missing_pictures("heatmap", heading)
     figures = []
     for stat in ("std", "absmax"):
         values = [None if v is None else float(v) for v in (getattr(t, stat) for t in stats)]
         if not any(
-            v is not None and 0 < v < math.inf and layer_role(n) is not None
-            for n, v in zip(names, values, strict=True)
+            v is not None and 0 < v < math.inf and p is not None
+            for p, v in zip(places, values, strict=True)
         ):
             figures.append(
                 f'<p class="note">No {stat} is positive and finite: nothing to draw on a log '
@@ -514,71 +415,91 @@ def heatmap_section(stats: WeightStats) -> str:
         figures.append(
             f"<figure>{picture(fig, f'{stat} of each tensor by layer and role')}</figure>"
         )
+    experts = "; the experts of a layer fold into their largest" * any(
+        p is not None and "*" in p[2] for p in places
+    )
     return (
         f'<section id="heatmap"><h2>{heading}</h2><p class="note">One cell per tensor: '
         "its layer (rows) and its role in the layer (columns), coloured by its std and "
-        "by its absmax on a log scale; the experts of a layer fold into their largest.</p>"
+        f"by its absmax on a log scale{experts}.</p>"
         f'<div class="pictures">{"".join(figures)}</div></section>'
     )
 
 
-def histograms_section(weights: Weights, stats: WeightStats, limit: int = 16) -> str:
-    """Histograms of the tensors with no layer index and of each stack's first
-    layer (at most ``limit``), by binary exponent for floats, by bit pattern
-    for small types; or a note when matplotlib is missing."""
-    heading = "Histograms"
-    if matplotlib_missing():
-        return _missing_pictures("histograms", heading)
+class Drawn(NamedTuple):
+    """The tensors a report's histograms draw: ``items`` (name, what
+    :func:`describe` found) and ``which`` (the caption saying which they are)."""
+
+    items: list[tuple[str, Description | QuantizedDescription]]
+    which: str
+
+
+def _which(chosen: Sequence[str], shown: int) -> str:
+    """Which tensors are drawn, from their names: those outside the layers, and
+    each stack's first layer.
+
+    >>> _which(["tok.w", "blk.0.a", "blk.0.b", "out.w"], 4)
+    'The 2 tensors outside the layers and the 2 of layer 0 of blk: 4 of 4'
+    >>> _which(["h.3.a", "h.3.b", "v.1.a"], 1)
+    'The 2 of layer 3 of h and the 1 of layer 1 of v: 1 of 3 (2 more left out)'
+    """
+    outside = 0
+    stacks: dict[str, tuple[int, int]] = {}  # stack -> (its first layer, tensors)
+    for name in chosen:
+        place = layer_role(name)
+        if place is None:
+            outside += 1
+        else:
+            layer, count = stacks.get(place[0], (place[1], 0))
+            stacks[place[0]] = (layer, count + 1)
+    parts = [f"the {outside} tensor{'s' * (outside != 1)} outside the layers"] * (outside > 0)
+    parts += [
+        f"the {n} of layer {layer} of {s or '(no prefix)'}" for s, (layer, n) in stacks.items()
+    ]
+    left = f" ({len(chosen) - shown} more left out)" if len(chosen) > shown else ""
+    said = " and ".join(parts) or "no tensor"
+    return f"{said[:1].upper()}{said[1:]}: {shown} of {len(chosen)}{left}"
+
+
+def drawn(weights: Weights, stats: WeightStats, limit: int = 16) -> Drawn:
+    """The tensors with no layer index and those of each stack's first layer
+    that have values (at most ``limit``), described (:func:`describe`)."""
     readable = [t.name for t in stats if t.note is None and t.count]
     chosen = _first_layers(readable)
     shown = chosen[:limit]
-    items = [(name, describe(weights[name])) for name in shown]
-    fig = histogram_grid(items)
-    left = f" ({len(chosen) - len(shown)} more left out)" if len(chosen) > len(shown) else ""
+    return Drawn([(name, describe(weights[name])) for name in shown], _which(chosen, len(shown)))
+
+
+def histograms_section(chosen: Drawn | None) -> str:
+    """The histograms of the drawn tensors, by binary exponent for floats, by
+    bit pattern for small types; None: a note that matplotlib is missing."""
+    heading = "Histograms"
+    if chosen is None:
+        return missing_pictures("histograms", heading)
+    count = len(chosen.items)
+    fig = histogram_grid(chosen.items)
     return (
-        f'<section id="histograms"><h2>{heading}</h2><p class="note">The tensors outside '
-        f"the layers and those of the first layer: {len(shown)} of {len(chosen)}{left}, "
+        f'<section id="histograms"><h2>{heading}</h2><p class="note">{text(chosen.which)}, '
         "counted exactly.</p>"
-        f"<figure>{picture(fig, f'histograms of {len(shown)} tensors')}</figure></section>"
+        f"<figure>{picture(fig, f'histograms of {count} tensors')}</figure></section>"
     )
 
 
-def matplotlib_missing() -> bool:
-    """Whether matplotlib cannot be imported (the pictures are left out).
-
-    >>> matplotlib_missing()
-    False
-    """
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return True
-    return False
-
-
-def document(title: str, subtitle: str, sections: Iterable[tuple[str, str, str]]) -> str:
-    """The page: head (style, policy), a title, links to the sections
-    (``(id, heading, html)`` each), the sections, the sorting script.
-
-    Examples
-    --------
-    >>> page = document("m<1>", "gguf", [("a", "A", "<section id='a'></section>")])
-    >>> page.startswith("<!DOCTYPE html>"), "<title>m&lt;1&gt; - kiln-np report</title>" in page
-    (True, True)
-    """
-    parts = list(sections)
-    links = "".join(f'<a href="#{ident}">{text(heading)}</a>' for ident, heading, _ in parts)
+def values_section(weights: Weights, chosen: Drawn | None) -> str:
+    """The value histograms of the drawn tensors (:func:`value_histogram`: their
+    finite values in equal bins from min to max, log-scaled counts); None: a
+    note that matplotlib is missing."""
+    heading = "Value histograms"
+    if chosen is None:
+        return missing_pictures("values", heading)
+    items = [(n, d, value_histogram(weights[n], d)) for n, d in chosen.items]
+    fig = value_grid(items)
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_POLICY}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{text(title)} - kiln-np report</title>"
-        f"<style>{_STYLE}</style></head><body>"
-        f'<header><h1>{text(title)}</h1><p class="sub" id="subtitle">{text(subtitle)}</p>'
-        f"<nav>{links}</nav></header>\n"
-        + "\n".join(body for _, _, body in parts)
-        + f"\n<footer>Written by kiln-np {text(__version__)}.</footer>"
-        f"<script>{_SCRIPT}</script></body></html>\n"
+        f'<section id="values"><h2>{heading}</h2><p class="note">{text(chosen.which)}. '
+        f"Each one's finite values in {BINS} equal bins from its min to its max, counted "
+        "exactly (NaN and infinities are left out: the statistics count them); counts on a "
+        "log scale.</p>"
+        f"<figure>{picture(fig, f'value histograms of {len(items)} tensors')}</figure></section>"
     )
 
 
@@ -591,9 +512,10 @@ def report_html(
     progress: Progress | None = None,
 ) -> str:
     """The report of ``weights`` (a :class:`~kiln_np.Weights` or a view of it)
-    as one HTML string; :func:`report` writes it to a file.  ``selection``
-    says which tensors a view holds, under the title; ``progress`` is
-    :func:`kiln_np.describe`'s, called as the statistics pass reads the tensors.
+    as one HTML string, titled with the model (:func:`model_title`);
+    :func:`report` writes it to a file.  ``selection`` says which tensors a
+    view holds, under the title; ``progress`` is :func:`kiln_np.describe`'s,
+    called as the statistics pass reads the tensors.
 
     Examples
     --------
@@ -604,7 +526,7 @@ def report_html(
     >>> with kiln_np.open_weights(d + "/m.safetensors") as w:
     ...     page = report_html(w)
     >>> '<span id="parameter-count">6</span>' in page, page.count("<section")
-    (True, 6)
+    (True, 7)
     >>> import shutil; shutil.rmtree(d)
     """
     summary = weights.summary()
@@ -613,23 +535,30 @@ def report_html(
     flagged = (
         f"; {stats.nan:,} NaN and {stats.inf:,} infinite elements" if stats.nan or stats.inf else ""
     )
-    name = os.path.basename(weights.path.rstrip(os.sep)) or weights.path
     subtitle = f"{weights.format} - {weights.path}" + (f" - {selection}" if selection else "")
+    chosen = None if matplotlib_missing() else drawn(weights, stats, histograms)
+    config = config_section(weights, max_rows)
     sections = [
         ("summary", "Summary", summary_section(summary)),
         ("metadata", "Metadata", metadata_section(weights.metadata, max_rows)),
+        *([("config", "Model config", config)] if config is not None else []),
         ("tree", "Tensor tree", tree_section(summary, max_rows)),
         (
             "statistics",
             "Statistics",
             statistics_section(
-                titles, rows, heading=f"{len(stats):,} tensors{flagged}", max_rows=max_rows
+                titles,
+                rows,
+                heading=f"{len(stats):,} tensor{'s' * (len(stats) != 1)}{flagged}",
+                max_rows=max_rows,
+                scales=any(t.scales for t in stats),
             ),
         ),
         ("heatmap", "Heatmap", heatmap_section(stats)),
-        ("histograms", "Histograms", histograms_section(weights, stats, histograms)),
+        ("histograms", "Histograms", histograms_section(chosen)),
+        ("values", "Value histograms", values_section(weights, chosen)),
     ]
-    return document(name, subtitle, sections)
+    return document(model_title(weights), subtitle, sections)
 
 
 def _selection_text(include: Sequence[str], exclude: Sequence[str], kept: int, total: int) -> str:
@@ -644,7 +573,8 @@ def _selection_text(include: Sequence[str], exclude: Sequence[str], kept: int, t
 
 def input_files(weights: Weights) -> list[str]:
     """The files ``weights`` reads: what was opened, every tensor's file (every
-    part's, for a logical view) and the ``config.json`` a logical view read.
+    part's, for a logical view) and the ``config.json`` and
+    ``generation_config.json`` that describe its model (none read to say so).
 
     Examples
     --------
@@ -658,8 +588,7 @@ def input_files(weights: Weights) -> list[str]:
     >>> import shutil; shutil.rmtree(d)
     """
     paths = [weights.path, *(t.path for t in weights.plain.values() if t.path)]
-    if weights.config_path is not None:  # a logical view read it
-        paths.append(weights.config_path)
+    paths += [p for p in (weights.config_path, weights.generation_config_path) if p is not None]
     return list(dict.fromkeys(paths))
 
 

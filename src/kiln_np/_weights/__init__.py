@@ -18,7 +18,9 @@ A format module (``kiln_np.safetensors``, ``kiln_np.gguf``, ``kiln_np.kilndir``,
 payload_info(...).with_offset(offset), mapped_file, format_dtype)`` and returns
 ``Weights(tensors, format=..., metadata=..., path=..., files=[...],
 opener=...)``, where ``opener`` is its own function that opens ``path`` again
-(what a ``Weights`` pickles as); to write, it receives checked
+(what a ``Weights`` pickles as), with ``hf_config=True`` where the
+``config.json`` beside its files describes them (safetensors) and ``file_type=``
+where the file says llama.cpp's file type (GGUF); to write, it receives checked
 :class:`~kiln_np._convert.sources.TensorSource` items from the conversion plan,
 writes a file through ``kiln_np._files.io.replacing`` or a directory through
 ``kiln_np._files.io.building_directory``, and copies each payload with

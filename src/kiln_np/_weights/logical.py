@@ -7,7 +7,7 @@ scheme table of :mod:`kiln_np._schemes` and gives each group as one
 :class:`LogicalTensor` under its logical name, in file order; every other
 tensor passes through.  :func:`read_config` reads the ``config.json`` that
 stands beside a Hugging Face checkpoint, whose ``quantization_config`` names
-the scheme.
+the scheme (and :func:`read_generation_config` its ``generation_config.json``).
 
 How a group is found
 --------------------
@@ -56,7 +56,9 @@ from .summary import human_bytes
 from .tensors import WeightTensor, mapped_file
 
 __all__ = [
+    "CONFIG",
     "CONFIG_LIMIT",
+    "GENERATION_CONFIG",
     "HF_QUANT_CONFIG",
     "MAX_SETTING",
     "OUTPUT_DTYPES",
@@ -68,12 +70,20 @@ __all__ = [
     "modelopt_quantization",
     "part_type",
     "read_config",
+    "read_generation_config",
     "read_part",
     "row_chunks",
 ]
 
+CONFIG = "config.json"
+"""A Hugging Face checkpoint's description of its model, beside its weights."""
+
+GENERATION_CONFIG = "generation_config.json"
+"""A Hugging Face checkpoint's generation defaults, beside its weights."""
+
 CONFIG_LIMIT = 16 << 20
-"""The largest ``config.json`` read (bytes): a model's config is a few KiB."""
+"""The largest ``config.json`` (or ``generation_config.json``) read (bytes): a
+model's config is a few KiB."""
 
 OUTPUT_DTYPES = ("float32", "bfloat16", "float16")
 """The dtypes a logical tensor dequantizes to."""
@@ -387,7 +397,7 @@ def read_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
     >>> read_config("/nonexistent/model.safetensors")
     (None, None)
     """
-    where, found = _json_beside(path, "config.json")
+    where, found = _json_beside(path, CONFIG)
     if where is None or found is None:
         return None, None
     quantization = found.get("quantization_config")
@@ -398,6 +408,17 @@ def read_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
             f"{type(quantization).__name__}",
         )
     return where, found
+
+
+def read_generation_config(path: str) -> tuple[str | None, Mapping[str, Any] | None]:
+    """The ``generation_config.json`` beside the checkpoint at ``path``: ``(its
+    path, its object)``, or ``(None, None)`` when there is none; read as strictly
+    as :func:`read_config` (TYPE).
+
+    >>> read_generation_config("/nonexistent/model.safetensors")
+    (None, None)
+    """
+    return _json_beside(path, GENERATION_CONFIG)
 
 
 HF_QUANT_CONFIG = "hf_quant_config.json"

@@ -21,6 +21,9 @@ a layer's tensors stand together, whatever shard holds them), and
 :func:`ordered` lists tensors in one of :data:`ORDERS` (``kiln-np ls`` and
 ``kiln-np stats --sort``, ``kiln_np.describe(weights, sort=...)``).
 
+A GGUF file's llama.cpp file type (``general.file_type``) is one of the facts,
+in llama.cpp's words (``Q4_K_M``, :mod:`kiln_np._quants.filetypes`).
+
 Parameters count elements as each tensor is stored: a block-scaled scheme
 stored as two tensors (elements and scales) counts both; a tensor of an
 opaque type with no numeric reading (a GGML type without a decoder) counts
@@ -41,6 +44,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from kiln_np._core.checks import printable, show_value
 from kiln_np._core.errors import KilnError
+from kiln_np._quants.filetypes import file_type_label, file_type_record
 
 __all__ = [
     "ORDERS",
@@ -276,6 +280,13 @@ class Summary:
     largest_parameters: int
     largest_byte_length: int
     tree: tuple[TreeRow, ...] = field(repr=False)
+    file_type: int | None = None
+
+    @property
+    def file_type_label(self) -> str | None:
+        """llama.cpp's file type in its words (``'Q4_K_M'``), or None when the
+        checkpoint has none (:func:`~kiln_np._quants.filetypes.file_type_label`)."""
+        return None if self.file_type is None else file_type_label(self.file_type)
 
     @property
     def bits_per_weight(self) -> float | None:
@@ -295,6 +306,10 @@ class Summary:
             ("bytes", f"{self.byte_length:,} ({human_bytes(self.byte_length)})"),
             ("bits/weight", shown_bits(self.bits_per_weight)),
         ]
+        if self.file_type is not None:
+            rows.append(
+                ("file type", f"{self.file_type_label} (general.file_type {self.file_type})")
+            )
         if self.largest is not None:
             rows.append(
                 (
@@ -397,8 +412,10 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready data: ``format``, ``path``, ``tensors``,
         ``parameters``, ``byte_length``, ``bits_per_weight``, ``types`` (one
-        dict per stored type), ``largest`` (name, parameters, byte_length; or
-        None), ``memory``, ``note`` and ``tree`` (:meth:`TreeRow.to_dict`)."""
+        dict per stored type), ``file_type`` (``{"value", "name", "option",
+        "gguf_name"}``: llama.cpp's file type; or None), ``largest`` (name,
+        parameters, byte_length; or None), ``memory``, ``note`` and ``tree``
+        (:meth:`TreeRow.to_dict`)."""
         largest = None
         if self.largest is not None:
             largest = {
@@ -423,6 +440,7 @@ class Summary:
                 }
                 for r in self.types
             ],
+            "file_type": file_type_record(self.file_type),
             "largest": largest,
             "memory": self.memory(),
             "note": NOTE,
@@ -571,16 +589,19 @@ def _tree(tensors: list[_Item]) -> tuple[TreeRow, ...]:
     return tuple(tree.rows)
 
 
-def summarize(tensors: Iterable[Listed], *, format: str, path: str) -> Summary:
-    """The :class:`Summary` of ``tensors`` (in file order) of a checkpoint.
+def summarize(
+    tensors: Iterable[Listed], *, format: str, path: str, file_type: int | None = None
+) -> Summary:
+    """The :class:`Summary` of ``tensors`` (in file order) of a checkpoint;
+    ``file_type`` is llama.cpp's (a GGUF file's ``general.file_type``), if any.
 
     Examples
     --------
     >>> from types import SimpleNamespace as T
     >>> s = summarize([T(name="a", shape=(64,), byte_length=34, format_dtype="Q8_0")],
-    ...               format="gguf", path="/m.gguf")
-    >>> s.parameters, s.bits_per_weight, [r.type for r in s.types]
-    (64, 4.25, ['Q8_0'])
+    ...               format="gguf", path="/m.gguf", file_type=7)
+    >>> s.parameters, s.bits_per_weight, [r.type for r in s.types], s.file_type_label
+    (64, 4.25, ['Q8_0'], 'Q8_0')
     """
     listed = []
     for t in tensors:
@@ -613,4 +634,5 @@ def summarize(tensors: Iterable[Listed], *, format: str, path: str) -> Summary:
         largest_parameters=0 if largest is None else largest.size,
         largest_byte_length=0 if largest is None else largest.byte_length,
         tree=_tree(listed),
+        file_type=file_type,
     )

@@ -1,5 +1,8 @@
 """The tensors of a weight file as one mapping: ``Weights`` (read-only, in file
-order, owning the files' maps), its ``select`` views and its ``logical()`` view.
+order, owning the files' maps), its ``select`` views and its ``logical()`` view,
+and what describes the model beside the tensors: a Hugging Face checkpoint's
+``config.json`` and ``generation_config.json`` (read on first ask), llama.cpp's
+file type of a GGUF file.
 
 Opening reads headers only; each file is mapped on first use
 (:mod:`kiln_np._weights.tensors`).  A :class:`Weights` pickles as its path and
@@ -19,11 +22,14 @@ from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 
 from .logical import (
+    CONFIG,
+    GENERATION_CONFIG,
     HF_QUANT_CONFIG,
     beside,
     logical_tensors,
     modelopt_quantization,
     read_config,
+    read_generation_config,
 )
 from .mapped import MappedFile
 from .remote import is_url
@@ -54,18 +60,29 @@ class Weights(Mapping[str, WeightTensor]):
         (domain to version) and ``metadata_props``.
     path : str
         What was opened (absolute).
+    file_type : int or None
+        llama.cpp's file type of the whole file, as a GGUF file's
+        ``general.file_type`` gives it (15: mostly Q4_K_M; shown by
+        :meth:`summary`, ``kiln-np ls`` and ``meta`` in llama.cpp's words,
+        docs/explore.md, "llama.cpp's file types"); None for other formats and
+        for a GGUF file without the key (or whose value is not an integer).
 
     Parameters
     ----------
     tensors : iterable of WeightTensor
         In file order; names must be unique (TYPE otherwise).
-    format, metadata, path
+    format, metadata, path, file_type
         As the attributes.
     files : iterable of MappedFile
         The files the tensors map, closed by :meth:`close`.
     opener : callable
         The format's function that opens ``path`` again: what the mapping
         pickles as.
+    hf_config : bool
+        Whether the ``config.json`` and ``generation_config.json`` beside
+        ``path`` describe these tensors (a Hugging Face checkpoint: the
+        safetensors format says so); :attr:`config` and
+        :attr:`generation_config` are then read on first ask.
 
     Examples
     --------
@@ -90,6 +107,8 @@ class Weights(Mapping[str, WeightTensor]):
         path: str,
         files: Iterable[MappedFile] = (),
         opener: Callable[[str], Weights],
+        hf_config: bool = False,
+        file_type: int | None = None,
     ) -> None:
         by_name: dict[str, WeightTensor] = {}
         for tensor in tensors:
@@ -110,8 +129,8 @@ class Weights(Mapping[str, WeightTensor]):
         self._plain: Weights | None = None  # set on a logical view: the stored tensors
         self._logical_config: Mapping[str, Any] | bool | None = None
         self._quantization: Mapping[str, Any] = MappingProxyType({})
-        self.config: Mapping[str, Any] | None = None
-        self.config_path: str | None = None
+        self._beside = _Beside(self.path if hf_config else None)
+        self.file_type = file_type
 
     def __getitem__(self, name: str) -> WeightTensor:
         return self._tensors[name]
@@ -135,6 +154,44 @@ class Weights(Mapping[str, WeightTensor]):
         """The elements of every tensor together (:attr:`WeightTensor.size`)."""
         return sum(t.size for t in self._tensors.values())
 
+    @property
+    def config(self) -> Mapping[str, Any] | None:
+        """The model's own description: the object of the ``config.json`` beside a
+        Hugging Face checkpoint (safetensors: in its directory, or beside its
+        file), read on first ask with the package's strict JSON parser (at most
+        16 MiB); None when there is none, beside a URL, and for the formats
+        whose metadata is their description (a GGUF file: its ``general.*``
+        keys; see :attr:`metadata`).  A :meth:`logical` view's is the
+        ``config.json`` it read for its ``quantization_config``.
+
+        Raises
+        ------
+        KilnError
+            TYPE, naming the file, when it is not a regular file, is over 16
+            MiB, is not UTF-8 JSON, is not an object, or its
+            ``quantization_config`` is present and not an object.
+        """
+        return self._beside.read(CONFIG)
+
+    @property
+    def config_path(self) -> str | None:
+        """The path of the ``config.json`` :attr:`config` is read from (None when
+        there is none); knowing it reads nothing."""
+        return self._beside.where(CONFIG)
+
+    @property
+    def generation_config(self) -> Mapping[str, Any] | None:
+        """The object of the ``generation_config.json`` beside a Hugging Face
+        checkpoint (sampling defaults, special token ids), read as :attr:`config`
+        is (TYPE as it says); None when there is none."""
+        return self._beside.read(GENERATION_CONFIG)
+
+    @property
+    def generation_config_path(self) -> str | None:
+        """The path of the ``generation_config.json`` :attr:`generation_config`
+        is read from (None when there is none)."""
+        return self._beside.where(GENERATION_CONFIG)
+
     def summary(self) -> Summary:
         """The checkpoint at a glance, from the headers alone: counts, bytes, bits
         per weight, a table by stored type, the largest tensor, a memory
@@ -142,7 +199,9 @@ class Weights(Mapping[str, WeightTensor]):
         fits 100 columns but for the lines naming a tensor (never cut); it
         renders as tables in a notebook; ``to_dict()`` is JSON-ready.
         See docs/explore.md, "Checkpoint summary"."""
-        return summarize(self._tensors.values(), format=self.format, path=self.path)
+        return summarize(
+            self._tensors.values(), format=self.format, path=self.path, file_type=self.file_type
+        )
 
     @property
     def plain(self) -> Weights:
@@ -185,9 +244,9 @@ class Weights(Mapping[str, WeightTensor]):
         Returns
         -------
         Weights
-            A view sharing this mapping's file maps, with ``config`` (the whole
-            ``config.json`` object, or None) and :attr:`quantization`.  The
-            view of a view is itself.
+            A view sharing this mapping's file maps, with :attr:`config` (the
+            whole ``config.json`` object it read, or None) and
+            :attr:`quantization`.  The view of a view is itself.
 
         Raises
         ------
@@ -223,14 +282,14 @@ class Weights(Mapping[str, WeightTensor]):
             metadata=self.metadata,
             path=self.path,
             opener=self._opener,
+            file_type=self.file_type,
         )
         view._files = self._files
         view._owns_files = False
         view._plain = self
         view._logical_config = config
         view._quantization = MappingProxyType(dict(chosen))
-        view.config = None if found is None else MappingProxyType(found)
-        view.config_path = where
+        view._beside = self._beside.with_config(where, found)
         return view
 
     def select(self, *patterns: str, exclude: str | Iterable[str] = ()) -> Weights:
@@ -272,7 +331,12 @@ class Weights(Mapping[str, WeightTensor]):
             and not any(fnmatch.fnmatchcase(name, p) for p in excluded)
         ]
         view = Weights(
-            kept, format=self.format, metadata=self.metadata, path=self.path, opener=self._opener
+            kept,
+            format=self.format,
+            metadata=self.metadata,
+            path=self.path,
+            opener=self._opener,
+            file_type=self.file_type,
         )
         view._files = self._files
         view._owns_files = False
@@ -280,8 +344,7 @@ class Weights(Mapping[str, WeightTensor]):
         view._plain = self._plain
         view._logical_config = self._logical_config
         view._quantization = self._quantization
-        view.config = self.config
-        view.config_path = self.config_path
+        view._beside = self._beside
         return view
 
     def close(self) -> None:
@@ -318,6 +381,44 @@ class Weights(Mapping[str, WeightTensor]):
 
     def _repr_html_(self) -> str:
         return self.summary()._repr_html_()
+
+
+class _Beside:
+    """The JSON files beside a checkpoint that describe its model (``config.json``,
+    ``generation_config.json``), each read on first ask and kept; shared by a
+    mapping and its :meth:`~Weights.select` views.  ``path`` None: the format
+    reads none."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = None if path is None or is_url(path) else path
+        self._read: dict[str, tuple[str | None, Mapping[str, Any] | None]] = {}
+
+    def with_config(self, where: str | None, found: Mapping[str, Any] | None) -> _Beside:
+        """A copy whose ``config.json`` is the one a logical view read (or none)."""
+        copy = _Beside(self.path)
+        copy._read = {**self._read, CONFIG: (where, _proxy(found))}
+        return copy
+
+    def where(self, name: str) -> str | None:
+        if name in self._read:
+            return self._read[name][0]
+        if self.path is None:
+            return None
+        where = beside(self.path, name)
+        return where if os.path.lexists(where) else None
+
+    def read(self, name: str) -> Mapping[str, Any] | None:
+        if name not in self._read:
+            where, found = None, None
+            if self.path is not None:
+                reader = read_config if name == CONFIG else read_generation_config
+                where, found = reader(self.path)
+            self._read[name] = (where, _proxy(found))
+        return self._read[name][1]
+
+
+def _proxy(found: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return None if found is None else MappingProxyType(dict(found))
 
 
 def _reselect(

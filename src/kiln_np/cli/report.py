@@ -10,7 +10,8 @@ import os
 import sys
 from typing import Any
 
-from kiln_np._explore.report import matplotlib_missing, report
+from kiln_np._explore.page import matplotlib_missing
+from kiln_np._explore.report import report
 from kiln_np._weights.summary import human_bytes
 
 from .args import subparser
@@ -67,9 +68,10 @@ def add_report(sub: Any) -> None:
         "report",
         "write a checkpoint's report, one HTML file to open in a browser",
         "Write one self-contained HTML file (inline style and pictures, no network "
-        "needed to view it): the summary, the metadata, the tensor tree, the statistics "
-        "of every tensor (a table sorted by clicking a column header), the per-layer "
-        "heatmap and histograms. The pictures need matplotlib (pip install "
+        "needed to view it), titled with the model: the summary, the metadata, the "
+        "model's config.json, the tensor tree, the statistics of every tensor (a table "
+        "sorted by clicking a column header), the per-layer heatmap, and histograms by "
+        "exponent and by value. The pictures need matplotlib (pip install "
         "'kiln-np[plot]'); without it they are left out, and the page says so.",
         [
             "kiln-np report model.safetensors -o report.html",

@@ -31,6 +31,7 @@ from kiln_np._convert.sources import DEQUANTIZE_TYPES
 from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._explore.report import input_files
+from kiln_np._quants.filetypes import file_type_label, file_type_record
 from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.summary import ORDERS, ordered
 from kiln_np._weights.tensors import WeightTensor
@@ -304,6 +305,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             "format": "kiln-np-ls/1",
             "path": args.path,
             "weights_format": weights.format,
+            "file_type": file_type_record(weights.file_type),
             "byte_length": chosen.byte_length,
             "selection": selection,
             "order": order,
@@ -323,9 +325,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     say(table(rows))
     total, fmt = record["byte_length"], record["weights_format"]
     count = _count_text(len(tensors), len(weights), selection)
+    label = file_type_label(weights.file_type)
+    said = "" if label is None else f", file type {label}"  # llama.cpp's, of a GGUF file
     say(
         f"{count}, {human_count(record['parameters'])} parameters, "
-        f"{human_bytes(total)} ({total:,} payload bytes), {fmt}"
+        f"{human_bytes(total)} ({total:,} payload bytes), {fmt}{said}"
     )
     return 0
 

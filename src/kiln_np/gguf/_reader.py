@@ -23,12 +23,14 @@ from kiln_np._core.checks import MAX_INT64, check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
+from kiln_np._quants.filetypes import file_type_number
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
 from ._types import (
     DEFAULT_ALIGNMENT,
+    FILE_TYPE_KEY,
     MAGIC,
     MAX_ALIGNMENT,
     MAX_DIMS,
@@ -478,4 +480,5 @@ def open_gguf(path: str | os.PathLike[str]) -> Weights:
         path=gguf.paths[0],
         files=files.values(),
         opener=open_gguf,
+        file_type=file_type_number(gguf.metadata.get(FILE_TYPE_KEY)),
     )

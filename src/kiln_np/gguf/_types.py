@@ -26,11 +26,14 @@ from kiln_np._core.table import OPAQUE_MAX, Code, Layout, code_label
 from kiln_np._quants.blocks import BLOCKS, CODE_BASE
 
 __all__ = [
+    "ARCHITECTURE_KEY",
     "DEFAULT_ALIGNMENT",
+    "FILE_TYPE_KEY",
     "MAGIC",
     "MAX_ALIGNMENT",
     "MAX_DIMS",
     "MAX_TYPE_ID",
+    "NAME_KEY",
     "SET_KEY",
     "SPLIT_NAME",
     "TYPES",
@@ -102,6 +105,16 @@ def split_siblings(path: str) -> list[str]:
         if (m := SPLIT_NAME.match(f)) is not None and m["stem"] == stem
     )
 
+
+ARCHITECTURE_KEY = "general.architecture"
+"""The model's architecture as llama.cpp names it (``"llama"``): the prefix of its
+hyper-parameters' keys (``llama.context_length``)."""
+
+NAME_KEY = "general.name"
+"""The model's name, as its converter wrote it."""
+
+FILE_TYPE_KEY = "general.file_type"
+"""llama.cpp's file type of the whole file (``kiln_np._quants.filetypes``)."""
 
 SET_KEY = "kiln_np.split.set_id"
 """The key (a string of 32 random hex digits) that ``save_gguf`` writes into every

@@ -112,6 +112,7 @@ def open_safetensors(
         path=name,
         files=[file],
         opener=open_safetensors,
+        hf_config=True,
     )
 
 
@@ -157,7 +158,13 @@ def _open_url(url: str, options: Mapping[str, Any] | None) -> Weights:
         )
     tensors, metadata = _read_file(file)
     return Weights(
-        tensors, format="safetensors", metadata=metadata, path=url, files=[file], opener=opener
+        tensors,
+        format="safetensors",
+        metadata=metadata,
+        path=url,
+        files=[file],
+        opener=opener,
+        hf_config=True,  # nothing is read beside a URL: config is None
     )
 
 
@@ -336,6 +343,7 @@ def _open_index(
         path=path,
         files=files,
         opener=opener,
+        hf_config=True,
     )
 
 
