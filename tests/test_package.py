@@ -222,6 +222,7 @@ def _modules() -> list[str]:
 DOCTEST_NEEDS = {
     "kiln_np._explore.description": "matplotlib",
     "kiln_np._explore.entry": "matplotlib",
+    "kiln_np._explore.page": "matplotlib",
     "kiln_np._explore.pictures": "matplotlib",
     "kiln_np._explore.plot": "matplotlib",
     "kiln_np._explore.quantized": "matplotlib",
