@@ -42,6 +42,7 @@ from kiln_np._core.checks import check_int, show_value
 from kiln_np._core.errors import KilnError
 
 from .blocks import BLOCKS
+from .filetypes import COPY, quantize_option
 from .mix_patterns import compile_pattern, name_bytes
 from .mix_rules import (
     ATTN_V_LIKE,
@@ -57,93 +58,14 @@ from .mix_rules import (
 )
 
 __all__ = [
-    "FILE_TYPES",
     "GGML_TYPE_NAMES",
     "Choice",
-    "FileType",
     "MixTensor",
     "choose_types",
-    "file_type",
     "llama_order_key",
     "model_facts",
 ]
 
-
-@dataclass(frozen=True)
-class FileType:
-    """One llama-quantize file type (a ``QUANT_OPTIONS`` row).
-
-    Attributes
-    ----------
-    name : str
-        Its name on llama-quantize's command line (``"Q4_K_M"``; ``"Q4_K"`` is
-        an alias of it; ``"COPY"`` copies every tensor).
-    ftype : int
-        ``enum llama_ftype``: what ``general.file_type`` says of the file.
-    default : str
-        The GGML type of a quantized tensor its rules leave alone
-        (``llama_ftype_get_default_type``).
-    mix : str
-        The name its rules go by: an alias's target (``"Q4_K_M"`` for ``"Q4_K"``).
-    """
-
-    name: str
-    ftype: int
-    default: str
-    mix: str
-
-
-FILE_TYPES: Mapping[str, FileType] = MappingProxyType(
-    {
-        row.name: row
-        for row in (
-            FileType(name, ftype, default, mix or name)
-            for name, ftype, default, mix in (
-                ("Q1_0", 40, "Q1_0", None),
-                ("Q2_0", 41, "Q2_0", None),
-                ("Q4_0", 2, "Q4_0", None),
-                ("Q4_1", 3, "Q4_1", None),
-                ("MXFP4_MOE", 38, "MXFP4", None),
-                ("Q5_0", 8, "Q5_0", None),
-                ("Q5_1", 9, "Q5_1", None),
-                ("IQ2_XXS", 19, "IQ2_XXS", None),
-                ("IQ2_XS", 20, "IQ2_XS", None),
-                ("IQ2_S", 28, "IQ2_XS", None),
-                ("IQ2_M", 29, "IQ2_S", None),
-                ("IQ1_S", 24, "IQ1_S", None),
-                ("IQ1_M", 31, "IQ1_M", None),
-                ("TQ1_0", 36, "TQ1_0", None),
-                ("TQ2_0", 37, "TQ2_0", None),
-                ("Q2_K", 10, "Q2_K", None),
-                ("Q2_K_S", 21, "Q2_K", None),
-                ("IQ3_XXS", 23, "IQ3_XXS", None),
-                ("IQ3_S", 26, "IQ3_S", None),
-                ("IQ3_M", 27, "IQ3_S", None),
-                ("Q3_K", 12, "Q3_K", "Q3_K_M"),
-                ("IQ3_XS", 22, "IQ3_S", None),
-                ("Q3_K_S", 11, "Q3_K", None),
-                ("Q3_K_M", 12, "Q3_K", None),
-                ("Q3_K_L", 13, "Q3_K", None),
-                ("IQ4_NL", 25, "IQ4_NL", None),
-                ("IQ4_XS", 30, "IQ4_XS", None),
-                ("Q4_K", 15, "Q4_K", "Q4_K_M"),
-                ("Q4_K_S", 14, "Q4_K", None),
-                ("Q4_K_M", 15, "Q4_K", None),
-                ("Q5_K", 17, "Q5_K", "Q5_K_M"),
-                ("Q5_K_S", 16, "Q5_K", None),
-                ("Q5_K_M", 17, "Q5_K", None),
-                ("Q6_K", 18, "Q6_K", None),
-                ("Q8_0", 7, "Q8_0", None),
-                ("F16", 1, "F16", None),
-                ("BF16", 32, "BF16", None),
-                ("F32", 0, "F32", None),
-                ("COPY", 0, "F32", None),
-            )
-        )
-    }
-)
-"""llama-quantize's file types by name, in its ``QUANT_OPTIONS`` order (the order
-in which a number finds its name: 12 is ``Q3_K``, 0 is ``F32``)."""
 
 _OTHER_TYPES: Mapping[str, int] = MappingProxyType(
     {"I8": 24, "I16": 25, "I32": 26, "I64": 27, "F64": 28}
@@ -222,34 +144,6 @@ class Choice:
     def type_name(self) -> str:
         """The GGML name of :attr:`type_id` (``"Q6_K"``)."""
         return GGML_TYPE_NAMES[self.type_id]
-
-
-def file_type(value: str | int) -> FileType:
-    """The file type llama-quantize reads from ``value``: a ``QUANT_OPTIONS``
-    name in any case, or its ``llama_ftype`` number (as an int or a decimal string).
-
-    Raises
-    ------
-    KilnError
-        TYPE for anything else; the message lists the names.
-
-    >>> file_type("q4_k").mix, file_type(15).name, file_type("7").name
-    ('Q4_K_M', 'Q4_K', 'Q8_0')
-    """
-    if isinstance(value, str):
-        if value.upper() in FILE_TYPES:
-            return FILE_TYPES[value.upper()]
-        if value.isascii() and value.isdecimal() and len(value) < 10:
-            value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        found = next((row for row in FILE_TYPES.values() if row.ftype == value), None)
-        if found is not None:
-            return found
-    raise KilnError(
-        "TYPE",
-        f"expected a llama-quantize file type, by name in any case or by number: "
-        f"{', '.join(FILE_TYPES)}; found {show_value(value)}",
-    )
 
 
 def _target(value: object, what: str) -> str:
@@ -438,7 +332,9 @@ def _needs_imatrix(name: str, chosen: str, mix: str) -> bool:
 
 @dataclass(frozen=True)
 class _Options:
-    row: FileType
+    mix: str  # the option's name, aliases resolved: Q4_K_M
+    default: str
+    copy: bool
     model: Model
     pure: bool
     output_type: str | None
@@ -450,7 +346,7 @@ class _Options:
 def _choose(name: str, t: Tensor, source: MixTensor, o: _Options, n: Counters) -> tuple[str, str]:
     """``llama_tensor_get_type``: the type of one tensor and the rule that chose it
     (``"kept: ..."`` for a tensor llama.cpp does not quantize)."""
-    why = refusal(t, o.model.architecture, copy=o.row.name == "COPY", keep_output=o.keep_output)
+    why = refusal(t, o.model.architecture, copy=o.copy, keep_output=o.keep_output)
     if why is not None:
         return GGML_TYPE_NAMES[source.type_id], f"{_KEPT}{why}"
     cat = category(name)
@@ -461,16 +357,16 @@ def _choose(name: str, t: Tensor, source: MixTensor, o: _Options, n: Counters) -
         return o.embd_type, "--token-embedding-type"
     if o.output_type is not None and cat == "output":
         return o.output_type, "--output-tensor-type"
-    chosen = o.row.default
+    chosen = o.default
     if chosen in FLOAT_TYPES:
-        return chosen, f"{o.row.mix} default"
+        return chosen, f"{o.mix} default"
     if matched is not None:
         chosen, rule = matched[2], f"--tensor-type {matched[0]!r}"
     elif o.pure:
         rule = "--pure"
     else:
-        chosen, because = mix_rule(o.row.mix, chosen, t, cat, o.model, n, o.output_type)
-        rule = f"{o.row.mix} rule for {cat}: {because}" if because else f"{o.row.mix} default"
+        chosen, because = mix_rule(o.mix, chosen, t, cat, o.model, n, o.output_type)
+        rule = f"{o.mix} rule for {cat}: {because}" if because else f"{o.mix} default"
     chosen, instead = fallback(t, chosen)
     return chosen, rule if instead is None else f"{rule}; {instead}"
 
@@ -494,7 +390,8 @@ def choose_types(
     Parameters
     ----------
     ftype : str or int
-        A llama-quantize file type (:func:`file_type`): ``"Q4_K_M"``, ``"q8_0"``, 15.
+        A llama-quantize file type
+        (:func:`~kiln_np._quants.filetypes.quantize_option`): ``"Q4_K_M"``, ``"q8_0"``, 15.
     tensors : iterable of MixTensor or (name, shape, type id)
         Every tensor of the model (1-D ones too: they decide nothing but are
         counted as llama.cpp counts them), in llama.cpp's order
@@ -549,10 +446,14 @@ def choose_types(
     >>> choose_types("Q4_K_M", tensors, meta)[-1].rule.split("; ")[1]
     'rows of 1408 are not whole Q6_K blocks (256): Q8_0'
     """
-    row = file_type(ftype)
+    row = quantize_option(ftype)
+    assert row.option is not None  # every option row has an option and a default
+    assert row.default is not None
     model = model_facts(metadata)
     options = _Options(
-        row=row,
+        mix=row.option,
+        default=row.default,
+        copy=row is COPY,
         model=model,
         pure=bool(pure),
         output_type=None
@@ -580,15 +481,15 @@ def choose_types(
     for name, source in kept:
         t = Tensor.of(name, source.shape)
         chosen, rule = _choose(name, t, source, options, counters)
-        needs = not rule.startswith(_KEPT) and _needs_imatrix(name, chosen, row.mix)
+        needs = not rule.startswith(_KEPT) and _needs_imatrix(name, chosen, options.mix)
         choices.append(Choice(name, source.name, _TYPE_IDS[chosen], rule, needs))
     if not dry_run:
-        _refuse_unwritable(choices, kept, row, allow_requantize)
+        _refuse_unwritable(choices, kept, options.mix, allow_requantize)
     return choices
 
 
 def _refuse_unwritable(
-    choices: list[Choice], kept: list[tuple[str, MixTensor]], row: FileType, requantize: bool
+    choices: list[Choice], kept: list[tuple[str, MixTensor]], mix: str, requantize: bool
 ) -> None:
     """What llama-quantize refuses once the types are chosen: an importance
     matrix needed (checked over every tensor first), then a requantization."""
@@ -596,7 +497,7 @@ def _refuse_unwritable(
     if need is not None:
         raise KilnError(
             "TYPE",
-            f"{row.name}: tensor {need.name!r} as {need.type_name} needs an importance matrix "
+            f"{mix}: tensor {need.name!r} as {need.type_name} needs an importance matrix "
             "(llama-quantize --imatrix), which kiln_np does not read yet: choose another file "
             "type or another type for the tensor",
         )
