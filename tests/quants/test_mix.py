@@ -147,9 +147,7 @@ def test_per_layer_head_counts_read_layer_0() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"general.architecture": None}, "architecture's name"),
         ({"general.architecture": b"llama"}, "architecture's name"),
-        ({"llama.block_count": None}, "block_count' to be an integer in 1..512"),
         ({"llama.block_count": 0}, "in 1..512, found 0"),
         ({"llama.block_count": 513}, "in 1..512, found 513"),
         ({"llama.block_count": True}, "found bool"),
@@ -174,6 +172,32 @@ def test_hostile_metadata_is_refused(change: dict[str, object], message: str) ->
     with pytest.raises(KilnError, match=message) as info:
         choose_types("Q4_K_M", tensors, {k: v for k, v in metadata.items() if v is not None})
     assert info.value.kind == "TYPE"
+
+
+@pytest.mark.parametrize(
+    ("change", "missing"),
+    [
+        ({"general.architecture": None}, "general.architecture"),
+        ({"llama.block_count": None}, "llama.block_count"),
+    ],
+)
+def test_a_model_llama_cpp_would_not_load_gets_the_generic_rules(
+    change: dict[str, object], missing: str
+) -> None:
+    tensors, metadata = llama(8)
+    metadata = {k: v for k, v in (metadata | change).items() if v is not None}
+    model = model_facts(metadata, layers=8)
+    assert model.generic.startswith(f"no {missing!r} (llama.cpp would not load the model)")
+    assert (model.n_layer, model.n_head, model.n_expert, model.class_70b) == (8, 0, 0, False)
+    got = types(choose_types("Q4_K_M", tensors, metadata))
+    # The layers are counted from the names: use_more_bits picks the same layers.
+    assert got == types(
+        choose_types(
+            "Q4_K_M", tensors, {**metadata, "general.architecture": "x", "x.block_count": 8}
+        )
+    )
+    assert got["blk.0.ffn_down.weight"] == "Q6_K"
+    assert got["blk.4.ffn_down.weight"] == "Q4_K"
 
 
 # -- the flags -----------------------------------------------------------------------

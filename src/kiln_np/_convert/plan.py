@@ -45,7 +45,7 @@ from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.elements import element_of
 from kiln_np._weights.weights import Weights
 
-from .policy import QuantizePolicy, as_policy
+from .policy import QuantizePolicy, as_policy, generic_rules
 from .row import Sharded, WeightFormat
 from .sources import (
     Dequantize,
@@ -153,6 +153,9 @@ class Plan:
     max_shard_size: int | None
     dequantize: str | None
     quantize: QuantizePolicy | None
+    notes: tuple[str, ...] = ()
+    """What the output says beside the steps: which rules of a llama-quantize
+    file type's mix did not apply to a model llama.cpp would not load."""
 
     @property
     def outputs(self) -> list[str]:
@@ -267,7 +270,14 @@ def plan_conversion(
             "TYPE",
             f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
         )
-    sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy)
+    model = metadata
+    if model is None and isinstance(tensors, Weights):
+        model = tensors.metadata  # the mix reads the model's metadata, carried or not
+    sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
+    notes: tuple[str, ...] = ()
+    if policy is not None and policy.file_type is not None:
+        generic = generic_rules((s.name for s in sources), model)
+        notes = (generic,) if generic else ()
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
     directory = None
@@ -292,6 +302,7 @@ def plan_conversion(
         max_shard_size,
         None if code is None else code.name.lower(),
         policy,
+        notes,
     )
 
 
@@ -432,13 +443,15 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     if s.quantized is not None:
         values = s.quantized.values
         assert policy is not None  # only a policy quantizes
-        reason = f"{_rule(policy, s.name)} of the policy"
+        reason = s.rule or f"{_rule(policy, s.name)} of the policy"
         return Step(
             s.name, "quantize", reason, values.element.name, target_type, values.byte_length,
             info.byte_length, values.count,
         )  # fmt: skip
     action, reason = ("keep", s.kept) if s.kept is not None else ("copy", "its bytes as they are")
-    if s.kept is None and policy is not None and policy.type_for(s.name) is not None:
+    if s.rule is not None and s.kept is None:
+        reason = f"{s.rule}: already {target_type}"
+    elif s.kept is None and policy is not None and policy.type_for(s.name) is not None:
         reason = f"{_rule(policy, s.name)} of the policy: already {target_type}"
     n = info.byte_length
     return Step(s.name, action, reason, target_type, target_type, n, n, _elements(info))

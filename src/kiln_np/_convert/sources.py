@@ -69,7 +69,7 @@ from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import WeightTensor, mapped_file
 
-from .policy import QuantizePolicy, as_policy, decide
+from .policy import Decision, QuantizePolicy, Target, as_policy, decide, mix_decisions
 
 __all__ = [
     "DEQUANTIZE_TYPES",
@@ -131,7 +131,8 @@ class TensorSource(NamedTuple):
     ``dequantized``, ``info`` describes the float tensor to write and ``data`` or
     ``file`` hold the GGML blocks it is decoded from; with ``quantized``, the float
     values it is quantized from.  ``kept`` says why a tensor that a quantize policy
-    names keeps its type (None otherwise).  With ``logical`` (a weight a
+    names keeps its type (None otherwise); ``rule``, what chose its type under a
+    llama-quantize file type's mix (None otherwise).  With ``logical`` (a weight a
     quantization scheme stores as parts, written as its values), ``info``
     describes the float tensor to write, decoded from the parts a bounded run
     of rows at a time.
@@ -146,6 +147,7 @@ class TensorSource(NamedTuple):
     quantized: Quantized | None = None
     kept: str | None = None
     logical: LogicalTensor | None = None
+    rule: str | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -459,6 +461,7 @@ def tensor_sources(
     *,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[TensorSource]:
     """Check and describe every tensor of ``tensors`` (a mapping of names to
     :class:`WeightTensor`, :class:`~kiln_np.Payload` or arrays), in order,
@@ -473,7 +476,11 @@ def tensor_sources(
     With ``quantize`` (a :class:`~kiln_np.QuantizePolicy` or its string), each
     tensor the policy turns into GGML blocks or another float type is described
     as what :meth:`TensorSource.write_to` writes; each other tensor keeps its
-    bytes, and its ``kept`` says why (``kiln_np._convert.policy.decide``).
+    bytes, and its ``kept`` says why (``kiln_np._convert.policy.decide``); a
+    policy whose default is a llama-quantize file type chooses over all the
+    tensors at once, with the model's GGUF ``metadata``
+    (``kiln_np._convert.policy.mix_decisions``), and each tensor's ``rule``
+    says what chose its type.
 
     Raises
     ------
@@ -514,17 +521,24 @@ def tensor_sources(
             raise _logical_refused(source.logical, name)
         if code is not None:
             source = _dequantized(source, code)
-        elif policy is not None:
-            source = _quantized(source, policy)
+        elif policy is not None and policy.file_type is None:
+            source = _quantized(source, decide(policy, source.name, source.info))
         sources.append(source)
+    if policy is not None and policy.file_type is not None:
+        decisions = mix_decisions(policy, [(s.name, s.info) for s in sources], metadata)
+        sources = [_mixed(s, d) for s, d in zip(sources, decisions, strict=True)]
     return sources
 
 
-def _quantized(source: TensorSource, policy: QuantizePolicy) -> TensorSource:
-    """``source`` as what ``policy`` makes of it: quantized, another float type,
-    or itself (with why it keeps its type)."""
+def _mixed(source: TensorSource, decision: Decision) -> TensorSource:
+    """``source`` as a file type's mix makes it, with the rule that chose it."""
+    return _quantized(source, decision.target)._replace(rule=decision.rule or None)
+
+
+def _quantized(source: TensorSource, target: Target | str | None) -> TensorSource:
+    """``source`` as the policy's ``target`` makes it: quantized, another float
+    type, or itself (with why it keeps its type)."""
     values = source.info
-    target = decide(policy, source.name, values)
     if target is None:
         return source
     if isinstance(target, str):

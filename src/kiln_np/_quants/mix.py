@@ -30,8 +30,10 @@ of 12 models.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
@@ -62,8 +64,10 @@ __all__ = [
     "Choice",
     "MixTensor",
     "choose_types",
+    "counted_layers",
     "llama_order_key",
     "model_facts",
+    "target_type",
 ]
 
 
@@ -146,8 +150,13 @@ class Choice:
         return GGML_TYPE_NAMES[self.type_id]
 
 
-def _target(value: object, what: str) -> str:
-    """The GGML type named ``value`` (any case) that ggml quantizes to."""
+def target_type(value: object, what: str) -> str:
+    """The GGML type named ``value`` (any case) that ggml quantizes to, upper
+    case; TYPE naming ``what`` for anything else.
+
+    >>> target_type("q6_k", "x"), target_type("bf16", "x")
+    ('Q6_K', 'BF16')
+    """
     if isinstance(value, str) and value.upper() in _TARGETS:
         return value.upper()
     raise KilnError(
@@ -173,31 +182,47 @@ def _layer0(metadata: Mapping[str, object], key: str, n_layer: int, default: int
     return check_int(value, f"metadata {key!r}", maximum=_U32_MAX)
 
 
-def model_facts(metadata: Mapping[str, object]) -> Model:
+def model_facts(metadata: Mapping[str, object], layers: int = 1) -> Model:
     """What the mixes read of a model's GGUF metadata, checked as llama.cpp's
     loader reads it: ``general.architecture``, ``{arch}.block_count`` (1..512),
     ``{arch}.nextn_predict_layers``, ``{arch}.expert_count`` (0..1024), and
     layer 0's ``{arch}.attention.head_count`` and ``head_count_kv`` (an integer
     or one per block; key/value heads default to the query heads).
 
+    A model llama.cpp would not load for want of an architecture or a block
+    count (a diffusion model's GGUF, tensors with no metadata) gets the generic
+    rules: ``layers`` blocks (:func:`choose_types` counts them from the tensor
+    names), and :attr:`Model.generic` says which rules that leaves out.
+
     Raises
     ------
     KilnError
-        TYPE for a missing architecture or block count, a value of the wrong
-        type, a number out of range, a per-layer array of another length.
+        TYPE for a value of the wrong type, a number out of range, a per-layer
+        array of another length.
 
     >>> m = model_facts({"general.architecture": "llama", "llama.block_count": 80,
     ...                  "llama.attention.head_count": 64, "llama.attention.head_count_kv": 8})
-    >>> m.n_gqa, m.class_70b
-    (8, True)
+    >>> m.n_gqa, m.class_70b, m.generic
+    (8, True, '')
+    >>> model_facts({"general.architecture": "flux"}, layers=19).generic[:44]
+    "no 'flux.block_count' (llama.cpp would not l"
     """
     arch = metadata.get("general.architecture")
-    if not isinstance(arch, str):
+    if arch is not None and not isinstance(arch, str):
         raise KilnError(
             "TYPE",
             f"metadata 'general.architecture': expected the architecture's name (a string), "
-            f"found {'nothing' if arch is None else show_value(arch)}",
+            f"found {show_value(arch)}",
         )
+    if arch is None or metadata.get(f"{arch}.block_count") is None:
+        missing = "general.architecture" if arch is None else f"{arch}.block_count"
+        generic = (
+            f"no {missing!r} (llama.cpp would not load the model): the generic rules, "
+            f"{layers} layer{'s' * (layers != 1)} counted from the tensor names; no "
+            "architecture's rules, no "
+            "attention heads (attn_v's GQA rules), no experts, no 70B class"
+        )
+        return Model(arch or "", layers, 0, 0, 0, False, generic)
     n_layer = check_int(
         metadata.get(f"{arch}.block_count"),
         f"metadata {arch + '.block_count'!r}",
@@ -221,6 +246,18 @@ def model_facts(metadata: Mapping[str, object]) -> Model:
         not llama_rule or (n_expert != 8 and n_head != n_head_kv)
     )
     return Model(arch, n_layer, n_expert, n_head, n_head_kv, class_70b)
+
+
+def counted_layers(names: Iterable[str]) -> int:
+    """The layers of a model without a block count: one past the highest
+    ``blk.N.`` of ``names`` (1..512).
+
+    >>> counted_layers(["blk.0.w", "blk.18.w", "x"]), counted_layers([])
+    (19, 1)
+    """
+    layers = (layer_of(name) for name in names)
+    counted = max((n for n in layers if n is not None), default=0) + 1
+    return max(1, min(counted, _MAX_LAYERS))
 
 
 def llama_order_key(name: str) -> tuple[int, bytes]:
@@ -300,15 +337,32 @@ def _pruned(tensors: list[MixTensor], prune: list[int]) -> list[tuple[str, MixTe
     return out
 
 
-def _overrides(tensor_types: Iterable[str]) -> list[tuple[str, re.Pattern[bytes], str]]:
-    """``--tensor-type PATTERN=TYPE`` entries: pattern text, compiled, type."""
+Override = tuple[str, Callable[[str], bool], str]
+"""A per-tensor type: the rule's words, whether it matches a name, the type."""
+
+
+def _globs(name_types: Iterable[tuple[str, str]]) -> list[Override]:
+    """``(glob, TYPE)`` pairs matched against the whole name (``fnmatchcase``)."""
+    out: list[Override] = []
+    for glob, type_ in name_types:
+        where = f"name_types entry {glob + '=' + type_!r}"
+        matches = functools.partial(fnmatch.fnmatchcase, pat=glob)
+        out.append(
+            (f"{glob + '=' + type_.upper()!r} of the policy", matches, target_type(type_, where))
+        )
+    return out
+
+
+def _overrides(tensor_types: Iterable[str]) -> list[Override]:
+    """``--tensor-type PATTERN=TYPE`` entries: the rule's words, the pattern's
+    search, the type."""
     if isinstance(tensor_types, str):
         raise KilnError(
             "TYPE",
             f"tensor_types: expected an iterable of 'PATTERN=TYPE' strings, found the string "
             f"{tensor_types!r}",
         )
-    out: list[tuple[str, re.Pattern[bytes], str]] = []
+    out: list[Override] = []
     for entry in tensor_types:
         pattern, eq, type_ = entry.partition("=") if isinstance(entry, str) else ("", "", "")
         if not (eq and pattern and type_):
@@ -318,8 +372,14 @@ def _overrides(tensor_types: Iterable[str]) -> list[tuple[str, re.Pattern[bytes]
                 f"found {show_value(entry)}",
             )
         where = f"tensor_types entry {entry!r}"
-        out.append((pattern, compile_pattern(pattern), _target(type_, where)))
+        found = compile_pattern(pattern).search
+        out.append((f"--tensor-type {pattern!r}", _searcher(found), target_type(type_, where)))
     return out
+
+
+def _searcher(search: Callable[[bytes], object]) -> Callable[[str], bool]:
+    """Whether ``search`` finds its pattern in a name's bytes."""
+    return lambda name: search(name_bytes(name)) is not None
 
 
 def _needs_imatrix(name: str, chosen: str, mix: str) -> bool:
@@ -339,7 +399,7 @@ class _Options:
     pure: bool
     output_type: str | None
     embd_type: str | None
-    patterns: tuple[tuple[str, re.Pattern[bytes], str], ...]
+    patterns: tuple[Override, ...]
     keep_output: bool
 
 
@@ -350,7 +410,7 @@ def _choose(name: str, t: Tensor, source: MixTensor, o: _Options, n: Counters) -
     if why is not None:
         return GGML_TYPE_NAMES[source.type_id], f"{_KEPT}{why}"
     cat = category(name)
-    matched = next((p for p in o.patterns if p[1].search(name_bytes(name))), None)
+    matched = next((p for p in o.patterns if p[1](name)), None)
     # per_layer_token_embd follows --token-embedding-type too, unless a pattern names it
     named = name == "per_layer_token_embd.weight" and matched is not None
     if o.embd_type is not None and cat == "token_embd" and not named:
@@ -361,7 +421,7 @@ def _choose(name: str, t: Tensor, source: MixTensor, o: _Options, n: Counters) -
     if chosen in FLOAT_TYPES:
         return chosen, f"{o.mix} default"
     if matched is not None:
-        chosen, rule = matched[2], f"--tensor-type {matched[0]!r}"
+        chosen, rule = matched[2], matched[0]
     elif o.pure:
         rule = "--pure"
     else:
@@ -380,6 +440,7 @@ def choose_types(
     output_tensor_type: str | None = None,
     token_embedding_type: str | None = None,
     tensor_types: Iterable[str] = (),
+    name_types: Iterable[tuple[str, str]] = (),
     leave_output_tensor: bool = False,
     allow_requantize: bool = False,
     prune_layers: Iterable[int] = (),
@@ -409,6 +470,10 @@ def choose_types(
         (``kiln_np._quants.mix_patterns``); the first that matches gives the
         type of a tensor the file type would quantize (its rows' fallback still
         applies).  ``--tensor-type-file`` is these entries read from a file.
+    name_types : iterable of (str, str)
+        ``(glob, TYPE)`` pairs (a :class:`~kiln_np.QuantizePolicy`'s rules),
+        matched against the whole name (:func:`fnmatch.fnmatchcase`) and tried
+        before ``tensor_types``, with the same effect.
     prune_layers : iterable of int
         ``--prune-layers``: the layers left out; the later ones are renumbered.
     dry_run : bool
@@ -449,7 +514,8 @@ def choose_types(
     row = quantize_option(ftype)
     assert row.option is not None  # every option row has an option and a default
     assert row.default is not None
-    model = model_facts(metadata)
+    checked = _checked(tensors)
+    model = model_facts(metadata, counted_layers(t.name for t in checked))
     options = _Options(
         mix=row.option,
         default=row.default,
@@ -458,15 +524,15 @@ def choose_types(
         pure=bool(pure),
         output_type=None
         if output_tensor_type is None
-        else _target(output_tensor_type, "output_tensor_type"),
+        else target_type(output_tensor_type, "output_tensor_type"),
         embd_type=None
         if token_embedding_type is None
-        else _target(token_embedding_type, "token_embedding_type"),
-        patterns=tuple(_overrides(tensor_types)),
+        else target_type(token_embedding_type, "token_embedding_type"),
+        patterns=(*_globs(name_types), *_overrides(tensor_types)),
         keep_output=bool(leave_output_tensor),
     )
     prune = sorted({check_int(p, "each of prune_layers", maximum=2**31 - 1) for p in prune_layers})
-    kept = _pruned(_checked(tensors), prune)
+    kept = _pruned(checked, prune)
     names = [name for name, _ in kept]
     if len(set(names)) != len(names):
         twice = next(name for i, name in enumerate(names) if name in names[:i])

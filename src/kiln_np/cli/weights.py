@@ -26,11 +26,13 @@ from kiln_np._convert.plan import (
     carried_metadata,
     execute,
 )
+from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._convert.row import WeightFormat
 from kiln_np._convert.sources import DEQUANTIZE_TYPES
 from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._explore.report import input_files
+from kiln_np._files.io import open_regular
 from kiln_np._quants.filetypes import file_type_label, file_type_record
 from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.summary import ORDERS, ordered
@@ -442,6 +444,55 @@ def _folder_out(args: argparse.Namespace, row: WeightFormat) -> bool:
     return os.path.isdir(args.src) and suffix not in row.suffixes
 
 
+_TENSOR_TYPE_FILE_MAX = 1 << 20
+"""The most bytes a ``--tensor-type-file`` may hold (a long list is a few KiB)."""
+
+
+def _tensor_type_file(path: str) -> list[str]:
+    """The ``PATTERN=TYPE`` entries of a ``--tensor-type-file``, separated by
+    spaces or newlines as llama-quantize reads them."""
+    try:
+        with open_regular(path) as f:
+            body = f.read(_TENSOR_TYPE_FILE_MAX + 1)
+    except OSError as exc:
+        raise file_error("read", path, exc) from exc
+    if len(body) > _TENSOR_TYPE_FILE_MAX:
+        raise CliError(
+            "USAGE",
+            f"--tensor-type-file {path!r}: expected at most {_TENSOR_TYPE_FILE_MAX} bytes of "
+            "PATTERN=TYPE entries, found more",
+        )
+    try:
+        return body.decode("utf-8").split()
+    except UnicodeDecodeError:
+        raise CliError(
+            "USAGE", f"--tensor-type-file {path!r}: expected UTF-8 text, found other bytes"
+        ) from None
+
+
+_MIX_FLAGS = ("pure", "output_tensor_type", "token_embedding_type", "leave_output_tensor")
+
+
+def _quantize(args: argparse.Namespace) -> QuantizePolicy | str | None:
+    """``--quantize`` with llama-quantize's flags, or USAGE for a flag without it."""
+    tensor_types = list(args.tensor_type or [])
+    if args.tensor_type_file is not None:
+        tensor_types += _tensor_type_file(args.tensor_type_file)
+    flags: dict[str, Any] = {name: getattr(args, name) for name in _MIX_FLAGS}
+    flags["tensor_types"] = tensor_types
+    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v not in (None, False, [])]
+    quantize: str | None = args.quantize
+    if not given:
+        return quantize
+    if quantize is None:
+        raise CliError(
+            "USAGE",
+            f"{', '.join(given)}: llama-quantize's flags need --quantize with a file type "
+            "(Q4_K_M, q8_0, ...)",
+        )
+    return QuantizePolicy.parse(quantize, **flags)
+
+
 def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: WeightFormat) -> Plan:
     """The conversion's plan (its refusals about the options as USAGE)."""
     try:
@@ -452,7 +503,7 @@ def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: Weig
             metadata=carried_metadata(weights, row),
             max_shard_size=args.max_shard_size,
             dequantize=args.dequantize,
-            quantize=args.quantize,
+            quantize=_quantize(args),
             spelling=CLI,
             distributed=args.scheduler is not None,
             force=args.force,
@@ -525,6 +576,8 @@ def _write(
     kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
     for k in kept:
         say(f"kept {k['name']} as {k['type']}: {k['reason']}", stream=sys.stderr)
+    for note in plan.notes:
+        say(f"note: {note}", stream=sys.stderr)
     total = sum(s.target_bytes for s in plan.steps)
     if args.scheduler is not None:
         written = _save_on_cluster(args, plan, chosen)
@@ -632,6 +685,7 @@ def _print_plan(
         "files": _spelled(plan.outputs, args.dst),
         "metadata": "carried" if plan.metadata is not None else "dropped",
         "selection": selection,
+        "notes": list(plan.notes),
     }
     if args.json:
         print_json(record)
@@ -651,7 +705,27 @@ def _print_plan(
         f"{human_bytes(totals['target_bytes'])}, {_bpw_text(totals)} bits per weight, "
         f"{weights.format} -> {plan.row.name}; would write {_files_text(record['files'])}"
     )
+    if plan.quantize is not None and plan.quantize.file_type is not None:
+        say(_llama_totals(totals))
+    for note in plan.notes:
+        say(f"note: {note}")
     return 0
+
+
+def _llama_totals(totals: Mapping[str, Any]) -> str:
+    """The totals as ``llama-quantize`` prints them: MiB to 2 places, bits per
+    weight over every element.
+
+    >>> _llama_totals({"source_bytes": 3 << 20, "target_bytes": 1 << 20, "elements": 1 << 20})
+    'llama-quantize: model size = 3.00 MiB (24.00 BPW), quant size = 1.00 MiB (8.00 BPW)'
+    """
+    n = max(totals["elements"], 1)
+    size = [totals["source_bytes"], totals["target_bytes"]]
+    mib, bpw = [f"{b / 1024 / 1024:.2f}" for b in size], [f"{b * 8 / n:.2f}" for b in size]
+    return (
+        f"llama-quantize: model size = {mib[0]} MiB ({bpw[0]} BPW), "
+        f"quant size = {mib[1]} MiB ({bpw[1]} BPW)"
+    )
 
 
 def _bpw_text(record: Mapping[str, Any]) -> str:
@@ -759,10 +833,40 @@ def add_convert(sub: Any) -> None:
         "--quantize",
         metavar="POLICY",
         help="quantize float tensors to GGML blocks (GGUF, kiln), byte for byte as llama.cpp: "
-        "a type (q8_0, q4_k, ...; f32, f16, bf16 store floats), or comma-separated "
-        "PATTERN=TYPE entries and at most one bare default TYPE, the first matching glob "
-        "winning: 'q4_k,*.ffn_down.*=q6_k,*norm*=f32'; tensors that keep their type (1-D, "
-        "integer, rows not whole blocks, GGML blocks) are listed on stderr",
+        "a llama-quantize file type (Q4_K_M, q4_k, q8_0, IQ4_XS, f16, COPY, ...: each tensor "
+        "gets the type llama-quantize's mix gives it), a GGML type no file type is named "
+        "after (nvfp4, mxfp4: every tensor it can), and comma-separated PATTERN=TYPE globs "
+        "over it, the first matching winning: 'q4_k_m,*.ffn_down.*=q6_k'; tensors that keep "
+        "their type are listed on stderr",
+    )
+    mix = parser.add_argument_group(
+        "llama-quantize's flags (with --quantize FTYPE, a llama-quantize file type)"
+    )
+    mix.add_argument(
+        "--pure",
+        action="store_true",
+        help="no mix: every tensor llama.cpp quantizes gets the file type's own type",
+    )
+    mix.add_argument("--output-tensor-type", metavar="TYPE", help="the GGML type of output.weight")
+    mix.add_argument(
+        "--token-embedding-type", metavar="TYPE", help="the GGML type of the token embeddings"
+    )
+    mix.add_argument(
+        "--tensor-type",
+        metavar="PATTERN=TYPE",
+        action="append",
+        help="the type of the tensors whose name the pattern (lower-cased, an ECMAScript "
+        "regular expression, searched) matches, where the file type quantizes; repeatable",
+    )
+    mix.add_argument(
+        "--tensor-type-file",
+        metavar="FILE",
+        help="--tensor-type entries read from FILE, separated by spaces or newlines",
+    )
+    mix.add_argument(
+        "--leave-output-tensor",
+        action="store_true",
+        help="keep output.weight's type",
     )
     parser.add_argument(
         "--max-shard-size",
