@@ -207,8 +207,10 @@ def test_a_bare_file_type_is_its_mix_as_llama_quantize_chooses() -> None:
     got = {s.name: s for s in sources.tensor_sources(tensors, quantize=policy, metadata=metadata)}
     # llama.cpp keeps 1-D tensors, names not ending in "weight" and integers; rows that
     # are not whole Q8_0 blocks fall back to F16 (the old meaning kept them as they were).
-    assert got["blk.0.attn_norm.weight"].kept == "1-D"
-    assert got["positions"].kept == "not a weight (the name does not end in 'weight')"
+    assert got["blk.0.attn_norm.weight"].kept == "Q8_0 does not quantize it (1-D)"
+    assert got["positions"].kept == (
+        "Q8_0 does not quantize it (not a weight (the name does not end in 'weight'))"
+    )
     assert got["odd.weight"].info.element.name == "f16"
     assert got["odd.weight"].rule == "Q8_0 default; rows of 257 are not whole Q8_0 blocks (32): F16"
     for name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_down.weight"):

@@ -168,7 +168,8 @@ class Plan:
         >>> import numpy as np
         >>> from kiln_np.formats import FORMATS
         >>> row = next(r for r in FORMATS if r.name == "gguf")
-        >>> plan = plan_conversion({"w": np.ones((2, 32), "<f4")}, "m.gguf", row, quantize="q8_0")
+        >>> w = {"blk.0.ffn_up.weight": np.ones((2, 32), "<f4")}
+        >>> plan = plan_conversion(w, "m.gguf", row, quantize="q8_0")
         >>> plan.totals()["actions"], plan.totals()["target_bytes"]
         ({'quantize': 1}, 68)
         """
@@ -238,10 +239,12 @@ def plan_conversion(
     >>> import numpy as np
     >>> from kiln_np.formats import FORMATS
     >>> row = next(r for r in FORMATS if r.name == "gguf")
-    >>> w = {"w": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
+    >>> w = {"blk.0.ffn_up.weight": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
     >>> plan = plan_conversion(w, "/tmp/m.gguf", row, quantize="q8_0")
     >>> [(s.name, s.action, s.target_type) for s in plan.steps]
-    [('w', 'quantize', 'ggml.q8_0'), ('b', 'keep', 'f32')]
+    [('blk.0.ffn_up.weight', 'quantize', 'ggml.q8_0'), ('b', 'keep', 'f32')]
+    >>> plan.steps[1].reason
+    'Q8_0 does not quantize it (1-D)'
     >>> plan.paths
     ('/tmp/m.gguf',)
     """

@@ -500,7 +500,7 @@ def tensor_sources(
     >>> [(s.info.code, s.info.shape) for s in tensor_sources({"q": q8}, dequantize="f16")]
     [(<Code.F16: 3>, (64,))]
     >>> w = {"w": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
-    >>> for s in tensor_sources(w, quantize="q8_0"):
+    >>> for s in tensor_sources(w, quantize="*=q8_0"):  # a glob: every tensor it can
     ...     print(s.name, s.info.layout and s.info.layout.name, s.info.shape, s.kept)
     w ggml.q8_0 (2, 2) None
     b None (64,) a 1-D tensor: Q8_0 quantizes rows of two dims or more
@@ -668,9 +668,13 @@ def quantize_kept(
     Examples
     --------
     >>> import numpy as np
-    >>> tensors = {"w": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
+    >>> tensors = {"w.weight": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
     ...            "ids": np.arange(64, dtype=np.int32).reshape(2, 32)}
     >>> for kept in quantize_kept(tensors, "q8_0"):
+    ...     print(kept.name, kept.type, "-", kept.reason)
+    norm f32 - Q8_0 does not quantize it (1-D)
+    ids i32 - Q8_0 does not quantize it (not a weight (the name does not end in 'weight'))
+    >>> for kept in quantize_kept(tensors, "*=q8_0"):  # a glob: every tensor it can
     ...     print(kept.name, kept.type, "-", kept.reason)
     norm f32 - a 1-D tensor: Q8_0 quantizes rows of two dims or more
     ids i32 - i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors
