@@ -43,6 +43,8 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.elements import element_of
+from kiln_np._quants.filetypes import COPY, QUANTIZATION_VERSION, file_type_number
+from kiln_np._quants.mix import llama_order_key
 from kiln_np._weights.weights import Weights
 
 from .policy import QuantizePolicy, as_policy, generic_rules
@@ -60,12 +62,14 @@ __all__ = [
     "CLI",
     "PLAIN_CONFIG",
     "PYTHON",
+    "KeyValues",
     "OptionsError",
     "Plan",
     "Spelling",
     "Step",
     "carried_metadata",
     "execute",
+    "file_type_metadata",
     "plan_conversion",
     "remove_stale",
     "save_as",
@@ -281,6 +285,10 @@ def plan_conversion(
     if policy is not None and policy.file_type is not None:
         generic = generic_rules((s.name for s in sources), model)
         notes = (generic,) if generic else ()
+        # llama-quantize's file: weight_name_comparer's order, its two keys last
+        sources.sort(key=lambda s: llama_order_key(s.name))
+        labelled = file_type_metadata(metadata, policy.file_type.number, policy.file_type is COPY)
+        metadata = labelled if row.carries(labelled) else metadata
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
     directory = None
@@ -307,6 +315,43 @@ def plan_conversion(
         policy,
         notes,
     )
+
+
+class KeyValues(dict[str, Any]):
+    """Metadata with each key's GGUF type spelled (:attr:`types`), as a GGUF
+    file's own metadata has them: what the plan hands a writer when it adds keys.
+
+    >>> KeyValues({"n": 1}, {"n": "uint32"}).types
+    {'n': 'uint32'}
+    """
+
+    def __init__(self, values: Mapping[str, Any], types: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.types = dict(types)
+
+
+def file_type_metadata(
+    metadata: Mapping[str, Any] | None, number: int, copy: bool = False
+) -> KeyValues:
+    """``metadata`` as ``llama-quantize`` writes it for file type ``number``: the
+    input's keys in order (with their types), then ``general.quantization_version``
+    and ``general.file_type`` (``uint32``) moved to the end; ``copy`` (``COPY``)
+    keeps the input's ``general.file_type`` (0 without one).
+
+    >>> m = file_type_metadata({"general.file_type": 1, "a": "x"}, 15)
+    >>> list(m.items()), m.types["general.file_type"]
+    ([('a', 'x'), ('general.quantization_version', 2), ('general.file_type', 15)], 'uint32')
+    """
+    given = {} if metadata is None else metadata
+    types = dict(getattr(given, "types", None) or {})
+    last = ("general.quantization_version", "general.file_type")
+    values = {k: v for k, v in given.items() if k not in last}
+    types = {k: v for k, v in types.items() if k not in last}
+    if copy:
+        number = file_type_number(given.get("general.file_type")) or 0
+    values["general.quantization_version"] = QUANTIZATION_VERSION
+    values["general.file_type"] = number
+    return KeyValues(values, {**types, last[0]: "uint32", last[1]: "uint32"})
 
 
 def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:

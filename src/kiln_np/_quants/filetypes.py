@@ -45,6 +45,7 @@ __all__ = [
     "COPY",
     "FILE_TYPES",
     "OPTIONS",
+    "QUANTIZATION_VERSION",
     "FileType",
     "file_type",
     "file_type_label",
@@ -141,6 +142,10 @@ FILE_TYPES: tuple[FileType, ...] = (
     FileType(1024, "GUESSED", None),  # "not specified in the model file": llama.cpp's guess
 )
 """llama.cpp's file types, by number."""
+
+QUANTIZATION_VERSION = 2
+"""``GGML_QNT_VERSION``: what ``llama-quantize`` writes as
+``general.quantization_version`` (the block layouts' version)."""
 
 COPY = FileType(0, None, "COPY", (), "F32")
 """``llama-quantize COPY``: every tensor copied as it is, ``general.file_type``
