@@ -43,7 +43,12 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.elements import element_of
-from kiln_np._quants.filetypes import COPY, QUANTIZATION_VERSION, file_type_number
+from kiln_np._quants.filetypes import (
+    COPY,
+    QUANTIZATION_VERSION,
+    file_type_number,
+    guessed_file_type,
+)
 from kiln_np._quants.mix import llama_order_key
 from kiln_np._weights.weights import Weights
 
@@ -287,7 +292,12 @@ def plan_conversion(
         notes = (generic,) if generic else ()
         # llama-quantize's file: weight_name_comparer's order, its two keys last
         sources.sort(key=lambda s: llama_order_key(s.name))
-        labelled = file_type_metadata(metadata, policy.file_type.number, policy.file_type is COPY)
+        number = policy.file_type.number
+        if policy.file_type is COPY:  # the input's, or the loader's guess
+            found = file_type_number((model or {}).get("general.file_type"))
+            types = (s.info.element.name.removeprefix("ggml.").upper() for s in sources)
+            number = guessed_file_type(types) if found is None else found
+        labelled = file_type_metadata(metadata, number)
         metadata = labelled if row.carries(labelled) else metadata
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
@@ -330,13 +340,10 @@ class KeyValues(dict[str, Any]):
         self.types = dict(types)
 
 
-def file_type_metadata(
-    metadata: Mapping[str, Any] | None, number: int, copy: bool = False
-) -> KeyValues:
+def file_type_metadata(metadata: Mapping[str, Any] | None, number: int) -> KeyValues:
     """``metadata`` as ``llama-quantize`` writes it for file type ``number``: the
     input's keys in order (with their types), then ``general.quantization_version``
-    and ``general.file_type`` (``uint32``) moved to the end; ``copy`` (``COPY``)
-    keeps the input's ``general.file_type`` (0 without one).
+    and ``general.file_type`` (``uint32``) moved to the end.
 
     >>> m = file_type_metadata({"general.file_type": 1, "a": "x"}, 15)
     >>> list(m.items()), m.types["general.file_type"]
@@ -347,8 +354,6 @@ def file_type_metadata(
     last = ("general.quantization_version", "general.file_type")
     values = {k: v for k, v in given.items() if k not in last}
     types = {k: v for k, v in types.items() if k not in last}
-    if copy:
-        number = file_type_number(given.get("general.file_type")) or 0
     values["general.quantization_version"] = QUANTIZATION_VERSION
     values["general.file_type"] = number
     return KeyValues(values, {**types, last[0]: "uint32", last[1]: "uint32"})

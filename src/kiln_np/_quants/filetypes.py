@@ -31,7 +31,7 @@ a file type gguf-py adds fails there until it is a row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -51,6 +51,7 @@ __all__ = [
     "file_type_label",
     "file_type_number",
     "file_type_record",
+    "guessed_file_type",
     "quantize_option",
 ]
 
@@ -253,3 +254,40 @@ def quantize_option(value: object) -> FileType:
         f"expected a llama-quantize file type, by name in any case or by number: "
         f"{', '.join(OPTIONS)}; found {show_value(value)}",
     )
+
+
+_GUESS_ORDER = (
+    "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K TQ1_0 TQ2_0 IQ2_XXS "
+    "IQ2_XS IQ2_S IQ3_XXS IQ1_S IQ1_M IQ4_NL IQ4_XS IQ3_S NVFP4 Q1_0 Q2_0"
+)
+_GUESSES: Mapping[str, int] = MappingProxyType(
+    dict(
+        zip(
+            _GUESS_ORDER.split(),
+            (0, 1, 32, 2, 3, 8, 9, 7, 10, 12, 15, 17, 18, 36, 37, 19, 20, 28, 23, 24, 31, 25,
+             30, 26, 39, 40, 41),
+            strict=True,
+        )
+    )
+)  # fmt: skip
+"""llama.cpp's loader's guess of a file type from its most common tensor type."""
+GUESSED = 1024
+"""``LLAMA_FTYPE_GUESSED``: the flag a guessed file type carries."""
+
+
+def guessed_file_type(type_names: Iterable[str]) -> int:
+    """The file type llama.cpp's loader guesses for a file without
+    ``general.file_type``, from its tensors' GGML type names in its order: the
+    type that first reaches the highest count (F32 for one it has no file type
+    for), with the :data:`GUESSED` flag.  ``llama-quantize COPY`` writes it.
+
+    >>> guessed_file_type(["F32", "Q8_0", "Q8_0", "F32"]), guessed_file_type([])
+    (1031, 1024)
+    """
+    counts: dict[str, int] = {}
+    best, most = "F32", 0
+    for name in type_names:
+        counts[name] = counts.get(name, 0) + 1
+        if counts[name] > most:
+            best, most = name, counts[name]
+    return _GUESSES.get(best, 0) | GUESSED
