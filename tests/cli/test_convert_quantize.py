@@ -56,14 +56,13 @@ def test_quantize_writes_gguf_quantize_s_bytes_and_lists_what_it_keeps(
         "out.gguf: 5 tensors, 1308 payload bytes, safetensors -> gguf, 2 quantized (Q8_0), "
         "3 kept their type\n"
     )
-    # llama-quantize's Q8_0: what llama.cpp does not quantize keeps its type, and the
-    # output says the model gets the generic rules (no GGUF metadata)
+    # llama-quantize's Q8_0, in llama.cpp's order: what llama.cpp does not quantize
+    # keeps its type, and the output says the model gets the generic rules (no metadata)
+    not_a_weight = "Q8_0 does not quantize it (not a weight (the name does not end in 'weight'))"
     assert err.splitlines()[:3] == [
+        f"kept ids as i32: {not_a_weight}",
+        f"kept odd as f32: {not_a_weight}",
         "kept blk.0.attn_norm.weight as f32: Q8_0 does not quantize it (1-D)",
-        "kept odd as f32: Q8_0 does not quantize it (not a weight (the name does not end in "
-        "'weight'))",
-        "kept ids as i32: Q8_0 does not quantize it (not a weight (the name does not end in "
-        "'weight'))",
     ]
     assert err.splitlines()[3].startswith("note: no 'general.architecture' (llama.cpp would not")
     given = tensors()
@@ -84,7 +83,15 @@ def test_flags_reach_the_mix_and_need_a_file_type(
     assert steps["blk.0.attn_q.weight"] == ("ggml.q4_0", "--tensor-type 'ATTN_Q'")
     assert steps["blk.0.ffn_down.weight"] == ("f16", "--tensor-type 'ffn_down': already f16")
     status, out, _ = run_main(capsys, *argv, "--tensor-type", "attn_q=q5_0", "--dry-run")
-    assert json.loads(out)["tensors"][0]["target_type"] == "ggml.q5_0"
+    steps = {t["name"]: t["target_type"] for t in json.loads(out)["tensors"]}
+    assert steps["blk.0.attn_q.weight"] == "ggml.q5_0"
+    status, out, _ = run_main(
+        capsys, *argv, "--prune-layers", "0", "--override-kv", "a.b=str:x", "--dry-run"
+    )
+    assert [t["name"] for t in json.loads(out)["tensors"]] == ["ids", "odd"]  # layer 0 gone
+    status, _, err = run_main(capsys, *argv, "--prune-layers", "x")
+    assert status == 2
+    assert "--prune-layers: expected layer numbers such as 1,3, found 'x'" in err
     status, _, err = run_main(capsys, "convert", "m.safetensors", "o.gguf", "--pure")
     assert (status, err) == (
         2,

@@ -60,6 +60,10 @@ def _policy(ftype: str, flags: list[str]) -> QuantizePolicy:
             keywords[name] = True
         elif name == "tensor_type":
             keywords["tensor_types"].append(next(it))
+        elif name == "override_kv":
+            keywords.setdefault("override_kv", []).append(next(it))
+        elif name == "prune_layers":
+            keywords[name] = [int(n) for n in next(it).split(",")]
         else:
             keywords[name] = next(it)
     return QuantizePolicy.parse(ftype, **keywords)
@@ -84,9 +88,9 @@ def _id(case: dict[str, Any]) -> str:
 def test_every_non_imatrix_file_type_of_every_model_is_a_case() -> None:
     plain = {(c["model"], c["ftype"]) for c in DATA["cases"] if not c["flags"]}
     assert len(plain) == 324
-    assert sum("sha256" in c for c in DATA["cases"]) == 325
+    assert sum("sha256" in c for c in DATA["cases"]) == 330
     written = [c for c in DATA["cases"] if "sha256" in c and c["ftype"] not in NOT_YET]
-    assert len(written) == 303  # byte-identical below, and 2 IQ3 files with no IQ3_S
+    assert len(written) == 308  # byte-identical below, and 2 IQ3 files with no IQ3_S
 
 
 @needs("gguf")  # gguf-py writes the inputs

@@ -49,7 +49,7 @@ from kiln_np._quants.filetypes import (
     file_type_number,
     guessed_file_type,
 )
-from kiln_np._quants.mix import llama_order_key
+from kiln_np._quants.mix import llama_order_key, pruned_block_count
 from kiln_np._weights.weights import Weights
 
 from .policy import QuantizePolicy, as_policy, generic_rules
@@ -285,6 +285,8 @@ def plan_conversion(
     model = metadata
     if model is None and isinstance(tensors, Weights):
         model = tensors.metadata  # the mix reads the model's metadata, carried or not
+    if policy is not None and policy.override_kv:  # llama.cpp's loader reads them too
+        model = {**(model or {}), **{key: value for key, _, value in policy.override_kv}}
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
     notes: tuple[str, ...] = ()
     if policy is not None and policy.file_type is not None:
@@ -297,7 +299,9 @@ def plan_conversion(
             found = file_type_number((model or {}).get("general.file_type"))
             types = (s.info.element.name.removeprefix("ggml.").upper() for s in sources)
             number = guessed_file_type(types) if found is None else found
-        labelled = file_type_metadata(metadata, number)
+        labelled = file_type_metadata(
+            metadata, number, policy.override_kv, _block_count(policy, tensors, model)
+        )
         metadata = labelled if row.carries(labelled) else metadata
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
@@ -327,6 +331,18 @@ def plan_conversion(
     )
 
 
+def _block_count(
+    policy: QuantizePolicy, tensors: Mapping[str, Any], model: Mapping[str, Any] | None
+) -> tuple[str, int] | None:
+    """``({arch}.block_count, layers kept)`` under ``--prune-layers``, else None."""
+    prune = policy.flags["prune_layers"]
+    arch = (model or {}).get("general.architecture")
+    if not prune or not isinstance(arch, str):
+        return None
+    names = sorted((n for n in tensors if isinstance(n, str)), key=llama_order_key)
+    return f"{arch}.block_count", pruned_block_count(names, prune)
+
+
 class KeyValues(dict[str, Any]):
     """Metadata with each key's GGUF type spelled (:attr:`types`), as a GGUF
     file's own metadata has them: what the plan hands a writer when it adds keys.
@@ -340,10 +356,17 @@ class KeyValues(dict[str, Any]):
         self.types = dict(types)
 
 
-def file_type_metadata(metadata: Mapping[str, Any] | None, number: int) -> KeyValues:
+def file_type_metadata(
+    metadata: Mapping[str, Any] | None,
+    number: int,
+    overrides: Sequence[tuple[str, str, Any]] = (),
+    block_count: tuple[str, int] | None = None,
+) -> KeyValues:
     """``metadata`` as ``llama-quantize`` writes it for file type ``number``: the
     input's keys in order (with their types), then ``general.quantization_version``
-    and ``general.file_type`` (``uint32``) moved to the end.
+    and ``general.file_type`` (``uint32``) moved to the end, then each of
+    ``overrides`` (``(key, type, value)``, ``--override-kv``) moved or added there,
+    then ``block_count`` (``(key, count)``, after ``--prune-layers``).
 
     >>> m = file_type_metadata({"general.file_type": 1, "a": "x"}, 15)
     >>> list(m.items()), m.types["general.file_type"]
@@ -356,7 +379,12 @@ def file_type_metadata(metadata: Mapping[str, Any] | None, number: int) -> KeyVa
     types = {k: v for k, v in types.items() if k not in last}
     values["general.quantization_version"] = QUANTIZATION_VERSION
     values["general.file_type"] = number
-    return KeyValues(values, {**types, last[0]: "uint32", last[1]: "uint32"})
+    types |= {last[0]: "uint32", last[1]: "uint32"}
+    count = () if block_count is None else ((block_count[0], "uint32", block_count[1]),)
+    for key, kind, value in (*overrides, *count):  # gguf_set_val_*: removed, then appended
+        values.pop(key, None)
+        values[key], types[key] = value, kind
+    return KeyValues(values, types)
 
 
 def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:

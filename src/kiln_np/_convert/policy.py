@@ -63,6 +63,7 @@ from kiln_np._quants.blocks import BLOCKS, Block
 from kiln_np._quants.elements import element_of
 from kiln_np._quants.filetypes import OPTIONS, FileType
 from kiln_np._quants.mix import (
+    Choice,
     MixTensor,
     choose_types,
     counted_layers,
@@ -197,7 +198,7 @@ class QuantizePolicy:
     True
     """
 
-    __slots__ = ("_default", "_flags", "_rules")
+    __slots__ = ("_default", "_flags", "_override_kv", "_rules")
 
     def __init__(
         self,
@@ -209,6 +210,8 @@ class QuantizePolicy:
         token_embedding_type: str | None = None,
         tensor_types: Iterable[str] = (),
         leave_output_tensor: bool = False,
+        prune_layers: Iterable[int] = (),
+        override_kv: Iterable[str] = (),
     ) -> None:
         checked: list[tuple[str, str]] = []
         seen: set[str] = set()
@@ -238,8 +241,13 @@ class QuantizePolicy:
             "token_embedding_type": token_embedding_type,
             "tensor_types": tuple(tensor_types),
             "leave_output_tensor": bool(leave_output_tensor),
+            "prune_layers": tuple(prune_layers),
         }
+        if isinstance(override_kv, str):
+            override_kv = [override_kv]
+        self._override_kv = tuple(_kv_override(entry) for entry in override_kv)
         given = {k: v for k, v in flags.items() if v not in (False, None, ())}
+        given |= {"override_kv": True} if self._override_kv else {}
         if given and self.file_type is None:
             raise KilnError(
                 "TYPE",
@@ -247,10 +255,11 @@ class QuantizePolicy:
                 f"{', '.join(given)} (Q4_K_M, q8_0, ...), found "
                 f"{'no default' if self._default is None else repr(self._default)}",
             )
-        if self.file_type is not None:  # every flag checked now, on no tensor
-            choose_types(self.file_type.number, [], {}, name_types=self._rules, **flags)
+        if self._default is not None and self.file_type is not None:  # checked on no tensor
+            choose_types(self._default, [], {}, name_types=self._rules, **flags)
             flags["output_tensor_type"] = _upper(output_tensor_type)
             flags["token_embedding_type"] = _upper(token_embedding_type)
+            flags["prune_layers"] = tuple(sorted({int(p) for p in flags["prune_layers"]}))
         self._flags = flags
 
     @classmethod
@@ -322,12 +331,24 @@ class QuantizePolicy:
     def flags(self) -> dict[str, Any]:
         """``llama-quantize``'s flags, as :func:`~kiln_np._quants.mix.choose_types`
         takes them: ``pure``, ``output_tensor_type``, ``token_embedding_type``
-        (upper case, or None), ``tensor_types``, ``leave_output_tensor``.
+        (upper case, or None), ``tensor_types``, ``leave_output_tensor``,
+        ``prune_layers`` (sorted).
 
         >>> QuantizePolicy.parse("q8_0", pure=True).flags["pure"]
         True
         """
         return dict(self._flags)
+
+    @property
+    def override_kv(self) -> tuple[tuple[str, str, Any], ...]:
+        """``--override-kv`` entries as ``(key, GGUF type, value)``, in order:
+        ``int`` as ``uint32`` of its absolute value (as llama-quantize writes it),
+        ``float`` as ``float32``, ``bool``, ``str``.
+
+        >>> QuantizePolicy.parse("q8_0", override_kv=["a.b=int:-3"]).override_kv
+        (('a.b', 'uint32', 3),)
+        """
+        return self._override_kv
 
     def type_for(self, name: str) -> str | None:
         """The type the policy asks for tensor ``name``: the first matching rule's,
@@ -343,6 +364,8 @@ class QuantizePolicy:
 
     def __repr__(self) -> str:
         given = [f"{k}={v!r}" for k, v in self._flags.items() if v not in (False, None, ())]
+        entries = [f"{k}={t}:{v}" for k, t, v in self._override_kv]
+        given += [f"override_kv={entries!r}"] if entries else []
         return f"QuantizePolicy({', '.join([repr(str(self)), *given])})"
 
     def __eq__(self, other: object) -> bool:
@@ -354,7 +377,46 @@ class QuantizePolicy:
         return hash(self._key())
 
     def _key(self) -> tuple[object, ...]:
-        return self._rules, self._default, tuple(self._flags.items())
+        return self._rules, self._default, tuple(self._flags.items()), self._override_kv
+
+
+_KV_TYPES: Final = {"int": "uint32", "float": "float32", "bool": "bool", "str": "string"}
+
+
+def _kv_override(entry: object) -> tuple[str, str, Any]:
+    """One ``--override-kv KEY=TYPE:VALUE`` entry read as llama.cpp's
+    ``string_parse_kv_override`` reads it (a key under 128 bytes; ``int``,
+    ``float``, ``bool`` (``true``/``false``), ``str`` of at most 127 bytes), but
+    strictly: a number must be all of the value.
+
+    >>> _kv_override("general.name=str:tiny"), _kv_override("x=float:0.5")
+    (('general.name', 'string', 'tiny'), ('x', 'float32', 0.5))
+    """
+    text = entry if isinstance(entry, str) else ""
+    key, eq, rest = text.partition("=")
+    kind, colon, value = rest.partition(":")
+    where = f"override_kv entry {show_value(entry)}: "
+    if not (isinstance(entry, str) and eq and colon and key and kind in _KV_TYPES):
+        raise KilnError(
+            "TYPE", f"{where}expected KEY=TYPE:VALUE, TYPE one of int, float, bool, str"
+        )
+    if len(key.encode("utf-8", "surrogateescape")) >= 128:
+        raise KilnError("TYPE", f"{where}expected a key of at most 127 bytes")
+    parsed: Any = value
+    try:
+        if kind == "int":
+            parsed = abs(int(value, 10)) % 2**32  # gguf_set_val_u32((uint32_t) abs(...))
+        elif kind == "float":
+            parsed = float(value)
+    except ValueError:
+        raise KilnError("TYPE", f"{where}expected a decimal {kind}, found {value!r}") from None
+    if kind == "bool":
+        if value not in ("true", "false"):
+            raise KilnError("TYPE", f"{where}expected true or false, found {value!r}")
+        parsed = value == "true"
+    if kind == "str" and len(value.encode("utf-8", "surrogateescape")) > 127:
+        raise KilnError("TYPE", f"{where}expected a value of at most 127 bytes")
+    return key, _KV_TYPES[kind], parsed
 
 
 def _upper(name: str | None) -> str | None:
@@ -435,10 +497,12 @@ _GGML_IDS: Final = {
 class Decision(NamedTuple):
     """What one tensor becomes under a file type's mix: ``target`` as :func:`decide`
     gives it (a :class:`Block` type, a float :class:`Code`, None: written as it
-    is, a str: why it keeps its type) and ``rule``, what chose its type."""
+    is, a str: why it keeps its type), ``rule``, what chose its type, and ``name``,
+    its name in the output (``prune_layers`` renumbers layers; None: pruned)."""
 
     target: Target | str | None
     rule: str
+    name: str | None
 
 
 def _ggml_view(info: PayloadInfo) -> tuple[int, tuple[int, ...]] | None:
@@ -493,37 +557,38 @@ def mix_decisions(
     by_name = {c.source: c for c in choices}
     out: list[Decision] = []
     for (name, info), view in zip(tensors, views, strict=True):
-        kind = info.element.name
         if view is None:
-            out.append(
-                Decision(f"{kind} has no GGML type: llama.cpp's mixes choose among GGUF's", "")
-            )
+            why = f"{info.element.name} has no GGML type: llama.cpp's mixes choose among GGUF's"
+            out.append(Decision(why, "", name))
             continue
-        c = by_name[name]
-        if c.rule.startswith("kept: "):
-            why = c.rule.removeprefix("kept: ")
-            out.append(Decision(f"{policy.default} does not quantize it ({why})", c.rule))
-        elif c.type_id == view[0]:
-            out.append(Decision(None, c.rule))
-        elif info.code not in _FLOAT_SOURCES:
-            out.append(
-                Decision(
-                    f"{kind} is not a float type: {c.type_name} quantizes f32, f16, bf16 "
-                    "and f64 tensors",
-                    c.rule,
-                )
-            )
-        elif c.type_name.lower() in FLOAT_TARGETS:
-            out.append(Decision(FLOAT_TARGETS[c.type_name.lower()], c.rule))
-        elif c.type_name not in ENCODERS:
-            raise KilnError(
-                "TYPE",
-                f"tensor {name!r}: {c.rule} gives it {c.type_name}, which kiln_np cannot "
-                f"write: {refusal(c.type_name)}",
-            )
-        else:
-            out.append(Decision(BLOCKS[c.type_name], c.rule))
+        c = by_name.get(name)
+        if c is None:
+            out.append(Decision(None, "--prune-layers", None))
+            continue
+        out.append(Decision(_target(policy, name, info, view[0], c), c.rule, c.name))
     return out
+
+
+def _target(
+    policy: QuantizePolicy, name: str, info: PayloadInfo, type_id: int, c: Choice
+) -> Target | str | None:
+    """What tensor ``name`` (``info``, of GGML type ``type_id``) becomes under choice ``c``."""
+    kind = info.element.name
+    if c.rule.startswith("kept: "):
+        return f"{policy.default} does not quantize it ({c.rule.removeprefix('kept: ')})"
+    if c.type_id == type_id:
+        return None
+    if info.code not in _FLOAT_SOURCES:
+        return f"{kind} is not a float type: {c.type_name} quantizes f32, f16, bf16 and f64 tensors"
+    if c.type_name.lower() in FLOAT_TARGETS:
+        return FLOAT_TARGETS[c.type_name.lower()]
+    if c.type_name not in ENCODERS:
+        raise KilnError(
+            "TYPE",
+            f"tensor {name!r}: {c.rule} gives it {c.type_name}, which kiln_np cannot "
+            f"write: {refusal(c.type_name)}",
+        )
+    return BLOCKS[c.type_name]
 
 
 def generic_rules(names: Iterable[str], metadata: Mapping[str, Any] | None) -> str:

@@ -526,13 +526,16 @@ def tensor_sources(
         sources.append(source)
     if policy is not None and policy.file_type is not None:
         decisions = mix_decisions(policy, [(s.name, s.info) for s in sources], metadata)
-        sources = [_mixed(s, d) for s, d in zip(sources, decisions, strict=True)]
+        pairs = zip(sources, decisions, strict=True)
+        sources = [_mixed(s, d) for s, d in pairs if d.name is not None]  # None: pruned
     return sources
 
 
 def _mixed(source: TensorSource, decision: Decision) -> TensorSource:
-    """``source`` as a file type's mix makes it, with the rule that chose it."""
-    return _quantized(source, decision.target)._replace(rule=decision.rule or None)
+    """``source`` as a file type's mix makes it, with the rule that chose it and
+    its output name."""
+    made = _quantized(source, decision.target)
+    return made._replace(name=decision.name or source.name, rule=decision.rule or None)
 
 
 def _quantized(source: TensorSource, target: Target | str | None) -> TensorSource:

@@ -67,6 +67,7 @@ __all__ = [
     "counted_layers",
     "llama_order_key",
     "model_facts",
+    "pruned_block_count",
     "target_type",
 ]
 
@@ -304,11 +305,14 @@ def _checked(tensors: Iterable[object]) -> list[MixTensor]:
 _BLOCK = re.compile(r"blk\.([0-9]+)\.")
 
 
-def _pruned(tensors: list[MixTensor], prune: list[int]) -> list[tuple[str, MixTensor]]:
-    """``remap_layer``: each kept tensor with its output name; a pruned layer's
-    tensors left out, the later layers renumbered in the order they come."""
+def _remapped(
+    tensors: list[MixTensor], prune: list[int]
+) -> tuple[list[tuple[str, MixTensor]], int]:
+    """``remap_layer``: each kept tensor with its output name (a pruned layer's
+    tensors left out, the later layers renumbered in the order they come), and
+    the blocks kept (``blk_id``, llama-quantize's new block count)."""
     if not prune:
-        return [(t.name, t) for t in tensors]
+        return [(t.name, t) for t in tensors], 0
     mapped: dict[int, str] = {}
     next_id = 0
     out: list[tuple[str, MixTensor]] = []
@@ -334,7 +338,7 @@ def _pruned(tensors: list[MixTensor], prune: list[int]) -> list[tuple[str, MixTe
                 mapped[block], next_id = str(next_id), next_id + 1
         if mapped[block]:
             out.append((t.name[: found.start(1)] + mapped[block] + t.name[found.end(1) :], t))
-    return out
+    return out, next_id
 
 
 Override = tuple[str, Callable[[str], bool], str]
@@ -351,6 +355,18 @@ def _globs(name_types: Iterable[tuple[str, str]]) -> list[Override]:
             (f"{glob + '=' + type_.upper()!r} of the policy", matches, target_type(type_, where))
         )
     return out
+
+
+def pruned_block_count(names: Iterable[str], prune_layers: Iterable[int]) -> int:
+    """The ``{arch}.block_count`` llama-quantize writes after ``--prune-layers``:
+    the layers kept, as ``remap_layer`` counts them over ``names`` in llama.cpp's
+    order.
+
+    >>> pruned_block_count([f"blk.{i}.w" for i in range(4)], [1])
+    3
+    """
+    prune = sorted({check_int(p, "each of prune_layers", maximum=2**31 - 1) for p in prune_layers})
+    return _remapped([MixTensor(n, (), 0) for n in names], prune)[1]
 
 
 def _overrides(tensor_types: Iterable[str]) -> list[Override]:
@@ -532,7 +548,7 @@ def choose_types(
         keep_output=bool(leave_output_tensor),
     )
     prune = sorted({check_int(p, "each of prune_layers", maximum=2**31 - 1) for p in prune_layers})
-    kept = _pruned(checked, prune)
+    kept, _ = _remapped(checked, prune)
     names = [name for name, _ in kept]
     if len(set(names)) != len(names):
         twice = next(name for i, name in enumerate(names) if name in names[:i])

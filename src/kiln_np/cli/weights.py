@@ -473,6 +473,18 @@ def _tensor_type_file(path: str) -> list[str]:
 _MIX_FLAGS = ("pure", "output_tensor_type", "token_embedding_type", "leave_output_tensor")
 
 
+def _layers(text: str) -> list[int]:
+    """``--prune-layers``' comma-separated layer numbers.
+
+    >>> _layers("1,3")
+    [1, 3]
+    """
+    parts = text.split(",")
+    if not all(p.isascii() and p.isdecimal() and len(p) < 10 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected layer numbers such as 1,3, found {text!r}")
+    return [int(p) for p in parts]
+
+
 def _quantize(args: argparse.Namespace) -> QuantizePolicy | str | None:
     """``--quantize`` with llama-quantize's flags, or USAGE for a flag without it."""
     tensor_types = list(args.tensor_type or [])
@@ -480,6 +492,8 @@ def _quantize(args: argparse.Namespace) -> QuantizePolicy | str | None:
         tensor_types += _tensor_type_file(args.tensor_type_file)
     flags: dict[str, Any] = {name: getattr(args, name) for name in _MIX_FLAGS}
     flags["tensor_types"] = tensor_types
+    flags["override_kv"] = list(args.override_kv or [])
+    flags["prune_layers"] = args.prune_layers or []
     given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v not in (None, False, [])]
     quantize: str | None = args.quantize
     if not given:
@@ -867,6 +881,19 @@ def add_convert(sub: Any) -> None:
         "--leave-output-tensor",
         action="store_true",
         help="keep output.weight's type",
+    )
+    mix.add_argument(
+        "--prune-layers",
+        metavar="L0,L1,...",
+        type=_layers,
+        help="leave these layers out, renumbering the later ones and the block count",
+    )
+    mix.add_argument(
+        "--override-kv",
+        metavar="KEY=TYPE:VALUE",
+        action="append",
+        help="set a metadata key after the file type's (TYPE int (written uint32), float, "
+        "bool, str); repeatable",
     )
     parser.add_argument(
         "--max-shard-size",
