@@ -83,8 +83,8 @@ def test_flags_reach_the_mix_and_need_a_file_type(
     assert steps["blk.0.attn_q.weight"] == ("ggml.q4_0", "--tensor-type 'ATTN_Q'")
     assert steps["blk.0.ffn_down.weight"] == ("f16", "--tensor-type 'ffn_down': already f16")
     status, out, _ = run_main(capsys, *argv, "--tensor-type", "attn_q=q5_0", "--dry-run")
-    steps = {t["name"]: t["target_type"] for t in json.loads(out)["tensors"]}
-    assert steps["blk.0.attn_q.weight"] == "ggml.q5_0"
+    written = {t["name"]: t["target_type"] for t in json.loads(out)["tensors"]}
+    assert written["blk.0.attn_q.weight"] == "ggml.q5_0"
     status, out, _ = run_main(
         capsys, *argv, "--prune-layers", "0", "--override-kv", "a.b=str:x", "--dry-run"
     )
