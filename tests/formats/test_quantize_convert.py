@@ -31,6 +31,7 @@ from kiln_np._convert import sources
 from kiln_np._convert.policy import decide
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
+from kiln_np.cli import main
 from kiln_np.formats import KeptTensor, quantize_kept, save_weights_paths
 from kiln_np.gguf import dequantize, quantize, read_gguf
 
@@ -601,3 +602,42 @@ def test_memory_is_bounded_buffers_not_a_tensor(tmp_path: Path, dtype: str) -> N
     assert peak <= 16 << 20, peak  # 8 MiB of source bytes, a float32 buffer (bf16), 2 MiB out
     with kiln_np.open_weights(out) as got:
         assert got["a"].byte_length == (16 << 20) // 32 * 34
+
+
+# -- an architecture llama.cpp does not know (issue 38, item 5) -------------------------
+
+
+def test_a_diffusion_model_gets_the_generic_rules_and_ggml_s_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A flux-like GGUF (as ComfyUI-GGUF writes them): an architecture llama.cpp does not
+    # load, no block count. llama-quantize refuses it; kiln_np quantizes it by the
+    # generic rules, each tensor's bytes kiln_np.gguf.quantize's (ggml's, as the golden
+    # vectors of tests/fixtures/ggml/make_ggml_quant_golden.py hold it to, via ctypes).
+    tensors = {
+        "img_in.weight": rand((4, 64), np.float16, 1),  # rows of 64: not whole Q4_K blocks
+        "img_in.bias": rand((4,), np.float32, 2),
+        "double_blocks.0.img_attn.qkv.weight": rand((6, 256), np.float16, 3),
+        "double_blocks.0.img_mlp.0.weight": rand((8, 256), np.float16, 4),
+        "final_layer.linear.weight": rand((2, 512), np.float32, 5),
+    }
+    src, out = tmp_path / "flux.gguf", tmp_path / "flux-Q4_K_M.gguf"
+    kiln_np.save_weights(src, tensors, format="gguf", metadata={"general.architecture": "flux"})
+    assert main(["convert", str(src), str(out), "--quantize", "Q4_K_M"]) == 0
+    err = capsys.readouterr().err
+    assert "note: no 'flux.block_count' (llama.cpp would not load the model): the generic " in err
+    with kiln_np.open_weights(out) as got:
+        types = {n: t.info.element.name for n, t in got.items()}
+        assert types == {
+            "double_blocks.0.img_attn.qkv.weight": "ggml.q4_k",
+            "double_blocks.0.img_mlp.0.weight": "ggml.q4_k",
+            "final_layer.linear.weight": "ggml.q4_k",
+            "img_in.bias": "f32",  # not a weight: kept
+            "img_in.weight": "ggml.q5_0",  # llama.cpp's fallback for Q4_K on rows of 64
+        }
+        for name, t in got.items():
+            if t.info.layout is not None:
+                block = t.info.layout.name.removeprefix("ggml.")
+                assert payload_bytes(t) == bytes(quantize(tensors[name], block).data), name
+        assert got.metadata["general.file_type"] == 15
+        assert list(got.metadata)[-2:] == ["general.quantization_version", "general.file_type"]
