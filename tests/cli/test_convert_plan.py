@@ -297,6 +297,7 @@ def test_dry_run_dequantize_json(q8_gguf: Path, capsys: pytest.CaptureFixture[st
         "files": ["o.safetensors"],
         "metadata": "carried",
         "selection": None,
+        "notes": [],
     }
     assert _listing(q8_gguf.parent) == before
     # the plan's sizes are what the conversion then writes

@@ -504,7 +504,7 @@ def test_gguf_to_gguf_keeps_metadata_and_blocks(tmp_path: Path) -> None:
     # llama-quantize's Q8_0 file: the source's keys, then its two (issue 38)
     added = {"general.quantization_version": 2, "general.file_type": 7}
     assert dict(after.metadata) == dict(before.metadata) | added
-    u32 = {k: "uint32" for k in added}
+    u32 = dict.fromkeys(added, "uint32")
     assert dict(after.metadata.types) == dict(before.metadata.types) | u32
     with kiln_np.open_weights(out) as got:
         assert payload_bytes(got["q"]) == bytes(tensors["q"].data)

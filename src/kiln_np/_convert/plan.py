@@ -248,11 +248,12 @@ def plan_conversion(
     >>> import numpy as np
     >>> from kiln_np.formats import FORMATS
     >>> row = next(r for r in FORMATS if r.name == "gguf")
-    >>> w = {"blk.0.ffn_up.weight": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
-    >>> plan = plan_conversion(w, "/tmp/m.gguf", row, quantize="q8_0")
+    >>> w = {"blk.0.ffn_up.weight": np.ones((2, 64), "<f4"),
+    ...      "blk.0.ffn_norm.weight": np.ones(64, "<f4")}
+    >>> plan = plan_conversion(w, "/tmp/m.gguf", row, quantize="q8_0")  # llama.cpp's order
     >>> [(s.name, s.action, s.target_type) for s in plan.steps]
-    [('blk.0.ffn_up.weight', 'quantize', 'ggml.q8_0'), ('b', 'keep', 'f32')]
-    >>> plan.steps[1].reason
+    [('blk.0.ffn_norm.weight', 'keep', 'f32'), ('blk.0.ffn_up.weight', 'quantize', 'ggml.q8_0')]
+    >>> plan.steps[0].reason
     'Q8_0 does not quantize it (1-D)'
     >>> plan.paths
     ('/tmp/m.gguf',)
