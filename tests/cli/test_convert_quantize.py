@@ -204,3 +204,20 @@ def test_a_nan_is_type_naming_the_tensor_and_leaves_no_output(
         "Q8_0 (ggml's result on NaN and infinity is undefined), found nan at index (1, 3)\n"
     )
     assert sorted(os.listdir(tmp_path)) == ["m.gguf"]
+
+
+def test_requantizing_needs_allow_requantize(
+    model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "q8_0")[0] == 0
+    argv = ["convert", "q.gguf", "r.gguf", "--quantize", "q4_0"]
+    status, _, err = run_main(capsys, *argv)
+    assert status == 2
+    assert "is Q8_0 already: requantizing it as Q4_0 needs allow_requantize=True" in err
+    assert not os.path.exists("r.gguf")
+    assert run_main(capsys, *argv, "--allow-requantize")[0] == 0
+    with kiln_np.open_weights("q.gguf") as q, kiln_np.open_weights("r.gguf") as r:
+        t = q["blk.0.attn_q.weight"]
+        assert r["blk.0.attn_q.weight"].info.element.name == "ggml.q4_0"
+        again = quantize(kiln_np.gguf.dequantize(t.payload()), "q4_0")  # ggml's values, then Q4_0
+        assert bytes(r["blk.0.attn_q.weight"].payload().data) == bytes(again.data)

@@ -56,7 +56,7 @@ def _policy(ftype: str, flags: list[str]) -> QuantizePolicy:
     it = iter(flags)
     for flag in it:
         name = flag.removeprefix("--").replace("-", "_")
-        if name in ("pure", "leave_output_tensor"):
+        if name in ("pure", "leave_output_tensor", "allow_requantize"):
             keywords[name] = True
         elif name == "tensor_type":
             keywords["tensor_types"].append(next(it))
@@ -88,9 +88,9 @@ def _id(case: dict[str, Any]) -> str:
 def test_every_non_imatrix_file_type_of_every_model_is_a_case() -> None:
     plain = {(c["model"], c["ftype"]) for c in DATA["cases"] if not c["flags"]}
     assert len(plain) == 324
-    assert sum("sha256" in c for c in DATA["cases"]) == 330
+    assert sum("sha256" in c for c in DATA["cases"]) == 334
     written = [c for c in DATA["cases"] if "sha256" in c and c["ftype"] not in NOT_YET]
-    assert len(written) == 308  # byte-identical below, and 2 IQ3 files with no IQ3_S
+    assert len(written) == 312  # byte-identical below, and 2 IQ3 files with no IQ3_S
 
 
 @needs("gguf")  # gguf-py writes the inputs
@@ -108,7 +108,11 @@ def test_the_file_is_llama_quantize_s(
 ) -> None:
     out = tmp_path / "out.gguf"
     policy = _policy(case["ftype"], case["flags"])
-    refused = _convert(inputs[case["model"]], out, policy)
+    source = inputs[case["model"]]
+    if "from" in case:  # requantized: the input's file of that type first (kiln_np's own)
+        source = tmp_path / "first.gguf"
+        assert _convert(inputs[case["model"]], source, QuantizePolicy.parse(case["from"])) is None
+    refused = _convert(source, out, policy)
     if refused is not None:
         # refused as llama-quantize refuses it (TYPE; SHAPE: rows with no fallback),
         # or a mix that gives IQ3_S, which kiln_np does not write yet

@@ -171,7 +171,10 @@ class QuantizePolicy:
     ``pure`` (``--pure``), ``output_tensor_type``, ``token_embedding_type``
     (GGML type names), ``tensor_types`` (``--tensor-type`` entries,
     ``"PATTERN=TYPE"``: the pattern lower-cased and searched as a regular
-    expression, tried after ``rules``), ``leave_output_tensor``.
+    expression, tried after ``rules``), ``leave_output_tensor``, ``prune_layers``,
+    ``override_kv`` (``"KEY=TYPE:VALUE"``), ``allow_requantize`` (GGML blocks whose
+    type the mix changes are decoded to float32 and quantized, as llama-quantize's
+    ``--allow-requantize`` does; TYPE without it).
 
     Raises
     ------
@@ -212,6 +215,7 @@ class QuantizePolicy:
         leave_output_tensor: bool = False,
         prune_layers: Iterable[int] = (),
         override_kv: Iterable[str] = (),
+        allow_requantize: bool = False,
     ) -> None:
         checked: list[tuple[str, str]] = []
         seen: set[str] = set()
@@ -242,6 +246,7 @@ class QuantizePolicy:
             "tensor_types": tuple(tensor_types),
             "leave_output_tensor": bool(leave_output_tensor),
             "prune_layers": tuple(prune_layers),
+            "allow_requantize": bool(allow_requantize),
         }
         if isinstance(override_kv, str):
             override_kv = [override_kv]
@@ -578,7 +583,8 @@ def _target(
         return f"{policy.default} does not quantize it ({c.rule.removeprefix('kept: ')})"
     if c.type_id == type_id:
         return None
-    if info.code not in _FLOAT_SOURCES:
+    blocks = info.layout is not None and element_of(info.code, info.layout).decoded is not None
+    if info.code not in _FLOAT_SOURCES and not blocks:  # GGML blocks: allow_requantize
         return f"{kind} is not a float type: {c.type_name} quantizes f32, f16, bf16 and f64 tensors"
     if c.type_name.lower() in FLOAT_TARGETS:
         return FLOAT_TARGETS[c.type_name.lower()]

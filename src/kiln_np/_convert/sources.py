@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -116,10 +117,13 @@ class Quantized(NamedTuple):
     """Where a quantized (or float-converted) tensor's values come from: the GGML
     ``block`` type it is quantized to (None for a float type: the written
     description's dtype) and the description of its float ``values``
-    (``values.offset`` in the source file)."""
+    (``values.offset`` in the source file); with ``decoded``, ``values`` are GGML
+    blocks of that type, decoded to float32 first (llama-quantize's
+    ``--allow-requantize``)."""
 
     block: Block | None
     values: PayloadInfo
+    decoded: Block | None = None
 
 
 class TensorSource(NamedTuple):
@@ -167,6 +171,9 @@ class TensorSource(NamedTuple):
             return
         if self.dequantized is not None:
             self._write_dequantized(fd, self.dequantized, progress)
+            return
+        if self.quantized is not None and self.quantized.decoded is not None:
+            self._write_requantized(fd, self.quantized, self.quantized.decoded, progress)
             return
         if self.quantized is not None:
             self._write_quantized(fd, self.quantized, progress)
@@ -260,6 +267,42 @@ class TensorSource(NamedTuple):
                 bad = quantize_into(block.name, part, written)
                 if bad >= 0:
                     raise not_finite(block.name, values.shape, lo + bad, x[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
+            write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
+
+    def _write_requantized(
+        self, fd: int, how: Quantized, source: Block, progress: Progress | None
+    ) -> None:
+        """GGML blocks decoded to float32 (ggml's values) a run at a time, then
+        quantized (or rounded to the float type written); a run is whole blocks
+        of both types, so it never splits a block (rows are whole blocks of both)."""
+        unit = (
+            source.elements if how.block is None else math.lcm(source.elements, how.block.elements)
+        )
+        step = max(1, _QUANTIZE_CHUNK // unit) * unit
+        f32 = np.empty(step, np.float32)
+        out = (
+            np.empty(step, self.info.dtype)
+            if how.block is None
+            else np.empty(step // how.block.elements * how.block.bytes, U8)
+        )
+        run = step // source.elements * source.bytes
+        for start, chunk in self._byte_runs(how.values, run, "requantized"):
+            lo, part = (
+                start // source.bytes * source.elements,
+                f32[: chunk.size // source.bytes * source.elements],
+            )
+            dequantize_into(source.name, chunk, part)
+            if how.block is None:
+                written = self._floats(part, part, lo, out[: part.size])
+            else:
+                written = out[: part.size // how.block.elements * how.block.bytes]
+                bad = quantize_into(how.block.name, part, written)
+                if bad >= 0:
+                    raise not_finite(how.block.name, self.info.shape, lo + bad, part[bad]).prefixed(
                         f"tensor {self.name!r}: "
                     )
             write_all(fd, written.view(U8).data)
@@ -540,8 +583,22 @@ def _mixed(source: TensorSource, decision: Decision) -> TensorSource:
 
 def _quantized(source: TensorSource, target: Target | str | None) -> TensorSource:
     """``source`` as the policy's ``target`` makes it: quantized, another float
-    type, or itself (with why it keeps its type)."""
+    type, or itself (with why it keeps its type); GGML blocks only under a file
+    type's mix with ``allow_requantize`` (decoded, then quantized)."""
     values = source.info
+    decoded = None if values.layout is None else element_of(values.code, values.layout).decoded
+    if decoded is not None and isinstance(target, (Block, Code)):
+        shape = (*values.shape[:-1], values.shape[-1] * decoded.elements)
+        if isinstance(target, Code):
+            info = payload_info(target, shape)
+            return source._replace(
+                info=info, format_dtype=None, quantized=Quantized(None, values, decoded)
+            )
+        blocks = (*shape[:-1], shape[-1] // target.elements)
+        info = payload_info(target.code, blocks, Layout(target.layout_name, target.bytes))
+        return source._replace(
+            info=info, format_dtype=None, quantized=Quantized(target, values, decoded)
+        )
     if target is None:
         return source
     if isinstance(target, str):

@@ -41,7 +41,13 @@ def _tensor_type_file(path: str) -> list[str]:
         ) from None
 
 
-_MIX_FLAGS = ("pure", "output_tensor_type", "token_embedding_type", "leave_output_tensor")
+_MIX_FLAGS = (
+    "pure",
+    "output_tensor_type",
+    "token_embedding_type",
+    "leave_output_tensor",
+    "allow_requantize",
+)
 
 
 def _layers(text: str) -> list[int]:
@@ -134,6 +140,12 @@ def add_mix_flags(parser: argparse.ArgumentParser) -> None:
         "--leave-output-tensor",
         action="store_true",
         help="keep output.weight's type",
+    )
+    mix.add_argument(
+        "--allow-requantize",
+        action="store_true",
+        help="requantize GGML blocks whose type the file type changes (decoded to float32, "
+        "then quantized, as llama-quantize does; refused without it)",
     )
     mix.add_argument(
         "--prune-layers",
