@@ -161,8 +161,8 @@ def plan_weights(
     the output paths, every refusal; nothing is written.
 
     >>> import numpy as np
-    >>> plan = plan_weights("m.gguf", {"w": np.ones((4, 32), "<f4")}, format="gguf",
-    ...                     quantize="q8_0")
+    >>> plan = plan_weights("m.gguf", {"blk.0.ffn_up.weight": np.ones((4, 32), "<f4")},
+    ...                     format="gguf", quantize="q8_0")
     >>> [(s.action, s.source_type, s.target_type, s.target_bytes) for s in plan.steps]
     [('quantize', 'f32', 'ggml.q8_0', 136)]
     """

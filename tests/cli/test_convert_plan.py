@@ -297,6 +297,7 @@ def test_dry_run_dequantize_json(q8_gguf: Path, capsys: pytest.CaptureFixture[st
         "files": ["o.safetensors"],
         "metadata": "carried",
         "selection": None,
+        "notes": [],
     }
     assert _listing(q8_gguf.parent) == before
     # the plan's sizes are what the conversion then writes
@@ -331,7 +332,7 @@ def test_dry_run_quantize_copy_and_keep_json(
     floats: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _listing(floats.parent)
-    policy = "q8_0,*norm*=f32"
+    policy = "*norm*=f32,*=q8_0"  # globs alone: every tensor they can (no file type's mix)
     argv = ["convert", "f.safetensors", "o.gguf", "--quantize", policy, "--dry-run", "--json"]
     status, out, err = run_main(capsys, *argv)
     assert (status, err) == (0, "")  # no "kept" lines on stderr: that is the conversion's
@@ -353,7 +354,7 @@ def test_dry_run_quantize_copy_and_keep_json(
         "ids": ("keep", "i32", "i32"),
     }
     q = steps["blk.0.attn_q.weight"]
-    assert q["reason"] == "the default Q8_0 of the policy"
+    assert q["reason"] == "'*=Q8_0' of the policy"
     assert (q["source_bytes"], q["target_bytes"], q["elements"]) == (1024, 8 * 34, 256)
     assert (q["source_bpw"], q["target_bpw"]) == (32.0, 8.5)
     norm = steps["blk.0.attn_norm.weight"]
@@ -397,7 +398,7 @@ def test_dry_run_quantize_copy_and_keep_json(
 
 
 def test_dry_run_quantize_text(floats: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["convert", "f.safetensors", "o.gguf", "--quantize", "q8_0,*norm*=f32", "--dry-run"]
+    argv = ["convert", "f.safetensors", "o.gguf", "--quantize", "*norm*=f32,*=q8_0", "--dry-run"]
     status, out, err = run_main(capsys, *argv)
     assert (status, err) == (0, "")
     rows = _rows(out)
@@ -408,7 +409,7 @@ def test_dry_run_quantize_text(floats: Path, capsys: pytest.CaptureFixture[str])
         "f32 -> ggml.q8_0",
         "1.00 KiB -> 272 B",
         "32 -> 8.5",
-        "the default Q8_0 of the policy",
+        "'*=Q8_0' of the policy",
     ]
     assert [r[:2] for r in rows[2:]] == [
         ["blk.0.ffn_norm.weight", "copy"],

@@ -1,10 +1,11 @@
 """``kiln-np convert --quantize POLICY``: float tensors written as GGML blocks.
 
 In process through :func:`kiln_np.cli.main`, as ``tests/cli/test_cli.py`` runs
-every other command: the bytes are ``kiln_np.gguf.quantize``'s, each tensor that
-keeps its type is a line on stderr and an entry of ``--json``'s ``kept``, and
-the refusals (a malformed policy, safetensors, ``--dequantize`` beside it, a NaN)
-leave nothing written.
+every other command: a bare llama-quantize file type (``q8_0``, ``Q4_K_M``) is
+its mix, with llama-quantize's flags; the bytes are ``kiln_np.gguf.quantize``'s,
+each tensor that keeps its type is a line on stderr and an entry of ``--json``'s
+``kept``, and the refusals (a malformed policy, safetensors, ``--dequantize``
+beside it, a flag without a file type, a NaN) leave nothing written.
 """
 
 from __future__ import annotations
@@ -55,17 +56,49 @@ def test_quantize_writes_gguf_quantize_s_bytes_and_lists_what_it_keeps(
         "out.gguf: 5 tensors, 1308 payload bytes, safetensors -> gguf, 2 quantized (Q8_0), "
         "3 kept their type\n"
     )
-    assert err.splitlines() == [
-        "kept blk.0.attn_norm.weight as f32: a 1-D tensor: Q8_0 quantizes rows of two dims or more",
-        "kept odd as f32: rows of 40 elements are not a whole number of Q8_0 blocks "
-        "(32 elements each)",
-        "kept ids as i32: i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors",
+    # llama-quantize's Q8_0, in llama.cpp's order: what llama.cpp does not quantize
+    # keeps its type, and the output says the model gets the generic rules (no metadata)
+    not_a_weight = "Q8_0 does not quantize it (not a weight (the name does not end in 'weight'))"
+    assert err.splitlines()[:3] == [
+        f"kept ids as i32: {not_a_weight}",
+        f"kept odd as f32: {not_a_weight}",
+        "kept blk.0.attn_norm.weight as f32: Q8_0 does not quantize it (1-D)",
     ]
+    assert err.splitlines()[3].startswith("note: no 'general.architecture' (llama.cpp would not")
     given = tensors()
     with kiln_np.open_weights("out.gguf") as got:
         for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
             assert bytes(got[name].payload().data) == bytes(quantize(given[name], "q8_0").data)
         assert bytes(got["odd"].payload().data) == given["odd"].tobytes()
+
+
+def test_flags_reach_the_mix_and_need_a_file_type(
+    model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Path("types.txt").write_text("ATTN_Q=q4_0\n  ffn_down=f16 ")
+    argv = ["convert", "m.safetensors", "out.gguf", "--quantize", "q8_0", "--json"]
+    status, out, _ = run_main(capsys, *argv, "--tensor-type-file", "types.txt", "--dry-run")
+    assert status == 0
+    steps = {t["name"]: (t["target_type"], t["reason"]) for t in json.loads(out)["tensors"]}
+    assert steps["blk.0.attn_q.weight"] == ("ggml.q4_0", "--tensor-type 'ATTN_Q'")
+    assert steps["blk.0.ffn_down.weight"] == ("f16", "--tensor-type 'ffn_down': already f16")
+    status, out, _ = run_main(capsys, *argv, "--tensor-type", "attn_q=q5_0", "--dry-run")
+    written = {t["name"]: t["target_type"] for t in json.loads(out)["tensors"]}
+    assert written["blk.0.attn_q.weight"] == "ggml.q5_0"
+    status, out, _ = run_main(
+        capsys, *argv, "--prune-layers", "0", "--override-kv", "a.b=str:x", "--dry-run"
+    )
+    assert [t["name"] for t in json.loads(out)["tensors"]] == ["ids", "odd"]  # layer 0 gone
+    status, _, err = run_main(capsys, *argv, "--prune-layers", "x")
+    assert status == 2
+    assert "--prune-layers: expected layer numbers such as 1,3, found 'x'" in err
+    status, _, err = run_main(capsys, "convert", "m.safetensors", "o.gguf", "--pure")
+    assert (status, err) == (
+        2,
+        "kiln-np: USAGE: --pure: llama-quantize's flags need --quantize with a file type "
+        "(Q4_K_M, q8_0, ...)\n",
+    )
+    assert not os.path.exists("o.gguf")
 
 
 def test_json_lists_the_kept_tensors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,10 +136,10 @@ def test_a_kiln_directory_destination(model: Path, capsys: pytest.CaptureFixture
 def test_gguf_blocks_keep_their_type_and_metadata_goes_along(
     model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_main(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "q8_0")[0] == 0
+    assert run_main(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "*=q8_0")[0] == 0
     meta = dict(kiln_np.gguf.read_gguf("q.gguf").metadata)
     status, out, err = run_main(
-        capsys, "convert", "q.gguf", "r.gguf", "--quantize", "q8_0,*norm*=f16", "--json"
+        capsys, "convert", "q.gguf", "r.gguf", "--quantize", "*norm*=f16,*=q8_0", "--json"
     )
     assert status == 0
     kept = {k["name"]: (k["type"], k["reason"]) for k in json.loads(out)["kept"]}
@@ -141,8 +174,8 @@ def test_gguf_blocks_keep_their_type_and_metadata_goes_along(
             "found an empty entry in 'q8_0,,*norm*=f32'\n",
         ),
         (
-            ("o.gguf", "--quantize", "iq2_xs"),
-            "kiln-np: TYPE: policy entry 1 ('iq2_xs'): expected a type to quantize to",
+            ("o.gguf", "--quantize", "*=iq2_xs"),
+            "kiln-np: TYPE: policy entry 1 ('*=iq2_xs'): expected a type to quantize to",
         ),
     ],
 )
@@ -171,3 +204,20 @@ def test_a_nan_is_type_naming_the_tensor_and_leaves_no_output(
         "Q8_0 (ggml's result on NaN and infinity is undefined), found nan at index (1, 3)\n"
     )
     assert sorted(os.listdir(tmp_path)) == ["m.gguf"]
+
+
+def test_requantizing_needs_allow_requantize(
+    model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(capsys, "convert", "m.safetensors", "q.gguf", "--quantize", "q8_0")[0] == 0
+    argv = ["convert", "q.gguf", "r.gguf", "--quantize", "q4_0"]
+    status, _, err = run_main(capsys, *argv)
+    assert status == 2
+    assert "is Q8_0 already: requantizing it as Q4_0 needs allow_requantize=True" in err
+    assert not os.path.exists("r.gguf")
+    assert run_main(capsys, *argv, "--allow-requantize")[0] == 0
+    with kiln_np.open_weights("q.gguf") as q, kiln_np.open_weights("r.gguf") as r:
+        t = q["blk.0.attn_q.weight"]
+        assert r["blk.0.attn_q.weight"].info.element.name == "ggml.q4_0"
+        again = quantize(kiln_np.gguf.dequantize(t.payload()), "q4_0")  # ggml's values, then Q4_0
+        assert bytes(r["blk.0.attn_q.weight"].payload().data) == bytes(again.data)

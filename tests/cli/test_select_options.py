@@ -284,7 +284,7 @@ def test_convert_quantize_lists_only_selected_kept(
     src = str(_safetensors(tmp_path))
     dst = str(tmp_path / "o.gguf")
     status, out, err = run_main(
-        capsys, "convert", src, dst, "--quantize", "q8_0", "--include", "blk.0.*", "--json"
+        capsys, "convert", src, dst, "--quantize", "*=q8_0", "--include", "blk.0.*", "--json"
     )
     assert status == 0
     assert err == (

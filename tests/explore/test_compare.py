@@ -224,7 +224,7 @@ def test_gguf_quantized_against_floats(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     w = rng.standard_normal((4, 64)).astype(np.float32)
     q = tmp_path / "q.gguf"
-    kiln_np.save_weights(q, {"w": w}, format="gguf", quantize="q8_0")
+    kiln_np.save_weights(q, {"w": w}, format="gguf", quantize="*=q8_0")
     with kiln_np.open_weights(q) as weights:
         assert weights["w"].layout is not None
         values = weights["w"].numpy()

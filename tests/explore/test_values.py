@@ -79,7 +79,7 @@ def test_a_ggml_tensor_is_its_dequantized_values(tmp_path: Path) -> None:
     rng = np.random.default_rng(39)
     path = tmp_path / "q.gguf"
     floats = rng.standard_normal((8, 256)).astype(np.float32)
-    kiln_np.save_weights(path, {"w": floats}, format="gguf", quantize="q4_k")
+    kiln_np.save_weights(path, {"w": floats}, format="gguf", quantize="*=q4_k")
     with kiln_np.open_weights(path) as w:
         t = w["w"]
         assert t.format_dtype == "Q4_K"

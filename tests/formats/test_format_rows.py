@@ -247,7 +247,7 @@ def test_a_new_format_is_one_row_dry_run_and_plan(
     kiln_np.save_weights("s.gguf", {"w": np.ones((2, 64), "<f4"), "q": _q8_0()}, format="gguf")
     before = sorted(os.listdir("."))
     status, out, err = run_main(
-        capsys, "convert", "s.gguf", "o.toy", "--quantize", "q8_0", "--dry-run", "--json"
+        capsys, "convert", "s.gguf", "o.toy", "--quantize", "*=q8_0", "--dry-run", "--json"
     )
     assert (status, err) == (0, "")
     record = json.loads(out)
@@ -262,14 +262,14 @@ def test_a_new_format_is_one_row_dry_run_and_plan(
     assert sorted(os.listdir(".")) == before  # nothing written
     # the Python door plans it too, and executing the plan writes what save_weights does
     plan = formats.plan_weights(
-        "p.toy", {"w": np.ones((2, 64), "<f4")}, format="toy", quantize="q8_0"
+        "p.toy", {"w": np.ones((2, 64), "<f4")}, format="toy", quantize="*=q8_0"
     )
     assert [(s.action, s.target_type, s.target_bytes) for s in plan.steps] == [
         ("quantize", "ggml.q8_0", 136)
     ]
     assert plan.outputs == [os.path.abspath("p.toy/0.bin"), os.path.abspath("p.toy/toy.json")]
     assert execute(plan) == [os.path.abspath("p.toy")]
-    kiln_np.save_weights("r.toy", {"w": np.ones((2, 64), "<f4")}, format="toy", quantize="q8_0")
+    kiln_np.save_weights("r.toy", {"w": np.ones((2, 64), "<f4")}, format="toy", quantize="*=q8_0")
     assert _tree("p.toy") == _tree("r.toy")
     assert _payloads("p.toy")["w"] == (
         "ggml.q8_0",
@@ -347,7 +347,7 @@ def test_quantize_plan_executed_is_save_weights_byte_for_byte(
     floats = _tensors()
     del floats["nan"]  # a NaN cannot be quantized
     given: dict[str, Any] = {**floats, "q": _q8_0()}
-    policy = "q8_0,*norm*=f32"
+    policy = "*norm*=f32,*=q8_0"
     plan = formats.plan_weights(_target(row, "a"), given, format=row.name, quantize=policy)
     steps = [(s.name, s.action, s.source_type, s.target_type, s.target_bytes) for s in plan.steps]
     assert steps == [

@@ -4,10 +4,13 @@
 gguf-py's ``GGUFWriter``: as F32 (the source) and as gguf-py's Q8_0 file (its
 converter's way: 2-D tensors through ``gguf.quants.quantize``, norms kept F32).
 kiln_np converts the F32 file to Q8_0 three ways (``kiln_np.gguf.quantize`` with
-``save_gguf``; ``save_weights(..., quantize="q8_0")``; ``kiln-np convert
---quantize q8_0``), and each result must hold the same tensors as gguf-py's file
-(names, types, shapes and bytes, as ``gguf.GGUFReader`` and as
-``kiln_np.open_weights`` read them) and the source's metadata.  That llama.cpp
+``save_gguf``; ``save_weights(..., quantize="*=q8_0")``, the glob that gives every
+tensor it can the type; ``kiln-np convert --quantize '*=q8_0'``), and each result
+must hold the same tensors as gguf-py's file (names, types, shapes and bytes, as
+``gguf.GGUFReader`` and as ``kiln_np.open_weights`` read them) and the source's
+metadata.  The bare file type ``q8_0`` is llama-quantize's Q8_0 file: the same
+tensors, in llama.cpp's order, with ``general.quantization_version`` and
+``general.file_type`` last (issue 38; gguf-py's file has neither).  That llama.cpp
 runs these files (and k-quant mixes) is ``tests/fixtures/llama/run_llama_cpp.py``,
 run by hand: it needs llama-cpp-python.
 """
@@ -23,6 +26,7 @@ from _helpers import bits, load_script
 
 import kiln_np
 import kiln_np.gguf as kg
+from kiln_np._quants.mix import llama_order_key
 from kiln_np.cli import main
 
 pytest.importorskip(
@@ -107,22 +111,48 @@ def test_gguf_quantize_and_save_gguf_write_gguf_pys_file(
     _assert_is_gguf_pys(out, files)
 
 
+def _assert_is_llama_quantize_s_layout(converted: Path, files: tuple[Path, Path]) -> None:
+    """gguf-py's tensors in llama.cpp's order, the source's keys then the two
+    llama-quantize writes last."""
+    source, oracle = files
+    got, want = _reader_tensors(converted), _reader_tensors(oracle)
+    assert sorted(got) == sorted(want)
+    assert [t[0] for t in got] == sorted((t[0] for t in want), key=llama_order_key)
+    fields = _fields(converted)
+    assert fields[:-2] == _fields(source)
+    u32 = [int(gguf.GGUFValueType.UINT32)]
+    assert fields[-2:] == [
+        ("general.quantization_version", u32, (2).to_bytes(4, "little")),
+        ("general.file_type", u32, (7).to_bytes(4, "little")),  # MOSTLY_Q8_0
+    ]
+
+
 def test_save_weights_quantize_q8_0_writes_gguf_pys_tensors(
     files: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "kiln-q8_0.gguf"
     with kiln_np.open_weights(files[0]) as w:
-        kiln_np.save_weights(out, w, format="gguf", metadata=w.metadata, quantize="q8_0")
+        kiln_np.save_weights(out, w, format="gguf", metadata=w.metadata, quantize="*=q8_0")
     _assert_is_gguf_pys(out, files)
+    with kiln_np.open_weights(files[0]) as w:
+        kiln_np.save_weights(out, w, format="gguf", metadata=w.metadata, quantize="q8_0")
+    _assert_is_llama_quantize_s_layout(out, files)
 
 
 def test_cli_convert_quantize_q8_0_writes_gguf_pys_tensors(
     files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cli-q8_0.gguf"
-    assert main(["convert", str(files[0]), str(out), "--quantize", "q8_0", "--json"]) == 0
+    assert main(["convert", str(files[0]), str(out), "--quantize", "*=q8_0", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     norms = [n for n in tiny.tiny_llama_tensors() if n.endswith("norm.weight")]
-    assert (report["quantize"], report["quantized"]) == ("Q8_0", 21 - len(norms))
+    assert (report["quantize"], report["quantized"]) == ("*=Q8_0", 21 - len(norms))
     assert [(k["name"], k["type"]) for k in report["kept"]] == [(n, "f32") for n in norms]
     _assert_is_gguf_pys(out, files)
+    argv = ["convert", str(files[0]), str(out), "--quantize", "q8_0", "--json", "--force"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["quantize"], report["quantized"]) == ("Q8_0", 21 - len(norms))
+    kept = sorted(norms, key=llama_order_key)  # llama.cpp keeps them: 1-D
+    assert [(k["name"], k["type"]) for k in report["kept"]] == [(n, "f32") for n in kept]
+    _assert_is_llama_quantize_s_layout(out, files)

@@ -31,6 +31,7 @@ from kiln_np._convert import sources
 from kiln_np._convert.policy import decide
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.quantize import ENCODERS
+from kiln_np.cli import main
 from kiln_np.formats import KeptTensor, quantize_kept, save_weights_paths
 from kiln_np.gguf import dequantize, quantize, read_gguf
 
@@ -119,7 +120,7 @@ def test_the_default_may_stand_anywhere() -> None:
         ("*=f64", r"^policy entry 1 \('\*=f64'\): expected a type to quantize to.*found 'f64'$"),
         ("*=", r"^policy entry 1 \('\*='\): expected a type .*; found ''$"),
         (
-            "iq2_xxs",
+            "*=iq2_xxs",
             r"found 'iq2_xxs': IQ2_XXS is quantized with an importance matrix \(llama-quantize "
             r"refuses IQ1 and IQ2 types without one; IQ3 is made for one\), which kiln_np",
         ),
@@ -174,7 +175,10 @@ def test_types_not_yet_quantized_say_so() -> None:
         (([("", "q8_0")],), r"^policy rule \('', 'q8_0'\): expected PATTERN=TYPE with a pattern"),
         (([("a", "f32"), ("a", "f16")],), r"expected each pattern once"),
         (((), 8), r"^expected the default type as a str or None, found "),
-        (((), "iq2_s"), r"^the default type: expected a type to quantize to.*IQ2_S is quantized"),
+        (
+            ([("*", "iq2_s")],),
+            r"^policy rule .*: expected a type to quantize to.*IQ2_S is quantized",
+        ),
     ],
 )
 def test_the_constructor_checks_as_parse_does(args: tuple[Any, ...], message: str) -> None:
@@ -192,6 +196,87 @@ def test_only_a_string_parses_and_only_a_policy_or_string_is_quantize(tmp_path: 
     assert os.listdir(tmp_path) == []
 
 
+# -- a llama-quantize file type: its mix ----------------------------------------------
+
+
+def test_a_bare_file_type_is_its_mix_as_llama_quantize_chooses() -> None:
+    tensors = model()
+    policy = QuantizePolicy.parse("q8_0")
+    assert policy.file_type is not None
+    assert policy.file_type.number == 7
+    metadata = {"general.architecture": "llama", "llama.block_count": 1}
+    got = {s.name: s for s in sources.tensor_sources(tensors, quantize=policy, metadata=metadata)}
+    # llama.cpp keeps 1-D tensors, names not ending in "weight" and integers; rows that
+    # are not whole Q8_0 blocks fall back to F16 (the old meaning kept them as they were).
+    assert got["blk.0.attn_norm.weight"].kept == "Q8_0 does not quantize it (1-D)"
+    assert got["positions"].kept == (
+        "Q8_0 does not quantize it (not a weight (the name does not end in 'weight'))"
+    )
+    assert got["odd.weight"].info.element.name == "f16"
+    assert got["odd.weight"].rule == "Q8_0 default; rows of 257 are not whole Q8_0 blocks (32): F16"
+    for name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+        assert got[name].info.element.name == "ggml.q8_0", name
+        assert got[name].rule == "Q8_0 default"
+    assert list(got) == list(tensors)
+
+
+def test_flags_and_patterns_over_a_mix() -> None:
+    tensors = {f"blk.{i}.ffn_down.weight": rand((2, 256), np.float32, i) for i in range(8)}
+    tensors["output.weight"] = rand((4, 256), np.float32, 9)
+    meta = {"general.architecture": "llama", "llama.block_count": 8}
+
+    def types(policy: QuantizePolicy) -> dict[str, str]:
+        described = sources.tensor_sources(tensors, quantize=policy, metadata=meta)
+        return {s.name: s.info.element.name.removeprefix("ggml.") for s in described}
+
+    mix = types(QuantizePolicy.parse("q4_k_m"))
+    assert (mix["blk.0.ffn_down.weight"], mix["blk.4.ffn_down.weight"]) == ("q6_k", "q4_k")
+    assert mix["output.weight"] == "q6_k"
+    pure = types(QuantizePolicy.parse("q4_k_m", pure=True))
+    assert set(pure.values()) == {"q4_k"}
+    glob = types(QuantizePolicy.parse("blk.0.*=q5_0,q4_k_m"))
+    assert glob["blk.0.ffn_down.weight"] == "q5_0"
+    regex = types(QuantizePolicy.parse("q4_k", tensor_types=["BLK\\.[0-3]\\.=q8_0"]))
+    # llama.cpp's counters move only for the tensors its rules choose: blk.4 is the
+    # first ffn_down they see, so use_more_bits(0, 8) gives it Q6_K
+    got = [regex[f"blk.{i}.ffn_down.weight"] for i in (0, 3, 4, 5)]
+    assert got == ["q8_0", "q8_0", "q6_k", "q4_k"]
+    out = types(QuantizePolicy.parse("q4_k", output_tensor_type="q8_0"))
+    assert out["output.weight"] == "q8_0"
+    kept = types(QuantizePolicy.parse("q4_k", leave_output_tensor=True))
+    assert kept["output.weight"] == "f32"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"default": "nvfp4", "pure": True},
+            r"^expected a llama-quantize file type as the default for pure",
+        ),
+        ({"pure": True}, r"found no default$"),
+        (
+            {"default": "q4_k", "output_tensor_type": "q9"},
+            r"^output_tensor_type: expected a GGML type",
+        ),
+        ({"default": "q4_k", "tensor_types": ["x"]}, r"^tensor_types: expected 'PATTERN=TYPE'"),
+    ],
+)
+def test_flags_need_a_file_type_and_valid_types(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(KilnError) as info:
+        QuantizePolicy(**kwargs)
+    assert info.value.kind == "TYPE"
+    assert re.search(message, info.value.message), info.value.message
+
+
+def test_a_bare_ggml_type_without_a_file_type_keeps_the_every_tensor_meaning() -> None:
+    assert QuantizePolicy.parse("nvfp4").file_type is None
+    got = {s.name: s for s in sources.tensor_sources(model(), quantize="mxfp4")}
+    assert got["positions"].kept is not None
+    assert got["positions"].rule is None
+    assert got["blk.0.attn_q.weight"].info.element.name == "ggml.mxfp4"
+
+
 # -- which tensors, and why ----------------------------------------------------------
 
 
@@ -204,7 +289,7 @@ def test_what_is_quantized_and_why_the_others_keep_their_type() -> None:
         "fp8": Payload(5, memoryview(bytes(64)), (2, 32)),
     }
     not_float = "is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors"
-    assert quantize_kept(tensors, "q8_0") == [
+    assert quantize_kept(tensors, "*=q8_0") == [
         KeptTensor(
             "blk.0.attn_norm.weight", "f32", "a 1-D tensor: Q8_0 quantizes rows of two dims or more"
         ),
@@ -219,7 +304,7 @@ def test_what_is_quantized_and_why_the_others_keep_their_type() -> None:
         KeptTensor("blocks", "ggml.q8_0", "already GGML Q8_0 blocks (kiln_np does not requantize)"),
         KeptTensor("fp8", "f8e4m3", f"f8e4m3 {not_float}"),
     ]
-    described = sources.tensor_sources(tensors, quantize="q8_0")
+    described = sources.tensor_sources(tensors, quantize="*=q8_0")
     quantized = [s.name for s in described if s.quantized is not None]
     assert quantized == [
         "token_embd.weight",
@@ -270,7 +355,9 @@ def test_quantized_bytes_are_gguf_quantize_s_and_read_back(
         kiln_np.save_weights(path, tensors, format=source)
         given = kiln_np.open_weights(path)
     out = tmp_path / "o.gguf"
-    assert kiln_np.save_weights(out, given, format="gguf", quantize=name.lower()) == [str(out)]
+    assert kiln_np.save_weights(out, given, format="gguf", quantize=f"*={name.lower()}") == [
+        str(out)
+    ]
     with kiln_np.open_weights(out) as got:
         assert list(got) == list(given)
         for key in ("token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
@@ -293,7 +380,7 @@ def test_float32_bytes_in_memory_not_aligned_are_copied(tmp_path: Path) -> None:
     raw[1:] = x.tobytes()
     misaligned = Payload(kiln_np.Code.F32, memoryview(raw)[1:], x.shape)
     out = tmp_path / "o.gguf"
-    kiln_np.save_weights(out, {"x": misaligned}, format="gguf", quantize="q8_0")
+    kiln_np.save_weights(out, {"x": misaligned}, format="gguf", quantize="*=q8_0")
     with kiln_np.open_weights(out) as got:
         assert payload_bytes(got["x"]) == bytes(quantize(x, "q8_0").data)
 
@@ -307,7 +394,9 @@ def test_chunk_boundaries_and_progress(tmp_path: Path, monkeypatch: pytest.Monke
     done: list[int] = []
     for given in (tensors, kiln_np.open_weights(src)):
         out = tmp_path / "o.gguf"
-        kiln_np.save_weights(out, given, format="gguf", quantize="q8_0,n=f16", progress=done.append)
+        kiln_np.save_weights(
+            out, given, format="gguf", quantize="n=f16,*=q8_0", progress=done.append
+        )
         with kiln_np.open_weights(out) as got:
             assert payload_bytes(got["a"]) == bytes(quantize(tensors["a"], "q8_0").data)
             assert payload_bytes(got["h"]) == bytes(quantize(tensors["h"], "q8_0").data)
@@ -340,7 +429,7 @@ def test_f64_to_f16_rounds_twice_as_llama_cpp_s_converters_do(tmp_path: Path) ->
     # 1 + 2**-11 + 2**-40: float32 rounds it to 1 + 2**-11 (a tie for f16), which goes even
     v = np.array([1 + 2**-11 + 2**-40], np.float64)
     out = tmp_path / "o.gguf"
-    kiln_np.save_weights(out, {"v": v}, format="gguf", quantize="f16")
+    kiln_np.save_weights(out, {"v": v}, format="gguf", quantize="*=f16")
     with kiln_np.open_weights(out) as got:
         assert np.frombuffer(got["v"].payload().data, np.float16).tolist() == [1.0]
     assert v.astype(np.float16).tolist() == [1.0009765625]  # once: up
@@ -362,7 +451,7 @@ def test_a_nan_in_the_third_tensor_leaves_no_output(
         quantize(third, "q8_0")
     out = tmp_path / ("o.gguf" if target == "gguf" else "o")
     with pytest.raises(KilnError) as info:
-        kiln_np.save_weights(out, tensors, format=target, quantize="q8_0")
+        kiln_np.save_weights(out, tensors, format=target, quantize="*=q8_0")
     assert info.value.kind == "TYPE"
     assert info.value.message == f"tensor 'c': {direct.value.message}"
     assert "at index (2, 5)" in info.value.message
@@ -375,7 +464,7 @@ def test_f64_beyond_float32_s_range_is_named_as_such(tmp_path: Path) -> None:
     with pytest.raises(KilnError) as direct, np.errstate(over="ignore"):
         quantize(x, "q8_0")
     with pytest.raises(KilnError) as info:
-        kiln_np.save_weights(tmp_path / "o.gguf", {"x": x}, format="gguf", quantize="q8_0")
+        kiln_np.save_weights(tmp_path / "o.gguf", {"x": x}, format="gguf", quantize="*=q8_0")
     assert info.value.message == f"tensor 'x': {direct.value.message}"
     assert "found 1e+39 (beyond float32's range) at index (0, 7)" in info.value.message
 
@@ -412,8 +501,11 @@ def test_gguf_to_gguf_keeps_metadata_and_blocks(tmp_path: Path) -> None:
         kiln_np.save_weights(out, given, format="gguf", metadata=given.metadata, quantize=policy)
         before = read_gguf(src)
     after = read_gguf(out)
-    assert dict(after.metadata) == dict(before.metadata)
-    assert dict(after.metadata.types) == dict(before.metadata.types)
+    # llama-quantize's Q8_0 file: the source's keys, then its two (issue 38)
+    added = {"general.quantization_version": 2, "general.file_type": 7}
+    assert dict(after.metadata) == dict(before.metadata) | added
+    u32 = dict.fromkeys(added, "uint32")
+    assert dict(after.metadata.types) == dict(before.metadata.types) | u32
     with kiln_np.open_weights(out) as got:
         assert payload_bytes(got["q"]) == bytes(tensors["q"].data)
         assert got["token_embd.weight"].info.element.name == "f16"
@@ -423,7 +515,7 @@ def test_gguf_to_gguf_keeps_metadata_and_blocks(tmp_path: Path) -> None:
 def test_gguf_py_reads_the_types_and_shapes(tmp_path: Path) -> None:
     out = tmp_path / "o.gguf"
     tensors = model()
-    kiln_np.save_weights(out, tensors, format="gguf", quantize="q8_0,*norm*=f16")
+    kiln_np.save_weights(out, tensors, format="gguf", quantize="*norm*=f16,*=q8_0")
     reader = gguf.GGUFReader(str(out))
     found = {t.name: (t.tensor_type.name, t.shape.tolist()) for t in reader.tensors}
     assert found == {
@@ -478,9 +570,9 @@ def test_splits_are_cut_by_the_quantized_sizes(tmp_path: Path) -> None:
     tensors = {"a": rand((8, 64)), "b": rand((8, 64))}  # 2 KiB each; 544 bytes as Q8_0
     out = tmp_path / "m.gguf"
     assert len(save_weights_paths(out, tensors, format="gguf", max_shard_size=1100)) == 2
-    paths = save_weights_paths(out, tensors, format="gguf", max_shard_size=1100, quantize="q8_0")
+    paths = save_weights_paths(out, tensors, format="gguf", max_shard_size=1100, quantize="*=q8_0")
     assert paths == [str(out)]
-    names = kiln_np.save_weights(out, tensors, format="gguf", max_shard_size=600, quantize="q8_0")
+    names = kiln_np.save_weights(out, tensors, format="gguf", max_shard_size=600, quantize="*=q8_0")
     assert [os.path.basename(p) for p in names] == [f"m-0000{i}-of-00002.gguf" for i in (1, 2)]
     with kiln_np.open_weights(names[0]) as got:
         assert payload_bytes(got["b"]) == bytes(quantize(tensors["b"], "q8_0").data)
@@ -509,7 +601,46 @@ def test_memory_is_bounded_buffers_not_a_tensor(tmp_path: Path, dtype: str) -> N
     del big
     out = tmp_path / "o.gguf"
     with kiln_np.open_weights(src) as given:
-        peak = _peak(lambda: kiln_np.save_weights(out, given, format="gguf", quantize="q8_0"))
+        peak = _peak(lambda: kiln_np.save_weights(out, given, format="gguf", quantize="*=q8_0"))
     assert peak <= 16 << 20, peak  # 8 MiB of source bytes, a float32 buffer (bf16), 2 MiB out
     with kiln_np.open_weights(out) as got:
         assert got["a"].byte_length == (16 << 20) // 32 * 34
+
+
+# -- an architecture llama.cpp does not know (issue 38, item 5) -------------------------
+
+
+def test_a_diffusion_model_gets_the_generic_rules_and_ggml_s_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A flux-like GGUF (as ComfyUI-GGUF writes them): an architecture llama.cpp does not
+    # load, no block count. llama-quantize refuses it; kiln_np quantizes it by the
+    # generic rules, each tensor's bytes kiln_np.gguf.quantize's (ggml's, as the golden
+    # vectors of tests/fixtures/ggml/make_ggml_quant_golden.py hold it to, via ctypes).
+    tensors = {
+        "img_in.weight": rand((4, 64), np.float16, 1),  # rows of 64: not whole Q4_K blocks
+        "img_in.bias": rand((4,), np.float32, 2),
+        "double_blocks.0.img_attn.qkv.weight": rand((6, 256), np.float16, 3),
+        "double_blocks.0.img_mlp.0.weight": rand((8, 256), np.float16, 4),
+        "final_layer.linear.weight": rand((2, 512), np.float32, 5),
+    }
+    src, out = tmp_path / "flux.gguf", tmp_path / "flux-Q4_K_M.gguf"
+    kiln_np.save_weights(src, tensors, format="gguf", metadata={"general.architecture": "flux"})
+    assert main(["convert", str(src), str(out), "--quantize", "Q4_K_M"]) == 0
+    err = capsys.readouterr().err
+    assert "note: no 'flux.block_count' (llama.cpp would not load the model): the generic " in err
+    with kiln_np.open_weights(out) as got:
+        types = {n: t.info.element.name for n, t in got.items()}
+        assert types == {
+            "double_blocks.0.img_attn.qkv.weight": "ggml.q4_k",
+            "double_blocks.0.img_mlp.0.weight": "ggml.q4_k",
+            "final_layer.linear.weight": "ggml.q4_k",
+            "img_in.bias": "f32",  # not a weight: kept
+            "img_in.weight": "ggml.q5_0",  # llama.cpp's fallback for Q4_K on rows of 64
+        }
+        for name, t in got.items():
+            if t.info.layout is not None:
+                block = t.info.layout.name.removeprefix("ggml.")
+                assert payload_bytes(t) == bytes(quantize(tensors[name], block).data), name
+        assert got.metadata["general.file_type"] == 15
+        assert list(got.metadata)[-2:] == ["general.quantization_version", "general.file_type"]

@@ -17,12 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kiln_np import KilnError
+from kiln_np._quants.filetypes import COPY, OPTIONS, quantize_option
 from kiln_np._quants.mix import (
-    FILE_TYPES,
     GGML_TYPE_NAMES,
     Choice,
     choose_types,
-    file_type,
     llama_order_key,
     model_facts,
 )
@@ -84,24 +83,28 @@ def chosen(ftype: str, model: Any = None, **flags: Any) -> dict[str, str]:
 
 
 def test_file_types_are_llama_quantizes_options() -> None:
-    assert len(FILE_TYPES) == 39
-    assert [FILE_TYPES[n].mix for n in ("Q3_K", "Q4_K", "Q5_K")] == ["Q3_K_M", "Q4_K_M", "Q5_K_M"]
-    # A number finds the first name with it, as try_parse_ftype does.
-    assert [file_type(n).name for n in (0, 12, 15, 17, "7")] == [
+    assert len(OPTIONS) == 39
+    assert [OPTIONS[n].option for n in ("Q3_K", "Q4_K", "Q5_K")] == ["Q3_K_M", "Q4_K_M", "Q5_K_M"]
+    # A number finds its row (COPY writes 0 too, but 0 is F32's row).
+    assert [quantize_option(n).option for n in (0, 12, 15, 17, "7")] == [
         "F32",
-        "Q3_K",
-        "Q4_K",
-        "Q5_K",
+        "Q3_K_M",
+        "Q4_K_M",
+        "Q5_K_M",
         "Q8_0",
     ]
-    assert file_type("iq4_xs").default == "IQ4_XS"
-    assert (file_type("IQ2_S").default, file_type("IQ2_M").default) == ("IQ2_XS", "IQ2_S")
+    assert quantize_option("copy") is COPY
+    assert quantize_option("iq4_xs").default == "IQ4_XS"
+    assert (quantize_option("IQ2_S").default, quantize_option("IQ2_M").default) == (
+        "IQ2_XS",
+        "IQ2_S",
+    )
 
 
 @pytest.mark.parametrize("bad", ["Q4_K_X", "NVFP4", 4, 39, True, "", " q8_0", None, 1.0])
 def test_unknown_file_types_are_refused(bad: Any) -> None:
     with pytest.raises(KilnError, match="expected a llama-quantize file type"):
-        file_type(bad)
+        quantize_option(bad)
 
 
 def test_type_names_are_gguf_types_names() -> None:
@@ -144,9 +147,7 @@ def test_per_layer_head_counts_read_layer_0() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"general.architecture": None}, "architecture's name"),
         ({"general.architecture": b"llama"}, "architecture's name"),
-        ({"llama.block_count": None}, "block_count' to be an integer in 1..512"),
         ({"llama.block_count": 0}, "in 1..512, found 0"),
         ({"llama.block_count": 513}, "in 1..512, found 513"),
         ({"llama.block_count": True}, "found bool"),
@@ -171,6 +172,32 @@ def test_hostile_metadata_is_refused(change: dict[str, object], message: str) ->
     with pytest.raises(KilnError, match=message) as info:
         choose_types("Q4_K_M", tensors, {k: v for k, v in metadata.items() if v is not None})
     assert info.value.kind == "TYPE"
+
+
+@pytest.mark.parametrize(
+    ("change", "missing"),
+    [
+        ({"general.architecture": None}, "general.architecture"),
+        ({"llama.block_count": None}, "llama.block_count"),
+    ],
+)
+def test_a_model_llama_cpp_would_not_load_gets_the_generic_rules(
+    change: dict[str, object], missing: str
+) -> None:
+    tensors, metadata = llama(8)
+    metadata = {k: v for k, v in (metadata | change).items() if v is not None}
+    model = model_facts(metadata, layers=8)
+    assert model.generic.startswith(f"no {missing!r} (llama.cpp would not load the model)")
+    assert (model.n_layer, model.n_head, model.n_expert, model.class_70b) == (8, 0, 0, False)
+    got = types(choose_types("Q4_K_M", tensors, metadata))
+    # The layers are counted from the names: use_more_bits picks the same layers.
+    assert got == types(
+        choose_types(
+            "Q4_K_M", tensors, {**metadata, "general.architecture": "x", "x.block_count": 8}
+        )
+    )
+    assert got["blk.0.ffn_down.weight"] == "Q6_K"
+    assert got["blk.4.ffn_down.weight"] == "Q4_K"
 
 
 # -- the flags -----------------------------------------------------------------------
@@ -580,7 +607,7 @@ _PARTS = st.sampled_from(
             "llama.attention.head_count": st.integers(0, 9),
         }
     ),
-    ftype=st.sampled_from(list(FILE_TYPES)),
+    ftype=st.sampled_from(list(OPTIONS)),
     flags=st.fixed_dictionaries(
         {},
         optional={

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from snapshot_models import MODELS, SnapshotModel
 
-from kiln_np._quants.mix import FILE_TYPES, Choice, choose_types, llama_order_key
+from kiln_np._quants.filetypes import OPTIONS
+from kiln_np._quants.mix import Choice, choose_types, llama_order_key
 from kiln_np._quants.mix_rules import Tensor, refusal
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_quant"
@@ -62,7 +63,7 @@ def test_snapshot(model: SnapshotModel) -> None:
     names = {name for name, _ in model.tensors()}
     failures: list[str] = []
     for ftype, default, listed in sections:
-        assert FILE_TYPES[ftype].default == default, ftype
+        assert OPTIONS[ftype].default == default, ftype
         assert set(listed) <= names, f"[{ftype}] lists tensors the model lacks"
         choices = snapshot_choices(model, ftype)
         for c in choices:

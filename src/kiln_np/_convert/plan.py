@@ -43,9 +43,16 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._files.io import open_regular_raw, replacing
 from kiln_np._quants.elements import element_of
+from kiln_np._quants.filetypes import (
+    COPY,
+    QUANTIZATION_VERSION,
+    file_type_number,
+    guessed_file_type,
+)
+from kiln_np._quants.mix import llama_order_key, pruned_block_count
 from kiln_np._weights.weights import Weights
 
-from .policy import QuantizePolicy, as_policy
+from .policy import QuantizePolicy, as_policy, generic_rules
 from .row import Sharded, WeightFormat
 from .sources import (
     Dequantize,
@@ -60,12 +67,14 @@ __all__ = [
     "CLI",
     "PLAIN_CONFIG",
     "PYTHON",
+    "KeyValues",
     "OptionsError",
     "Plan",
     "Spelling",
     "Step",
     "carried_metadata",
     "execute",
+    "file_type_metadata",
     "plan_conversion",
     "remove_stale",
     "save_as",
@@ -153,6 +162,9 @@ class Plan:
     max_shard_size: int | None
     dequantize: str | None
     quantize: QuantizePolicy | None
+    notes: tuple[str, ...] = ()
+    """What the output says beside the steps: which rules of a llama-quantize
+    file type's mix did not apply to a model llama.cpp would not load."""
 
     @property
     def outputs(self) -> list[str]:
@@ -165,7 +177,8 @@ class Plan:
         >>> import numpy as np
         >>> from kiln_np.formats import FORMATS
         >>> row = next(r for r in FORMATS if r.name == "gguf")
-        >>> plan = plan_conversion({"w": np.ones((2, 32), "<f4")}, "m.gguf", row, quantize="q8_0")
+        >>> w = {"blk.0.ffn_up.weight": np.ones((2, 32), "<f4")}
+        >>> plan = plan_conversion(w, "m.gguf", row, quantize="q8_0")
         >>> plan.totals()["actions"], plan.totals()["target_bytes"]
         ({'quantize': 1}, 68)
         """
@@ -235,10 +248,13 @@ def plan_conversion(
     >>> import numpy as np
     >>> from kiln_np.formats import FORMATS
     >>> row = next(r for r in FORMATS if r.name == "gguf")
-    >>> w = {"w": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
-    >>> plan = plan_conversion(w, "/tmp/m.gguf", row, quantize="q8_0")
+    >>> w = {"blk.0.ffn_up.weight": np.ones((2, 64), "<f4"),
+    ...      "blk.0.ffn_norm.weight": np.ones(64, "<f4")}
+    >>> plan = plan_conversion(w, "/tmp/m.gguf", row, quantize="q8_0")  # llama.cpp's order
     >>> [(s.name, s.action, s.target_type) for s in plan.steps]
-    [('w', 'quantize', 'ggml.q8_0'), ('b', 'keep', 'f32')]
+    [('blk.0.ffn_norm.weight', 'keep', 'f32'), ('blk.0.ffn_up.weight', 'quantize', 'ggml.q8_0')]
+    >>> plan.steps[0].reason
+    'Q8_0 does not quantize it (1-D)'
     >>> plan.paths
     ('/tmp/m.gguf',)
     """
@@ -267,7 +283,27 @@ def plan_conversion(
             "TYPE",
             f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
         )
-    sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy)
+    model = metadata
+    if model is None and isinstance(tensors, Weights):
+        model = tensors.metadata  # the mix reads the model's metadata, carried or not
+    if policy is not None and policy.override_kv:  # llama.cpp's loader reads them too
+        model = {**(model or {}), **{key: value for key, _, value in policy.override_kv}}
+    sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
+    notes: tuple[str, ...] = ()
+    if policy is not None and policy.file_type is not None:
+        generic = generic_rules((s.name for s in sources), model)
+        notes = (generic,) if generic else ()
+        # llama-quantize's file: weight_name_comparer's order, its two keys last
+        sources.sort(key=lambda s: llama_order_key(s.name))
+        number = policy.file_type.number
+        if policy.file_type is COPY:  # the input's, or the loader's guess
+            found = file_type_number((model or {}).get("general.file_type"))
+            types = (s.info.element.name.removeprefix("ggml.").upper() for s in sources)
+            number = guessed_file_type(types) if found is None else found
+        labelled = file_type_metadata(
+            metadata, number, policy.override_kv, _block_count(policy, tensors, model)
+        )
+        metadata = labelled if row.carries(labelled) else metadata
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
     directory = None
@@ -292,7 +328,64 @@ def plan_conversion(
         max_shard_size,
         None if code is None else code.name.lower(),
         policy,
+        notes,
     )
+
+
+def _block_count(
+    policy: QuantizePolicy, tensors: Mapping[str, Any], model: Mapping[str, Any] | None
+) -> tuple[str, int] | None:
+    """``({arch}.block_count, layers kept)`` under ``--prune-layers``, else None."""
+    prune = policy.flags["prune_layers"]
+    arch = (model or {}).get("general.architecture")
+    if not prune or not isinstance(arch, str):
+        return None
+    names = sorted((n for n in tensors if isinstance(n, str)), key=llama_order_key)
+    return f"{arch}.block_count", pruned_block_count(names, prune)
+
+
+class KeyValues(dict[str, Any]):
+    """Metadata with each key's GGUF type spelled (:attr:`types`), as a GGUF
+    file's own metadata has them: what the plan hands a writer when it adds keys.
+
+    >>> KeyValues({"n": 1}, {"n": "uint32"}).types
+    {'n': 'uint32'}
+    """
+
+    def __init__(self, values: Mapping[str, Any], types: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.types = dict(types)
+
+
+def file_type_metadata(
+    metadata: Mapping[str, Any] | None,
+    number: int,
+    overrides: Sequence[tuple[str, str, Any]] = (),
+    block_count: tuple[str, int] | None = None,
+) -> KeyValues:
+    """``metadata`` as ``llama-quantize`` writes it for file type ``number``: the
+    input's keys in order (with their types), then ``general.quantization_version``
+    and ``general.file_type`` (``uint32``) moved to the end, then each of
+    ``overrides`` (``(key, type, value)``, ``--override-kv``) moved or added there,
+    then ``block_count`` (``(key, count)``, after ``--prune-layers``).
+
+    >>> m = file_type_metadata({"general.file_type": 1, "a": "x"}, 15)
+    >>> list(m.items()), m.types["general.file_type"]
+    ([('a', 'x'), ('general.quantization_version', 2), ('general.file_type', 15)], 'uint32')
+    """
+    given = {} if metadata is None else metadata
+    types = dict(getattr(given, "types", None) or {})
+    last = ("general.quantization_version", "general.file_type")
+    values = {k: v for k, v in given.items() if k not in last}
+    types = {k: v for k, v in types.items() if k not in last}
+    values["general.quantization_version"] = QUANTIZATION_VERSION
+    values["general.file_type"] = number
+    types |= {last[0]: "uint32", last[1]: "uint32"}
+    count = () if block_count is None else ((block_count[0], "uint32", block_count[1]),)
+    for key, kind, value in (*overrides, *count):  # gguf_set_val_*: removed, then appended
+        values.pop(key, None)
+        values[key], types[key] = value, kind
+    return KeyValues(values, types)
 
 
 def execute(plan: Plan, *, progress: Progress | None = None) -> list[str]:
@@ -432,13 +525,15 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     if s.quantized is not None:
         values = s.quantized.values
         assert policy is not None  # only a policy quantizes
-        reason = f"{_rule(policy, s.name)} of the policy"
+        reason = s.rule or f"{_rule(policy, s.name)} of the policy"
         return Step(
             s.name, "quantize", reason, values.element.name, target_type, values.byte_length,
             info.byte_length, values.count,
         )  # fmt: skip
     action, reason = ("keep", s.kept) if s.kept is not None else ("copy", "its bytes as they are")
-    if s.kept is None and policy is not None and policy.type_for(s.name) is not None:
+    if s.rule is not None and s.kept is None:
+        reason = f"{s.rule}: already {target_type}"
+    elif s.kept is None and policy is not None and policy.type_for(s.name) is not None:
         reason = f"{_rule(policy, s.name)} of the policy: already {target_type}"
     n = info.byte_length
     return Step(s.name, action, reason, target_type, target_type, n, n, _elements(info))

@@ -23,21 +23,37 @@ The grammar (``kiln-np convert --quantize`` and ``save_weights(quantize=...)``):
   bare ``TYPE`` (at most one, anywhere in the string) is the default for a
   tensor no pattern matches; without one, such a tensor keeps its type.
 
-A GGML type applies to a float tensor (f32, f16, bf16, or f64, rounded to f32 to
-nearest even first, as llama.cpp's converters do) of two dims or more whose rows
-(the innermost dim) are a whole number of the type's blocks; every other tensor
-keeps its type, with the reason :func:`decide` gives.  A float type applies to a
-float tensor of any shape: widening is exact, narrowing rounds to nearest even
-(as ggml's converters do; past the type's range: infinity); a NaN is refused
-(its payload bits are not kept alike by every converter).  GGML blocks keep
+**One meaning of a type name.**  A bare default that names a llama-quantize
+file type (``Q4_K_M``, ``q4_k``, ``q8_0``, ``IQ4_XS``, ``f16``, ``COPY``: the
+names of ``kiln_np._quants.filetypes.OPTIONS``) is that file type's *mix*, as
+every llama.cpp user means it: each tensor gets the type llama.cpp's
+``llama-quantize`` gives it (:func:`mix_decisions`, over all the tensors at once,
+with the model's GGUF metadata); the ``PATTERN=TYPE`` entries override it per
+tensor as ``--tensor-type`` does (only where the file type would quantize the
+tensor; a row that is not whole blocks of the type still falls back as
+llama.cpp's does), and the flags of ``llama-quantize`` apply (``pure``,
+``output_tensor_type``, ``token_embedding_type``, ``tensor_types``,
+``leave_output_tensor``).  ``pure=True`` gives every tensor llama.cpp
+quantizes the default's own type (``Q4_K`` for ``Q4_K_M``).  A bare GGML type
+with no file type of its name (``nvfp4``, ``mxfp4``), or no bare type at all,
+keeps the rules below: the type applies to every tensor it can.
+
+Without a file type, a GGML type applies to a float tensor (f32, f16, bf16, or
+f64, rounded to f32 to nearest even first, as llama.cpp's converters do) of two
+dims or more whose rows (the innermost dim) are a whole number of the type's
+blocks; every other tensor keeps its type, with the reason :func:`decide` gives.
+A float type applies to a float tensor of any shape: widening is exact,
+narrowing rounds to nearest even (as ggml's converters do; past the type's
+range: infinity); a NaN is refused (its payload bits are not kept alike by every
+converter).  GGML blocks keep
 their type whatever the policy says: kiln_np does not requantize.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
-from typing import Final, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, NamedTuple, final
 
 from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
@@ -45,9 +61,27 @@ from kiln_np._core.payload import PayloadInfo
 from kiln_np._core.table import Code
 from kiln_np._quants.blocks import BLOCKS, Block
 from kiln_np._quants.elements import element_of
+from kiln_np._quants.filetypes import OPTIONS, FileType
+from kiln_np._quants.mix import (
+    Choice,
+    MixTensor,
+    choose_types,
+    counted_layers,
+    llama_order_key,
+    model_facts,
+)
 from kiln_np._quants.quantize import ENCODERS, refusal
 
-__all__ = ["FLOAT_TARGETS", "QuantizePolicy", "Target", "as_policy", "decide"]
+__all__ = [
+    "FLOAT_TARGETS",
+    "Decision",
+    "QuantizePolicy",
+    "Target",
+    "as_policy",
+    "decide",
+    "generic_rules",
+    "mix_decisions",
+]
 
 FLOAT_TARGETS: Final = {"f32": Code.F32, "f16": Code.F16, "bf16": Code.BF16}
 """The float types a policy stores tensors as, by the name it spells them with."""
@@ -108,46 +142,81 @@ def _rule(pattern: str, type_: str, where: str, seen: set[str]) -> tuple[str, st
     return pattern, _type(type_, where)
 
 
+def _default(text: str, where: str) -> str:
+    """The canonical spelling of a bare default: a llama-quantize file type's
+    name upper case (``"Q4_K_M"``, ``"F16"``), else a policy type (:func:`_type`)."""
+    return text.upper() if text.upper() in OPTIONS else _type(text, where)
+
+
 @set_module("kiln_np")
 @final
 class QuantizePolicy:
     """Which type each tensor is written as, by name: ``save_weights(...,
     quantize=)`` and ``kiln-np convert --quantize`` take one (or its string).
 
+    ``default`` is a llama-quantize file type (``"Q4_K_M"``, ``"q8_0"``,
+    ``"f16"``: :attr:`file_type`), whose mix gives each tensor the type
+    llama.cpp's ``llama-quantize`` gives it; or a GGML type with no file type
+    of its name (``"nvfp4"``, ``"mxfp4"``), given to every tensor it can be.
     ``rules`` are ``(pattern, type)`` pairs tried in order, the first whose
     glob (:func:`fnmatch.fnmatchcase`, case-sensitive, against the whole name)
-    matches giving the type; ``default`` is the type of a tensor none matches
-    (None: it keeps its type).  Types are GGML types kiln_np quantizes to
-    (``"Q8_0"``, ``"q4_k"``: any case) or ``"f32"``, ``"f16"``, ``"bf16"``;
-    they are kept in canonical spelling (GGML types upper case, float types
-    lower case).  :meth:`parse` reads the string grammar (``kiln_np._convert.policy``
-    documents it); ``str()`` gives it back.
+    matches giving the type (over a file type's mix, as ``--tensor-type``
+    does).  Types are GGML types kiln_np quantizes to (``"Q8_0"``,
+    ``"q4_k"``: any case) or ``"f32"``, ``"f16"``, ``"bf16"``; they are kept
+    in canonical spelling (GGML types and file types upper case, float types
+    lower case).  :meth:`parse` reads the string grammar
+    (``kiln_np._convert.policy`` documents it); ``str()`` gives it back.
+
+    The keywords are ``llama-quantize``'s flags, for a file type only:
+    ``pure`` (``--pure``), ``output_tensor_type``, ``token_embedding_type``
+    (GGML type names), ``tensor_types`` (``--tensor-type`` entries,
+    ``"PATTERN=TYPE"``: the pattern lower-cased and searched as a regular
+    expression, tried after ``rules``), ``leave_output_tensor``, ``prune_layers``,
+    ``override_kv`` (``"KEY=TYPE:VALUE"``), ``allow_requantize`` (GGML blocks whose
+    type the mix changes are decoded to float32 and quantized, as llama-quantize's
+    ``--allow-requantize`` does; TYPE without it).
 
     Raises
     ------
     KilnError
         TYPE for a type it cannot write (an unknown name, an IQ1/IQ2/IQ3 type,
         which needs an importance matrix), an empty or malformed pattern, a
-        pattern given twice, a rule that is not a pair of strings.
+        pattern given twice, a rule that is not a pair of strings, a flag
+        without a file type, a flag's malformed type or pattern.
 
     Examples
     --------
     >>> p = QuantizePolicy.parse("q8_0, *norm*=f32")
     >>> p
     QuantizePolicy('*norm*=f32,Q8_0')
-    >>> p.rules, p.default
-    ((('*norm*', 'f32'),), 'Q8_0')
+    >>> p.rules, p.default, p.file_type.number
+    ((('*norm*', 'f32'),), 'Q8_0', 7)
     >>> p.type_for("blk.0.attn_norm.weight"), p.type_for("blk.0.attn_q.weight")
     ('f32', 'Q8_0')
     >>> QuantizePolicy([("*.ffn_down.*", "Q8_0")]).type_for("output.weight") is None
     True
-    >>> QuantizePolicy(default="q8_0") == QuantizePolicy.parse("Q8_0")
+    >>> QuantizePolicy(default="q4_k", pure=True)
+    QuantizePolicy('Q4_K', pure=True)
+    >>> QuantizePolicy.parse("nvfp4").file_type is None
     True
     """
 
-    __slots__ = ("_default", "_rules")
+    __slots__ = ("_default", "_flags", "_override_kv", "_rules")
 
-    def __init__(self, rules: Iterable[tuple[str, str]] = (), default: str | None = None) -> None:
+    def __init__(
+        self,
+        rules: Iterable[tuple[str, str]] = (),
+        default: str | None = None,
+        *,
+        pure: bool = False,
+        output_tensor_type: str | None = None,
+        token_embedding_type: str | None = None,
+        tensor_types: Iterable[str] = (),
+        leave_output_tensor: bool = False,
+        prune_layers: Iterable[int] = (),
+        override_kv: Iterable[str] = (),
+        allow_requantize: bool = False,
+    ) -> None:
         checked: list[tuple[str, str]] = []
         seen: set[str] = set()
         for rule in rules:
@@ -167,11 +236,41 @@ class QuantizePolicy:
                 "TYPE", f"expected the default type as a str or None, found {show_value(default)}"
             )
         self._rules = tuple(checked)
-        self._default = None if default is None else _type(default, "the default type: ")
+        self._default = None if default is None else _default(default, "the default type: ")
+        if isinstance(tensor_types, str):
+            tensor_types = [tensor_types]  # choose_types refuses it, naming the string
+        flags: dict[str, Any] = {
+            "pure": bool(pure),
+            "output_tensor_type": output_tensor_type,
+            "token_embedding_type": token_embedding_type,
+            "tensor_types": tuple(tensor_types),
+            "leave_output_tensor": bool(leave_output_tensor),
+            "prune_layers": tuple(prune_layers),
+            "allow_requantize": bool(allow_requantize),
+        }
+        if isinstance(override_kv, str):
+            override_kv = [override_kv]
+        self._override_kv = tuple(_kv_override(entry) for entry in override_kv)
+        given = {k: v for k, v in flags.items() if v not in (False, None, ())}
+        given |= {"override_kv": True} if self._override_kv else {}
+        if given and self.file_type is None:
+            raise KilnError(
+                "TYPE",
+                f"expected a llama-quantize file type as the default for "
+                f"{', '.join(given)} (Q4_K_M, q8_0, ...), found "
+                f"{'no default' if self._default is None else repr(self._default)}",
+            )
+        if self._default is not None and self.file_type is not None:  # checked on no tensor
+            choose_types(self._default, [], {}, name_types=self._rules, **flags)
+            flags["output_tensor_type"] = _upper(output_tensor_type)
+            flags["token_embedding_type"] = _upper(token_embedding_type)
+            flags["prune_layers"] = tuple(sorted({int(p) for p in flags["prune_layers"]}))
+        self._flags = flags
 
     @classmethod
-    def parse(cls, text: str) -> QuantizePolicy:
-        """The policy a string of the grammar spells: ``"q4_k,*.ffn_down.*=q6_k"``.
+    def parse(cls, text: str, **flags: Any) -> QuantizePolicy:
+        """The policy a string of the grammar spells: ``"q4_k,*.ffn_down.*=q6_k"``;
+        ``flags`` are the constructor's keywords.
 
         Raises
         ------
@@ -204,14 +303,14 @@ class QuantizePolicy:
                         f"{where}expected at most one bare TYPE (the default), found a second "
                         f"after {default!r}",
                     )
-                default = _type(entry, where)
+                default = _default(entry, where)
                 continue
             if "=" in type_:
                 raise KilnError(
                     "TYPE", f"{where}expected PATTERN=TYPE with one '=', found {entry.count('=')}"
                 )
             rules.append(_rule(pattern.strip(), type_.strip(), where, seen))
-        return cls(rules, default)
+        return cls(rules, default, **flags)
 
     @property
     def rules(self) -> tuple[tuple[str, str], ...]:
@@ -222,6 +321,39 @@ class QuantizePolicy:
     def default(self) -> str | None:
         """The type of a tensor no pattern matches, or None (it keeps its type)."""
         return self._default
+
+    @property
+    def file_type(self) -> FileType | None:
+        """The llama-quantize file type :attr:`default` names (its mix chooses
+        each tensor's type), or None.
+
+        >>> QuantizePolicy.parse("q4_k").file_type.option
+        'Q4_K_M'
+        """
+        return None if self._default is None else OPTIONS.get(self._default)
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        """``llama-quantize``'s flags, as :func:`~kiln_np._quants.mix.choose_types`
+        takes them: ``pure``, ``output_tensor_type``, ``token_embedding_type``
+        (upper case, or None), ``tensor_types``, ``leave_output_tensor``,
+        ``prune_layers`` (sorted).
+
+        >>> QuantizePolicy.parse("q8_0", pure=True).flags["pure"]
+        True
+        """
+        return dict(self._flags)
+
+    @property
+    def override_kv(self) -> tuple[tuple[str, str, Any], ...]:
+        """``--override-kv`` entries as ``(key, GGUF type, value)``, in order:
+        ``int`` as ``uint32`` of its absolute value (as llama-quantize writes it),
+        ``float`` as ``float32``, ``bool``, ``str``.
+
+        >>> QuantizePolicy.parse("q8_0", override_kv=["a.b=int:-3"]).override_kv
+        (('a.b', 'uint32', 3),)
+        """
+        return self._override_kv
 
     def type_for(self, name: str) -> str | None:
         """The type the policy asks for tensor ``name``: the first matching rule's,
@@ -236,15 +368,64 @@ class QuantizePolicy:
         return ",".join(parts if self._default is None else [*parts, self._default])
 
     def __repr__(self) -> str:
-        return f"QuantizePolicy({str(self)!r})"
+        given = [f"{k}={v!r}" for k, v in self._flags.items() if v not in (False, None, ())]
+        entries = [f"{k}={t}:{v}" for k, t, v in self._override_kv]
+        given += [f"override_kv={entries!r}"] if entries else []
+        return f"QuantizePolicy({', '.join([repr(str(self)), *given])})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QuantizePolicy):
             return NotImplemented
-        return (self._rules, self._default) == (other._rules, other._default)
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self._rules, self._default))
+        return hash(self._key())
+
+    def _key(self) -> tuple[object, ...]:
+        return self._rules, self._default, tuple(self._flags.items()), self._override_kv
+
+
+_KV_TYPES: Final = {"int": "uint32", "float": "float32", "bool": "bool", "str": "string"}
+
+
+def _kv_override(entry: object) -> tuple[str, str, Any]:
+    """One ``--override-kv KEY=TYPE:VALUE`` entry read as llama.cpp's
+    ``string_parse_kv_override`` reads it (a key under 128 bytes; ``int``,
+    ``float``, ``bool`` (``true``/``false``), ``str`` of at most 127 bytes), but
+    strictly: a number must be all of the value.
+
+    >>> _kv_override("general.name=str:tiny"), _kv_override("x=float:0.5")
+    (('general.name', 'string', 'tiny'), ('x', 'float32', 0.5))
+    """
+    text = entry if isinstance(entry, str) else ""
+    key, eq, rest = text.partition("=")
+    kind, colon, value = rest.partition(":")
+    where = f"override_kv entry {show_value(entry)}: "
+    if not (isinstance(entry, str) and eq and colon and key and kind in _KV_TYPES):
+        raise KilnError(
+            "TYPE", f"{where}expected KEY=TYPE:VALUE, TYPE one of int, float, bool, str"
+        )
+    if len(key.encode("utf-8", "surrogateescape")) >= 128:
+        raise KilnError("TYPE", f"{where}expected a key of at most 127 bytes")
+    parsed: Any = value
+    try:
+        if kind == "int":
+            parsed = abs(int(value, 10)) % 2**32  # gguf_set_val_u32((uint32_t) abs(...))
+        elif kind == "float":
+            parsed = float(value)
+    except ValueError:
+        raise KilnError("TYPE", f"{where}expected a decimal {kind}, found {value!r}") from None
+    if kind == "bool":
+        if value not in ("true", "false"):
+            raise KilnError("TYPE", f"{where}expected true or false, found {value!r}")
+        parsed = value == "true"
+    if kind == "str" and len(value.encode("utf-8", "surrogateescape")) > 127:
+        raise KilnError("TYPE", f"{where}expected a value of at most 127 bytes")
+    return key, _KV_TYPES[kind], parsed
+
+
+def _upper(name: str | None) -> str | None:
+    return None if name is None else name.upper()
 
 
 def as_policy(quantize: object, option: str = "quantize") -> QuantizePolicy | None:
@@ -309,3 +490,122 @@ def decide(policy: QuantizePolicy, name: str, info: PayloadInfo) -> Target | str
             f"({block.elements} elements each)"
         )
     return block
+
+
+_GGML_IDS: Final = {
+    Code.F32: 0, Code.F16: 1, Code.BF16: 30, Code.F64: 28,
+    Code.I8: 24, Code.I16: 25, Code.I32: 26, Code.I64: 27,
+}  # fmt: skip
+"""The Kiln codes of GGUF's plain types: their GGML type ids."""
+
+
+class Decision(NamedTuple):
+    """What one tensor becomes under a file type's mix: ``target`` as :func:`decide`
+    gives it (a :class:`Block` type, a float :class:`Code`, None: written as it
+    is, a str: why it keeps its type), ``rule``, what chose its type, and ``name``,
+    its name in the output (``prune_layers`` renumbers layers; None: pruned)."""
+
+    target: Target | str | None
+    rule: str
+    name: str | None
+
+
+def _ggml_view(info: PayloadInfo) -> tuple[int, tuple[int, ...]] | None:
+    """The GGML type id and element shape of the tensor ``info`` describes, or
+    None for a type GGUF has no id for."""
+    if info.layout is None:
+        type_id = next((i for code, i in _GGML_IDS.items() if code == info.code), None)
+        return None if type_id is None else (type_id, info.shape)
+    block = element_of(info.code, info.layout).decoded
+    if block is None:
+        return None
+    shape = info.shape
+    return block.type_id, (*shape[:-1], shape[-1] * block.elements) if shape else ()
+
+
+def mix_decisions(
+    policy: QuantizePolicy,
+    tensors: Sequence[tuple[str, PayloadInfo]],
+    metadata: Mapping[str, Any] | None,
+) -> list[Decision]:
+    """Each tensor's :class:`Decision` under the file type of ``policy`` (its
+    :attr:`~QuantizePolicy.file_type`), chosen as ``llama-quantize`` chooses:
+    over all the tensors at once, in llama.cpp's order, with the model's GGUF
+    ``metadata`` (:func:`~kiln_np._quants.mix.choose_types`).  A tensor of a
+    type GGUF has no id for keeps its type and counts for nothing.
+
+    Raises
+    ------
+    KilnError
+        What :func:`~kiln_np._quants.mix.choose_types` refuses (an importance
+        matrix needed, a requantization, hostile metadata), and TYPE for a type
+        the mix chooses that kiln_np cannot write (an IQ3 type), naming the tensor.
+
+    >>> from kiln_np import payload_info
+    >>> ts = [("blk.0.ffn_down.weight", payload_info("f16", (256, 1408))),
+    ...       ("blk.0.attn_norm.weight", payload_info("f32", (256,)))]
+    >>> for d in mix_decisions(QuantizePolicy.parse("q4_k_m"), ts, None):
+    ...     print(getattr(d.target, "name", d.target), "-", d.rule)
+    Q8_0 - Q4_K_M rule for ffn_down: layer 0 of 1: use_more_bits; rows of 1408 are not ...
+    Q4_K_M does not quantize it (1-D) - kept: 1-D
+    """
+    assert policy.default is not None  # a policy with a file type
+    views = [_ggml_view(info) for _, info in tensors]
+    mixed = [
+        MixTensor(name, view[1], view[0])
+        for (name, _), view in zip(tensors, views, strict=True)
+        if view is not None
+    ]
+    mixed.sort(key=lambda t: llama_order_key(t.name))
+    meta = {} if metadata is None else metadata
+    choices = choose_types(policy.default, mixed, meta, name_types=policy.rules, **policy.flags)
+    by_name = {c.source: c for c in choices}
+    out: list[Decision] = []
+    for (name, info), view in zip(tensors, views, strict=True):
+        if view is None:
+            why = f"{info.element.name} has no GGML type: llama.cpp's mixes choose among GGUF's"
+            out.append(Decision(why, "", name))
+            continue
+        c = by_name.get(name)
+        if c is None:
+            out.append(Decision(None, "--prune-layers", None))
+            continue
+        out.append(Decision(_target(policy, name, info, view[0], c), c.rule, c.name))
+    return out
+
+
+def _target(
+    policy: QuantizePolicy, name: str, info: PayloadInfo, type_id: int, c: Choice
+) -> Target | str | None:
+    """What tensor ``name`` (``info``, of GGML type ``type_id``) becomes under choice ``c``."""
+    kind = info.element.name
+    if c.rule.startswith("kept: "):
+        return f"{policy.default} does not quantize it ({c.rule.removeprefix('kept: ')})"
+    if c.type_id == type_id:
+        return None
+    blocks = info.layout is not None and element_of(info.code, info.layout).decoded is not None
+    if info.code not in _FLOAT_SOURCES and not blocks:  # GGML blocks: allow_requantize
+        return f"{kind} is not a float type: {c.type_name} quantizes f32, f16, bf16 and f64 tensors"
+    if c.type_name.lower() in FLOAT_TARGETS:
+        return FLOAT_TARGETS[c.type_name.lower()]
+    if c.type_name not in ENCODERS:
+        raise KilnError(
+            "TYPE",
+            f"tensor {name!r}: {c.rule} gives it {c.type_name}, which kiln_np cannot "
+            f"write: {refusal(c.type_name)}",
+        )
+    return BLOCKS[c.type_name]
+
+
+def generic_rules(names: Iterable[str], metadata: Mapping[str, Any] | None) -> str:
+    """Why a file type's mix applies only llama.cpp's generic rules to the model
+    of tensors ``names`` and GGUF ``metadata``, and which rules that leaves out
+    ("" for a model llama.cpp would load: its architecture's rules apply).
+
+    >>> generic_rules(["blk.0.w"], {"general.architecture": "llama", "llama.block_count": 1})
+    ''
+    >>> generic_rules(["blk.0.w"], None).split(" (")[0]
+    "no 'general.architecture'"
+    """
+    meta = {} if metadata is None else metadata
+    return model_facts(meta, counted_layers(names)).generic

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -69,7 +70,7 @@ from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import WeightTensor, mapped_file
 
-from .policy import QuantizePolicy, as_policy, decide
+from .policy import Decision, QuantizePolicy, Target, as_policy, decide, mix_decisions
 
 __all__ = [
     "DEQUANTIZE_TYPES",
@@ -116,10 +117,13 @@ class Quantized(NamedTuple):
     """Where a quantized (or float-converted) tensor's values come from: the GGML
     ``block`` type it is quantized to (None for a float type: the written
     description's dtype) and the description of its float ``values``
-    (``values.offset`` in the source file)."""
+    (``values.offset`` in the source file); with ``decoded``, ``values`` are GGML
+    blocks of that type, decoded to float32 first (llama-quantize's
+    ``--allow-requantize``)."""
 
     block: Block | None
     values: PayloadInfo
+    decoded: Block | None = None
 
 
 class TensorSource(NamedTuple):
@@ -131,7 +135,8 @@ class TensorSource(NamedTuple):
     ``dequantized``, ``info`` describes the float tensor to write and ``data`` or
     ``file`` hold the GGML blocks it is decoded from; with ``quantized``, the float
     values it is quantized from.  ``kept`` says why a tensor that a quantize policy
-    names keeps its type (None otherwise).  With ``logical`` (a weight a
+    names keeps its type (None otherwise); ``rule``, what chose its type under a
+    llama-quantize file type's mix (None otherwise).  With ``logical`` (a weight a
     quantization scheme stores as parts, written as its values), ``info``
     describes the float tensor to write, decoded from the parts a bounded run
     of rows at a time.
@@ -146,6 +151,7 @@ class TensorSource(NamedTuple):
     quantized: Quantized | None = None
     kept: str | None = None
     logical: LogicalTensor | None = None
+    rule: str | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -165,6 +171,9 @@ class TensorSource(NamedTuple):
             return
         if self.dequantized is not None:
             self._write_dequantized(fd, self.dequantized, progress)
+            return
+        if self.quantized is not None and self.quantized.decoded is not None:
+            self._write_requantized(fd, self.quantized, self.quantized.decoded, progress)
             return
         if self.quantized is not None:
             self._write_quantized(fd, self.quantized, progress)
@@ -258,6 +267,42 @@ class TensorSource(NamedTuple):
                 bad = quantize_into(block.name, part, written)
                 if bad >= 0:
                     raise not_finite(block.name, values.shape, lo + bad, x[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
+            write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
+
+    def _write_requantized(
+        self, fd: int, how: Quantized, source: Block, progress: Progress | None
+    ) -> None:
+        """GGML blocks decoded to float32 (ggml's values) a run at a time, then
+        quantized (or rounded to the float type written); a run is whole blocks
+        of both types, so it never splits a block (rows are whole blocks of both)."""
+        unit = (
+            source.elements if how.block is None else math.lcm(source.elements, how.block.elements)
+        )
+        step = max(1, _QUANTIZE_CHUNK // unit) * unit
+        f32 = np.empty(step, np.float32)
+        out = (
+            np.empty(step, self.info.dtype)
+            if how.block is None
+            else np.empty(step // how.block.elements * how.block.bytes, U8)
+        )
+        run = step // source.elements * source.bytes
+        for start, chunk in self._byte_runs(how.values, run, "requantized"):
+            lo, part = (
+                start // source.bytes * source.elements,
+                f32[: chunk.size // source.bytes * source.elements],
+            )
+            dequantize_into(source.name, chunk, part)
+            if how.block is None:
+                written = self._floats(part, part, lo, out[: part.size])
+            else:
+                written = out[: part.size // how.block.elements * how.block.bytes]
+                bad = quantize_into(how.block.name, part, written)
+                if bad >= 0:
+                    raise not_finite(how.block.name, self.info.shape, lo + bad, part[bad]).prefixed(
                         f"tensor {self.name!r}: "
                     )
             write_all(fd, written.view(U8).data)
@@ -459,6 +504,7 @@ def tensor_sources(
     *,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[TensorSource]:
     """Check and describe every tensor of ``tensors`` (a mapping of names to
     :class:`WeightTensor`, :class:`~kiln_np.Payload` or arrays), in order,
@@ -473,7 +519,11 @@ def tensor_sources(
     With ``quantize`` (a :class:`~kiln_np.QuantizePolicy` or its string), each
     tensor the policy turns into GGML blocks or another float type is described
     as what :meth:`TensorSource.write_to` writes; each other tensor keeps its
-    bytes, and its ``kept`` says why (``kiln_np._convert.policy.decide``).
+    bytes, and its ``kept`` says why (``kiln_np._convert.policy.decide``); a
+    policy whose default is a llama-quantize file type chooses over all the
+    tensors at once, with the model's GGUF ``metadata``
+    (``kiln_np._convert.policy.mix_decisions``), and each tensor's ``rule``
+    says what chose its type.
 
     Raises
     ------
@@ -493,7 +543,7 @@ def tensor_sources(
     >>> [(s.info.code, s.info.shape) for s in tensor_sources({"q": q8}, dequantize="f16")]
     [(<Code.F16: 3>, (64,))]
     >>> w = {"w": np.ones((2, 64), "<f4"), "b": np.ones(64, "<f4")}
-    >>> for s in tensor_sources(w, quantize="q8_0"):
+    >>> for s in tensor_sources(w, quantize="*=q8_0"):  # a glob: every tensor it can
     ...     print(s.name, s.info.layout and s.info.layout.name, s.info.shape, s.kept)
     w ggml.q8_0 (2, 2) None
     b None (64,) a 1-D tensor: Q8_0 quantizes rows of two dims or more
@@ -514,17 +564,41 @@ def tensor_sources(
             raise _logical_refused(source.logical, name)
         if code is not None:
             source = _dequantized(source, code)
-        elif policy is not None:
-            source = _quantized(source, policy)
+        elif policy is not None and policy.file_type is None:
+            source = _quantized(source, decide(policy, source.name, source.info))
         sources.append(source)
+    if policy is not None and policy.file_type is not None:
+        decisions = mix_decisions(policy, [(s.name, s.info) for s in sources], metadata)
+        pairs = zip(sources, decisions, strict=True)
+        sources = [_mixed(s, d) for s, d in pairs if d.name is not None]  # None: pruned
     return sources
 
 
-def _quantized(source: TensorSource, policy: QuantizePolicy) -> TensorSource:
-    """``source`` as what ``policy`` makes of it: quantized, another float type,
-    or itself (with why it keeps its type)."""
+def _mixed(source: TensorSource, decision: Decision) -> TensorSource:
+    """``source`` as a file type's mix makes it, with the rule that chose it and
+    its output name."""
+    made = _quantized(source, decision.target)
+    return made._replace(name=decision.name or source.name, rule=decision.rule or None)
+
+
+def _quantized(source: TensorSource, target: Target | str | None) -> TensorSource:
+    """``source`` as the policy's ``target`` makes it: quantized, another float
+    type, or itself (with why it keeps its type); GGML blocks only under a file
+    type's mix with ``allow_requantize`` (decoded, then quantized)."""
     values = source.info
-    target = decide(policy, source.name, values)
+    decoded = None if values.layout is None else element_of(values.code, values.layout).decoded
+    if decoded is not None and isinstance(target, (Block, Code)):
+        shape = (*values.shape[:-1], values.shape[-1] * decoded.elements)
+        if isinstance(target, Code):
+            info = payload_info(target, shape)
+            return source._replace(
+                info=info, format_dtype=None, quantized=Quantized(None, values, decoded)
+            )
+        blocks = (*shape[:-1], shape[-1] // target.elements)
+        info = payload_info(target.code, blocks, Layout(target.layout_name, target.bytes))
+        return source._replace(
+            info=info, format_dtype=None, quantized=Quantized(target, values, decoded)
+        )
     if target is None:
         return source
     if isinstance(target, str):
@@ -654,9 +728,13 @@ def quantize_kept(
     Examples
     --------
     >>> import numpy as np
-    >>> tensors = {"w": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
+    >>> tensors = {"w.weight": np.ones((2, 64), np.float32), "norm": np.ones(64, np.float32),
     ...            "ids": np.arange(64, dtype=np.int32).reshape(2, 32)}
     >>> for kept in quantize_kept(tensors, "q8_0"):
+    ...     print(kept.name, kept.type, "-", kept.reason)
+    norm f32 - Q8_0 does not quantize it (1-D)
+    ids i32 - Q8_0 does not quantize it (not a weight (the name does not end in 'weight'))
+    >>> for kept in quantize_kept(tensors, "*=q8_0"):  # a glob: every tensor it can
     ...     print(kept.name, kept.type, "-", kept.reason)
     norm f32 - a 1-D tensor: Q8_0 quantizes rows of two dims or more
     ids i32 - i32 is not a float type: Q8_0 quantizes f32, f16, bf16 and f64 tensors

@@ -30,8 +30,10 @@ of 12 models.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
@@ -42,6 +44,7 @@ from kiln_np._core.checks import check_int, show_value
 from kiln_np._core.errors import KilnError
 
 from .blocks import BLOCKS
+from .filetypes import COPY, quantize_option
 from .mix_patterns import compile_pattern, name_bytes
 from .mix_rules import (
     ATTN_V_LIKE,
@@ -57,93 +60,17 @@ from .mix_rules import (
 )
 
 __all__ = [
-    "FILE_TYPES",
     "GGML_TYPE_NAMES",
     "Choice",
-    "FileType",
     "MixTensor",
     "choose_types",
-    "file_type",
+    "counted_layers",
     "llama_order_key",
     "model_facts",
+    "pruned_block_count",
+    "target_type",
 ]
 
-
-@dataclass(frozen=True)
-class FileType:
-    """One llama-quantize file type (a ``QUANT_OPTIONS`` row).
-
-    Attributes
-    ----------
-    name : str
-        Its name on llama-quantize's command line (``"Q4_K_M"``; ``"Q4_K"`` is
-        an alias of it; ``"COPY"`` copies every tensor).
-    ftype : int
-        ``enum llama_ftype``: what ``general.file_type`` says of the file.
-    default : str
-        The GGML type of a quantized tensor its rules leave alone
-        (``llama_ftype_get_default_type``).
-    mix : str
-        The name its rules go by: an alias's target (``"Q4_K_M"`` for ``"Q4_K"``).
-    """
-
-    name: str
-    ftype: int
-    default: str
-    mix: str
-
-
-FILE_TYPES: Mapping[str, FileType] = MappingProxyType(
-    {
-        row.name: row
-        for row in (
-            FileType(name, ftype, default, mix or name)
-            for name, ftype, default, mix in (
-                ("Q1_0", 40, "Q1_0", None),
-                ("Q2_0", 41, "Q2_0", None),
-                ("Q4_0", 2, "Q4_0", None),
-                ("Q4_1", 3, "Q4_1", None),
-                ("MXFP4_MOE", 38, "MXFP4", None),
-                ("Q5_0", 8, "Q5_0", None),
-                ("Q5_1", 9, "Q5_1", None),
-                ("IQ2_XXS", 19, "IQ2_XXS", None),
-                ("IQ2_XS", 20, "IQ2_XS", None),
-                ("IQ2_S", 28, "IQ2_XS", None),
-                ("IQ2_M", 29, "IQ2_S", None),
-                ("IQ1_S", 24, "IQ1_S", None),
-                ("IQ1_M", 31, "IQ1_M", None),
-                ("TQ1_0", 36, "TQ1_0", None),
-                ("TQ2_0", 37, "TQ2_0", None),
-                ("Q2_K", 10, "Q2_K", None),
-                ("Q2_K_S", 21, "Q2_K", None),
-                ("IQ3_XXS", 23, "IQ3_XXS", None),
-                ("IQ3_S", 26, "IQ3_S", None),
-                ("IQ3_M", 27, "IQ3_S", None),
-                ("Q3_K", 12, "Q3_K", "Q3_K_M"),
-                ("IQ3_XS", 22, "IQ3_S", None),
-                ("Q3_K_S", 11, "Q3_K", None),
-                ("Q3_K_M", 12, "Q3_K", None),
-                ("Q3_K_L", 13, "Q3_K", None),
-                ("IQ4_NL", 25, "IQ4_NL", None),
-                ("IQ4_XS", 30, "IQ4_XS", None),
-                ("Q4_K", 15, "Q4_K", "Q4_K_M"),
-                ("Q4_K_S", 14, "Q4_K", None),
-                ("Q4_K_M", 15, "Q4_K", None),
-                ("Q5_K", 17, "Q5_K", "Q5_K_M"),
-                ("Q5_K_S", 16, "Q5_K", None),
-                ("Q5_K_M", 17, "Q5_K", None),
-                ("Q6_K", 18, "Q6_K", None),
-                ("Q8_0", 7, "Q8_0", None),
-                ("F16", 1, "F16", None),
-                ("BF16", 32, "BF16", None),
-                ("F32", 0, "F32", None),
-                ("COPY", 0, "F32", None),
-            )
-        )
-    }
-)
-"""llama-quantize's file types by name, in its ``QUANT_OPTIONS`` order (the order
-in which a number finds its name: 12 is ``Q3_K``, 0 is ``F32``)."""
 
 _OTHER_TYPES: Mapping[str, int] = MappingProxyType(
     {"I8": 24, "I16": 25, "I32": 26, "I64": 27, "F64": 28}
@@ -224,36 +151,13 @@ class Choice:
         return GGML_TYPE_NAMES[self.type_id]
 
 
-def file_type(value: str | int) -> FileType:
-    """The file type llama-quantize reads from ``value``: a ``QUANT_OPTIONS``
-    name in any case, or its ``llama_ftype`` number (as an int or a decimal string).
+def target_type(value: object, what: str) -> str:
+    """The GGML type named ``value`` (any case) that ggml quantizes to, upper
+    case; TYPE naming ``what`` for anything else.
 
-    Raises
-    ------
-    KilnError
-        TYPE for anything else; the message lists the names.
-
-    >>> file_type("q4_k").mix, file_type(15).name, file_type("7").name
-    ('Q4_K_M', 'Q4_K', 'Q8_0')
+    >>> target_type("q6_k", "x"), target_type("bf16", "x")
+    ('Q6_K', 'BF16')
     """
-    if isinstance(value, str):
-        if value.upper() in FILE_TYPES:
-            return FILE_TYPES[value.upper()]
-        if value.isascii() and value.isdecimal() and len(value) < 10:
-            value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        found = next((row for row in FILE_TYPES.values() if row.ftype == value), None)
-        if found is not None:
-            return found
-    raise KilnError(
-        "TYPE",
-        f"expected a llama-quantize file type, by name in any case or by number: "
-        f"{', '.join(FILE_TYPES)}; found {show_value(value)}",
-    )
-
-
-def _target(value: object, what: str) -> str:
-    """The GGML type named ``value`` (any case) that ggml quantizes to."""
     if isinstance(value, str) and value.upper() in _TARGETS:
         return value.upper()
     raise KilnError(
@@ -279,31 +183,47 @@ def _layer0(metadata: Mapping[str, object], key: str, n_layer: int, default: int
     return check_int(value, f"metadata {key!r}", maximum=_U32_MAX)
 
 
-def model_facts(metadata: Mapping[str, object]) -> Model:
+def model_facts(metadata: Mapping[str, object], layers: int = 1) -> Model:
     """What the mixes read of a model's GGUF metadata, checked as llama.cpp's
     loader reads it: ``general.architecture``, ``{arch}.block_count`` (1..512),
     ``{arch}.nextn_predict_layers``, ``{arch}.expert_count`` (0..1024), and
     layer 0's ``{arch}.attention.head_count`` and ``head_count_kv`` (an integer
     or one per block; key/value heads default to the query heads).
 
+    A model llama.cpp would not load for want of an architecture or a block
+    count (a diffusion model's GGUF, tensors with no metadata) gets the generic
+    rules: ``layers`` blocks (:func:`choose_types` counts them from the tensor
+    names), and :attr:`Model.generic` says which rules that leaves out.
+
     Raises
     ------
     KilnError
-        TYPE for a missing architecture or block count, a value of the wrong
-        type, a number out of range, a per-layer array of another length.
+        TYPE for a value of the wrong type, a number out of range, a per-layer
+        array of another length.
 
     >>> m = model_facts({"general.architecture": "llama", "llama.block_count": 80,
     ...                  "llama.attention.head_count": 64, "llama.attention.head_count_kv": 8})
-    >>> m.n_gqa, m.class_70b
-    (8, True)
+    >>> m.n_gqa, m.class_70b, m.generic
+    (8, True, '')
+    >>> model_facts({"general.architecture": "flux"}, layers=19).generic[:44]
+    "no 'flux.block_count' (llama.cpp would not l"
     """
     arch = metadata.get("general.architecture")
-    if not isinstance(arch, str):
+    if arch is not None and not isinstance(arch, str):
         raise KilnError(
             "TYPE",
             f"metadata 'general.architecture': expected the architecture's name (a string), "
-            f"found {'nothing' if arch is None else show_value(arch)}",
+            f"found {show_value(arch)}",
         )
+    if arch is None or metadata.get(f"{arch}.block_count") is None:
+        missing = "general.architecture" if arch is None else f"{arch}.block_count"
+        generic = (
+            f"no {missing!r} (llama.cpp would not load the model): the generic rules, "
+            f"{layers} layer{'s' * (layers != 1)} counted from the tensor names; no "
+            "architecture's rules, no "
+            "attention heads (attn_v's GQA rules), no experts, no 70B class"
+        )
+        return Model(arch or "", layers, 0, 0, 0, False, generic)
     n_layer = check_int(
         metadata.get(f"{arch}.block_count"),
         f"metadata {arch + '.block_count'!r}",
@@ -327,6 +247,18 @@ def model_facts(metadata: Mapping[str, object]) -> Model:
         not llama_rule or (n_expert != 8 and n_head != n_head_kv)
     )
     return Model(arch, n_layer, n_expert, n_head, n_head_kv, class_70b)
+
+
+def counted_layers(names: Iterable[str]) -> int:
+    """The layers of a model without a block count: one past the highest
+    ``blk.N.`` of ``names`` (1..512).
+
+    >>> counted_layers(["blk.0.w", "blk.18.w", "x"]), counted_layers([])
+    (19, 1)
+    """
+    layers = (layer_of(name) for name in names)
+    counted = max((n for n in layers if n is not None), default=0) + 1
+    return max(1, min(counted, _MAX_LAYERS))
 
 
 def llama_order_key(name: str) -> tuple[int, bytes]:
@@ -373,11 +305,14 @@ def _checked(tensors: Iterable[object]) -> list[MixTensor]:
 _BLOCK = re.compile(r"blk\.([0-9]+)\.")
 
 
-def _pruned(tensors: list[MixTensor], prune: list[int]) -> list[tuple[str, MixTensor]]:
-    """``remap_layer``: each kept tensor with its output name; a pruned layer's
-    tensors left out, the later layers renumbered in the order they come."""
+def _remapped(
+    tensors: list[MixTensor], prune: list[int]
+) -> tuple[list[tuple[str, MixTensor]], int]:
+    """``remap_layer``: each kept tensor with its output name (a pruned layer's
+    tensors left out, the later layers renumbered in the order they come), and
+    the blocks kept (``blk_id``, llama-quantize's new block count)."""
     if not prune:
-        return [(t.name, t) for t in tensors]
+        return [(t.name, t) for t in tensors], 0
     mapped: dict[int, str] = {}
     next_id = 0
     out: list[tuple[str, MixTensor]] = []
@@ -403,18 +338,47 @@ def _pruned(tensors: list[MixTensor], prune: list[int]) -> list[tuple[str, MixTe
                 mapped[block], next_id = str(next_id), next_id + 1
         if mapped[block]:
             out.append((t.name[: found.start(1)] + mapped[block] + t.name[found.end(1) :], t))
+    return out, next_id
+
+
+Override = tuple[str, Callable[[str], bool], str]
+"""A per-tensor type: the rule's words, whether it matches a name, the type."""
+
+
+def _globs(name_types: Iterable[tuple[str, str]]) -> list[Override]:
+    """``(glob, TYPE)`` pairs matched against the whole name (``fnmatchcase``)."""
+    out: list[Override] = []
+    for glob, type_ in name_types:
+        where = f"name_types entry {glob + '=' + type_!r}"
+        matches = functools.partial(fnmatch.fnmatchcase, pat=glob)
+        out.append(
+            (f"{glob + '=' + type_.upper()!r} of the policy", matches, target_type(type_, where))
+        )
     return out
 
 
-def _overrides(tensor_types: Iterable[str]) -> list[tuple[str, re.Pattern[bytes], str]]:
-    """``--tensor-type PATTERN=TYPE`` entries: pattern text, compiled, type."""
+def pruned_block_count(names: Iterable[str], prune_layers: Iterable[int]) -> int:
+    """The ``{arch}.block_count`` llama-quantize writes after ``--prune-layers``:
+    the layers kept, as ``remap_layer`` counts them over ``names`` in llama.cpp's
+    order.
+
+    >>> pruned_block_count([f"blk.{i}.w" for i in range(4)], [1])
+    3
+    """
+    prune = sorted({check_int(p, "each of prune_layers", maximum=2**31 - 1) for p in prune_layers})
+    return _remapped([MixTensor(n, (), 0) for n in names], prune)[1]
+
+
+def _overrides(tensor_types: Iterable[str]) -> list[Override]:
+    """``--tensor-type PATTERN=TYPE`` entries: the rule's words, the pattern's
+    search, the type."""
     if isinstance(tensor_types, str):
         raise KilnError(
             "TYPE",
             f"tensor_types: expected an iterable of 'PATTERN=TYPE' strings, found the string "
             f"{tensor_types!r}",
         )
-    out: list[tuple[str, re.Pattern[bytes], str]] = []
+    out: list[Override] = []
     for entry in tensor_types:
         pattern, eq, type_ = entry.partition("=") if isinstance(entry, str) else ("", "", "")
         if not (eq and pattern and type_):
@@ -424,8 +388,14 @@ def _overrides(tensor_types: Iterable[str]) -> list[tuple[str, re.Pattern[bytes]
                 f"found {show_value(entry)}",
             )
         where = f"tensor_types entry {entry!r}"
-        out.append((pattern, compile_pattern(pattern), _target(type_, where)))
+        found = compile_pattern(pattern).search
+        out.append((f"--tensor-type {pattern!r}", _searcher(found), target_type(type_, where)))
     return out
+
+
+def _searcher(search: Callable[[bytes], object]) -> Callable[[str], bool]:
+    """Whether ``search`` finds its pattern in a name's bytes."""
+    return lambda name: search(name_bytes(name)) is not None
 
 
 def _needs_imatrix(name: str, chosen: str, mix: str) -> bool:
@@ -438,39 +408,41 @@ def _needs_imatrix(name: str, chosen: str, mix: str) -> bool:
 
 @dataclass(frozen=True)
 class _Options:
-    row: FileType
+    mix: str  # the option's name, aliases resolved: Q4_K_M
+    default: str
+    copy: bool
     model: Model
     pure: bool
     output_type: str | None
     embd_type: str | None
-    patterns: tuple[tuple[str, re.Pattern[bytes], str], ...]
+    patterns: tuple[Override, ...]
     keep_output: bool
 
 
 def _choose(name: str, t: Tensor, source: MixTensor, o: _Options, n: Counters) -> tuple[str, str]:
     """``llama_tensor_get_type``: the type of one tensor and the rule that chose it
     (``"kept: ..."`` for a tensor llama.cpp does not quantize)."""
-    why = refusal(t, o.model.architecture, copy=o.row.name == "COPY", keep_output=o.keep_output)
+    why = refusal(t, o.model.architecture, copy=o.copy, keep_output=o.keep_output)
     if why is not None:
         return GGML_TYPE_NAMES[source.type_id], f"{_KEPT}{why}"
     cat = category(name)
-    matched = next((p for p in o.patterns if p[1].search(name_bytes(name))), None)
+    matched = next((p for p in o.patterns if p[1](name)), None)
     # per_layer_token_embd follows --token-embedding-type too, unless a pattern names it
     named = name == "per_layer_token_embd.weight" and matched is not None
     if o.embd_type is not None and cat == "token_embd" and not named:
         return o.embd_type, "--token-embedding-type"
     if o.output_type is not None and cat == "output":
         return o.output_type, "--output-tensor-type"
-    chosen = o.row.default
+    chosen = o.default
     if chosen in FLOAT_TYPES:
-        return chosen, f"{o.row.mix} default"
+        return chosen, f"{o.mix} default"
     if matched is not None:
-        chosen, rule = matched[2], f"--tensor-type {matched[0]!r}"
+        chosen, rule = matched[2], matched[0]
     elif o.pure:
         rule = "--pure"
     else:
-        chosen, because = mix_rule(o.row.mix, chosen, t, cat, o.model, n, o.output_type)
-        rule = f"{o.row.mix} rule for {cat}: {because}" if because else f"{o.row.mix} default"
+        chosen, because = mix_rule(o.mix, chosen, t, cat, o.model, n, o.output_type)
+        rule = f"{o.mix} rule for {cat}: {because}" if because else f"{o.mix} default"
     chosen, instead = fallback(t, chosen)
     return chosen, rule if instead is None else f"{rule}; {instead}"
 
@@ -484,6 +456,7 @@ def choose_types(
     output_tensor_type: str | None = None,
     token_embedding_type: str | None = None,
     tensor_types: Iterable[str] = (),
+    name_types: Iterable[tuple[str, str]] = (),
     leave_output_tensor: bool = False,
     allow_requantize: bool = False,
     prune_layers: Iterable[int] = (),
@@ -494,7 +467,8 @@ def choose_types(
     Parameters
     ----------
     ftype : str or int
-        A llama-quantize file type (:func:`file_type`): ``"Q4_K_M"``, ``"q8_0"``, 15.
+        A llama-quantize file type
+        (:func:`~kiln_np._quants.filetypes.quantize_option`): ``"Q4_K_M"``, ``"q8_0"``, 15.
     tensors : iterable of MixTensor or (name, shape, type id)
         Every tensor of the model (1-D ones too: they decide nothing but are
         counted as llama.cpp counts them), in llama.cpp's order
@@ -512,6 +486,10 @@ def choose_types(
         (``kiln_np._quants.mix_patterns``); the first that matches gives the
         type of a tensor the file type would quantize (its rows' fallback still
         applies).  ``--tensor-type-file`` is these entries read from a file.
+    name_types : iterable of (str, str)
+        ``(glob, TYPE)`` pairs (a :class:`~kiln_np.QuantizePolicy`'s rules),
+        matched against the whole name (:func:`fnmatch.fnmatchcase`) and tried
+        before ``tensor_types``, with the same effect.
     prune_layers : iterable of int
         ``--prune-layers``: the layers left out; the later ones are renumbered.
     dry_run : bool
@@ -549,23 +527,28 @@ def choose_types(
     >>> choose_types("Q4_K_M", tensors, meta)[-1].rule.split("; ")[1]
     'rows of 1408 are not whole Q6_K blocks (256): Q8_0'
     """
-    row = file_type(ftype)
-    model = model_facts(metadata)
+    row = quantize_option(ftype)
+    assert row.option is not None  # every option row has an option and a default
+    assert row.default is not None
+    checked = _checked(tensors)
+    model = model_facts(metadata, counted_layers(t.name for t in checked))
     options = _Options(
-        row=row,
+        mix=row.option,
+        default=row.default,
+        copy=row is COPY,
         model=model,
         pure=bool(pure),
         output_type=None
         if output_tensor_type is None
-        else _target(output_tensor_type, "output_tensor_type"),
+        else target_type(output_tensor_type, "output_tensor_type"),
         embd_type=None
         if token_embedding_type is None
-        else _target(token_embedding_type, "token_embedding_type"),
-        patterns=tuple(_overrides(tensor_types)),
+        else target_type(token_embedding_type, "token_embedding_type"),
+        patterns=(*_globs(name_types), *_overrides(tensor_types)),
         keep_output=bool(leave_output_tensor),
     )
     prune = sorted({check_int(p, "each of prune_layers", maximum=2**31 - 1) for p in prune_layers})
-    kept = _pruned(_checked(tensors), prune)
+    kept, _ = _remapped(checked, prune)
     names = [name for name, _ in kept]
     if len(set(names)) != len(names):
         twice = next(name for i, name in enumerate(names) if name in names[:i])
@@ -580,15 +563,15 @@ def choose_types(
     for name, source in kept:
         t = Tensor.of(name, source.shape)
         chosen, rule = _choose(name, t, source, options, counters)
-        needs = not rule.startswith(_KEPT) and _needs_imatrix(name, chosen, row.mix)
+        needs = not rule.startswith(_KEPT) and _needs_imatrix(name, chosen, options.mix)
         choices.append(Choice(name, source.name, _TYPE_IDS[chosen], rule, needs))
     if not dry_run:
-        _refuse_unwritable(choices, kept, row, allow_requantize)
+        _refuse_unwritable(choices, kept, options.mix, allow_requantize)
     return choices
 
 
 def _refuse_unwritable(
-    choices: list[Choice], kept: list[tuple[str, MixTensor]], row: FileType, requantize: bool
+    choices: list[Choice], kept: list[tuple[str, MixTensor]], mix: str, requantize: bool
 ) -> None:
     """What llama-quantize refuses once the types are chosen: an importance
     matrix needed (checked over every tensor first), then a requantization."""
@@ -596,7 +579,7 @@ def _refuse_unwritable(
     if need is not None:
         raise KilnError(
             "TYPE",
-            f"{row.name}: tensor {need.name!r} as {need.type_name} needs an importance matrix "
+            f"{mix}: tensor {need.name!r} as {need.type_name} needs an importance matrix "
             "(llama-quantize --imatrix), which kiln_np does not read yet: choose another file "
             "type or another type for the tensor",
         )

@@ -65,7 +65,9 @@ class Model:
 
     ``n_layer`` is ``{arch}.block_count`` (``n_layer_all``, next-token layers
     included); ``n_head``/``n_head_kv`` are layer 0's; ``class_70b`` is
-    whether llama.cpp's loader types the model ``LLM_TYPE_70B``.
+    whether llama.cpp's loader types the model ``LLM_TYPE_70B``; ``generic``,
+    when not empty, says why only the generic rules apply (llama.cpp would not
+    load the model) and which rules that leaves out.
     """
 
     architecture: str
@@ -74,6 +76,7 @@ class Model:
     n_head: int
     n_head_kv: int
     class_70b: bool
+    generic: str = ""
 
     @property
     def n_gqa(self) -> int:

@@ -58,6 +58,7 @@ from .output import (
     shape_text,
     table,
 )
+from .quantize import add_mix_flags, llama_totals, quantize_policy
 
 __all__ = [
     "add_convert",
@@ -452,7 +453,7 @@ def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: Weig
             metadata=carried_metadata(weights, row),
             max_shard_size=args.max_shard_size,
             dequantize=args.dequantize,
-            quantize=args.quantize,
+            quantize=quantize_policy(args),
             spelling=CLI,
             distributed=args.scheduler is not None,
             force=args.force,
@@ -525,6 +526,8 @@ def _write(
     kept = [{"name": s.name, "type": s.target_type, "reason": s.reason} for s in _kept(plan)]
     for k in kept:
         say(f"kept {k['name']} as {k['type']}: {k['reason']}", stream=sys.stderr)
+    for note in plan.notes:
+        say(f"note: {note}", stream=sys.stderr)
     total = sum(s.target_bytes for s in plan.steps)
     if args.scheduler is not None:
         written = _save_on_cluster(args, plan, chosen)
@@ -632,6 +635,7 @@ def _print_plan(
         "files": _spelled(plan.outputs, args.dst),
         "metadata": "carried" if plan.metadata is not None else "dropped",
         "selection": selection,
+        "notes": list(plan.notes),
     }
     if args.json:
         print_json(record)
@@ -651,6 +655,10 @@ def _print_plan(
         f"{human_bytes(totals['target_bytes'])}, {_bpw_text(totals)} bits per weight, "
         f"{weights.format} -> {plan.row.name}; would write {_files_text(record['files'])}"
     )
+    if plan.quantize is not None and plan.quantize.file_type is not None:
+        say(llama_totals(totals))
+    for note in plan.notes:
+        say(f"note: {note}")
     return 0
 
 
@@ -755,15 +763,7 @@ def add_convert(sub: Any) -> None:
         "ggml's float32, rounded to nearest even for bf16 and f16; other tensors keep "
         "their bytes",
     )
-    parser.add_argument(
-        "--quantize",
-        metavar="POLICY",
-        help="quantize float tensors to GGML blocks (GGUF, kiln), byte for byte as llama.cpp: "
-        "a type (q8_0, q4_k, ...; f32, f16, bf16 store floats), or comma-separated "
-        "PATTERN=TYPE entries and at most one bare default TYPE, the first matching glob "
-        "winning: 'q4_k,*.ffn_down.*=q6_k,*norm*=f32'; tensors that keep their type (1-D, "
-        "integer, rows not whole blocks, GGML blocks) are listed on stderr",
-    )
+    add_mix_flags(parser)
     parser.add_argument(
         "--max-shard-size",
         metavar="SIZE",
