@@ -42,9 +42,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     make = _generator()
     folder = tmp_path_factory.mktemp("llama_quant")
     paths = {}
+    aligned = {f"{model}-align{n}": (model, n) for model, _, n in make.ALIGNED}
     for model, digest in DATA["inputs"].items():
         paths[model] = folder / f"{model}.gguf"
-        make.write_input(paths[model], model)
+        name, alignment = aligned.get(model, (model, None))
+        make.write_input(paths[model], name, alignment=alignment)
         found = hashlib.sha256(paths[model].read_bytes()).hexdigest()
         assert found == digest, f"gguf-py wrote another {model}: regenerate quant_files.json"
     return paths
@@ -82,15 +84,16 @@ def _convert(source: Path, out: Path, policy: QuantizePolicy) -> KilnError | Non
 
 
 def _id(case: dict[str, Any]) -> str:
-    return " ".join([case["model"], case["ftype"], *case["flags"]])
+    aligned = [f"general.alignment={case['alignment']}"] if "alignment" in case else []
+    return " ".join([case["model"], case["ftype"], *case["flags"], *aligned])
 
 
 def test_every_non_imatrix_file_type_of_every_model_is_a_case() -> None:
     plain = {(c["model"], c["ftype"]) for c in DATA["cases"] if not c["flags"]}
     assert len(plain) == 324
-    assert sum("sha256" in c for c in DATA["cases"]) == 334
+    assert sum("sha256" in c for c in DATA["cases"]) == 336
     written = [c for c in DATA["cases"] if "sha256" in c and c["ftype"] not in NOT_YET]
-    assert len(written) == 312  # byte-identical below, and 2 IQ3 files with no IQ3_S
+    assert len(written) == 314  # byte-identical below (one refused), 2 IQ3 files with no IQ3_S
 
 
 @needs("gguf")  # gguf-py writes the inputs
@@ -109,10 +112,20 @@ def test_the_file_is_llama_quantize_s(
     out = tmp_path / "out.gguf"
     policy = _policy(case["ftype"], case["flags"])
     source = inputs[case["model"]]
+    if "alignment" in case:
+        source = inputs[f"{case['model']}-align{case['alignment']}"]
     if "from" in case:  # requantized: the input's file of that type first (kiln_np's own)
         source = tmp_path / "first.gguf"
         assert _convert(inputs[case["model"]], source, QuantizePolicy.parse(case["from"])) is None
     refused = _convert(source, out, policy)
+    if case.get("alignment", 32) != 32:
+        # llama-quantize keeps general.alignment but lays the data out at 32: a file
+        # llama.cpp cannot load, which kiln_np refuses to write
+        assert refused is not None
+        assert refused.kind == "TYPE"
+        assert "expected 32 (or no key)" in refused.message
+        assert not out.exists()
+        return
     if refused is not None:
         # refused as llama-quantize refuses it (TYPE; SHAPE: rows with no fallback),
         # or a mix that gives IQ3_S, which kiln_np does not write yet

@@ -38,7 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kiln_np._core.checks import byte_size, check_path, written_path
+import numpy as np
+
+from kiln_np._core.checks import byte_size, check_path, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._files.io import open_regular_raw, replacing
@@ -304,6 +306,8 @@ def plan_conversion(
             metadata, number, policy.override_kv, _block_count(policy, tensors, model)
         )
         metadata = labelled if row.carries(labelled) else metadata
+        if row.name == "gguf":  # the one format whose writer lays data out by the key
+            _refuse_alignment(model)
     if not row.holds_blocks:
         _refuse_blocks(sources, row.name, spelling.dequantize)
     directory = None
@@ -330,6 +334,23 @@ def plan_conversion(
         policy,
         notes,
     )
+
+
+def _refuse_alignment(model: Mapping[str, Any] | None) -> None:
+    """Refuse a ``general.alignment`` other than 32 under a file type.
+
+    llama-quantize copies the key but lays the data out at 32 bytes
+    (``GGUF_DEFAULT_ALIGNMENT`` in ``llama_model_quantize_impl``), a file whose
+    offsets its own loader refuses: no file kiln_np should write.
+    """
+    value = (model or {}).get("general.alignment")
+    if value is not None and not (isinstance(value, (int, np.integer)) and value == 32):
+        raise KilnError(
+            "TYPE",
+            f"metadata key 'general.alignment': expected 32 (or no key) under a llama-quantize "
+            f"file type, found {show_value(value)}: llama-quantize keeps the key but lays the data "
+            "out at 32, a file llama.cpp cannot load; drop the key or convert without --quantize",
+        )
 
 
 def _block_count(
