@@ -914,6 +914,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "quantize=: a NaN in a tensor to store as another float type", lambda: _save({"w": np.full(2, np.nan, np.float32)}, quantize="*=f16")),
     ("save_weights", "quantize=: a file type whose mix gives a type kiln_np cannot write (IQ3)", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, quantize="iq3_s")),
     ("save_weights", "gguf: a file type over general.alignment 64 (llama-quantize lays data at 32)", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, "gguf", quantize="q8_0", metadata={"general.alignment": np.uint32(64)})),
+    ("save_weights", "gguf: keep_split= with tensors not from a split GGUF", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, "gguf", quantize=kiln_np.QuantizePolicy.parse("q8_0", keep_split=True))),
     ("QuantizePolicy.parse", "not a str", lambda: kiln_np.QuantizePolicy.parse(cast(Any, b"q8_0"))),
     ("QuantizePolicy.parse", "an empty entry", lambda: kiln_np.QuantizePolicy.parse("q8_0,")),
     ("QuantizePolicy.parse", "two bare types (defaults)", lambda: kiln_np.QuantizePolicy.parse("q8_0,f16")),

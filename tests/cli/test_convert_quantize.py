@@ -221,3 +221,31 @@ def test_requantizing_needs_allow_requantize(
         assert r["blk.0.attn_q.weight"].info.element.name == "ggml.q4_0"
         again = quantize(kiln_np.gguf.dequantize(t.payload()), "q4_0")  # ggml's values, then Q4_0
         assert bytes(r["blk.0.attn_q.weight"].payload().data) == bytes(again.data)
+
+
+def test_keep_split_writes_the_input_s_splits(
+    model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weights = {k: v for k, v in tensors().items() if k.startswith("blk.")}
+    kiln_np.save_weights("s.gguf", weights, format="gguf", max_shard_size=600)
+    given = sorted(p.name for p in Path().glob("s-*.gguf"))
+    assert given == [f"s-0000{i}-of-00003.gguf" for i in (1, 2, 3)]  # a tensor each
+    argv = ["convert", given[0], "out.gguf", "--quantize", "q8_0", "--keep-split"]
+    status, out, _ = run_main(capsys, *argv)
+    assert status == 0, out
+    assert sorted(p.name for p in Path().glob("out*")) == [
+        f"out-0000{i}-of-00003.gguf" for i in (1, 2, 3)
+    ]
+    with (
+        kiln_np.open_weights(given[0]) as src,
+        kiln_np.open_weights("out-00001-of-00003.gguf") as got,
+    ):
+        assert list(got) == list(src)  # the input's order, not llama.cpp's
+        assert "kiln_np.split.set_id" not in got.metadata  # llama-quantize writes none
+    status, _, err = run_main(
+        capsys, "convert", "m.safetensors", "o.gguf", "--quantize", "q8_0", "--keep-split"
+    )
+    assert status == 2
+    assert "--keep-split writes a split GGUF's splits again" in err
+    assert "found one input file" in err
+    assert not Path("o.gguf").exists()

@@ -42,12 +42,13 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     make = _generator()
     folder = tmp_path_factory.mktemp("llama_quant")
     paths = {}
-    aligned = {f"{model}-align{n}": (model, n) for model, _, n in make.ALIGNED}
+    aligned = {f"{model}-align{n}": (model, n, 0) for model, _, n in make.ALIGNED}
+    split = {f"{model}-split": (model, None, make.SPLIT_TENSORS) for model, _, _ in make.SPLIT}
     for model, digest in DATA["inputs"].items():
-        paths[model] = folder / f"{model}.gguf"
-        name, alignment = aligned.get(model, (model, None))
-        make.write_input(paths[model], name, alignment=alignment)
-        found = hashlib.sha256(paths[model].read_bytes()).hexdigest()
+        name, alignment, tensors = {**aligned, **split}.get(model, (model, None, 0))
+        given = make.write_input(folder / f"{model}.gguf", name, alignment=alignment, split=tensors)
+        paths[model] = given[0]  # the first split opens the set
+        found = hashlib.sha256(b"".join(p.read_bytes() for p in given)).hexdigest()
         assert found == digest, f"gguf-py wrote another {model}: regenerate quant_files.json"
     return paths
 
@@ -58,7 +59,7 @@ def _policy(ftype: str, flags: list[str]) -> QuantizePolicy:
     it = iter(flags)
     for flag in it:
         name = flag.removeprefix("--").replace("-", "_")
-        if name in ("pure", "leave_output_tensor", "allow_requantize"):
+        if name in ("pure", "leave_output_tensor", "allow_requantize", "keep_split"):
             keywords[name] = True
         elif name == "tensor_type":
             keywords["tensor_types"].append(next(it))
@@ -85,15 +86,18 @@ def _convert(source: Path, out: Path, policy: QuantizePolicy) -> KilnError | Non
 
 def _id(case: dict[str, Any]) -> str:
     aligned = [f"general.alignment={case['alignment']}"] if "alignment" in case else []
+    aligned += [f"splits of {case['split']}"] if "split" in case else []
     return " ".join([case["model"], case["ftype"], *case["flags"], *aligned])
 
 
 def test_every_non_imatrix_file_type_of_every_model_is_a_case() -> None:
     plain = {(c["model"], c["ftype"]) for c in DATA["cases"] if not c["flags"]}
     assert len(plain) == 324
-    assert sum("sha256" in c for c in DATA["cases"]) == 336
+    assert sum("sha256" in c for c in DATA["cases"]) == 339
     written = [c for c in DATA["cases"] if "sha256" in c and c["ftype"] not in NOT_YET]
-    assert len(written) == 314  # byte-identical below (one refused), 2 IQ3 files with no IQ3_S
+    assert len(written) == 317  # byte-identical below (one refused), 2 IQ3 files with no IQ3_S
+    kept = [c for c in DATA["cases"] if "--keep-split" in c["flags"]]
+    assert [len(c["sha256"]) for c in kept] == [8, 8]  # a file per split
 
 
 @needs("gguf")  # gguf-py writes the inputs
@@ -114,6 +118,8 @@ def test_the_file_is_llama_quantize_s(
     source = inputs[case["model"]]
     if "alignment" in case:
         source = inputs[f"{case['model']}-align{case['alignment']}"]
+    if "split" in case:
+        source = inputs[f"{case['model']}-split"]
     if "from" in case:  # requantized: the input's file of that type first (kiln_np's own)
         source = tmp_path / "first.gguf"
         assert _convert(inputs[case["model"]], source, QuantizePolicy.parse(case["from"])) is None
@@ -134,6 +140,11 @@ def test_the_file_is_llama_quantize_s(
         assert not out.exists()
         return
     assert "error" not in case, "llama-quantize refuses it"
+    if "split" in case:  # llama-quantize's files, one per split with --keep-split
+        written = sorted(tmp_path.glob("out-000*-of-000*.gguf")) if case["flags"] else [out]
+        assert [p.stat().st_size for p in written] == case["bytes"]
+        assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in written] == case["sha256"]
+        return
     body = out.read_bytes()
     assert len(body) == case["bytes"]
     assert hashlib.sha256(body).hexdigest() == case["sha256"]

@@ -295,8 +295,12 @@ def plan_conversion(
     if policy is not None and policy.file_type is not None:
         generic = generic_rules((s.name for s in sources), model)
         notes = (generic,) if generic else ()
-        # llama-quantize's file: weight_name_comparer's order, its two keys last
-        sources.sort(key=lambda s: llama_order_key(s.name))
+        # llama-quantize's file: weight_name_comparer's order (--keep-split: the
+        # input's, each tensor in its split), its two keys last
+        if policy.keep_split:
+            sources = _kept_splits(sources, row, max_shard_size)
+        else:
+            sources.sort(key=lambda s: llama_order_key(s.name))
         number = policy.file_type.number
         if policy.file_type is COPY:  # the input's, or the loader's guess
             found = file_type_number((model or {}).get("general.file_type"))
@@ -334,6 +338,32 @@ def plan_conversion(
         policy,
         notes,
     )
+
+
+def _kept_splits(
+    sources: list[TensorSource], row: WeightFormat, max_shard_size: int | None
+) -> list[TensorSource]:
+    """``sources`` in the input's order, each marked with its input file's split:
+    ``--keep-split``, which needs a split GGUF input and a GGUF output."""
+    files = [None if s.file is None else s.file.path for s in sources]
+    splits = {path: i for i, path in enumerate(dict.fromkeys(files))}
+    if row.name != "gguf" or max_shard_size is not None or None in splits or len(splits) < 2:
+        found = (
+            f"a {row.name} output"
+            if row.name != "gguf"
+            else "max_shard_size"
+            if max_shard_size is not None
+            else "tensors not from a file"
+            if None in splits
+            else "one input file"
+        )
+        raise OptionsError(
+            f"expected keep_split only from a split GGUF to GGUF without max_shard_size, "
+            f"found {found}",
+            f"--keep-split writes a split GGUF's splits again: expected SRC-00001-of-0000N.gguf "
+            f"to a GGUF without --max-shard-size, found {found}",
+        )
+    return [s._replace(split=splits[path]) for s, path in zip(sources, files, strict=True)]
 
 
 def _refuse_alignment(model: Mapping[str, Any] | None) -> None:

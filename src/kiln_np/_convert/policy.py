@@ -174,7 +174,9 @@ class QuantizePolicy:
     expression, tried after ``rules``), ``leave_output_tensor``, ``prune_layers``,
     ``override_kv`` (``"KEY=TYPE:VALUE"``), ``allow_requantize`` (GGML blocks whose
     type the mix changes are decoded to float32 and quantized, as llama-quantize's
-    ``--allow-requantize`` does; TYPE without it).
+    ``--allow-requantize`` does; TYPE without it), ``keep_split`` (a split GGUF
+    written as the same splits, its tensors in the input's order, as
+    ``--keep-split`` writes it).
 
     Raises
     ------
@@ -201,7 +203,7 @@ class QuantizePolicy:
     True
     """
 
-    __slots__ = ("_default", "_flags", "_override_kv", "_rules")
+    __slots__ = ("_default", "_flags", "_keep_split", "_override_kv", "_rules")
 
     def __init__(
         self,
@@ -216,6 +218,7 @@ class QuantizePolicy:
         prune_layers: Iterable[int] = (),
         override_kv: Iterable[str] = (),
         allow_requantize: bool = False,
+        keep_split: bool = False,
     ) -> None:
         checked: list[tuple[str, str]] = []
         seen: set[str] = set()
@@ -251,8 +254,10 @@ class QuantizePolicy:
         if isinstance(override_kv, str):
             override_kv = [override_kv]
         self._override_kv = tuple(_kv_override(entry) for entry in override_kv)
+        self._keep_split = bool(keep_split)
         given = {k: v for k, v in flags.items() if v not in (False, None, ())}
         given |= {"override_kv": True} if self._override_kv else {}
+        given |= {"keep_split": True} if self._keep_split else {}
         if given and self.file_type is None:
             raise KilnError(
                 "TYPE",
@@ -355,6 +360,16 @@ class QuantizePolicy:
         """
         return self._override_kv
 
+    @property
+    def keep_split(self) -> bool:
+        """``--keep-split``: a split GGUF is written as the same splits, its
+        tensors in the input's order.
+
+        >>> QuantizePolicy.parse("q8_0", keep_split=True).keep_split
+        True
+        """
+        return self._keep_split
+
     def type_for(self, name: str) -> str | None:
         """The type the policy asks for tensor ``name``: the first matching rule's,
         else the default (None when there is none)."""
@@ -371,6 +386,7 @@ class QuantizePolicy:
         given = [f"{k}={v!r}" for k, v in self._flags.items() if v not in (False, None, ())]
         entries = [f"{k}={t}:{v}" for k, t, v in self._override_kv]
         given += [f"override_kv={entries!r}"] if entries else []
+        given += ["keep_split=True"] if self._keep_split else []
         return f"QuantizePolicy({', '.join([repr(str(self)), *given])})"
 
     def __eq__(self, other: object) -> bool:
@@ -382,7 +398,8 @@ class QuantizePolicy:
         return hash(self._key())
 
     def _key(self) -> tuple[object, ...]:
-        return self._rules, self._default, tuple(self._flags.items()), self._override_kv
+        flags = tuple(self._flags.items())
+        return self._rules, self._default, flags, self._override_kv, self._keep_split
 
 
 _KV_TYPES: Final = {"int": "uint32", "float": "float32", "bool": "bool", "str": "string"}
@@ -556,7 +573,8 @@ def mix_decisions(
         for (name, _), view in zip(tensors, views, strict=True)
         if view is not None
     ]
-    mixed.sort(key=lambda t: llama_order_key(t.name))
+    if not policy.keep_split:  # llama.cpp's order; --keep-split keeps the files'
+        mixed.sort(key=lambda t: llama_order_key(t.name))
     meta = {} if metadata is None else metadata
     choices = choose_types(policy.default, mixed, meta, name_types=policy.rules, **policy.flags)
     by_name = {c.source: c for c in choices}

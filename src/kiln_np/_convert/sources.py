@@ -136,7 +136,8 @@ class TensorSource(NamedTuple):
     ``file`` hold the GGML blocks it is decoded from; with ``quantized``, the float
     values it is quantized from.  ``kept`` says why a tensor that a quantize policy
     names keeps its type (None otherwise); ``rule``, what chose its type under a
-    llama-quantize file type's mix (None otherwise).  With ``logical`` (a weight a
+    llama-quantize file type's mix (None otherwise); ``split``, the split of a
+    ``--keep-split`` output it goes to (0-based; None otherwise).  With ``logical`` (a weight a
     quantization scheme stores as parts, written as its values), ``info``
     describes the float tensor to write, decoded from the parts a bounded run
     of rows at a time.
@@ -152,6 +153,7 @@ class TensorSource(NamedTuple):
     kept: str | None = None
     logical: LogicalTensor | None = None
     rule: str | None = None
+    split: int | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.

@@ -47,6 +47,7 @@ _MIX_FLAGS = (
     "token_embedding_type",
     "leave_output_tensor",
     "allow_requantize",
+    "keep_split",
 )
 
 
@@ -146,6 +147,11 @@ def add_mix_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="requantize GGML blocks whose type the file type changes (decoded to float32, "
         "then quantized, as llama-quantize does; refused without it)",
+    )
+    mix.add_argument(
+        "--keep-split",
+        action="store_true",
+        help="write a split GGUF as the same splits, its tensors in the input's order",
     )
     mix.add_argument(
         "--prune-layers",

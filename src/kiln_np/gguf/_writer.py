@@ -141,6 +141,16 @@ def _shards(sizes: list[int], max_shard_size: int | None) -> list[range]:
     return [range(a, b) for a, b in zip(starts, [*starts[1:], len(sizes)], strict=True)]
 
 
+def _kept(plans: list[_Planned]) -> list[range] | None:
+    """The splits the sources are marked with (``--keep-split``: runs of one
+    ``split`` each), or None when they are not marked."""
+    marks = [p.source.split for p in plans]
+    if not marks or marks[0] is None:
+        return None
+    starts = [i for i, mark in enumerate(marks) if i == 0 or mark != marks[i - 1]]
+    return [range(a, b) for a, b in zip(starts, [*starts[1:], len(marks)], strict=True)]
+
+
 def _names(target: str, count: int) -> list[str]:
     """The files of ``count`` splits of ``target`` (``target`` itself for one)."""
     if count == 1:
@@ -170,7 +180,11 @@ def gguf_paths(
     >>> [os.path.basename(p) for p in gguf_paths("/m.gguf", sources, max_shard_size=64)]
     ['m-00001-of-00002.gguf', 'm-00002-of-00002.gguf']
     """
-    sizes = [_plan(s).source.info.byte_length for s in sources]
+    plans = [_plan(s) for s in sources]
+    kept = _kept(plans)
+    if kept is not None:
+        return _names(path, len(kept))
+    sizes = [p.source.info.byte_length for p in plans]
     return _names(path, len(_shards(sizes, _limit(max_shard_size))))
 
 
@@ -206,9 +220,9 @@ def write_gguf(
     meta = {k: v for k, v in metadata.items() if k not in _SPLIT_KEYS}
     kv = _metadata_bytes(meta, metadata_types)
     alignment = kv.alignment
-    shards = [
-        plans[r.start : r.stop] for r in _shards([p.source.info.byte_length for p in plans], limit)
-    ]
+    kept = _kept(plans)
+    ranges = kept or _shards([p.source.info.byte_length for p in plans], limit)
+    shards = [plans[r.start : r.stop] for r in ranges]
     names = _names(path, len(shards))
     set_id = secrets.token_hex(16)  # one per write: a mix of two writes' splits is refused
     # Nothing replaces a destination until every split is written: each split's
@@ -223,11 +237,12 @@ def write_gguf(
                     "split.no": np.uint16(i),
                     "split.count": np.uint16(len(shards)),
                     "split.tensors.count": np.int32(len(plans)),
-                    SET_KEY: set_id,
                 }
-                extra = _metadata_bytes(split, {}).parts
+                # llama-quantize's splits carry no set id, and only the first its keys
+                extra = _metadata_bytes(split if kept else {**split, SET_KEY: set_id}, {}).parts
             # Each split is read on its own (llama.cpp, gguf-py): every one needs its alignment.
-            head = _header(shard, (kv.parts if i == 0 else kv.every_split) + extra, alignment)
+            others = [] if kept else kv.every_split
+            head = _header(shard, (kv.parts if i == 0 else others) + extra, alignment)
             _, f = stack.enter_context(replacing(name))
             fd = f.fileno()  # everything goes through the descriptor, unbuffered
             write_all(fd, head)
