@@ -247,5 +247,9 @@ def test_keep_split_writes_the_input_s_splits(
     )
     assert status == 2
     assert "--keep-split writes a split GGUF's splits again" in err
+    assert "found tensors not from a GGUF (safetensors)" in err
+    kiln_np.save_weights("one.gguf", weights, format="gguf")
+    status, _, err = run_main(capsys, "convert", "one.gguf", "o.gguf", *argv[3:])
+    assert status == 2
     assert "found one input file" in err
     assert not Path("o.gguf").exists()

@@ -298,7 +298,8 @@ def plan_conversion(
         # llama-quantize's file: weight_name_comparer's order (--keep-split: the
         # input's, each tensor in its split), its two keys last
         if policy.keep_split:
-            sources = _kept_splits(sources, row, max_shard_size)
+            given = tensors.format if isinstance(tensors, Weights) else None
+            sources = _kept_splits(sources, given, row, max_shard_size)
         else:
             sources.sort(key=lambda s: llama_order_key(s.name))
         number = policy.file_type.number
@@ -341,20 +342,21 @@ def plan_conversion(
 
 
 def _kept_splits(
-    sources: list[TensorSource], row: WeightFormat, max_shard_size: int | None
+    sources: list[TensorSource], given: str | None, row: WeightFormat, max_shard_size: int | None
 ) -> list[TensorSource]:
-    """``sources`` in the input's order, each marked with its input file's split:
-    ``--keep-split``, which needs a split GGUF input and a GGUF output."""
+    """``sources`` in the input's order (a GGUF's splits, one after another),
+    each marked with its input file's split: ``--keep-split``, which needs a
+    split GGUF input and a GGUF output."""
     files = [None if s.file is None else s.file.path for s in sources]
     splits = {path: i for i, path in enumerate(dict.fromkeys(files))}
-    if row.name != "gguf" or max_shard_size is not None or None in splits or len(splits) < 2:
+    if row.name != "gguf" or max_shard_size is not None or given != "gguf" or len(splits) < 2:
         found = (
             f"a {row.name} output"
             if row.name != "gguf"
             else "max_shard_size"
             if max_shard_size is not None
-            else "tensors not from a file"
-            if None in splits
+            else f"tensors not from a GGUF ({given or 'arrays'})"
+            if given != "gguf"
             else "one input file"
         )
         raise OptionsError(

@@ -101,7 +101,9 @@ metadata is the first split's.  Each split is aligned by its own
 ``general.alignment`` (32 without it), and the splits of a set must agree
 (TYPE otherwise).  :func:`save_gguf` with ``max_shard_size`` writes splits the
 same way (gguf-py's key types: uint16, uint16, int32), ``general.alignment`` in
-every split.
+every split.  A ``--keep-split`` quantization (``QuantizePolicy(keep_split=True)``)
+writes them as ``llama-quantize`` does instead: every key in the first split,
+only the three split keys in the others, and no ``kiln_np.split.set_id``.
 
 Modules
 -------
