@@ -282,19 +282,24 @@ def histogram_grid(
     >>> [ax.get_title() for ax in histogram_grid(items).axes]
     ['a.weight\\nf32, 4', 'b\\ni8, 4']
     """
+    fig, panels = _panels(len(items), columns)
+    for panel, (name, description) in zip(panels, items, strict=True):
+        _draw_panel(panel, picture_label(name), description, log)
+    return fig
+
+
+def _panels(count: int, columns: object) -> tuple[Figure, list[Axes]]:
+    """A figure of ``count`` panels, ``columns`` (at least 1) to a row; with no
+    panel, a small figure that says so."""
     per_row = check_int(columns, "columns", kind="SHAPE", minimum=1)
-    count = len(items)
     if not count:
         fig, axes = plot.figure((5, 2.5))
         _message(axes[0], "no tensors to draw")
-        return fig
+        return fig, []
     per_row = min(per_row, count)
     rows = -(-count // per_row)
     fig, _ = plot.figure((3.9 * per_row, 3.1 * rows), 0)
-    for i, (name, description) in enumerate(items):
-        panel = fig.add_subplot(rows, per_row, i + 1)
-        _draw_panel(panel, picture_label(name), description, log)
-    return fig
+    return fig, [fig.add_subplot(rows, per_row, i + 1) for i in range(count)]
 
 
 def value_grid(
@@ -337,17 +342,8 @@ def value_grid(
     >>> ax.get_yscale(), ax.get_title()
     ('log', 'w\\nf32, 100')
     """
-    per_row = check_int(columns, "columns", kind="SHAPE", minimum=1)
-    count = len(items)
-    if not count:
-        fig, axes = plot.figure((5, 2.5))
-        _message(axes[0], "no tensors to draw")
-        return fig
-    per_row = min(per_row, count)
-    rows = -(-count // per_row)
-    fig, _ = plot.figure((3.9 * per_row, 3.1 * rows), 0)
-    for i, (name, description, histogram) in enumerate(items):
-        ax = fig.add_subplot(rows, per_row, i + 1)
+    fig, panels = _panels(len(items), columns)
+    for ax, (name, description, histogram) in zip(panels, items, strict=True):
         if histogram is None:
             _message(ax, "no finite value")
         else:
