@@ -47,7 +47,7 @@ import numpy as np
 
 from kiln_np._kernels import backend, pool
 from kiln_np._kernels.dispatch import Kernel, register
-from kiln_np._kernels.moments import KINDS, as_float32
+from kiln_np._kernels.moments import KINDS, as_float32, check_values
 
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
@@ -56,8 +56,6 @@ __all__ = ["BLOCK", "DIFFERENCES", "Differences", "Tally", "differences", "float
 
 BLOCK = 1024
 """Elements per block of the compiled kernel's sums."""
-
-_ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2}
 
 
 class Differences(NamedTuple):
@@ -175,15 +173,7 @@ def differences(a: np.ndarray, kind_a: str, b: np.ndarray, kind_b: str) -> Diffe
     (2, 1, 1, 0, 0, 1)
     """
     for kind, values in ((kind_a, a), (kind_b, b)):
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
-        if not isinstance(values, np.ndarray):
-            raise TypeError(f"values must be a numpy array, got {type(values).__name__}")
-        dtype = values.dtype
-        if values.ndim != 1 or not values.flags.c_contiguous or not dtype.isnative:
-            raise ValueError("values must be a 1-D C-contiguous array in native byte order")
-        if dtype.itemsize != _ITEMSIZE[kind]:
-            raise ValueError(f"{kind} elements are {_ITEMSIZE[kind]} bytes, got dtype {dtype}")
+        check_values(values, kind)
     if a.size != b.size:
         raise ValueError(f"expected arrays of one length, got {a.size} and {b.size}")
     result: Differences = DIFFERENCES.pick()(a, kind_a, b, kind_b)

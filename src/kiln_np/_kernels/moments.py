@@ -64,7 +64,7 @@ from kiln_np._kernels.dispatch import Kernel, register
 with contextlib.suppress(ImportError):  # not built: the row's compiled driver is None
     from kiln_np._kernels import native
 
-__all__ = ["BLOCK", "KINDS", "MOMENTS", "Moments", "as_float32", "moments"]
+__all__ = ["BLOCK", "KINDS", "MOMENTS", "Moments", "as_float32", "check_values", "moments"]
 
 BLOCK = 2048
 """Elements per block of the two-pass sums (the compiled kernel's and the numpy one's)."""
@@ -73,6 +73,21 @@ KINDS = {"f32": 0, "bf16": 1, "f16": 2}
 """The element kinds and the compiled kernel's code for each."""
 
 _ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2}
+
+
+def check_values(values: object, kind: str) -> None:
+    """Raise unless ``values`` is what the float kernels read as ``kind``: a 1-D
+    C-contiguous native-order numpy array of the kind's item size (ValueError,
+    TypeError: a caller's mistake, not a file's)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+    if not isinstance(values, np.ndarray):
+        raise TypeError(f"values must be a numpy array, got {type(values).__name__}")
+    dtype = values.dtype
+    if values.ndim != 1 or not values.flags.c_contiguous or not dtype.isnative:
+        raise ValueError("values must be a 1-D C-contiguous array in native byte order")
+    if dtype.itemsize != _ITEMSIZE[kind]:
+        raise ValueError(f"{kind} elements are {_ITEMSIZE[kind]} bytes, got dtype {dtype}")
 
 
 class Moments(NamedTuple):
@@ -149,15 +164,7 @@ def moments(values: np.ndarray, kind: str) -> Moments:
     >>> moments(np.array([0x3C00, 0x7C00, 0x0001], np.uint16), "f16")[:4]
     (3, 2, 5.960464477539063e-08, 1.0)
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
-    if not isinstance(values, np.ndarray):
-        raise TypeError(f"values must be a numpy array, got {type(values).__name__}")
-    dtype = values.dtype
-    if values.ndim != 1 or not values.flags.c_contiguous or not dtype.isnative:
-        raise ValueError("values must be a 1-D C-contiguous array in native byte order")
-    if dtype.itemsize != _ITEMSIZE[kind]:
-        raise ValueError(f"{kind} elements are {_ITEMSIZE[kind]} bytes, got dtype {dtype}")
+    check_values(values, kind)
     result: Moments = MOMENTS.pick()(values, kind)
     return result
 
