@@ -66,19 +66,6 @@ static void counts_merge(Counts *a, const Counts *b) {
     }
 }
 
-static ALWAYS_INLINE double lanes_sum(const double *s) {
-    double t[LANES / 2];
-    for (int j = 0; j < LANES / 2; j++) {
-        t[j] = s[j] + s[j + LANES / 2];
-    }
-    for (int w = LANES / 4; w >= 1; w /= 2) {
-        for (int j = 0; j < w; j++) {
-            t[j] += t[j + w];
-        }
-    }
-    return t[0];
-}
-
 /* The bits of a double. */
 static ALWAYS_INLINE uint64_t bits64(double x) {
     uint64_t u;
@@ -136,7 +123,8 @@ static ALWAYS_INLINE Sums masked_block(const uint8_t *restrict a, int ka,
             c->nonfinite++;
         }
     }
-    const Sums out = {lanes_sum(aa), lanes_sum(bb), lanes_sum(ab), lanes_sum(dd)};
+    const Sums out = {kiln_lanes_sum(LANES, aa), kiln_lanes_sum(LANES, bb),
+                      kiln_lanes_sum(LANES, ab), kiln_lanes_sum(LANES, dd)};
     return out;
 }
 
@@ -201,7 +189,8 @@ static ALWAYS_INLINE Sums block(const uint8_t *restrict a, int ka, const uint8_t
     for (ptrdiff_t i = full; i < n; i++) {
         STEP(i, i - full);
     }
-    const Sums s = {lanes_sum(aa), lanes_sum(bb), lanes_sum(ab), lanes_sum(dd)};
+    const Sums s = {kiln_lanes_sum(LANES, aa), kiln_lanes_sum(LANES, bb),
+                    kiln_lanes_sum(LANES, ab), kiln_lanes_sum(LANES, dd)};
     if (!(s.aa + s.bb - (s.aa + s.bb) == 0.0)) { /* an infinity or a NaN on a side */
         return masked_block(a, ka, b, kb, n, base, c);
     }

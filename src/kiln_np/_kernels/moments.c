@@ -44,19 +44,6 @@ static Part merge(Part a, Part b) {
     return out;
 }
 
-static ALWAYS_INLINE double lanes_sum(const double *s) {
-    double t[LANES / 2];
-    for (int j = 0; j < LANES / 2; j++) {
-        t[j] = s[j] + s[j + LANES / 2];
-    }
-    for (int w = LANES / 4; w >= 1; w /= 2) {
-        for (int j = 0; j < w; j++) {
-            t[j] += t[j + w];
-        }
-    }
-    return t[0];
-}
-
 typedef struct {
     float lo[LANES], hi[LANES]; /* the finite minimum and maximum of each lane */
     int64_t zeros, nan, posinf, neginf;
@@ -68,7 +55,7 @@ typedef struct {
 static ALWAYS_INLINE Part finite_block(const double *restrict dx, ptrdiff_t n,
                                        const double *s, const int32_t *z, const float *lo,
                                        const float *hi, Totals *t) {
-    const double mean = lanes_sum(s) / (double)n;
+    const double mean = kiln_lanes_sum(LANES, s) / (double)n;
     const ptrdiff_t full = n - n % LANES;
     double q[LANES] = {0};
     for (ptrdiff_t i = 0; i < full; i += LANES) {
@@ -86,7 +73,7 @@ static ALWAYS_INLINE Part finite_block(const double *restrict dx, ptrdiff_t n,
         t->lo[j] = lo[j] < t->lo[j] ? lo[j] : t->lo[j];
         t->hi[j] = hi[j] > t->hi[j] ? hi[j] : t->hi[j];
     }
-    const Part out = {n, mean, lanes_sum(q)};
+    const Part out = {n, mean, kiln_lanes_sum(LANES, q)};
     return out;
 }
 
@@ -117,7 +104,7 @@ static ALWAYS_INLINE Part masked_block(const uint8_t *restrict p, ptrdiff_t n, i
         const Part none = {0, 0.0, 0.0};
         return none;
     }
-    const double mean = lanes_sum(s) / (double)finite;
+    const double mean = kiln_lanes_sum(LANES, s) / (double)finite;
     for (ptrdiff_t i = 0; i < n; i++) {
         const float x = kiln_float_at(p, i, kind);
         if ((ggml_f32_bits(x) & 0x7FFFFFFFu) < 0x7F800000u) {
@@ -125,7 +112,7 @@ static ALWAYS_INLINE Part masked_block(const uint8_t *restrict p, ptrdiff_t n, i
             q[i % LANES] += d * d;
         }
     }
-    const Part out = {finite, mean, lanes_sum(q)};
+    const Part out = {finite, mean, kiln_lanes_sum(LANES, q)};
     return out;
 }
 
@@ -174,7 +161,7 @@ static ALWAYS_INLINE void moments_loop(const uint8_t *restrict src, ptrdiff_t n,
             lo[j] = x < lo[j] ? x : lo[j];
             hi[j] = x > hi[j] ? x : hi[j];
         }
-        const double sum = lanes_sum(s);
+        const double sum = kiln_lanes_sum(LANES, s);
         stack[top++] = sum - sum == 0.0 ? finite_block(dx, count, s, z, lo, hi, &t)
                                         : masked_block(p, count, kind, &t);
         for (ptrdiff_t k = block + 1; (k & 1) == 0; k >>= 1) { /* a carry: merge a pair */

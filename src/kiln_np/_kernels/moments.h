@@ -44,4 +44,20 @@ static ALWAYS_INLINE float kiln_float_at(const uint8_t *restrict p, ptrdiff_t i,
     return ggml_bits_f32(mag | ((uint32_t)(h & 0x8000u) << 16));
 }
 
+/* The sum of the `lanes` (a power of two, at least 2; at most 16) partial sums at s,
+ * added pairwise: the halves, then halving again (the order the numpy twins add them
+ * in).  Inlined with a constant `lanes`, the loops unroll as before. */
+static ALWAYS_INLINE double kiln_lanes_sum(int lanes, const double *s) {
+    double t[8];
+    for (int j = 0; j < lanes / 2; j++) {
+        t[j] = s[j] + s[j + lanes / 2];
+    }
+    for (int w = lanes / 4; w >= 1; w /= 2) {
+        for (int j = 0; j < w; j++) {
+            t[j] += t[j + w];
+        }
+    }
+    return t[0];
+}
+
 #endif
