@@ -62,6 +62,7 @@ from kiln_np._core.table import Code, Layout, as_dtype, code_for_dtype, code_lab
 from kiln_np._core.torch_types import element_shape, is_tensor, tensor_bits
 from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
+from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import dequantize_into
 from kiln_np._quants.elements import element_of
@@ -260,8 +261,7 @@ class TensorSource(NamedTuple):
                 if f32.size < n:  # float32 bytes in memory, not aligned for float32
                     f32 = np.empty(step, np.float32)
                 part = f32[:n]
-                with np.errstate(over="ignore"):  # an f64 past float32's range: inf
-                    part[...] = x  # exact, but f64: to nearest even
+                cast_into(part, x)  # exact, but f64: to nearest even (past float32: inf)
             if block is None:
                 written = self._floats(part, x, lo, out[:n])
             else:

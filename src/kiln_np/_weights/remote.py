@@ -42,7 +42,6 @@ only when a URL is opened; without it, opening a URL is TYPE naming the extra.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import io
@@ -530,6 +529,8 @@ class _DeadlineError(Exception):
 async def _bounded(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], seconds: float) -> Any:
     """``await func(*args, **kwargs)``, cancelled when ``seconds`` pass (on the
     event loop's thread)."""
+    import asyncio  # here, not at the top: 20 ms that local files never need
+
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     try:
@@ -584,6 +585,8 @@ def _failure(exc: Exception, url: str, what: str) -> Exception:
     """What a remote call's ``exc`` is raised as: itself when it is a KilnError or
     names a missing file; TYPE for an answer that breaks the protocol; an
     ``OSError`` naming the URL for a transport that failed."""
+    import asyncio  # at hand: fsspec's remote file systems run on it
+
     if isinstance(exc, KilnError):
         return exc
     where = f"{url!r}: {what}: "
