@@ -1724,6 +1724,16 @@ MIX: list[Entry] = [
     ("choose_types", "a type that needs an importance matrix", lambda: _mix("IQ2_XS")),
     (
         "choose_types",
+        "an importance-matrix entry of the wrong size",
+        lambda: _mix("Q4_K_M", imatrix={"blk.0.attn_v.weight": 255}),
+    ),
+    (
+        "choose_types",
+        "an importance matrix with no entry for a tensor that needs one",
+        lambda: _mix("IQ2_XS", imatrix={"blk.0.attn_v.weight": 256}),
+    ),
+    (
+        "choose_types",
         "requantizing without allow_requantize",
         lambda: _mix("Q8_0", ("blk.0.attn_q.weight", (2, 256), 12)),
     ),
