@@ -25,6 +25,15 @@ QUANTIZED = list(_quantize.ENCODERS)
 BACKENDS = (True, False) if _backend.COMPILED else (False,)
 
 
+def golden_rows(name: str) -> np.ndarray:
+    """The input rows ggml's golden bytes of ``name`` are for: all, or for a type of
+    ``LIMITS`` those whose magnitudes are below its limit (ggml aborts on the others)."""
+    limit = _quantize.LIMITS.get(name, np.inf)
+    taken = np.flatnonzero(np.abs(GOLDEN["input"]).max(axis=1) < limit)
+    assert len(taken) == len(GOLDEN[name])
+    return taken
+
+
 def blocks_differ(
     got: np.ndarray, want: np.ndarray, nbytes: int, what: Callable[[int], str]
 ) -> None:
@@ -48,9 +57,13 @@ def quantize(name: str, x: np.ndarray) -> np.ndarray:
 def golden_case(name: str) -> Callable[[int], str]:
     per_row = 256 // BLOCKS[name].elements
     cases = [str(c) for c in GOLDEN["cases"]]
-    return lambda i: (
-        cases[i // per_row] if i // per_row < len(cases) else f"random row {i // per_row}"
-    )
+    rows = golden_rows(name)
+
+    def case(i: int) -> str:
+        row = int(rows[i // per_row])
+        return cases[row] if row < len(cases) else f"random row {row}"
+
+    return case
 
 
 def test_the_golden_file_covers_every_type_kiln_np_quantizes() -> None:
@@ -61,21 +74,37 @@ def test_the_golden_file_covers_every_type_kiln_np_quantizes() -> None:
 def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for compiled in BACKENDS:
         monkeypatch.setattr(_backend, "COMPILED", compiled)
-        got = quantize(name, GOLDEN["input"])
+        got = quantize(name, GOLDEN["input"][golden_rows(name)])
         blocks_differ(got, GOLDEN[name], BLOCKS[name].bytes, golden_case(name))
 
 
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_numpy_encoder_is_ggml(name: str) -> None:
     block = BLOCKS[name]
+    x = GOLDEN["input"][golden_rows(name)]
     with np.errstate(all="ignore"):
-        got = _quantize.ENCODERS[name](GOLDEN["input"].reshape(-1, block.elements))
+        got = _quantize.ENCODERS[name](x.reshape(-1, block.elements))
     assert got.dtype == np.uint8
-    assert got.shape == (
-        GOLDEN["input"].size // block.elements,
-        block.bytes,
-    )
+    assert got.shape == (x.size // block.elements, block.bytes)
     blocks_differ(got, GOLDEN[name], block.bytes, golden_case(name))
+
+
+@pytest.mark.parametrize("name", list(_quantize.LIMITS))
+def test_the_golden_rows_past_the_limit_are_refused_where_ggml_aborts(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = GOLDEN["input"]
+    refused = np.setdiff1d(np.arange(len(x)), golden_rows(name))
+    # ggml aborts (GGML_ASSERT, SIGABRT) on every one of them: nothing is lost
+    assert len(refused) == len(GOLDEN[f"{name} aborts"]) == 10
+    assert GOLDEN[f"{name} aborts"].all()
+    limit = _quantize.LIMITS[name]
+    for compiled in BACKENDS:
+        monkeypatch.setattr(_backend, "COMPILED", compiled)
+        for row in refused:
+            out = np.zeros(BLOCKS[name].bytes, np.uint8)
+            first = int(np.flatnonzero(np.abs(x[row]) >= limit)[0])
+            assert _quantize.quantize_into(name, x[row].copy(), out) == first
 
 
 def _random_blocks(name: str, count: int) -> np.ndarray:

@@ -979,8 +979,8 @@ static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg
 /* ---- GGML block encoders (ggml.h; the loops are in ggml_quant_*.c) --------------- */
 
 static const GGMLEncoder *const GGML_ENCODER_FAMILIES[] = {
-    kiln_ggml_enc_basic, kiln_ggml_enc_fp4, kiln_ggml_enc_iq4, kiln_ggml_enc_k_min,
-    kiln_ggml_enc_k_sym};
+    kiln_ggml_enc_basic, kiln_ggml_enc_fp4,   kiln_ggml_enc_iq3,
+    kiln_ggml_enc_iq4,   kiln_ggml_enc_k_min, kiln_ggml_enc_k_sym};
 
 static const GGMLEncoder *ggml_encoder(Py_ssize_t type_id) {
     for (size_t f = 0; f < sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0]; f++) {
@@ -993,28 +993,31 @@ static const GGMLEncoder *ggml_encoder(Py_ssize_t type_id) {
     return NULL;
 }
 
-/* Whether any of the n float32 at x is a NaN or an infinity (exponent all ones: adding
- * one to the exponent field carries into the sign bit; SSE2 vectorises it). */
-static VECTOR_CLONES int any_not_finite(const uint32_t *restrict x, ptrdiff_t n) {
+/* Whether any of the n float32 at x has a biased exponent of 256 - (carry >> 23) or more:
+ * adding carry to the exponent field carries into the sign bit (carry 0x00800000: a NaN
+ * or an infinity, exponent all ones); SSE2 vectorises it. */
+static VECTOR_CLONES int any_refused(const uint32_t *restrict x, ptrdiff_t n, uint32_t carry) {
     uint32_t acc = 0;
     for (ptrdiff_t i = 0; i < n; i++) {
-        acc |= (x[i] & 0x7F800000u) + 0x00800000u;
+        acc |= (x[i] & 0x7F800000u) + carry;
     }
     return (acc & 0x80000000u) != 0;
 }
 
 /* Encode `blocks` blocks, a run of them at a time (checked while it is in L1, then
- * encoded); the first block holding a NaN or infinity (those before it encoded), or -1. */
+ * encoded); the first block holding a NaN or infinity, or a magnitude of 2**limit_log2
+ * or more (those before it encoded), or -1. */
 static ptrdiff_t encode_checked(const GGMLEncoder *e, const float *src, uint8_t *dst,
                                 ptrdiff_t blocks) {
     const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
+    const uint32_t carry = e->limit_log2 ? (uint32_t)(129 - e->limit_log2) << 23 : 0x00800000u;
     for (ptrdiff_t b = 0; b < blocks; b += run) {
         const ptrdiff_t n = blocks - b < run ? blocks - b : run;
         const float *x = src + b * e->block_elements;
-        if (any_not_finite((const uint32_t *)x, n * e->block_elements)) {
+        if (any_refused((const uint32_t *)x, n * e->block_elements, carry)) {
             for (ptrdiff_t k = 0; k < n; k++) {
-                if (any_not_finite((const uint32_t *)x + k * e->block_elements,
-                                   e->block_elements)) {
+                if (any_refused((const uint32_t *)x + k * e->block_elements,
+                                e->block_elements, carry)) {
                     if (k) {
                         e->encode(x, dst + b * e->block_bytes, k);
                     }
@@ -1032,9 +1035,9 @@ PyDoc_STRVAR(ggml_from_float32_doc,
     "Quantize blocks [lo, hi) of the float32 buffer src (block i's values at element\n"
     "i * block_elements) into GGML type type_id's blocks in the flat bytes dst, as\n"
     "ggml_quantize_chunk writes them with no importance matrix.  Returns -1, or the\n"
-    "first block holding a NaN or infinity (the blocks before it written).  ValueError\n"
-    "for a type without a compiled encoder or a range the buffers do not hold; the\n"
-    "buffers must not overlap.");
+    "first block holding a NaN or infinity, or for IQ3_S a magnitude of 2**38 or more\n"
+    "(the blocks before it written).  ValueError for a type without a compiled\n"
+    "encoder or a range the buffers do not hold; the buffers must not overlap.");
 
 static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
                                    Py_ssize_t nargs) {
