@@ -11,7 +11,7 @@ import importlib.util
 import shutil
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,9 +26,11 @@ __all__ = [
     "every_code",
     "external_tensor",
     "gguf_bytes",
+    "gguf_facts",
     "gguf_info",
     "gguf_kv",
     "gguf_py_file",
+    "gguf_with_tokenizer",
     "kiln_np_exe",
     "llama_safetensors",
     "needs",
@@ -226,6 +228,58 @@ def gguf_bytes(
     )
     body = head + b"".join(kvs) + b"".join(infos)
     return body + bytes(-len(body) % 32) + data
+
+
+def gguf_facts(read: Callable[[], Any], where: str) -> tuple[object, ...]:
+    """What ``read()`` (a ``read_gguf`` of the file or URL ``where``) gives, ``where``
+    taken out, to compare two readings of the same bytes: a KilnError's kind and
+    message, or the header's version, alignment, metadata types and values, and
+    tensor infos (their paths left out)."""
+    from kiln_np import KilnError
+
+    try:
+        found = read()
+    except KilnError as exc:
+        return exc.kind, str(exc).replace(repr(where), "<where>")
+    meta = found.metadata
+    return (
+        found.version,
+        found.alignment,
+        dict(meta.types),
+        [repr(meta[k]) for k in meta],
+        [t._replace(path="") for t in found.tensors],
+    )
+
+
+def gguf_with_tokenizer(path: Path, *, tokens: int, data_bytes: int) -> int:
+    """A GGUF file of a llama-like tokenizer of ``tokens`` tokens in its metadata
+    (token strings of 4 to 12 bytes, float32 scores, int32 token types) and one
+    F32 tensor ``token_embd.weight`` of ``data_bytes`` bytes (a multiple of 16 KiB)
+    whose data is a hole: the file is sparse, however large.  Returns the
+    header's size (where the data starts)."""
+    words = [f"tok{i:x}".encode()[: 4 + i % 9].ljust(4 + i % 9, b"_") for i in range(tokens)]
+    strings = b"".join(struct.pack("<Q", len(w)) + w for w in words)
+    kvs = [
+        gguf_kv("general.architecture", 8, struct.pack("<Q", 5) + b"llama"),
+        gguf_kv("general.name", 8, struct.pack("<Q", 9) + b"Tokenized"),
+        gguf_kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, tokens) + strings),
+        gguf_kv(
+            "tokenizer.ggml.scores",
+            9,
+            struct.pack("<IQ", 6, tokens) + np.arange(tokens, dtype="<f4").tobytes(),
+        ),
+        gguf_kv(
+            "tokenizer.ggml.token_type",
+            9,
+            struct.pack("<IQ", 5, tokens) + np.ones(tokens, "<i4").tobytes(),
+        ),
+    ]
+    dims = (4096, data_bytes // (4 * 4096))
+    head = gguf_bytes(kvs, [gguf_info("token_embd.weight", dims, 0, 0)])
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + data_bytes)
+    return len(head)
 
 
 def gguf_py_file(

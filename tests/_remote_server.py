@@ -1,5 +1,6 @@
-"""Servers on the loopback for the remote-source tests and benchmark: a small HTTP/1.1
-file server with byte ranges, and moto's S3 server.
+"""Servers on the loopback for the remote-source tests and benchmarks: a small HTTP/1.1
+file server with byte ranges, and moto's S3 server (:func:`upload` puts a
+directory's files on it).
 
 :class:`RangeServer` serves a directory on 127.0.0.1 (a free port): ``GET`` and
 ``HEAD``, one ``Range: bytes=a-b`` per request (``206`` with ``Content-Range``,
@@ -264,3 +265,15 @@ def moto_s3(monkeypatch: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+def upload(options: dict[str, Any], local: Path, bucket: str, prefix: str) -> None:
+    """Every file of the directory ``local`` to ``s3://bucket/prefix/`` (the bucket
+    made when missing), through s3fs made with ``options``."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**options)
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    for p in sorted(local.iterdir()):
+        fs.pipe_file(f"{bucket}/{prefix}/{p.name}", p.read_bytes())

@@ -1,4 +1,7 @@
-"""Shared test configuration: hypothesis profiles, and the kernels' thread ranges.
+"""Shared test configuration: hypothesis profiles, the kernels' thread ranges, and
+the remote tests' servers on the loopback (``http``: the byte-range HTTP server of
+a test's ``tmp_path``; ``s3``: moto's S3 server, as the ``storage_options`` that
+reach it).
 
 ``ci`` (the default) is derandomized so CI runs are repeatable; ``dev`` explores
 more examples.  Choose with ``HYPOTHESIS_PROFILE=dev``.
@@ -8,10 +11,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _helpers import OPTIONAL, available, skip_reason
+from _remote_server import RangeServer, moto_s3, serving
 from hypothesis import HealthCheck, settings
 
 from kiln_np._kernels import nibbles as _nibbles
@@ -77,3 +83,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if missing:
             why = "; ".join(skip_reason(m) for m in missing)
             item.add_marker(pytest.mark.skip(reason=f"{path.name}: {why}"))
+
+
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[RangeServer]:
+    with serving(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    with moto_s3(monkeypatch) as endpoint:
+        yield {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}

@@ -21,6 +21,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Callable
 from functools import partial
@@ -1098,26 +1099,50 @@ _URLS: list[str] = []  # server URLs of the trigger that is running, shown as ht
 _ETAG = re.compile(r'"[0-9a-f]+-[0-9a-f]+-[0-9a-f]+"')
 
 
-def _remote(mode: str | None, when: str, name: str = "w.safetensors", act: str = "read") -> Any:
+def _remote(
+    mode: str | None,
+    when: str,
+    name: str = "w.safetensors",
+    act: str = "read",
+    opener: Callable[[str], Any] = kiln_np.open_weights,
+) -> Any:
     """A one-tensor safetensors file (or ``name`` as saved) served on the loopback;
     the server misbehaves as ``mode`` says from ``when`` on (``"open"``, ``"read"``),
-    and the file is opened (and its tensor read, ``act="read"``)."""
+    and the file is opened with ``opener`` (and its tensor read, ``act="read"``;
+    ``"replace"`` and ``"cut"`` replace the file or cut it to its header first)."""
     root = _scratch()
     kiln_np.save_weights(
         root / "w.safetensors", {"w": np.arange(4, dtype=np.float32)}, format="safetensors"
     )
     kiln_np.save_weights(root / "m.gguf", {"w": np.ones(4, np.float32)}, format="gguf")
     (root / "huge.safetensors").write_bytes((2**63).to_bytes(8, "little") + b"{}")
+    (root / "notes.bin").write_bytes(b"no weights in here")
     with serving(root) as server:
         _URLS.append(server.url)
         server.mode = mode if when == "open" else None
-        weights = kiln_np.open_weights(server.url + name)
+        weights = opener(server.url + name)
+        data = (root / name).read_bytes()
         if act == "replace":
-            data = (root / name).read_bytes()
             os.remove(root / name)
             (root / name).write_bytes(data)
+        if act == "cut":
+            (root / name).write_bytes(data[: weights["w"].offset])
         server.mode = mode
         return weights["w"].numpy()
+
+
+def _remote_large_blocks(layer: str) -> Any:
+    """A GGUF larger than the first block of fsspec's block cache, read through the
+    chained URL ``layer::`` of a server without range support."""
+    root = _scratch()
+    kiln_np.save_weights(root / "big.gguf", {"w": np.zeros(6 << 18, np.float32)}, format="gguf")
+    with serving(root) as server, warnings.catch_warnings():
+        # fsspec's block cache opens its cache file and never closes it (MMapCache)
+        warnings.simplefilter("ignore", ResourceWarning)
+        _URLS.append(server.url)
+        server.mode = "no-range"
+        options = {layer: {"cache_storage": str(root / "cache")}}
+        return kiln_np.open_weights(f"{layer}::{server.url}big.gguf", storage_options=options)
 
 
 def _memory_checkpoint(weight_map: dict[str, str]) -> Any:
@@ -1175,14 +1200,18 @@ REMOTE: list[Entry] = [
     ("open_weights (URL)", "fsspec not installed (no `kiln-np[remote]`)", _without_fsspec),
     ("open_weights (URL)", "a protocol whose file system is not installed", _missing_protocol),
     ("open_weights (URL)", "a protocol fsspec does not know", lambda: kiln_np.open_weights("nope://bucket/model/")),
-    ("open_weights (URL)", "a directory holding no safetensors index or file", lambda: _remote(None, "open", "")),
-    ("open_weights (URL)", "a file that is not safetensors (only safetensors is read from URLs)", lambda: _remote(None, "open", "m.gguf")),
+    ("open_weights (URL)", "a directory holding no safetensors index and not one safetensors or GGUF file", lambda: _remote(None, "open", "")),
+    ("open_weights (URL)", "a file named neither .safetensors nor .gguf whose first bytes are neither's (only safetensors and GGUF are read from URLs)", lambda: _remote(None, "open", "notes.bin")),
+    ("open_safetensors (URL)", "a directory holding no index and not one safetensors file", lambda: _remote(None, "open", "", opener=kst.open_safetensors)),
+    ("open_safetensors (URL)", "a file that is not safetensors (a GGUF)", lambda: _remote(None, "open", "m.gguf", opener=kst.open_safetensors)),
     ("open_weights (URL)", "a shard the index names that is a directory", lambda: _memory_checkpoint({"w": "sub"})),
     ("open_weights (URL)", "a server that gives no size", lambda: _remote("no-length", "open")),
     ("open_weights (URL)", "a header size past 100 MB (never allocated)", lambda: _remote(None, "open", "huge.safetensors")),
     ("WeightTensor.numpy (URL)", "a range answer cut short", lambda: _remote("short", "read")),
     ("WeightTensor.numpy (URL)", "a range answer longer than asked", lambda: _remote("long", "read")),
-    ("WeightTensor.numpy (URL)", "a server that ignores Range (200, the whole file)", lambda: _remote("no-range", "read")),
+    ("WeightTensor.numpy (URL)", "a server that ignores Range (200, the whole file) answering a read of part of a file", lambda: _remote("no-range", "read")),
+    ("WeightTensor.numpy (URL)", "an error status (416: no ETag to tell, the file cut short since it was opened)", lambda: _remote("no-etag", "open", act="cut")),
+    ("open_weights (URL)", "a chained URL whose layer cannot read the file (blockcache:: on a server without range support)", lambda: _remote_large_blocks("blockcache")),
     ("WeightTensor.numpy (URL)", "a Content-Range other than the range asked", lambda: _remote("wrong-range", "read")),
     ("WeightTensor.numpy (URL)", "the file replaced since it was opened (412 to If-Match)", lambda: _remote(None, "read", act="replace")),
     ("WeightTensor.numpy (URL)", "no ETag, and Content-Range gives another size", _remote_resized),

@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from _helpers import needs, run_main
-from _remote_server import RangeServer, moto_s3, serving
+from _remote_server import RangeServer, upload
 
 import kiln_np
 from kiln_np import KilnError
@@ -71,28 +70,6 @@ def same_listing(remote: kiln_np.Weights, local: kiln_np.Weights) -> None:
         )
         assert r.numpy().dtype == t.numpy().dtype
         assert r.numpy().view(np.uint8).tobytes() == t.numpy().view(np.uint8).tobytes(), name
-
-
-@pytest.fixture
-def http(tmp_path: Path) -> Iterator[RangeServer]:
-    with serving(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    with moto_s3(monkeypatch) as endpoint:
-        yield {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-
-
-def upload(options: dict[str, Any], local: Path, bucket: str, prefix: str) -> None:
-    import s3fs
-
-    fs = s3fs.S3FileSystem(**options)
-    if not fs.exists(bucket):
-        fs.mkdir(bucket)
-    for p in sorted(local.iterdir()):
-        fs.pipe_file(f"{bucket}/{prefix}/{p.name}", p.read_bytes())
 
 
 # -- listing ----------------------------------------------------------------------------
@@ -289,17 +266,32 @@ def test_a_header_size_past_the_file_is_length_and_never_allocated(
     assert http.served["/cut.safetensors"] == 8
 
 
-def test_only_safetensors_is_read_from_a_url(tmp_path: Path, http: RangeServer) -> None:
+def test_only_safetensors_and_gguf_are_read_from_a_url(tmp_path: Path, http: RangeServer) -> None:
+    """A file by its suffix, else by its first 16 bytes; a directory by its listing."""
     kiln_np.save_weights(tmp_path / "m.gguf", {"x": np.ones(4, np.float32)}, format="gguf")
     kiln_np.save_weights(tmp_path / "k", {"x": np.ones(4, np.float32)}, format="kiln")
-    with pytest.raises(KilnError, match="found the bytes 47 47 55 46") as caught:
-        kiln_np.open_weights(http.url + "m.gguf")
-    assert caught.value.kind == "TYPE"
-    assert "only safetensors is read from URLs" in str(caught.value)
+    (tmp_path / "g").write_bytes((tmp_path / "m.gguf").read_bytes())  # no suffix
+    (tmp_path / "s").write_bytes(b"KILN" + bytes(12))
+    for name in ("m.gguf", "g"):
+        with kiln_np.open_weights(http.url + name) as w:
+            assert w.format == "gguf"
+            assert w["x"].numpy().tolist() == [1.0] * 4
     with pytest.raises(
-        KilnError, match=r"only safetensors is read from URLs.*found .*'manifest.json'"
+        KilnError,
+        match=r"/s': expected a weight file of a format read from URLs \(safetensors and gguf; "
+        r"other formats from local paths\), found the bytes 4b 49 4c 4e",
+    ) as caught:
+        kiln_np.open_weights(http.url + "s")
+    assert caught.value.kind == "TYPE"
+    with pytest.raises(
+        KilnError,
+        match=r"/k/': expected a directory holding one \*.safetensors.index.json or one weight "
+        r"file \(\*.safetensors, \*.gguf: safetensors and gguf are read from URLs, other "
+        r"formats from local paths\), found '0000_x.kiln', 'manifest.json'",
     ):
         kiln_np.open_weights(http.url + "k/")
+    with pytest.raises(KilnError, match=r"expected a directory holding one \*.safetensors.index"):
+        open_safetensors(http.url + "k/")  # the format's own door: safetensors only
     with pytest.raises(FileNotFoundError):
         kiln_np.open_weights(http.url + "none.safetensors")
 

@@ -23,15 +23,17 @@ import struct
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+from unittest.mock import patch
 
 import numpy as np
 import pytest
-from _helpers import gguf_bytes, gguf_info, optional
+from _helpers import gguf_bytes, gguf_facts, gguf_info, needs, optional
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import kiln_np.gguf as kg
 from kiln_np import KilnError
+from kiln_np.gguf import _reader
 
 if TYPE_CHECKING:
     import gguf
@@ -140,6 +142,26 @@ def test_mutated_gguf_oracle(
         again, again_types = _read_all(copy)
         assert again == _as_written(path, data)
         assert again_types == {k: v for k, v in types.items() if not k.startswith("split.")}
+
+
+@needs("fsspec")
+@settings(max_examples=EXAMPLES)
+@given(edits, st.one_of(st.none(), st.integers(0, len(SEED))), st.sampled_from([1, 7, 64]))
+def test_a_header_read_in_growing_ranges_is_the_local_header(
+    edit_list: list[tuple[int, bytes]], cut: int | None, slack: int
+) -> None:
+    """The same bytes behind a URL (fsspec's memory file system), the header read in
+    growing ranges from ``slack`` bytes on: the same header, or the same KilnError."""
+    import fsspec
+
+    data = _mutate(edit_list, cut)
+    url = "memory://kiln-fuzz/m.gguf"
+    fsspec.filesystem("memory").pipe_file(url, data)
+    with tempfile.TemporaryDirectory() as tmp, patch.object(_reader, "HEADER_SLACK", slack):
+        path = Path(tmp) / "m.gguf"
+        path.write_bytes(data)
+        want = gguf_facts(lambda: kg.read_gguf(path), str(path))
+        assert gguf_facts(lambda: kg.read_gguf(url), url) == want
 
 
 def test_the_seed_opens() -> None:

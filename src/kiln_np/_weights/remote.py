@@ -1,5 +1,6 @@
 """A file of a weight checkpoint behind a URL (``https://``, ``s3://``, any fsspec
-protocol whose file system is installed), read with exact range requests.
+protocol whose file system is installed, or a chain of fsspec layers such as
+``simplecache::https://...``), read with exact range requests.
 
 :class:`RemoteFile` is the :class:`~kiln_np._weights.mapped.MappedFile` of a
 URL: the readers and writers use the same three doors (``read`` for headers,
@@ -12,7 +13,13 @@ bytes asked for, checked as strictly as a local read:
   status MUST be ``206 Partial Content`` and ``Content-Range`` MUST be
   ``bytes a-b/size`` for the range asked and the size seen when opened (TYPE
   otherwise: a server that ignores ``Range`` would send the whole file), and
-  at most one byte more than asked is ever read off the wire;
+  at most one byte more than asked is ever read off the wire.  A server
+  without range support answers ``200 OK`` and the whole file: that is taken
+  only for a read of the whole file (an index, a file no larger than the first
+  read of its header), checked to hold exactly the file's bytes; to a read of
+  part of a file it is TYPE saying how to proceed (download the file, or serve
+  it with range support).  The bytes of a whole file of at most :data:`KEEP`
+  bytes so read are kept, and its later reads served from them;
 - the file MUST be the one that was opened: over HTTP every request carries
   ``If-Match`` with the ``ETag`` the server gave when it was opened (``412``
   is TYPE, "it changed since it was opened"); on other protocols the size and
@@ -35,6 +42,15 @@ bytes asked for, checked as strictly as a local read:
   ``OSError`` when the transport fails (a connection refused, reset or dropped
   before the answer: ``ConnectionError``), naming the URL; never aiohttp's or
   fsspec's own exceptions.  A missing file is ``FileNotFoundError``.
+
+A chained URL (``simplecache::``, ``filecache::``, ``blockcache::`` before a
+URL, or any chain fsspec reads, ``storage_options`` keyed by each layer's
+protocol as fsspec takes them) is read through its layers, as fsspec opens it:
+the first layer's file, a seek and a read per request, the byte count checked
+as above.  The layer decides what goes over the wire (the whole file into a
+cache, or blocks) and that the bytes are those of one version of the file (a
+cache's copy), so no ETag is compared; the layers are synchronous, so only the
+socket timeouts of the URL they wrap bound a read, not the deadline.
 
 fsspec (and aiohttp, s3fs) are the optional extra ``kiln-np[remote]``, imported
 only when a URL is opened; without it, opening a URL is TYPE naming the extra.
@@ -60,6 +76,7 @@ from .mapped import FileIdentity, MappedFile
 
 __all__ = [
     "DEADLINE",
+    "KEEP",
     "MIN_RATE",
     "TIMEOUT",
     "RemoteFile",
@@ -68,6 +85,7 @@ __all__ = [
     "list_url",
     "remote_filesystem",
     "request_limits",
+    "url_name",
 ]
 
 TIMEOUT = 60.0
@@ -79,12 +97,17 @@ DEADLINE = 60.0
 MIN_RATE = float(1 << 17)
 """The slowest rate a request's bytes may arrive at, bytes a second: 128 KiB/s
 (``storage_options["kiln_np_min_rate"]``, ``$KILN_NP_REMOTE_MIN_RATE``)."""
+KEEP = 1 << 16
+"""A file of at most this many bytes read whole (one request, or a server's
+``200 OK``) is kept, and its later reads served from those bytes: 64 KiB."""
 _LIMITS = (
     ("kiln_np_deadline", "KILN_NP_REMOTE_DEADLINE", DEADLINE, "seconds"),
     ("kiln_np_min_rate", "KILN_NP_REMOTE_MIN_RATE", MIN_RATE, "bytes a second"),
 )
 
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+# A URL, or a chain of fsspec layers before one (``simplecache::https://...``,
+# ``zip://member::https://...``): each layer a bare protocol or a URL, then ``::``.
+_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.\-]*(?:://[^:]*)?::)*[A-Za-z][A-Za-z0-9+.\-]*://")
 _HTTP = ("http", "https")
 _TAGS = ("ETag", "etag", "VersionId", "version_id", "generation", "blob_id", "md5Hash")
 """What ``fs.info`` may report that changes whenever the file's content does."""
@@ -92,29 +115,55 @@ _CHUNK = 1 << 20  # bytes taken off the wire at a time
 
 
 def is_url(path: object) -> bool:
-    """Whether ``path`` is a URL (``scheme://...``), read through fsspec.
+    """Whether ``path`` is a URL (``scheme://...``, or fsspec layers chained
+    before one: ``simplecache::https://...``), read through fsspec.
 
     >>> is_url("s3://bucket/model/"), is_url("model.safetensors"), is_url(3)
     (True, False, False)
+    >>> is_url("simplecache::https://h/m.gguf"), is_url("a::b")
+    (True, False)
     """
     return isinstance(path, str) and _URL.match(path) is not None
 
 
+def _path_layer(url: str) -> tuple[list[str], int]:
+    """The layers of a (chained) URL and the index of the one holding the path:
+    the first with a ``://`` (``simplecache`` holds none, ``zip://member`` does)."""
+    layers = url.split("::")
+    return layers, next((i for i, layer in enumerate(layers) if "://" in layer), len(layers) - 1)
+
+
 def join_url(base: str, name: str) -> str:
-    """``name`` in the directory ``base`` names (or beside the file it names).
+    """``name`` in the directory ``base`` names (or beside the file it names); in
+    a chained URL, in the layer that holds the path.
 
     >>> join_url("https://h/m/model.safetensors.index.json", "a.safetensors")
     'https://h/m/a.safetensors'
     >>> join_url("s3://b/m/", "x")
     's3://b/m/x'
+    >>> join_url("simplecache::https://h/m/a-00001-of-00002.gguf", "a-00002-of-00002.gguf")
+    'simplecache::https://h/m/a-00002-of-00002.gguf'
     """
-    return base[: base.rfind("/") + 1] + name
+    layers, i = _path_layer(base)
+    layers[i] = layers[i][: layers[i].rfind("/") + 1] + name
+    return "::".join(layers)
+
+
+def url_name(url: str) -> str:
+    """The file name a (chained) URL ends with: what :func:`join_url` replaces.
+
+    >>> url_name("https://h/m/a.gguf"), url_name("filecache::s3://b/m/x.gguf")
+    ('a.gguf', 'x.gguf')
+    """
+    layers, i = _path_layer(url)
+    return layers[i][layers[i].rfind("/") + 1 :]
 
 
 def remote_filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
     """``(fs, path)``: the fsspec file system of ``url`` made with
-    ``storage_options`` (plus the 60 s timeouts it does not set), and the path
-    in it.
+    ``storage_options`` (plus the 60 s timeouts it does not set: in a chained
+    URL, for the file system of the URL its layers wrap, under its protocol's
+    key), and the path in it.
 
     Raises
     ------
@@ -136,22 +185,27 @@ def remote_filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tu
     options = {
         k: v for k, v in (storage_options or {}).items() if k not in {k for k, *_ in _LIMITS}
     }
-    protocol = url.split("://", 1)[0].lower()
+    protocols = [layer.split("://", 1)[0].lower() for layer in url.split("::")]
+    protocol = protocols[-1]  # the URL's own, which any layers wrap
+    # fsspec gives a chain's options to its first layer, or to a layer by its protocol
+    own = options if len(protocols) == 1 else dict(options.get(protocol) or {})
     try:
         if protocol in _HTTP:
             import aiohttp  # fsspec's HTTP file system needs it
 
-            client = dict(options.get("client_kwargs") or {})
+            client = dict(own.get("client_kwargs") or {})
             client.setdefault(
                 "timeout",
                 aiohttp.ClientTimeout(total=None, sock_connect=TIMEOUT, sock_read=TIMEOUT),
             )
-            options["client_kwargs"] = client
+            own["client_kwargs"] = client
         elif protocol in ("s3", "s3a"):
-            config = dict(options.get("config_kwargs") or {})
+            config = dict(own.get("config_kwargs") or {})
             config.setdefault("connect_timeout", TIMEOUT)
             config.setdefault("read_timeout", TIMEOUT)
-            options["config_kwargs"] = config
+            own["config_kwargs"] = config
+        if own is not options:
+            options[protocol] = own
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError:
         # fsspec's own words vary by version: the package is named from its registry
@@ -165,10 +219,21 @@ def remote_filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tu
             f"found no {package}: pip install {package} (or 'kiln-np[remote]' for http, "
             "https and s3)",
         ) from None
-    except ValueError:  # fsspec: "Protocol not known"
+    except ValueError as exc:  # fsspec: "Protocol not known", or a layer's own
+        from fsspec.registry import available_protocols
+
+        known = set(available_protocols())
+        unknown = next((p for p in protocols if p not in known), None)
+        if unknown is None and len(protocols) > 1:
+            raise _layer_failure(exc, url, "its layers") from exc
         raise KilnError(
-            "TYPE", f"{url!r}: expected a URL of a protocol fsspec knows, found {protocol}://"
+            "TYPE",
+            f"{url!r}: expected a URL of a protocol fsspec knows, found {unknown or protocol}://",
         ) from None
+    except Exception as exc:  # a layer that reads as it is made (zip::)
+        if len(protocols) == 1:
+            raise
+        raise _layer_failure(exc, url, "its layers") from exc
     return fs, path
 
 
@@ -221,7 +286,7 @@ def list_url(url: str, storage_options: Mapping[str, Any] | None) -> list[str] |
     fs, path = remote_filesystem(url, storage_options)
     base, _ = request_limits(url, storage_options)
     if not url.endswith("/"):
-        if url.split("://", 1)[0].lower() in _HTTP:
+        if url.rsplit("::", 1)[-1].split("://", 1)[0].lower() in _HTTP:
             return None
         if _call(fs, url, "info", base, "its size", path).get("type") != "directory":
             return None
@@ -232,7 +297,8 @@ def list_url(url: str, storage_options: Mapping[str, Any] | None) -> list[str] |
 
 class RemoteFile(MappedFile):
     """One file behind a URL, read with exact range requests (the module docstring
-    lists the checks); never mapped, never cached.
+    lists the checks); never mapped, and never cached but for a small file read
+    whole (:data:`KEEP`).
 
     ``view(offset, length)`` reads those bytes into a buffer of their own (what
     a tensor's payload is here: a tensor's size, not the file's);
@@ -249,7 +315,7 @@ class RemoteFile(MappedFile):
     (b'header', b'payload', 18)
     """
 
-    __slots__ = ("fs", "fs_path", "http", "limits", "tag")
+    __slots__ = ("fs", "fs_path", "http", "layered", "limits", "tag", "whole")
 
     def __init__(
         self,
@@ -259,6 +325,7 @@ class RemoteFile(MappedFile):
         size: int,
         tag: str | None,
         limits: tuple[float, float] = (DEADLINE, MIN_RATE),
+        whole: bytes | None = None,
     ) -> None:
         self.path = url
         self.identity = FileIdentity(None, 0, size, 0)
@@ -275,15 +342,22 @@ class RemoteFile(MappedFile):
         self.fs_path = fs_path
         self.tag = tag
         self.limits = limits
+        self.whole = whole  # the file's bytes, when it was read whole (at most KEEP)
+        self.layered = "::" in url  # read through fsspec's layers (a chained URL)
         protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
-        self.http = protocol in _HTTP
+        self.http = protocol in _HTTP and not self.layered
 
     @classmethod
     def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> RemoteFile:
         """The file at ``url``, its size and ETag (or version) asked once
-        (``FileNotFoundError`` when there is none; TYPE for a directory)."""
+        (``FileNotFoundError`` when there is none; TYPE for a directory).  A
+        chained URL's size is its first layer's file's (a cache of the whole
+        file is filled here)."""
         fs, path = remote_filesystem(url, storage_options)
         limits = request_limits(url, storage_options)
+        if "::" in url:
+            size = _layered(url, "its size", _layer_size, fs, path)
+            return cls(url, fs, path, size, None, limits)
         info = _call(fs, url, "info", limits[0], "its size", path)
         if info.get("type") == "directory":
             raise KilnError("TYPE", f"{url!r}: expected a file, found a directory")
@@ -295,7 +369,8 @@ class RemoteFile(MappedFile):
         return cls(url, fs, path, size, _tag(info), limits)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (RemoteFile, (self.path, self.fs, self.fs_path, self.size, self.tag, self.limits))
+        state = (self.path, self.fs, self.fs_path, self.size, self.tag, self.limits, self.whole)
+        return (RemoteFile, state)
 
     @contextlib.contextmanager
     def opened(self, needed: int = 0) -> Iterator[io.RawIOBase]:
@@ -342,27 +417,37 @@ class RemoteFile(MappedFile):
 
     def fetch_into(self, offset: int, into: memoryview) -> None:
         """Fill ``into`` with the bytes at ``offset``: one range request, checked
-        (module docstring)."""
+        (module docstring), or the kept bytes of a small file read whole."""
         n = into.nbytes
         if n == 0:
             return
+        if self.whole is not None:
+            into[:] = self.whole[offset : offset + n]
+            return
         where = f"{self.path!r}: bytes [{offset}, {offset + n}): "
+        what = where.split(": ", 1)[1].rstrip(": ")
         if self.http:
             self._fetch_http(offset, into, where)
-            return
-        data = _call(
-            self.fs,
-            self.path,
-            "cat_file",
-            self._seconds(n),
-            where.split(": ", 1)[1].rstrip(": "),
-            self.fs_path,
-            start=offset,
-            end=offset + n,
-        )
-        self._check_count(len(data), n, where)
-        self._check_unchanged()
-        into[:] = data
+        elif self.layered:
+            data = _layered(self.path, what, _layer_read, self.fs, self.fs_path, offset, n)
+            self._check_count(len(data), n, where)
+            into[:] = data
+        else:
+            data = _call(
+                self.fs,
+                self.path,
+                "cat_file",
+                self._seconds(n),
+                what,
+                self.fs_path,
+                start=offset,
+                end=offset + n,
+            )
+            self._check_count(len(data), n, where)
+            self._check_unchanged()
+            into[:] = data
+        if offset == 0 and n == self.size <= KEEP:
+            self.whole = bytes(into)
 
     def _check_count(self, got: int, n: int, where: str, why: str = "") -> None:
         if got < n:
@@ -404,13 +489,14 @@ class RemoteFile(MappedFile):
 
     def _fetch_http(self, offset: int, into: memoryview, where: str) -> None:
         n = into.nbytes
+        whole = offset == 0 and n == self.size  # a server without ranges may answer 200
         status, reason, content_range, etag, got, broken = _bounded_call(
             self.fs,
             self.path,
             f"bytes [{offset}, {offset + n})",
             self._seconds(n),
             _http_range,
-            (self.fs, self.path, offset, into, self.tag),
+            (self.fs, self.path, offset, into, self.tag, whole),
         )
         if status == 404:
             raise FileNotFoundError(2, "No such file (HTTP 404)", self.path)
@@ -419,11 +505,21 @@ class RemoteFile(MappedFile):
                 "another version (the server answered 412 Precondition Failed to If-Match "
                 "with the ETag it gave when the file was opened)"
             )
-        if status != 206:
+        if status == 200 and not whole:
             raise KilnError(
                 "TYPE",
-                f"{where}expected 206 Partial Content to a range request, found "
-                f"{status} {reason} (a server must serve byte ranges to be read remotely)",
+                f"{where}expected 206 Partial Content to a range request, found 200 OK: the "
+                f"server sends the whole file ({self.size} bytes) for a part of it, so it "
+                "cannot be read remotely; download the file and open it locally, or serve "
+                "it with range support (only a file read whole, such as an index or a file "
+                f"of at most {KEEP} bytes, is taken from such a server)",
+                expected=206,
+                found=status,
+            )
+        if status not in (200, 206):
+            raise KilnError(
+                "TYPE",
+                f"{where}expected 206 Partial Content to a range request, found {status} {reason}",
                 expected=206,
                 found=status,
             )
@@ -432,6 +528,9 @@ class RemoteFile(MappedFile):
                 f"another version (the answer's ETag is {etag}, {self.tag} when it was "
                 "opened: the server ignored If-Match)"
             )
+        if status == 200:  # the whole file, no Content-Range: its bytes are counted
+            self._check_count(got, n, where, " (the connection closed early)" * broken)
+            return
         wanted = f"bytes {offset}-{offset + n - 1}/{self.size}"
         if content_range != wanted:
             if content_range is not None and content_range.startswith(
@@ -484,12 +583,13 @@ def _tag(info: Mapping[str, Any]) -> str | None:
 
 
 async def _http_range(
-    fs: Any, url: str, offset: int, into: memoryview, etag: str | None
+    fs: Any, url: str, offset: int, into: memoryview, etag: str | None, whole: bool
 ) -> tuple[int, str, str | None, str | None, int, bool]:
     """One ``GET`` of ``len(into)`` bytes at ``offset`` on fsspec's session, read
     into ``into`` (at most one byte more taken off the wire); returns ``(status,
-    reason, Content-Range, ETag, bytes read, whether the body broke off)``.  No
-    KilnError is made here: this runs on fsspec's event-loop thread."""
+    reason, Content-Range, ETag, bytes read, whether the body broke off)``.  The
+    body of a ``200`` is read only when the whole file was asked for (``whole``).
+    No KilnError is made here: this runs on fsspec's event-loop thread."""
     import aiohttp
 
     n = into.nbytes
@@ -505,7 +605,7 @@ async def _http_range(
     async with session.get(target, headers=headers, **kwargs) as r:
         status, reason = r.status, r.reason or ""
         content_range, tag = r.headers.get("Content-Range"), r.headers.get("ETag")
-        if status != 206:
+        if status != 206 and not (status == 200 and whole):
             return status, reason, content_range, tag, 0, False
         got = 0
         try:
@@ -550,10 +650,63 @@ def _call(
     system, within ``seconds``), every failure as the module docstring says."""
     if getattr(fs, "async_impl", False) and hasattr(fs, "_" + method):
         return _bounded_call(fs, url, what, seconds, getattr(fs, "_" + method), args, kwargs)
+    return _guarded(url, what, getattr(fs, method), *args, **kwargs)
+
+
+def _guarded(url: str, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)``, a synchronous call, every failure as the module
+    docstring says."""
     try:
-        return getattr(fs, method)(*args, **kwargs)
+        return func(*args, **kwargs)
     except Exception as exc:
         raise _failure(exc, url, what) from exc
+
+
+def _layered(url: str, what: str, func: Any, *args: Any) -> Any:
+    """``func(*args)`` through a chained URL's layers, every failure as
+    :func:`_layer_failure` says."""
+    try:
+        return func(*args)
+    except Exception as exc:
+        raise _layer_failure(exc, url, what) from exc
+
+
+def _layer_failure(exc: Exception, url: str, what: str) -> Exception:
+    """What a failure through a chained URL's layers is raised as: as the module
+    docstring says, and one of a layer itself (neither the transport's nor the
+    server's: fsspec's block cache given a whole file for a block, an archive
+    that is none) TYPE naming the layers."""
+    import asyncio  # at hand: fsspec's remote file systems run on it
+
+    if isinstance(exc, (OSError, KilnError, asyncio.TimeoutError)) or _is_aiohttp(exc):
+        return _failure(exc, url, what)
+    # fsspec's words vary by version: not shown, kept as the cause
+    layers = [layer.split("://", 1)[0] for layer in url.split("::")[:-1]]
+    hint = (
+        "; blockcache:: reads by ranges and needs a server with range support, "
+        "simplecache:: and filecache:: fetch the whole file"
+    ) * ("blockcache" in layers)
+    return KilnError(
+        "TYPE",
+        f"{url!r}: {what}: expected fsspec's layers {'::'.join(layers)}:: to read it, found "
+        f"them failing (the error they raised is this one's cause{hint})",
+    )
+
+
+def _layer_size(fs: Any, path: str) -> int:
+    """The size of the file a chained URL's first layer opens."""
+    with fs.open(path, "rb") as f:
+        size: int = f.seek(0, os.SEEK_END)
+        return size
+
+
+def _layer_read(fs: Any, path: str, offset: int, n: int) -> bytes:
+    """``n`` bytes at ``offset`` (fewer when the file ends first) of the file a
+    chained URL's first layer opens."""
+    with fs.open(path, "rb") as f:
+        f.seek(offset)
+        data: bytes = f.read(n)
+        return data
 
 
 def _bounded_call(
@@ -591,8 +744,11 @@ def _failure(exc: Exception, url: str, what: str) -> Exception:
         return exc
     where = f"{url!r}: {what}: "
     cause: BaseException = exc
-    if isinstance(exc, FileNotFoundError) and exc.__cause__ is not None:
-        cause = exc.__cause__  # fsspec's HTTP info: every failure is FileNotFoundError
+    under = exc.__cause__
+    if isinstance(exc, FileNotFoundError) and (
+        isinstance(under, (OSError, asyncio.TimeoutError)) or (under and _is_aiohttp(under))
+    ):
+        cause = under  # fsspec's HTTP info: every failure of the transport is FileNotFoundError
     status = getattr(cause, "status", None)
     if status in (404, 410) or (cause is exc and isinstance(exc, FileNotFoundError)):
         return FileNotFoundError(errno.ENOENT, f"{where}no such file ({exc})", url)

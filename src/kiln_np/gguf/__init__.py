@@ -2,7 +2,8 @@
 
 A GGUF file is read without reading tensor data: :func:`read_gguf` parses the
 header into checked descriptions (:class:`GGUFTensorInfo`, each with a
-:class:`~kiln_np.PayloadInfo` and the tensor's absolute offset in its file),
+:class:`~kiln_np.PayloadInfo` and the tensor's absolute offset in its file; a
+file behind a URL by the same code, its header read in growing ranges),
 and :func:`save_gguf` streams tensors into a new file (crash-safely: a
 temporary sibling renamed into place).  ``kiln_np.open_weights`` and
 ``kiln_np.save_weights`` use both.
@@ -96,8 +97,8 @@ Splits
 llama.cpp's ``gguf-split`` writes ``NAME-00001-of-00003.gguf`` ...; each split
 holds ``split.no`` (0-based), ``split.count`` and ``split.tensors.count``.
 Reading the first split reads them all (each must exist beside it, agree on
-the count, and together hold ``split.tensors.count`` distinct tensors); the
-metadata is the first split's.  Each split is aligned by its own
+the count, and together hold ``split.tensors.count`` distinct tensors; behind a
+URL, the URLs beside it); the metadata is the first split's.  Each split is aligned by its own
 ``general.alignment`` (32 without it), and the splits of a set must agree
 (TYPE otherwise).  :func:`save_gguf` with ``max_shard_size`` writes splits the
 same way (gguf-py's key types: uint16, uint16, int32), ``general.alignment`` in

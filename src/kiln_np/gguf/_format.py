@@ -28,7 +28,7 @@ def _recognise(path: str, head: bytes | None, size: int) -> str | None:
 def _open(
     path: str, *, verify: bool = False, storage_options: Mapping[str, Any] | None = None
 ) -> Weights:
-    return open_gguf(path)
+    return open_gguf(path, storage_options)
 
 
 def _carries(metadata: Mapping[str, Any]) -> bool:
@@ -46,11 +46,13 @@ FORMAT = WeightFormat(
     suffixes=(".gguf",),
     holds_blocks=True,
     carries=_carries,
+    reads_urls=True,
     shards=True,
     replaces=split_siblings,
     listing_order="file",
 )
-"""GGUF: a file starting ``GGUF`` (the first file of a split opens the whole split)."""
+"""GGUF: a file starting ``GGUF`` (the first file of a split opens the whole split),
+local or behind a URL."""
 
 
 @set_module("kiln_np.gguf")

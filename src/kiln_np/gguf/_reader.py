@@ -5,6 +5,17 @@ lists (magic and version, counts, key/values, tensor infos, alignment, overlap,
 the data against the file's size, a split set) and returns a
 :class:`GGUFFile`; :func:`open_gguf` hands its tensors out as
 :class:`~kiln_np.Weights`, each file mapped when one of its tensors is read.
+
+A file behind a URL (``kiln_np._weights.remote``) is parsed by the same code
+over its header read in growing ranges, never the data: the first
+:data:`HEADER_SLACK` bytes, then, each time the parser needs bytes past those
+read, one range reaching to what it needs plus what the header must still hold
+at the least (the rest of the array being read, the entries still to come at
+their smallest; at most as much again as was read so far), plus
+:data:`HEADER_SLACK`.  So a well-formed header of ``H`` bytes is read in a few
+requests and at most ``H + HEADER_SLACK`` bytes whatever its metadata holds, and
+a hostile one at most twice what was parsed before it failed.  A split set's
+other splits are the URLs beside the first, named as locally.
 """
 
 from __future__ import annotations
@@ -14,8 +25,9 @@ import math
 import mmap
 import os
 import struct
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,6 +37,7 @@ from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._files.io import open_regular_raw
 from kiln_np._quants.filetypes import file_type_number
 from kiln_np._weights.mapped import MappedFile
+from kiln_np._weights.remote import RemoteFile, is_url, join_url, url_name
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
 
@@ -44,9 +57,11 @@ from ._types import (
 )
 from ._values import GGUFMetadata, HeaderParser, Spec, malformed, truncated
 
-__all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
+__all__ = ["HEADER_SLACK", "GGUFFile", "GGUFTensorInfo", "open_gguf", "read_gguf"]
 
 _HEADER_BYTES = 24
+HEADER_SLACK = 1 << 16
+"""How far past what it needs a remote header is read (the module docstring): 64 KiB."""
 
 
 @set_module("kiln_np.gguf")
@@ -57,7 +72,7 @@ class GGUFTensorInfo(NamedTuple):
     ----------
     name : str
     path : str
-        The file (split) that holds it, absolute.
+        The file (split) that holds it, absolute, or its URL.
     offset : int
         Absolute byte offset of its data in ``path``.
     info : PayloadInfo
@@ -86,7 +101,7 @@ class GGUFFile(NamedTuple):
     Attributes
     ----------
     paths : tuple of str
-        The files read, absolute (one per split, in split order).
+        The files read, absolute, or their URLs (one per split, in split order).
     version : int
         The GGUF version of the (first) file: 2 or 3.
     alignment : int
@@ -105,14 +120,20 @@ class GGUFFile(NamedTuple):
 
 
 @set_module("kiln_np.gguf")
-def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+def read_gguf(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> GGUFFile:
     """Read the header of a GGUF file (and of its other splits), not its data.
 
     Parameters
     ----------
     path : str or os.PathLike
-        A ``.gguf`` file; the first split (``NAME-00001-of-000NN.gguf``) reads
-        every split.
+        A ``.gguf`` file, or its URL (``https://``, ``s3://``, a chained
+        ``simplecache::https://``...: docs/big-files.md, "Remote sources");
+        the first split (``NAME-00001-of-000NN.gguf``) reads every split.
+    storage_options : mapping, optional
+        For a URL: what fsspec's file system is made with, and the deadline of
+        each request (``kiln_np_deadline``, ``kiln_np_min_rate``).
 
     Returns
     -------
@@ -124,9 +145,13 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     KilnError
         TYPE for a malformed header or split set, LENGTH for counts, strings,
         arrays or tensor data the file cannot hold, SHAPE for bad dims; each
-        names the file and the key or tensor.
+        names the file and the key or tensor.  For a URL, also as
+        ``kiln_np._weights.remote`` lists (an answer short, long or of another
+        file; no fsspec: TYPE naming ``kiln-np[remote]``).
     FileNotFoundError
         When the file or a split does not exist (naming it).
+    OSError
+        For a URL, a transport that failed (``TimeoutError`` past a deadline).
 
     Examples
     --------
@@ -139,11 +164,25 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     >>> [(t.name, t.ggml.name, t.dims, t.info.shape, t.offset) for t in gguf.tensors]
     [('w', 'F32', (3, 2), (2, 3), 96)]
     """
-    first = _read_one(os.path.realpath(check_path(path)))
-    count = first.metadata.get("split.count")
-    if count is None:
-        return first
-    return _read_splits(first)
+    return _read_set(path, storage_options)[0]
+
+
+def _read_set(
+    path: str | os.PathLike[str], options: Mapping[str, Any] | None
+) -> tuple[GGUFFile, dict[str, RemoteFile]]:
+    """The file or split set at ``path``, and the remote files read (by URL)."""
+    remote: dict[str, RemoteFile] = {}
+
+    def read_one(name: str) -> GGUFFile:
+        if not is_url(name):
+            return _read_one(name)
+        file = remote[name] = RemoteFile.open(name, options)
+        return _read_remote(file)
+
+    first = read_one(str(path) if is_url(path) else os.path.realpath(check_path(path)))
+    if first.metadata.get("split.count") is not None:
+        first = _read_splits(first, read_one)
+    return first, remote
 
 
 def _read_one(path: str) -> GGUFFile:
@@ -156,12 +195,28 @@ def _read_one(path: str) -> GGUFFile:
             return _parse(path, mm, size, where)
 
 
-def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
-    p = HeaderParser(mm, size, where)
-    magic = bytes(mm[:4])
+def _read_remote(file: RemoteFile) -> GGUFFile:
+    """A remote file's header, read in growing ranges (the module docstring)."""
+    where = f"{file.path!r}: "
+    size = file.size
+    if size < _HEADER_BYTES:
+        raise truncated(where, "GGUF header", 0, _HEADER_BYTES, size)
+    buf = bytearray(file.read(0, min(size, HEADER_SLACK)))
+
+    def grow(end: int, reach: int) -> None:
+        stop = min(size, max(end, min(reach, 2 * len(buf))) + HEADER_SLACK)
+        buf.extend(file.read(len(buf), stop - len(buf)))
+
+    return _parse(file.path, buf, size, where, grow)
+
+
+def _version(p: HeaderParser) -> int:
+    """The version after the magic (TYPE for another magic or version)."""
+    p.need(0, 4, "GGUF magic")
+    magic = bytes(p.buf[:4])
     if magic != MAGIC:
         raise malformed(
-            where,
+            p.where,
             f"expected the GGUF magic 47 47 55 46 ('GGUF'), found {magic.hex(' ')}",
             expected=MAGIC,
             found=magic,
@@ -177,20 +232,33 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
             else "an unknown version"
         )
         raise malformed(
-            where,
+            p.where,
             f"expected GGUF version 2 or 3, found {version}: {why}",
             expected=3,
             found=version,
         )
+    return version
+
+
+def _parse(
+    path: str,
+    buf: mmap.mmap | bytearray,
+    size: int,
+    where: str,
+    grow: Callable[[int, int], None] | None = None,
+) -> GGUFFile:
+    p = HeaderParser(buf, size, where, grow)
+    version = _version(p)
     n_tensors = p.u64(8, "tensor count")
     n_kv = p.u64(16, "metadata key/value count")
     # Every key/value takes at least 12 bytes, every tensor info 24: fail before looping.
-    p.need(
+    p.check(
         _HEADER_BYTES, 12 * n_kv + 24 * n_tensors, f"{n_kv} key/values and {n_tensors} tensor infos"
     )
     pos = _HEADER_BYTES
     entries: dict[str, tuple[Spec, int]] = {}
     for i in range(n_kv):
+        p.floor = 12 * (n_kv - 1 - i) + 24 * n_tensors
         end = p.string(pos, f"key {i}")
         key = p.text(pos, end)
         if key in entries:
@@ -201,6 +269,7 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
     infos: list[tuple[str, tuple[int, ...], GGMLType, int]] = []
     names: set[str] = set()
     for i in range(n_tensors):
+        p.floor = 24 * (n_tensors - 1 - i)
         end = p.string(pos, f"tensor info {i} name")
         name = p.text(pos, end)
         what = f"tensor {name!r}"
@@ -213,7 +282,7 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
                 "SHAPE", f"{where}{what}: expected at most {MAX_DIMS} dims, found {n_dims}"
             )
         p.need(end + 4, 8 * n_dims + 12, f"{what} dims, type and offset")
-        dims = struct.unpack_from(f"<{n_dims}Q", mm, end + 4)
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, end + 4)
         pos = end + 4 + 8 * n_dims
         type_id = p.u32(pos, f"{what} type")
         try:
@@ -223,7 +292,7 @@ def _parse(path: str, mm: mmap.mmap, size: int, where: str) -> GGUFFile:
         infos.append((name, dims, row, p.u64(pos + 4, f"{what} offset")))
         pos += 12
     metadata_end = pos
-    header = bytes(mm[:metadata_end])
+    header = bytes(buf[:metadata_end])
     metadata = GGUFMetadata(header, entries)
     alignment = _alignment_of(metadata, where)
     data_start = -(-metadata_end // alignment) * alignment
@@ -378,13 +447,16 @@ def _set_id(gguf: GGUFFile) -> str | None:
     )
 
 
-def _read_splits(first: GGUFFile) -> GGUFFile:
+def _read_splits(first: GGUFFile, read_one: Callable[[str], GGUFFile]) -> GGUFFile:
+    """The set whose first split is ``first``: the other splits named beside it (a
+    file in its folder, a URL in its directory), each read with ``read_one``."""
     path = first.paths[0]
     count = _split_value(first, "split.count")
     if count <= 1:
         return first  # a single split names itself as one
     no = _split_value(first, "split.no")
-    match = SPLIT_NAME.match(os.path.basename(path))
+    url = is_url(path)
+    match = SPLIT_NAME.match(url_name(path) if url else os.path.basename(path))
     if no != 0 or match is None or int(match["count"]) != count:
         raise malformed(
             f"{path!r}: ",
@@ -394,12 +466,12 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
             found=no,
         )
     total = _split_value(first, "split.tensors.count")
-    base = os.path.join(os.path.dirname(path), match["stem"])
+    beside = partial(join_url, path) if url else partial(os.path.join, os.path.dirname(path))
     tensors = list(first.tensors)
     paths = [path]
     ids = _set_id(first)
     for i in range(1, count):
-        shard = _read_one(split_path(base, i + 1, count))
+        shard = read_one(beside(split_path(match["stem"], i + 1, count)))
         got = (_split_value(shard, "split.no"), _split_value(shard, "split.count"))
         if got != (i, count):
             raise malformed(
@@ -447,16 +519,20 @@ def _read_splits(first: GGUFFile) -> GGUFFile:
 
 
 @set_module("kiln_np.gguf")
-def open_gguf(path: str | os.PathLike[str]) -> Weights:
+def open_gguf(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> Weights:
     """Open a GGUF file (all splits, from the first) as :class:`~kiln_np.Weights`.
 
-    ``kiln_np.open_weights`` calls this for a file starting with ``GGUF``.
-    Only the headers are read; each file is mapped when one of its tensors
-    hands out a payload.
+    ``kiln_np.open_weights`` calls this for a file starting with ``GGUF``, and
+    for a URL naming a ``.gguf`` file (or one starting so).  Only the headers
+    are read; each file is mapped when one of its tensors hands out a payload.
+    A URL's tensors are read by exact range requests, each when asked for
+    (``storage_options`` as :func:`read_gguf` takes them).
 
     Raises
     ------
-    KilnError, FileNotFoundError
+    KilnError, FileNotFoundError, OSError
         As :func:`read_gguf`.
 
     Examples
@@ -470,8 +546,8 @@ def open_gguf(path: str | os.PathLike[str]) -> Weights:
     ...         print(w.format, w["w"], w["w"].numpy())
     gguf WeightTensor('w', code 2 (f32), shape (3,), 12 bytes, F32) [0. 1. 2.]
     """
-    gguf = read_gguf(path)
-    files = {p: MappedFile.open(p) for p in gguf.paths}
+    gguf, remote = _read_set(path, storage_options)
+    files = {p: remote[p] if p in remote else MappedFile.open(p) for p in gguf.paths}
     tensors = [WeightTensor(t.name, t.info, files[t.path], t.ggml.name) for t in gguf.tensors]
     return Weights(
         tensors,
@@ -479,6 +555,6 @@ def open_gguf(path: str | os.PathLike[str]) -> Weights:
         metadata=gguf.metadata,
         path=gguf.paths[0],
         files=files.values(),
-        opener=open_gguf,
+        opener=partial(open_gguf, storage_options=storage_options) if remote else open_gguf,
         file_type=file_type_number(gguf.metadata.get(FILE_TYPE_KEY)),
     )

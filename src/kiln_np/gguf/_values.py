@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 import enum
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeAlias, overload
 
@@ -161,16 +161,44 @@ def malformed(where: str, message: str, expected: object = None, found: object =
 
 
 class HeaderParser:
-    """Bounds-checked reads of a mapped GGUF header; ``where`` names the file."""
+    """Bounds-checked reads of a GGUF header; ``where`` names the file of ``size`` bytes.
 
-    def __init__(self, buf: Any, size: int, where: str) -> None:
+    ``buf`` holds the file's first ``held`` bytes: all of them (a mapped file),
+    or, with ``grow``, as many as were read so far (a remote file's header, read
+    in growing ranges).  ``grow(end, reach)`` extends ``buf`` in place to at least
+    ``end`` bytes; ``reach`` is where the header ends at the least, if it is
+    well formed: what is asked for, the rest of the array being read and
+    :attr:`floor`, the smallest size of the entries after the current one (a
+    key/value is at least 12 bytes, a tensor info 24), which the caller keeps.
+    """
+
+    def __init__(
+        self, buf: Any, size: int, where: str, grow: Callable[[int, int], None] | None = None
+    ) -> None:
         self.buf = buf
         self.size = size
         self.where = where
+        self.grow = grow
+        self.held = size if grow is None else len(buf)
+        self.floor = 0
 
-    def need(self, pos: int, n: int, what: str) -> None:
+    def check(self, pos: int, n: int, what: str) -> None:
+        """LENGTH unless the file holds ``n`` bytes at ``pos`` (none is read)."""
         if n > self.size - pos:
             raise truncated(self.where, what, pos, n, self.size)
+
+    def need(self, pos: int, n: int, what: str) -> None:
+        """:meth:`check`, and the bytes in ``buf``."""
+        self.check(pos, n, what)
+        if pos + n > self.held:
+            self.reach(pos + n)
+
+    def reach(self, end: int, rest: int = 0) -> None:
+        """Read to at least ``end`` (a growing buffer only: ``held`` is ``size``
+        otherwise); ``rest``: bytes of the array being read that follow."""
+        assert self.grow is not None  # a whole buffer holds every byte asked for
+        self.grow(end, end + rest + self.floor)
+        self.held = len(self.buf)
 
     def u32(self, pos: int, what: str) -> int:
         self.need(pos, 4, what)
@@ -234,10 +262,10 @@ class HeaderParser:
         n = self.u64(pos + 4, what + " item count")
         pos += 12
         if item == ValueType.STRING:
-            self.need(pos, 8 * n, f"{what}: {n} strings of at least 8 bytes each")
+            self.check(pos, 8 * n, f"{what}: {n} strings of at least 8 bytes each")
             return self.strings(pos, n, what), ("array", ValueType.STRING)
         if item == ValueType.ARRAY:
-            self.need(pos, 12 * n, f"{what}: {n} arrays of at least 12 bytes each")
+            self.check(pos, 12 * n, f"{what}: {n} arrays of at least 12 bytes each")
             return self.arrays(pos, n, what, depth + 1)
         if item not in _NUMERIC:
             raise malformed(
@@ -265,7 +293,7 @@ class HeaderParser:
         end, first = self.array(pos, f"{what} item 0", depth)
         stride = end - pos
         inner_t = first[1] if isinstance(first, tuple) else None
-        if isinstance(inner_t, ValueType) and inner_t in _NUMERIC and n * stride <= self.size - pos:
+        if isinstance(inner_t, ValueType) and inner_t in _NUMERIC and n * stride <= self.held - pos:
             count = (stride - 12) // _NUMERIC[inner_t].itemsize
             if _same_headers(self.buf, pos, n, stride, int(inner_t), count):
                 if inner_t == ValueType.BOOL:
@@ -279,17 +307,27 @@ class HeaderParser:
             self.size,
             end,
         )
+        held = self.held
         for i in range(1, n):
+            rest = 12 * (n - 1 - i)  # the arrays after this one, at their smallest
+            if held < pos + 12 <= size:
+                self.reach(pos + 12, rest)
+                held = self.held
             if pos + 12 <= size:
                 t, count = unpack(buf, pos)
                 width = width_of(t)
-                if width is not None and pos + 12 + width * count <= size:
-                    pos += 12 + width * count  # numbers (not bools): nothing else to check
+                stop = pos + 12 + width * count if width is not None else size + 1
+                if held < stop <= size:
+                    self.reach(stop, rest)
+                    held = self.held
+                if stop <= size:
+                    pos = stop  # numbers (not bools): nothing else to check
                     if t != inner_t:
                         specs.add(_ARRAY_OF[t])
                     continue
             # strings, deeper arrays, bools, or an error to report
             pos, inner = self.array(pos, f"{what} item {i}", depth)
+            held = self.held
             specs.add(spell(inner))
         return pos, ("array", first if len(specs) == 1 else ("array", None))
 
@@ -301,13 +339,19 @@ class HeaderParser:
 
     def strings(self, pos: int, n: int, what: str) -> int:
         # One pass over the byte counts: the strings are decoded when read.
-        unpack, buf, size = U64.unpack_from, self.buf, self.size
+        unpack, buf, size, held = U64.unpack_from, self.buf, self.size, self.held
         for i in range(n):
-            if pos + 8 > size:
-                raise truncated(self.where, f"{what}: string {i} byte count", pos, 8, size)
+            if pos + 8 > held:
+                if pos + 8 > size:
+                    raise truncated(self.where, f"{what}: string {i} byte count", pos, 8, size)
+                self.reach(pos + 8, 8 * (n - 1 - i))
+                held = self.held
             end = pos + 8 + unpack(buf, pos)[0]
-            if end > size:
-                raise truncated(self.where, f"{what}: string {i}", pos + 8, end - pos - 8, size)
+            if end > held:
+                if end > size:
+                    raise truncated(self.where, f"{what}: string {i}", pos + 8, end - pos - 8, size)
+                self.reach(end, 8 * (n - 1 - i))
+                held = self.held
             pos = end
         return pos
 

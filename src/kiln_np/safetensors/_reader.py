@@ -122,8 +122,7 @@ def _local_shard(directory: str, shard: str) -> MappedFile:
 
 def _open_url(url: str, options: Mapping[str, Any] | None) -> Weights:
     """A URL: an index, a safetensors file, or a directory holding one index or
-    one ``*.safetensors`` file; anything else is TYPE (only safetensors is read
-    from URLs)."""
+    one ``*.safetensors`` file; anything else is TYPE."""
     names = list_url(url, options)
     if names is not None:
         indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
@@ -135,8 +134,7 @@ def _open_url(url: str, options: Mapping[str, Any] | None) -> Weights:
         raise KilnError(
             "TYPE",
             f"{url!r}: expected a directory holding one *{INDEX_SUFFIX} or one *.safetensors "
-            f"file (only safetensors is read from URLs; GGUF, ONNX and Kiln directories "
-            f"from local paths), found {held or 'nothing'}",
+            f"file, found {held or 'nothing'}",
         )
     opener = partial(open_safetensors, storage_options=options)
     file = RemoteFile.open(url, options)
@@ -151,8 +149,7 @@ def _open_url(url: str, options: Mapping[str, Any] | None) -> Weights:
     if head and not looks_like_safetensors(head, file.size):
         raise KilnError(
             "TYPE",
-            f"{where}expected a safetensors file or index (only safetensors is read from "
-            f"URLs; GGUF, ONNX and Kiln directories from local paths), found the bytes "
+            f"{where}expected a safetensors file or index, found the bytes "
             f"{head.hex(' ')}{' ...' * (file.size > len(head))}",
             found=head,
         )
