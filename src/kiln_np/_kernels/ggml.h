@@ -60,11 +60,19 @@ extern const GGMLDecoder kiln_ggml_iq[];
 
 typedef void (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict dst, ptrdiff_t blocks);
 
+/* With an importance matrix: qw holds the `blocks` blocks' weights, block b's at
+ * qw + b * block_elements (the caller never lets a run cross the end of a row). */
+typedef void (*ggml_encode_weighted_fn)(const float *restrict src, const float *restrict qw,
+                                        uint8_t *restrict dst, ptrdiff_t blocks);
+
 typedef struct {
     int type_id;        /* enum ggml_type */
     int block_elements; /* float32 values read per block */
     int block_bytes;    /* bytes written per block */
     ggml_encode_fn encode;
+    /* ggml_quantize_chunk's bytes with quant_weights; NULL where the type has no
+     * compiled weighted path (kiln_np._quants.quantize says which types ignore them) */
+    ggml_encode_weighted_fn encode_weighted;
 } GGMLEncoder;
 
 extern const GGMLEncoder kiln_ggml_enc_basic[]; /* ggml_quant_basic.c */

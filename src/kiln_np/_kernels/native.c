@@ -1067,19 +1067,101 @@ static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const 
     return result;
 }
 
+/* Encode `blocks` blocks with importance weights, as encode_checked does without: block b
+ * (counted from the start of a row of row_blocks blocks at `first` blocks before src)
+ * takes the weights of its place in the row, qw + ((first + b) % row_blocks) * elements,
+ * so a run never crosses the end of a row. */
+static ptrdiff_t encode_weighted_checked(const GGMLEncoder *e, const float *src,
+                                         const float *qw, ptrdiff_t row_blocks,
+                                         ptrdiff_t first, uint8_t *dst, ptrdiff_t blocks) {
+    const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
+    for (ptrdiff_t b = 0; b < blocks;) {
+        const ptrdiff_t in_row = (first + b) % row_blocks;
+        ptrdiff_t n = blocks - b < run ? blocks - b : run;
+        n = n < row_blocks - in_row ? n : row_blocks - in_row;
+        const float *x = src + b * e->block_elements;
+        const float *w = qw + in_row * e->block_elements;
+        for (ptrdiff_t k = 0; k < n; k++) {
+            if (any_not_finite((const uint32_t *)x + k * e->block_elements, e->block_elements)) {
+                if (k) {
+                    e->encode_weighted(x, w, dst + b * e->block_bytes, k);
+                }
+                return b + k;
+            }
+        }
+        e->encode_weighted(x, w, dst + b * e->block_bytes, n);
+        b += n;
+    }
+    return -1;
+}
+
+PyDoc_STRVAR(ggml_from_float32_weighted_doc,
+    "ggml_from_float32_weighted(type_id, src, qw, dst, lo, hi) -> int\n--\n\n"
+    "As ggml_from_float32, with the importance weights qw (float32, one row of\n"
+    "whole blocks): src is whole rows of len(qw) values and each block takes the\n"
+    "weights of its place in its row, as ggml_quantize_chunk writes with quant_weights.\n"
+    "ValueError for a type without a compiled weighted encoder, weights that are not\n"
+    "whole blocks, or a range the buffers do not hold.");
+
+static PyObject *ggml_from_float32_weighted(PyObject *Py_UNUSED(module),
+                                            PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t type_id, lo, hi;
+    if (check_nargs("ggml_from_float32_weighted", nargs, 6) < 0 ||
+        get_index(args[0], &type_id) < 0 || get_index(args[4], &lo) < 0 ||
+        get_index(args[5], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    const GGMLEncoder *e = ggml_encoder(type_id);
+    if (e == NULL || e->encode_weighted == NULL) {
+        PyErr_Format(PyExc_ValueError, "no compiled weighted encoder for GGML type %zd",
+                     type_id);
+        return NULL;
+    }
+    if (block_count_fits(lo, hi, e->block_elements) < 0) {
+        return NULL;
+    }
+    Py_buffer views[3]; /* src, qw, dst */
+    if (get_buffers(args + 1, 3, (const int[]){0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t row = views[1].len / 4; /* weights: float32 */
+    if (row == 0 || views[1].len % 4 || row % e->block_elements) {
+        PyErr_Format(PyExc_ValueError, "weights of %zd bytes: not whole blocks of %d float32",
+                     views[1].len, e->block_elements);
+    } else if (check_fits("src", 4 * hi * e->block_elements, views[0].len) == 0 &&
+               check_fits("dst", hi * e->block_bytes, views[2].len) == 0) {
+        const float *s = (const float *)views[0].buf + lo * e->block_elements;
+        uint8_t *o = (uint8_t *)views[2].buf + lo * e->block_bytes;
+        const ptrdiff_t row_blocks = row / e->block_elements;
+        ptrdiff_t bad = -1;
+        RUN_LOOP((hi - lo) * e->block_bytes,
+                 bad = encode_weighted_checked(e, s, (const float *)views[1].buf, row_blocks,
+                                               lo, o, hi - lo));
+        result = PyLong_FromSsize_t(bad < 0 ? -1 : lo + bad);
+    }
+    release_buffers(views, 3);
+    return result;
+}
+
 PyDoc_STRVAR(ggml_quant_types_doc,
     "ggml_quant_types()\n--\n\n"
     "The GGML types with a compiled encoder: a tuple of (type_id, block_elements,\n"
-    "block_bytes).");
+    "block_bytes, weighted), weighted 1 where it has a compiled weighted encoder.");
 
 static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
     PyObject *list = PyList_New(0);
     const size_t families = sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0];
     for (size_t f = 0; list != NULL && f < families; f++) {
         for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
-            if (append_type(list, e->type_id, e->block_elements, e->block_bytes) < 0) {
+            PyObject *row = Py_BuildValue("(iiii)", e->type_id, e->block_elements,
+                                          e->block_bytes, e->encode_weighted != NULL);
+            if (row == NULL || PyList_Append(list, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(list);
                 return NULL;
             }
+            Py_DECREF(row);
         }
     }
     return as_tuple(list);
@@ -1423,6 +1505,8 @@ static PyMethodDef methods[] = {
     {"ggml_types", ggml_types, METH_NOARGS, ggml_types_doc},
     {"ggml_from_float32", (PyCFunction)(void (*)(void))ggml_from_float32, METH_FASTCALL,
      ggml_from_float32_doc},
+    {"ggml_from_float32_weighted", (PyCFunction)(void (*)(void))ggml_from_float32_weighted,
+     METH_FASTCALL, ggml_from_float32_weighted_doc},
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
     {"differences", (PyCFunction)(void (*)(void))differences, METH_FASTCALL, differences_doc},

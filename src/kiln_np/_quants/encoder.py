@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["Encoder"]
+__all__ = ["Encoder", "WeightedEncoder"]
 
 Encoder = Callable[[np.ndarray], np.ndarray]
 """The numpy encoder of one GGML block type: finite float32 blocks as rows
@@ -15,3 +15,11 @@ ggml's ``ggml_quantize_chunk`` writes for them with no importance matrix (its
 ``quantize_row_*_ref``), computed in ggml's operation order.  Vectorised across
 blocks; the caller passes no NaN or infinity (ggml's result on them is
 undefined) and ignores floating-point warnings."""
+
+WeightedEncoder = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""The numpy encoder of one GGML block type with an importance matrix: finite
+float32 blocks ``x`` and their importance weights ``qw`` (float32, the same
+shape ``(n, block elements)``: each block's columns of its tensor's imatrix
+row) -> uint8 rows ``(n, block bytes)``, bit for bit what ggml's
+``ggml_quantize_chunk`` writes for them with ``quant_weights`` (its
+``quantize_row_*_impl``).  Otherwise as :data:`Encoder`."""

@@ -11,9 +11,10 @@ infinity is undefined: both refuse them, reporting the first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +24,18 @@ from kiln_np._kernels.dispatch import Kernel, register
 
 from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
 from .blocks import BLOCKS, Block
-from .encoder import Encoder
+from .encoder import Encoder, WeightedEncoder
 
-__all__ = ["ENCODERS", "NEEDS_IMATRIX", "encoder", "not_finite", "quantize_into", "refusal"]
+__all__ = [
+    "ENCODERS",
+    "IGNORES_IMATRIX",
+    "NEEDS_IMATRIX",
+    "WEIGHTED",
+    "encoder",
+    "not_finite",
+    "quantize_into",
+    "refusal",
+]
 
 ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     {
@@ -36,6 +46,22 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     }
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
+
+_WEIGHTED_FAMILIES: tuple[Any, ...] = ()
+
+WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
+    {
+        name: found
+        for name in BLOCKS  # in type-id order
+        for family in _WEIGHTED_FAMILIES
+        if (found := family.WEIGHTED.get(name)) is not None
+    }
+)
+"""Every GGML block type kiln_np quantizes with an importance matrix: its numpy
+encoder, by GGML name."""
+
+IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
+"""The types whose ggml quantizers take no notice of an importance matrix."""
 
 NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S", "IQ1_M")
 """The grid types, whose ggml quantizers are meant to run with an importance matrix."""
@@ -105,28 +131,39 @@ def _first_bad(src: np.ndarray, block: Block, bad_block: int) -> int:
     return bad_block * block.elements + int(np.flatnonzero(~np.isfinite(part))[0])
 
 
-def _numpy_range(enc: Encoder, x: np.ndarray, out: np.ndarray, b0: int, b1: int) -> int:
-    """Encode blocks [b0, b1) of the rows ``x`` into the rows ``out``; the first block
-    holding a NaN or infinity (the blocks before it written), or -1."""
+def _numpy_range(
+    enc: Callable[[int, int], np.ndarray], x: np.ndarray, out: np.ndarray, b0: int, b1: int
+) -> int:
+    """Encode blocks [b0, b1) of the rows ``x`` into the rows ``out`` (``enc(lo, hi)``:
+    blocks [lo, hi) encoded); the first block holding a NaN or infinity (the blocks
+    before it written), or -1."""
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     with np.errstate(all="ignore"):  # 1/d of a tiny d, inf * 0: ggml's arithmetic
         for c in range(b0, b1, step):
-            part = x[c : min(c + step, b1)]
-            finite = np.isfinite(part).all(axis=1)
+            end = min(c + step, b1)
+            finite = np.isfinite(x[c:end]).all(axis=1)
             if not finite.all():
                 bad = c + int(np.argmin(finite))
                 if bad > c:
-                    out[c:bad] = enc(x[c:bad])
+                    out[c:bad] = enc(c, bad)
                 return bad
-            out[c : min(c + step, b1)] = enc(part)
+            out[c:end] = enc(c, end)
     return -1
 
 
-def quantize_into(name: str, src: np.ndarray, dst: np.ndarray) -> int:
+def quantize_into(
+    name: str, src: np.ndarray, dst: np.ndarray, weights: np.ndarray | None = None
+) -> int:
     """Quantize the C-contiguous float32 ``src`` (whole blocks of GGML type ``name``,
     which :func:`encoder` knows) into the flat uint8 ``dst`` of as many blocks; the
     two do not overlap.  Returns -1, or the flat index of the first NaN or infinity
     of ``src`` (then ``dst`` holds a prefix of the blocks and no more is meant).
+
+    ``weights``, an importance matrix's row (C-contiguous float32, whole blocks,
+    finite), makes ``src`` whole rows of ``weights.size`` values, quantized as
+    ``ggml_quantize_chunk`` does with ``quant_weights``: with the type's weighted
+    encoder (:data:`WEIGHTED`), or as without them for the types ggml quantizes
+    without looking at them (:data:`IGNORES_IMATRIX`).
 
     >>> dst = np.empty(34, np.uint8)
     >>> quantize_into("Q8_0", np.full(32, 2.0, np.float32), dst), dst[:4].tolist()
@@ -134,7 +171,11 @@ def quantize_into(name: str, src: np.ndarray, dst: np.ndarray) -> int:
     >>> quantize_into("Q8_0", np.array([0.0] * 5 + [np.inf] * 27, np.float32), dst)
     5
     """
-    bad = pool.smallest_bad(KERNELS[name].pick()(src, dst))
+    if weights is None or name in IGNORES_IMATRIX:
+        found = KERNELS[name].pick()(src, dst)
+    else:
+        found = WEIGHTED_KERNELS[name].pick()(src, weights, dst)
+    bad = pool.smallest_bad(found)
     return -1 if bad < 0 else _first_bad(src, BLOCKS[name], bad)
 
 
@@ -149,23 +190,58 @@ def _numpy_blocks(name: str, src: np.ndarray, dst: np.ndarray) -> list[int]:
     x = src.reshape(count, block.elements)
     out = dst.reshape(count, block.bytes)
     return pool.run_ranges(
-        lambda b0, b1: _numpy_range(enc, x, out, b0, b1), count, least=_least(block)
+        lambda b0, b1: _numpy_range(lambda lo, hi: enc(x[lo:hi]), x, out, b0, b1),
+        count,
+        least=_least(block),
     )
 
 
-KERNELS: Mapping[str, Kernel] = MappingProxyType(
-    {
-        name: register(
-            Kernel(
-                f"ggml_from_float32.{name}",
-                ggml.encoder(
-                    BLOCKS[name].type_id, BLOCKS[name].elements, partial(_least, BLOCKS[name])
-                ),
-                partial(_numpy_blocks, name),
-                _least(BLOCKS[name]),  # blocks
-            )
+def _numpy_weighted(name: str, src: np.ndarray, weights: np.ndarray, dst: np.ndarray) -> list[int]:
+    """The numpy twin of the compiled weighted driver of GGML type ``name``: block
+    ``i`` of ``src`` (whole rows of ``weights.size``) takes the weights of its place
+    in its row."""
+    block, enc = BLOCKS[name], WEIGHTED[name]
+    count = src.size // block.elements
+    x = src.reshape(count, block.elements)
+    out = dst.reshape(count, block.bytes)
+    qw = weights.reshape(-1, block.elements)
+
+    def weighted(lo: int, hi: int) -> np.ndarray:
+        return enc(x[lo:hi], qw[np.arange(lo, hi) % len(qw)])
+
+    return pool.run_ranges(
+        lambda b0, b1: _numpy_range(weighted, x, out, b0, b1), count, least=_least(block)
+    )
+
+
+def _kernel(name: str) -> Kernel:
+    block = BLOCKS[name]
+    return register(
+        Kernel(
+            f"ggml_from_float32.{name}",
+            ggml.encoder(block.type_id, block.elements, partial(_least, block)),
+            partial(_numpy_blocks, name),
+            _least(block),  # blocks
         )
-        for name in ENCODERS
-    }
-)
+    )
+
+
+def _weighted_kernel(name: str) -> Kernel:
+    block = BLOCKS[name]
+    return register(
+        Kernel(
+            f"ggml_from_float32_weighted.{name}",
+            ggml.weighted_encoder(block.type_id, block.elements, partial(_least, block)),
+            partial(_numpy_weighted, name),
+            _least(block),  # blocks
+        )
+    )
+
+
+KERNELS: Mapping[str, Kernel] = MappingProxyType({name: _kernel(name) for name in ENCODERS})
 """Each quantizable type's row in the kernel table: ``(src, dst) -> bad block per range``."""
+
+WEIGHTED_KERNELS: Mapping[str, Kernel] = MappingProxyType(
+    {name: _weighted_kernel(name) for name in WEIGHTED}
+)
+"""Each type's row with importance weights: ``(src, weights, dst) -> bad block per range``."""
