@@ -45,37 +45,62 @@ def quantize(name: str, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def golden_case(name: str) -> Callable[[int], str]:
+def golden_case(name: str, rows: np.ndarray | None = None) -> Callable[[int], str]:
+    """What block ``i`` of the golden rows (only ``rows`` of them, a mask) is."""
     per_row = 256 // BLOCKS[name].elements
     cases = [str(c) for c in GOLDEN["cases"]]
-    return lambda i: (
-        cases[i // per_row] if i // per_row < len(cases) else f"random row {i // per_row}"
-    )
+    index = np.arange(len(GOLDEN["input"])) if rows is None else np.flatnonzero(rows)
+
+    def case(i: int) -> str:
+        row = int(index[i // per_row])
+        return cases[row] if row < len(cases) else f"random row {row}"
+
+    return case
 
 
 def test_the_golden_file_covers_every_type_kiln_np_quantizes() -> None:
     assert set(QUANTIZED) <= set(GOLDEN_TYPES)
 
 
+def kept(golden: np.lib.npyio.NpzFile, name: str) -> np.ndarray:
+    """The rows of ``golden`` ggml quantizes to ``name`` (not those it aborts on)."""
+    key = f"aborted_{name}"
+    return ~golden[key] if key in golden.files else np.ones(len(golden["input"]), bool)
+
+
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = kept(GOLDEN, name)
     for compiled in BACKENDS:
         monkeypatch.setattr(_backend, "COMPILED", compiled)
-        got = quantize(name, GOLDEN["input"])
-        blocks_differ(got, GOLDEN[name], BLOCKS[name].bytes, golden_case(name))
+        got = quantize(name, GOLDEN["input"][rows])
+        blocks_differ(got, GOLDEN[name][rows], BLOCKS[name].bytes, golden_case(name, rows))
 
 
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_numpy_encoder_is_ggml(name: str) -> None:
-    block = BLOCKS[name]
+    block, rows = BLOCKS[name], kept(GOLDEN, name)
     with np.errstate(all="ignore"):
-        got = _quantize.ENCODERS[name](GOLDEN["input"].reshape(-1, block.elements))
+        got = _quantize.ENCODERS[name](GOLDEN["input"][rows].reshape(-1, block.elements))
     assert got.dtype == np.uint8
-    assert got.shape == (
-        GOLDEN["input"].size // block.elements,
-        block.bytes,
-    )
-    blocks_differ(got, GOLDEN[name], block.bytes, golden_case(name))
+    assert got.shape == (GOLDEN["input"][rows].size // block.elements, block.bytes)
+    blocks_differ(got, GOLDEN[name][rows], block.bytes, golden_case(name, rows))
+
+
+@pytest.mark.parametrize("name", [n for n in QUANTIZED if f"aborted_{n}" in GOLDEN.files])
+def test_rows_ggml_aborts_on_are_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = BLOCKS[name]
+    for row in np.flatnonzero(GOLDEN[f"aborted_{name}"]).tolist():
+        x = GOLDEN["input"][row]
+        for compiled in BACKENDS:
+            monkeypatch.setattr(_backend, "COMPILED", compiled)
+            out = np.zeros(x.size // block.elements * block.bytes, np.uint8)
+            bad = _quantize.quantize_into(name, x, out)
+            assert bad >= 0, f"row {row} ({golden_case(name)(row * 256 // block.elements)})"
+            assert bad % block.elements == 0
+            assert np.isfinite(x[bad])
+            message = _quantize.unquantizable(name, (x.size,), bad, x[bad]).message
+            assert "on which ggml's quantizer aborts" in message
 
 
 def _random_blocks(name: str, count: int) -> np.ndarray:

@@ -58,12 +58,16 @@ extern const GGMLDecoder kiln_ggml_basic[];
 extern const GGMLDecoder kiln_ggml_k[];
 extern const GGMLDecoder kiln_ggml_iq[];
 
-typedef void (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict dst, ptrdiff_t blocks);
+/* Encode `blocks` finite blocks: -1, or the first block on which ggml aborts (a
+ * GGML_ASSERT of an i-quant's search, on values too large for its arithmetic), the
+ * blocks before it written and no more meant. */
+typedef ptrdiff_t (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict dst,
+                                    ptrdiff_t blocks);
 
 /* With an importance matrix: qw holds the `blocks` blocks' weights, block b's at
  * qw + b * block_elements (the caller never lets a run cross the end of a row). */
-typedef void (*ggml_encode_weighted_fn)(const float *restrict src, const float *restrict qw,
-                                        uint8_t *restrict dst, ptrdiff_t blocks);
+typedef ptrdiff_t (*ggml_encode_weighted_fn)(const float *restrict src, const float *restrict qw,
+                                             uint8_t *restrict dst, ptrdiff_t blocks);
 
 typedef struct {
     int type_id;        /* enum ggml_type */

@@ -153,39 +153,43 @@ static ALWAYS_INLINE void offset(const float *x, uint8_t *y, float levels, int t
 }
 
 /* Q4_0: d = max / -8, 16 bytes q[j] | q[j+16] << 4. */
-static VECTOR_CLONES void enc_q4_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q4_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         centred(src + 32 * i, dst + 18 * i, 8.0f, 15, 0);
     }
+    return -1;
 }
 
 /* Q4_1: d = (max - min) / 15, m, 16 bytes of nibbles. */
-static VECTOR_CLONES void enc_q4_1(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q4_1(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         offset(src + 32 * i, dst + 20 * i, 15.0f, 15, 0);
     }
+    return -1;
 }
 
 /* Q5_0: d = max / -16, qh (the fifth bits), the low nibbles. */
-static VECTOR_CLONES void enc_q5_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q5_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         centred(src + 32 * i, dst + 22 * i, 16.0f, 31, 1);
     }
+    return -1;
 }
 
 /* Q5_1: d = (max - min) / 31, m, qh, the low nibbles; q = (uint8_t)((x - min)*id + 0.5f). */
-static VECTOR_CLONES void enc_q5_1(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q5_1(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         offset(src + 32 * i, dst + 24 * i, 31.0f, 255, 1);
     }
+    return -1;
 }
 
 /* Q8_0: d = max |x| / 127, q = roundf(x / d) as int8. */
-static VECTOR_CLONES void enc_q8_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q8_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 32 * i;
@@ -203,6 +207,7 @@ static VECTOR_CLONES void enc_q8_0(const float *restrict src, uint8_t *restrict 
             }
         }
     }
+    return -1;
 }
 
 /* Q1_0: d = (sum of |x| in order) / 128, bit j set when x[j] >= 0 (-0.0 too). */
@@ -216,7 +221,7 @@ static ALWAYS_INLINE void q1_0_bits(const float *x, uint8_t *y) {
     }
 }
 
-static VECTOR_CLONES void enc_q1_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q1_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     ptrdiff_t i = 0;
     for (; i + 8 <= blocks; i += 8) { /* eight sequential sums side by side */
@@ -241,10 +246,11 @@ static VECTOR_CLONES void enc_q1_0(const float *restrict src, uint8_t *restrict 
         ggml_put_u16(dst + 18 * i, ggml_f32_to_f16(sum / 128.0f));
         q1_0_bits(x, dst + 18 * i + 2);
     }
+    return -1;
 }
 
 /* Q2_0: d = max |x|, q = clamp((int)roundf(x / d) + 1, 0, 3), four a byte from the low bits. */
-static VECTOR_CLONES void enc_q2_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q2_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 64 * i;
@@ -270,6 +276,7 @@ static VECTOR_CLONES void enc_q2_0(const float *restrict src, uint8_t *restrict 
             y[2 + k] = (uint8_t)(v | v >> 6 | v >> 12 | v >> 18);
         }
     }
+    return -1;
 }
 
 /* TQ1_0 / TQ2_0: d = max |x| over 256, trit t = lroundf(x / d) + 1 as an int.  When 1/d
@@ -295,7 +302,7 @@ static ALWAYS_INLINE uint8_t tq_byte(unsigned value) {
 
 /* TQ1_0: qs[m] (m < 32) packs x[m + 32n], qs[32 + m] (m < 16) x[160 + m + 16n], n < 5;
  * qh[j] x[240 + j + 4n], n < 4, times 3; then d. */
-static VECTOR_CLONES void enc_tq1_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_tq1_0(const float *restrict src, uint8_t *restrict dst,
                                     ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         uint8_t *y = dst + 54 * i;
@@ -316,10 +323,11 @@ static VECTOR_CLONES void enc_tq1_0(const float *restrict src, uint8_t *restrict
         }
         ggml_put_u16(y + 52, ggml_f32_to_f16(d));
     }
+    return -1;
 }
 
 /* TQ2_0: byte 32h + m holds x[128h + m + 32n] in bits 2n, n < 4; then d. */
-static VECTOR_CLONES void enc_tq2_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_tq2_0(const float *restrict src, uint8_t *restrict dst,
                                     ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         uint8_t *y = dst + 66 * i;
@@ -334,6 +342,7 @@ static VECTOR_CLONES void enc_tq2_0(const float *restrict src, uint8_t *restrict
         }
         ggml_put_u16(y + 64, ggml_f32_to_f16(d));
     }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_basic[] = {

@@ -138,7 +138,7 @@ static ALWAYS_INLINE void put_nibbles(uint8_t *restrict qs, const uint8_t *restr
 }
 
 /* IQ4_NL (18 bytes): f16 d, the searched scale; 16 bytes of level nibbles. */
-static VECTOR_CLONES void enc_iq4_nl(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_iq4_nl(const float *restrict src, uint8_t *restrict dst,
                                      ptrdiff_t blocks) {
     for (ptrdiff_t i0 = 0; i0 < blocks; i0 += LANES) {
         const int n = blocks - i0 < LANES ? (int)(blocks - i0) : LANES;
@@ -162,12 +162,13 @@ static VECTOR_CLONES void enc_iq4_nl(const float *restrict src, uint8_t *restric
             put_nibbles(y + 2, levels, SUB);
         }
     }
+    return -1;
 }
 
 /* IQ4_XS (136 bytes): f16 d = -max_scale / 32, u16 scales_h (2 high bits of each
  * sub-block's l + 32), 4 bytes scales_l (its low nibbles), 128 bytes of level nibbles
  * for x / (d * l). */
-static VECTOR_CLONES void enc_iq4_xs(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_iq4_xs(const float *restrict src, uint8_t *restrict dst,
                                      ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 256 * i;
@@ -211,6 +212,7 @@ static VECTOR_CLONES void enc_iq4_xs(const float *restrict src, uint8_t *restric
         ggml_put_u16(y + 2, scales_h);
         put_nibbles(y + 8, levels, 256);
     }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_iq4[] = {

@@ -151,7 +151,7 @@ static ALWAYS_INLINE void final_levels(const float *restrict xt, const float *re
 }
 
 /* Q2_K: scales[16] (4-bit scale | 4-bit min << 4), qs[64], d, dmin. */
-static VECTOR_CLONES void enc_q2_k(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q2_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     float xt[256], wt[256], scale[16], the_min[16], is[16], lo[16], d[16], dm[16];
     uint8_t L[256], sc[16];
@@ -206,6 +206,7 @@ static VECTOR_CLONES void enc_q2_k(const float *restrict src, uint8_t *restrict 
         ggml_put_u16(y + 80, d_bits);
         ggml_put_u16(y + 82, dmin_bits);
     }
+    return -1;
 }
 
 /* Q4_K and Q5_K's common part: the search with ggml's weights (av_x + |x|), the 6-bit
@@ -264,7 +265,7 @@ static ALWAYS_INLINE void k6_block(const float *restrict x, uint8_t *restrict he
 }
 
 /* Q4_K: d, dmin, scales[12], qs[128] (qs[32 k + l] = L[64 k + l] | L[64 k + 32 + l] << 4). */
-static VECTOR_CLONES void enc_q4_k(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q4_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     uint8_t L[256];
     for (ptrdiff_t b = 0; b < blocks; b++) {
@@ -276,11 +277,12 @@ static VECTOR_CLONES void enc_q4_k(const float *restrict src, uint8_t *restrict 
             }
         }
     }
+    return -1;
 }
 
 /* Q5_K: d, dmin, scales[12], qh[32], qs[128]: the low 4 bits as Q4_K's, the fifth of
  * L[64 k + l] at bit 2 k of qh[l], of L[64 k + 32 + l] at bit 2 k + 1. */
-static VECTOR_CLONES void enc_q5_k(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q5_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     uint8_t L[256];
     for (ptrdiff_t b = 0; b < blocks; b++) {
@@ -300,6 +302,7 @@ static VECTOR_CLONES void enc_q5_k(const float *restrict src, uint8_t *restrict 
             }
         }
     }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_k_min[] = {

@@ -209,7 +209,7 @@ static ALWAYS_INLINE void requantize(const float xt[16][16], const int8_t Lt[16]
 }
 
 /* Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], f16 d. */
-static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q6_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t b = 0; b < blocks; b++) {
         uint8_t *y = dst + 210 * b;
@@ -247,10 +247,11 @@ static VECTOR_CLONES void enc_q6_k(const float *restrict src, uint8_t *restrict 
         }
         ggml_put_u16(y + 208, d_bits);
     }
+    return -1;
 }
 
 /* Q3_K: hmask[32] (bit 2 of each quant), qs[64] (bits 0-1), 6-bit scales in 12 bytes, f16 d. */
-static VECTOR_CLONES void enc_q3_k(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q3_k(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t b = 0; b < blocks; b++) {
         uint8_t *y = dst + 110 * b;
@@ -299,6 +300,7 @@ static VECTOR_CLONES void enc_q3_k(const float *restrict src, uint8_t *restrict 
         }
         ggml_put_u16(y + 108, d_bits);
     }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_k_sym[] = {

@@ -1004,25 +1004,28 @@ static VECTOR_CLONES int any_not_finite(const uint32_t *restrict x, ptrdiff_t n)
 }
 
 /* Encode `blocks` blocks, a run of them at a time (checked while it is in L1, then
- * encoded); the first block holding a NaN or infinity (those before it encoded), or -1. */
+ * encoded); the first block holding a NaN or infinity or on which ggml aborts (those
+ * before it encoded), or -1. */
 static ptrdiff_t encode_checked(const GGMLEncoder *e, const float *src, uint8_t *dst,
                                 ptrdiff_t blocks) {
     const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
     for (ptrdiff_t b = 0; b < blocks; b += run) {
-        const ptrdiff_t n = blocks - b < run ? blocks - b : run;
+        ptrdiff_t n = blocks - b < run ? blocks - b : run;
         const float *x = src + b * e->block_elements;
+        ptrdiff_t bad = -1;
         if (any_not_finite((const uint32_t *)x, n * e->block_elements)) {
             for (ptrdiff_t k = 0; k < n; k++) {
                 if (any_not_finite((const uint32_t *)x + k * e->block_elements,
                                    e->block_elements)) {
-                    if (k) {
-                        e->encode(x, dst + b * e->block_bytes, k);
-                    }
-                    return b + k;
+                    bad = n = k;
+                    break;
                 }
             }
         }
-        e->encode(x, dst + b * e->block_bytes, n);
+        const ptrdiff_t aborted = n ? e->encode(x, dst + b * e->block_bytes, n) : -1;
+        if (aborted >= 0 || bad >= 0) {
+            return b + (aborted >= 0 ? aborted : bad);
+        }
     }
     return -1;
 }
@@ -1032,7 +1035,8 @@ PyDoc_STRVAR(ggml_from_float32_doc,
     "Quantize blocks [lo, hi) of the float32 buffer src (block i's values at element\n"
     "i * block_elements) into GGML type type_id's blocks in the flat bytes dst, as\n"
     "ggml_quantize_chunk writes them with no importance matrix.  Returns -1, or the\n"
-    "first block holding a NaN or infinity (the blocks before it written).  ValueError\n"
+    "first block holding a NaN or infinity or on which ggml aborts (the blocks before\n"
+    "it written).  ValueError\n"
     "for a type without a compiled encoder or a range the buffers do not hold; the\n"
     "buffers must not overlap.");
 
@@ -1081,15 +1085,17 @@ static ptrdiff_t encode_weighted_checked(const GGMLEncoder *e, const float *src,
         n = n < row_blocks - in_row ? n : row_blocks - in_row;
         const float *x = src + b * e->block_elements;
         const float *w = qw + in_row * e->block_elements;
+        ptrdiff_t bad = -1;
         for (ptrdiff_t k = 0; k < n; k++) {
             if (any_not_finite((const uint32_t *)x + k * e->block_elements, e->block_elements)) {
-                if (k) {
-                    e->encode_weighted(x, w, dst + b * e->block_bytes, k);
-                }
-                return b + k;
+                bad = n = k;
+                break;
             }
         }
-        e->encode_weighted(x, w, dst + b * e->block_bytes, n);
+        const ptrdiff_t aborted = n ? e->encode_weighted(x, w, dst + b * e->block_bytes, n) : -1;
+        if (aborted >= 0 || bad >= 0) {
+            return b + (aborted >= 0 ? aborted : bad);
+        }
         b += n;
     }
     return -1;

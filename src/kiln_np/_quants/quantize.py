@@ -24,7 +24,7 @@ from kiln_np._kernels.dispatch import Kernel, register
 
 from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
 from .blocks import BLOCKS, Block
-from .encoder import Encoder, WeightedEncoder
+from .encoder import Encoder, GGMLAbortError, WeightedEncoder
 
 __all__ = [
     "ENCODERS",
@@ -32,9 +32,9 @@ __all__ = [
     "NEEDS_IMATRIX",
     "WEIGHTED",
     "encoder",
-    "not_finite",
     "quantize_into",
     "refusal",
+    "unquantizable",
 ]
 
 ENCODERS: Mapping[str, Encoder] = MappingProxyType(
@@ -104,17 +104,32 @@ def refusal(name: str) -> str:
     return f"kiln_np has no quantizer for {name}"
 
 
-def not_finite(type_name: str, shape: tuple[int, ...], flat: int, value: object) -> KilnError:
-    """The TYPE error for the NaN or infinity :func:`quantize_into` found at flat index
-    ``flat`` of an input of ``shape`` (``value``: the input's own value there, which
-    may be a float64 finite but past float32's range).
+def unquantizable(type_name: str, shape: tuple[int, ...], flat: int, value: object) -> KilnError:
+    """The TYPE error for what :func:`quantize_into` refused at flat index ``flat`` of
+    an input of ``shape`` (``value``: the input's own value there): a NaN or
+    infinity (or a float64 past float32's range), or, where ``value`` is finite, the
+    first element of a block on which ggml's quantizer aborts.
 
-    >>> print(not_finite("Q8_0", (2, 32), 37, float("nan")).message)
+    >>> print(unquantizable("Q8_0", (2, 32), 37, float("nan")).message)
     expected finite values to quantize to Q8_0 (ggml's result on NaN and infinity
     is undefined), found nan at index (1, 5)
+    >>> print(unquantizable("IQ3_S", (1, 256), 0, 3e38).message)
+    expected values ggml can quantize to IQ3_S, found a block of 256 from index (0, 0)
+    on which ggml's quantizer aborts (a GGML_ASSERT: its grid search overflows float32
+    on values this large); llama-quantize stops there too
     """
     index = tuple(int(i) for i in np.unravel_index(flat, shape))
     found = float(value)  # type: ignore[arg-type]
+    if np.isfinite(found) and abs(found) <= _F32_MAX:
+        elements = BLOCKS[type_name].elements
+        return KilnError(
+            "TYPE",
+            f"expected values ggml can quantize to {type_name}, found a block of {elements} "
+            f"from index {index} on which ggml's quantizer aborts (a GGML_ASSERT: its grid "
+            "search overflows float32 on values this large); llama-quantize stops there too",
+            shape=shape,
+            index=flat,
+        )
     beyond = " (beyond float32's range)" if np.isfinite(found) else ""
     return KilnError(
         "TYPE",
@@ -125,29 +140,39 @@ def not_finite(type_name: str, shape: tuple[int, ...], flat: int, value: object)
     )
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _first_bad(src: np.ndarray, block: Block, bad_block: int) -> int:
-    """The flat index of the first NaN or infinity of block ``bad_block`` of ``src``."""
+    """The flat index of the first NaN or infinity of block ``bad_block`` of ``src``,
+    or of its first element when it has none (a block ggml aborts on)."""
     part = src[bad_block * block.elements : (bad_block + 1) * block.elements]
-    return bad_block * block.elements + int(np.flatnonzero(~np.isfinite(part))[0])
+    bad = np.flatnonzero(~np.isfinite(part))
+    return bad_block * block.elements + (int(bad[0]) if bad.size else 0)
 
 
 def _numpy_range(
     enc: Callable[[int, int], np.ndarray], x: np.ndarray, out: np.ndarray, b0: int, b1: int
 ) -> int:
     """Encode blocks [b0, b1) of the rows ``x`` into the rows ``out`` (``enc(lo, hi)``:
-    blocks [lo, hi) encoded); the first block holding a NaN or infinity (the blocks
-    before it written), or -1."""
+    blocks [lo, hi) encoded); the first block holding a NaN or infinity or on which
+    ggml aborts (the blocks before it written), or -1."""
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     with np.errstate(all="ignore"):  # 1/d of a tiny d, inf * 0: ggml's arithmetic
         for c in range(b0, b1, step):
             end = min(c + step, b1)
             finite = np.isfinite(x[c:end]).all(axis=1)
-            if not finite.all():
-                bad = c + int(np.argmin(finite))
-                if bad > c:
-                    out[c:bad] = enc(c, bad)
+            bad = -1 if finite.all() else c + int(np.argmin(finite))
+            end = end if bad < 0 else bad
+            try:
+                if end > c:
+                    out[c:end] = enc(c, end)
+            except GGMLAbortError as abort:
+                if abort.block:
+                    out[c : c + abort.block] = enc(c, c + abort.block)
+                return c + abort.block
+            if bad >= 0:
                 return bad
-            out[c:end] = enc(c, end)
     return -1
 
 
@@ -157,7 +182,9 @@ def quantize_into(
     """Quantize the C-contiguous float32 ``src`` (whole blocks of GGML type ``name``,
     which :func:`encoder` knows) into the flat uint8 ``dst`` of as many blocks; the
     two do not overlap.  Returns -1, or the flat index of the first NaN or infinity
-    of ``src`` (then ``dst`` holds a prefix of the blocks and no more is meant).
+    of ``src``, or of the first element of the first block on which ggml's
+    quantizer aborts (:func:`unquantizable` tells them apart and says it); then
+    ``dst`` holds a prefix of the blocks and no more is meant.
 
     ``weights``, an importance matrix's row (C-contiguous float32, whole blocks,
     finite), makes ``src`` whole rows of ``weights.size`` values, quantized as

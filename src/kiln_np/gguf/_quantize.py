@@ -9,7 +9,7 @@ from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout
 from kiln_np._quants.blocks import BLOCKS, Block
-from kiln_np._quants.quantize import ENCODERS, not_finite, quantize_into, refusal
+from kiln_np._quants.quantize import ENCODERS, quantize_into, refusal, unquantizable
 
 from ._types import TYPES, GGMLType
 
@@ -123,7 +123,7 @@ def quantize(array: object, type: object) -> Payload:
     else:
         bad = _quantize_chunks(block, np.ascontiguousarray(x).reshape(-1), out)
     if bad >= 0:
-        raise not_finite(block.name, x.shape, bad, x[np.unravel_index(bad, x.shape)])
+        raise unquantizable(block.name, x.shape, bad, x[np.unravel_index(bad, x.shape)])
     shape = (*x.shape[:-1], x.shape[-1] // block.elements)
     return Payload(block.code, out.data.toreadonly(), shape, Layout(block.layout_name, block.bytes))
 
