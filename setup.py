@@ -68,6 +68,7 @@ setup(
                     "ggml_iq.c",
                     "ggml_quant_basic.c",
                     "ggml_quant_fp4.c",
+                    "ggml_quant_iq3.c",
                     "ggml_quant_iq4.c",
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",

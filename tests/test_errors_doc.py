@@ -662,6 +662,7 @@ MX: list[Entry] = [
     ("gguf.quantize", "rows not whole blocks", lambda: kg.quantize(np.zeros((2, 48), np.float32), "q8_0")),
     ("gguf.quantize", "a NaN", lambda: kg.quantize(np.array([[0.0] * 5 + [np.nan] * 27]), "q8_0")),
     ("gguf.quantize", "a float64 beyond float32", lambda: kg.quantize(np.array([[0.0] * 31 + [1e300]]), "q8_0")),
+    ("gguf.quantize", "a block ggml's IQ3_S quantizer aborts on (1e30)", lambda: kg.quantize(np.full((2, 256), 1e30, np.float32), "iq3_s")),
     ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
     ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
     ("mx.to_ggml", "unknown layout", lambda: mx.to_ggml(_E2M1_32, _E8M0_1, layout="ggml.q4_0")),
@@ -912,7 +913,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: quantize=", lambda: _save(_ONE, "safetensors", quantize="q8_0")),
     ("save_weights", "quantize=: a NaN in a tensor to quantize", lambda: _save({"w": np.full((1, 32), np.nan, np.float32)}, quantize="*=q8_0")),
     ("save_weights", "quantize=: a NaN in a tensor to store as another float type", lambda: _save({"w": np.full(2, np.nan, np.float32)}, quantize="*=f16")),
-    ("save_weights", "quantize=: a file type whose mix gives a type kiln_np cannot write (IQ3)", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, quantize="iq3_s")),
+    ("save_weights", "quantize=: a flag gives a type kiln_np cannot write where llama.cpp needs no importance matrix", lambda: _save({"token_embd.weight": np.ones((2, 256), np.float32)}, quantize=kiln_np.QuantizePolicy.parse("q4_k_m", token_embedding_type="iq2_xs"))),
     ("save_weights", "gguf: a file type over general.alignment 64 (llama-quantize lays data at 32)", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, "gguf", quantize="q8_0", metadata={"general.alignment": np.uint32(64)})),
     ("save_weights", "gguf: keep_split= with tensors not from a split GGUF", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, "gguf", quantize=kiln_np.QuantizePolicy.parse("q8_0", keep_split=True))),
     ("QuantizePolicy.parse", "not a str", lambda: kiln_np.QuantizePolicy.parse(cast(Any, b"q8_0"))),
@@ -1722,6 +1723,16 @@ MIX: list[Entry] = [
         lambda: _mix("Q1_0", ("blk.0.ffn_up.weight", (2, 100), 1)),
     ),
     ("choose_types", "a type that needs an importance matrix", lambda: _mix("IQ2_XS")),
+    (
+        "choose_types",
+        "an importance-matrix entry of the wrong size",
+        lambda: _mix("Q4_K_M", imatrix={"blk.0.attn_v.weight": 255}),
+    ),
+    (
+        "choose_types",
+        "an importance matrix with no entry for a tensor that needs one",
+        lambda: _mix("IQ2_XS", imatrix={"blk.0.attn_v.weight": 256}),
+    ),
     (
         "choose_types",
         "requantizing without allow_requantize",

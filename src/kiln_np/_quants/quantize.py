@@ -6,7 +6,9 @@ Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
 (``tests/quants/test_ggml_quantize.py`` holds them to ggml's own output and to
 each other).  Every block is encoded on its own, so the result does not depend
 on how the blocks are split over threads.  ggml's result on a NaN or an
-infinity is undefined: both refuse them, reporting the first.
+infinity is undefined, and its i-quant quantizers abort (``GGML_ASSERT``) on
+some blocks of huge magnitudes: both refuse them, exactly where ggml aborts,
+reporting the first.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._kernels import ggml, pool
 from kiln_np._kernels.dispatch import Kernel, register
 
-from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
+from . import encode_basic, encode_fp4, encode_iq3, encode_iq4, encode_k_min, encode_k_sym
 from .blocks import BLOCKS, Block
 from .encoder import Encoder, GGMLAbortError, WeightedEncoder
 
@@ -41,7 +43,7 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     {
         name: found
         for name in BLOCKS  # in type-id order
-        for family in (encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym)
+        for family in (encode_basic, encode_fp4, encode_iq3, encode_iq4, encode_k_min, encode_k_sym)
         if (found := family.ENCODERS.get(name)) is not None
     }
 )
@@ -63,7 +65,7 @@ encoder, by GGML name."""
 IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
 """The types whose ggml quantizers take no notice of an importance matrix."""
 
-NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S", "IQ1_M")
+NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ2_S", "IQ1_M")
 """The grid types, whose ggml quantizers are meant to run with an importance matrix."""
 
 _NOT_STORED = ("Q8_1", "Q8_K")
