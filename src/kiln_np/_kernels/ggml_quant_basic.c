@@ -11,6 +11,12 @@
  * C's; a block whose 1/d overflows (or Q4_1's max - min) takes the exact scalar
  * conversions of ggml.h (x86-64's results on infinities and NaNs).
  * Q1_0's scale is a sequential sum: eight blocks are summed side by side.
+ *
+ * With an importance matrix, Q4_0 ... Q5_1 are ggml's quantize_row_q*_impl: a search per
+ * block (make_qx_quants for Q4_0 and Q5_0, make_qkx3_quants for Q4_1 and Q5_1) with the
+ * weights qw * sqrtf(sigma2 + x*x), sigma2 the mean square of the block's whole row,
+ * which native.c's driver computes once per row (kiln_np._quants.encode_basic says what
+ * the searches compute).  Eight blocks run side by side, one a lane.
  */
 #include <float.h>
 #include <math.h>

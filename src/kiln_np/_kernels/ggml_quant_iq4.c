@@ -5,9 +5,10 @@
  * quantize_iq4_nl and quantize_iq4_xs pass; quantize_row_iq4_nl_ref passes none and
  * writes other bytes), for sub-blocks of 32, with weights x * x, or with an importance
  * matrix qw * sqrtf(sigma2 + x * x), sigma2 the block's own x * x summed in order times
- * 2 / its size (kiln_np._quants.encode_iq4 says what it computes).  The scale search, 16 passes over a sub-block, is the whole
- * cost: it runs on eight sub-blocks at once, one per lane (the eight of an IQ4_XS
- * block, or eight IQ4_NL blocks), each lane's sums in ggml's element order.
+ * 2 / its size (kiln_np._quants.encode_iq4 says what it computes).  The scale search,
+ * 16 passes over a sub-block, is the whole cost: it runs on eight sub-blocks at once,
+ * one per lane (the eight of an IQ4_XS block, or eight IQ4_NL blocks), each lane's sums
+ * in ggml's element order.
  *
  * ggml's best_index_int8 (binary search, then x - lo < hi - x) is the number of
  * midpoints of neighbouring levels that x is not below: the same index for every

@@ -1109,7 +1109,8 @@ static ptrdiff_t encode_weighted_checked(const GGMLEncoder *e, const float *src,
         if (n && e->encode_row_weighted != NULL) {
             if (sigma2_row != (first + b) / row_blocks) {
                 sigma2_row = (first + b) / row_blocks;
-                sigma2 = row_sigma2(x - in_row * e->block_elements, row_blocks * e->block_elements);
+                const ptrdiff_t row = row_blocks * e->block_elements;
+                sigma2 = row_sigma2(x - in_row * e->block_elements, row);
             }
             aborted = e->encode_row_weighted(x, w, sigma2, dst + b * e->block_bytes, n);
         } else if (n) {

@@ -31,7 +31,8 @@ once per row and hands in (:data:`~kiln_np._quants.encoder.RowWeightedEncoder`).
   that scale (f16) and the winning ``l + nmax``.
 - Q4_1 and Q5_1: ``make_qkx3_quants(32, nmax, x, w, ..., -0.9, 0.05, 36,
   false)`` (``nmax`` 15 or 31): ggml's ``make_qkx2_quants`` with these weights.
-  From ``min = min(x, 0)`` and the range's scale, 37 candidate inverse scales
+  From ``min = min(x, 0)`` (the first of equal minima: a zero keeps its sign,
+  which the stored min shows) and the range's scale, 37 candidate inverse scales
   ``(-0.9 + 0.05 * is + nmax) / (max - min)`` are each fitted (scale and min)
   by weighted least squares and kept where their weighted squared error is
   smaller; a candidate maps ``x - min`` with the min the best one so far left,
