@@ -135,7 +135,7 @@ def test_every_compiled_encoder_has_a_numpy_twin_of_its_size() -> None:
         assert block.name in _quantize.ENCODERS
     assert {by_id[t].name for t, _, _, _ in compiled} == set(QUANTIZED)
     weighted = {by_id[t].name for t, _, _, w in compiled if w}
-    assert weighted == set(_quantize.WEIGHTED)
+    assert weighted == set(_quantize.WEIGHTED_KERNELS)  # WEIGHTED and ROW_WEIGHTED
     assert not weighted & set(_quantize.IGNORES_IMATRIX)
 
 

@@ -15,7 +15,8 @@
  * they see them; an encoder reports the first block ggml aborts on), the bytes
  * ggml_quantize_chunk writes with no importance matrix: ggml's quantize_row_*_ref
  * operations in ggml's order, with the conversions below standing for C's (and
- * x86-64's) own.
+ * x86-64's) own; their weighted variants those it writes with quant_weights
+ * (ggml's quantize_row_*_impl).
  */
 #ifndef KILN_NP_GGML_H
 #define KILN_NP_GGML_H
@@ -70,6 +71,14 @@ typedef ptrdiff_t (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict
 typedef ptrdiff_t (*ggml_encode_weighted_fn)(const float *restrict src, const float *restrict qw,
                                              uint8_t *restrict dst, ptrdiff_t blocks);
 
+/* With an importance matrix, for the types whose weights also take the row's mean square
+ * (Q4_0 ... Q5_1: ggml's sigma2, the row's x*x summed in order over n_per_row values, then
+ * / n_per_row): sigma2 is that of the row the `blocks` blocks lie in, which the caller
+ * computes once per row (a run of blocks need not hold the whole row). */
+typedef ptrdiff_t (*ggml_encode_row_weighted_fn)(const float *restrict src,
+                                                 const float *restrict qw, float sigma2,
+                                                 uint8_t *restrict dst, ptrdiff_t blocks);
+
 typedef struct {
     int type_id;        /* enum ggml_type */
     int block_elements; /* float32 values read per block */
@@ -78,6 +87,9 @@ typedef struct {
     /* ggml_quantize_chunk's bytes with quant_weights; NULL where the type has no
      * compiled weighted path (kiln_np._quants.quantize says which types ignore them) */
     ggml_encode_weighted_fn encode_weighted;
+    /* the same for a type whose weights take its row's sigma2 (then encode_weighted is
+     * NULL); NULL for every other type */
+    ggml_encode_row_weighted_fn encode_row_weighted;
 } GGMLEncoder;
 
 extern const GGMLEncoder kiln_ggml_enc_basic[]; /* ggml_quant_basic.c */

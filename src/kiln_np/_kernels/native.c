@@ -1071,14 +1071,27 @@ static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const 
     return result;
 }
 
+/* ggml's sigma2 of the row of n values at x (quantize_row_q4_0_impl ... q5_1_impl):
+ * sum_x2 += x[j]*x[j] in order from 0, then sum_x2 / n_per_row (n as a float). */
+static float row_sigma2(const float *x, ptrdiff_t n) {
+    float sum_x2 = 0.0f;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        sum_x2 += x[j] * x[j];
+    }
+    return sum_x2 / (float)n;
+}
+
 /* Encode `blocks` blocks with importance weights, as encode_checked does without: block b
  * (counted from the start of a row of row_blocks blocks at `first` blocks before src)
  * takes the weights of its place in the row, qw + ((first + b) % row_blocks) * elements,
- * so a run never crosses the end of a row. */
+ * so a run never crosses the end of a row.  A type whose weights take the row's sigma2
+ * gets it computed once per row, over the whole row (src must hold the rows whole). */
 static ptrdiff_t encode_weighted_checked(const GGMLEncoder *e, const float *src,
                                          const float *qw, ptrdiff_t row_blocks,
                                          ptrdiff_t first, uint8_t *dst, ptrdiff_t blocks) {
     const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
+    ptrdiff_t sigma2_row = -1; /* the row whose sigma2 is known, counted from src's */
+    float sigma2 = 0.0f;
     for (ptrdiff_t b = 0; b < blocks;) {
         const ptrdiff_t in_row = (first + b) % row_blocks;
         ptrdiff_t n = blocks - b < run ? blocks - b : run;
@@ -1092,7 +1105,17 @@ static ptrdiff_t encode_weighted_checked(const GGMLEncoder *e, const float *src,
                 break;
             }
         }
-        const ptrdiff_t aborted = n ? e->encode_weighted(x, w, dst + b * e->block_bytes, n) : -1;
+        ptrdiff_t aborted = -1;
+        if (n && e->encode_row_weighted != NULL) {
+            if (sigma2_row != (first + b) / row_blocks) {
+                sigma2_row = (first + b) / row_blocks;
+                const ptrdiff_t row = row_blocks * e->block_elements;
+                sigma2 = row_sigma2(x - in_row * e->block_elements, row);
+            }
+            aborted = e->encode_row_weighted(x, w, sigma2, dst + b * e->block_bytes, n);
+        } else if (n) {
+            aborted = e->encode_weighted(x, w, dst + b * e->block_bytes, n);
+        }
         if (aborted >= 0 || bad >= 0) {
             return b + (aborted >= 0 ? aborted : bad);
         }
@@ -1107,7 +1130,7 @@ PyDoc_STRVAR(ggml_from_float32_weighted_doc,
     "whole blocks): src is whole rows of len(qw) values and each block takes the\n"
     "weights of its place in its row, as ggml_quantize_chunk writes with quant_weights.\n"
     "ValueError for a type without a compiled weighted encoder, weights that are not\n"
-    "whole blocks, or a range the buffers do not hold.");
+    "whole blocks, src that is not whole rows, or a range the buffers do not hold.");
 
 static PyObject *ggml_from_float32_weighted(PyObject *Py_UNUSED(module),
                                             PyObject *const *args, Py_ssize_t nargs) {
@@ -1118,7 +1141,7 @@ static PyObject *ggml_from_float32_weighted(PyObject *Py_UNUSED(module),
         return NULL;
     }
     const GGMLEncoder *e = ggml_encoder(type_id);
-    if (e == NULL || e->encode_weighted == NULL) {
+    if (e == NULL || (e->encode_weighted == NULL && e->encode_row_weighted == NULL)) {
         PyErr_Format(PyExc_ValueError, "no compiled weighted encoder for GGML type %zd",
                      type_id);
         return NULL;
@@ -1135,6 +1158,9 @@ static PyObject *ggml_from_float32_weighted(PyObject *Py_UNUSED(module),
     if (row == 0 || views[1].len % 4 || row % e->block_elements) {
         PyErr_Format(PyExc_ValueError, "weights of %zd bytes: not whole blocks of %d float32",
                      views[1].len, e->block_elements);
+    } else if (views[0].len % (4 * row)) {
+        PyErr_Format(PyExc_ValueError, "src of %zd bytes: not whole rows of %zd float32",
+                     views[0].len, row);
     } else if (check_fits("src", 4 * hi * e->block_elements, views[0].len) == 0 &&
                check_fits("dst", hi * e->block_bytes, views[2].len) == 0) {
         const float *s = (const float *)views[0].buf + lo * e->block_elements;
@@ -1161,7 +1187,9 @@ static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUS
     for (size_t f = 0; list != NULL && f < families; f++) {
         for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
             PyObject *row = Py_BuildValue("(iiii)", e->type_id, e->block_elements,
-                                          e->block_bytes, e->encode_weighted != NULL);
+                                          e->block_bytes,
+                                          e->encode_weighted != NULL ||
+                                              e->encode_row_weighted != NULL);
             if (row == NULL || PyList_Append(list, row) < 0) {
                 Py_XDECREF(row);
                 Py_DECREF(list);

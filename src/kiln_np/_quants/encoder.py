@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["Encoder", "GGMLAbortError", "WeightedEncoder"]
+__all__ = ["Encoder", "GGMLAbortError", "RowWeightedEncoder", "WeightedEncoder"]
 
 Encoder = Callable[[np.ndarray], np.ndarray]
 """The numpy encoder of one GGML block type: finite float32 blocks as rows
@@ -24,6 +24,15 @@ shape ``(n, block elements)``: each block's columns of its tensor's imatrix
 row) -> uint8 rows ``(n, block bytes)``, bit for bit what ggml's
 ``ggml_quantize_chunk`` writes for them with ``quant_weights`` (its
 ``quantize_row_*_impl``).  Otherwise as :data:`Encoder`."""
+
+RowWeightedEncoder = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""As :data:`WeightedEncoder`, for the types whose ggml quantizer weighs a value
+by its whole row too (Q4_0, Q4_1, Q5_0, Q5_1: ``quantize_row_q*_impl`` adds the
+row's mean square ``sigma2`` to every ``x * x`` before the square root): the
+third argument is each block's row's ``sigma2`` (float32, shape ``(n,)``), which
+the caller computes once per row as ggml does
+(:func:`kiln_np._quants.encode_basic.row_sigma2`), since a range of blocks need
+not hold whole rows."""
 
 
 class GGMLAbortError(Exception):

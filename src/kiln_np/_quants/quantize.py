@@ -2,11 +2,13 @@
 on the numpy encoders otherwise, split over the thread pool by whole blocks.
 
 Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
-``llama-quantize`` runs) writes with no importance matrix
-(``tests/quants/test_ggml_quantize.py`` holds them to ggml's own output and to
-each other).  Every block is encoded on its own, so the result does not depend
-on how the blocks are split over threads.  ggml's result on a NaN or an
-infinity is undefined, and its i-quant quantizers abort (``GGML_ASSERT``) on
+``llama-quantize`` runs) writes with no importance matrix, or with one
+(``tests/quants/test_ggml_quantize.py`` and ``test_ggml_quantize_imatrix.py`` hold
+them to ggml's own output and to each other).  Every block is encoded on its own
+(with an importance matrix, Q4_0 ... Q5_1's blocks also take their row's mean
+square, computed once per row a range of blocks touches), so the result does
+not depend on how the blocks are split over threads.  ggml's result on a NaN or
+an infinity is undefined, and its i-quant quantizers abort (``GGML_ASSERT``) on
 some blocks of huge magnitudes: both refuse them, exactly where ggml aborts,
 reporting the first.
 """
@@ -26,12 +28,13 @@ from kiln_np._kernels.dispatch import Kernel, register
 
 from . import encode_basic, encode_fp4, encode_iq3, encode_iq4, encode_k_min, encode_k_sym
 from .blocks import BLOCKS, Block
-from .encoder import Encoder, GGMLAbortError, WeightedEncoder
+from .encoder import Encoder, GGMLAbortError, RowWeightedEncoder, WeightedEncoder
 
 __all__ = [
     "ENCODERS",
     "IGNORES_IMATRIX",
     "NEEDS_IMATRIX",
+    "ROW_WEIGHTED",
     "WEIGHTED",
     "encoder",
     "quantize_into",
@@ -49,7 +52,7 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
-_WEIGHTED_FAMILIES: tuple[Any, ...] = ()
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq4,)
 
 WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
     {
@@ -59,8 +62,13 @@ WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
         if (found := family.WEIGHTED.get(name)) is not None
     }
 )
-"""Every GGML block type kiln_np quantizes with an importance matrix: its numpy
-encoder, by GGML name."""
+"""Every GGML block type kiln_np quantizes with an importance matrix from each
+block's own values and weights: its numpy encoder, by GGML name."""
+
+ROW_WEIGHTED: Mapping[str, RowWeightedEncoder] = encode_basic.ROW_WEIGHTED
+"""The GGML block types kiln_np quantizes with an importance matrix whose blocks
+also take their row's ``sigma2`` (Q4_0 ... Q5_1): their numpy encoders, by GGML
+name.  :data:`WEIGHTED_KERNELS` holds both kinds."""
 
 IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
 """The types whose ggml quantizers take no notice of an importance matrix."""
@@ -228,19 +236,34 @@ def _numpy_blocks(name: str, src: np.ndarray, dst: np.ndarray) -> list[int]:
 def _numpy_weighted(name: str, src: np.ndarray, weights: np.ndarray, dst: np.ndarray) -> list[int]:
     """The numpy twin of the compiled weighted driver of GGML type ``name``: block
     ``i`` of ``src`` (whole rows of ``weights.size``) takes the weights of its place
-    in its row."""
-    block, enc = BLOCKS[name], WEIGHTED[name]
+    in its row (and, for :data:`ROW_WEIGHTED`, its row's ``sigma2``, computed once
+    per row a range touches)."""
+    block = BLOCKS[name]
     count = src.size // block.elements
     x = src.reshape(count, block.elements)
     out = dst.reshape(count, block.bytes)
     qw = weights.reshape(-1, block.elements)
+    per_row = len(qw)
 
-    def weighted(lo: int, hi: int) -> np.ndarray:
-        return enc(x[lo:hi], qw[np.arange(lo, hi) % len(qw)])
+    def blocks(b0: int, b1: int) -> int:
+        if name in WEIGHTED:
+            enc = WEIGHTED[name]
+            return _numpy_range(
+                lambda lo, hi: enc(x[lo:hi], qw[np.arange(lo, hi) % per_row]), x, out, b0, b1
+            )
+        by_row = ROW_WEIGHTED[name]
+        first = b0 // per_row
+        rows = src.reshape(-1, weights.size)[first : -(-b1 // per_row)]
+        with np.errstate(all="ignore"):  # a row's squares may overflow, as in ggml
+            sigma2 = encode_basic.row_sigma2(rows)
 
-    return pool.run_ranges(
-        lambda b0, b1: _numpy_range(weighted, x, out, b0, b1), count, least=_least(block)
-    )
+        def weighted(lo: int, hi: int) -> np.ndarray:
+            at = np.arange(lo, hi)
+            return by_row(x[lo:hi], qw[at % per_row], sigma2[at // per_row - first])
+
+        return _numpy_range(weighted, x, out, b0, b1)
+
+    return pool.run_ranges(blocks, count, least=_least(block))
 
 
 def _kernel(name: str) -> Kernel:
@@ -271,6 +294,6 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType({name: _kernel(name) for name i
 """Each quantizable type's row in the kernel table: ``(src, dst) -> bad block per range``."""
 
 WEIGHTED_KERNELS: Mapping[str, Kernel] = MappingProxyType(
-    {name: _weighted_kernel(name) for name in WEIGHTED}
+    {name: _weighted_kernel(name) for name in BLOCKS if name in WEIGHTED or name in ROW_WEIGHTED}
 )
 """Each type's row with importance weights: ``(src, weights, dst) -> bad block per range``."""
