@@ -47,7 +47,7 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
-_WEIGHTED_FAMILIES: tuple[Any, ...] = ()
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_k_min, encode_k_sym)
 
 WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
     {
