@@ -162,6 +162,19 @@ def ggml_encode(row: Kernel) -> Case:
     )
 
 
+def ggml_encode_weighted(row: Kernel) -> Case:
+    # Five rows of two blocks' weights (a run starts in each row; the NaN in row 3).
+    block = BLOCKS[row.name.split(".", 1)[1]]
+    weights = np.exp(_rng().standard_normal(2 * block.elements)).astype(np.float32)
+    src = _rng().standard_normal(10 * block.elements).astype(np.float32)
+    src[7 * block.elements + 7] = np.nan
+    return (src, weights, np.zeros(10 * block.bytes, np.uint8)), (
+        lambda result, args: (
+            _bytes(args[2][: 7 * block.bytes]) + repr(min(r for r in result if r >= 0)).encode()
+        )
+    )
+
+
 SAMPLES: dict[str, Callable[..., Case]] = {
     "unpack": unpack,
     "pack": pack,
@@ -181,6 +194,7 @@ SAMPLES: dict[str, Callable[..., Case]] = {
     "scaled_pairs": scaled_pairs,
     "ggml_to_float32": ggml_decode,
     "ggml_from_float32": ggml_encode,
+    "ggml_from_float32_weighted": ggml_encode_weighted,
 }
 
 
