@@ -5,6 +5,7 @@ Run from the repository root::
     python benchmarks/bench_ggml_quantize.py                  # every type, 16 Mi elements
     python benchmarks/bench_ggml_quantize.py --types Q8_0,Q4_K --rounds 3
     python benchmarks/bench_ggml_quantize.py --ggml /tmp/ggml-build/src/libggml-base.so
+    python benchmarks/bench_ggml_quantize.py --imatrix --ggml LIB   # with importance weights
     KILN_NP_PURE=1 python benchmarks/bench_ggml_quantize.py --elements-mi 1   # numpy
     python benchmarks/bench_ggml_quantize.py --imatrix --ggml LIB   # with importance weights
 
@@ -99,7 +100,7 @@ def measure(
         row += ["", ""]
     qtype = gguf.GGMLQuantizationType[name] if name in GGUF_PY and not imatrix else None
     theirs = None if qtype is None else (lambda: gguf.quants.quantize(x, qtype))
-    row.append(speedup_over(lambda: kgguf.quantize(x, name), theirs, rounds))
+    row.append(speedup_over(functions["kiln_np"], theirs, rounds))
     return row
 
 

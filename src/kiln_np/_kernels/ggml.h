@@ -139,6 +139,13 @@ static inline uint32_t ggml_f32_bits(float f) {
 /* fabsf, inline (so that loops vectorise): -0.0 gives +0.0, as ggml's MAX(amax, fabsf(v)) needs. */
 static inline float ggml_fabsf(float x) { return ggml_bits_f32(ggml_f32_bits(x) & 0x7FFFFFFFu); }
 
+/* a where take (0 or 1), else b, as a select of bits: loops of these vectorise, where GCC
+ * turns `x[j] = c ? a : x[j]` into a branch or a conditional store (not for SSE2). */
+static inline float ggml_pick(int take, float a, float b) {
+    const uint32_t m = 0u - (uint32_t)take;
+    return ggml_bits_f32((ggml_f32_bits(a) & m) | (ggml_f32_bits(b) & ~m));
+}
+
 static inline void ggml_put_u16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);

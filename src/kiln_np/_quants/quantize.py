@@ -52,7 +52,7 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
-_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq4,)
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq4, encode_k_min, encode_k_sym)
 
 WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
     {
