@@ -51,6 +51,14 @@ def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPa
             out = np.zeros(want.shape[1], np.uint8)
             assert _quantize.quantize_into(name, x[row], out, w[row]) == -1, _case(row)
             blocks_differ(out, want[row], block.bytes, _at(_case(row)))
+        # the rows ggml aborts on (GGML_ASSERT, recorded by the golden script): refused
+        # at the start of a block, before which nothing is lost
+        for row in np.flatnonzero(~kept(GOLDEN, name)).tolist():
+            out = np.zeros(want.shape[1], np.uint8)
+            bad = _quantize.quantize_into(name, x[row], out, w[row])
+            assert bad >= 0, _case(row)
+            assert bad % block.elements == 0
+            assert np.isfinite(x[row][bad])
 
 
 @pytest.mark.parametrize("name", WEIGHTED)
@@ -69,20 +77,6 @@ def test_numpy_encoder_is_ggml(name: str) -> None:
     index = np.flatnonzero(rows)
     per_row = 256 // block.elements
     blocks_differ(got, GOLDEN[name][rows], block.bytes, lambda i: _case(index[i // per_row]))
-
-
-@pytest.mark.parametrize("name", [n for n in WEIGHTED if f"aborted_{n}" in GOLDEN.files])
-def test_rows_ggml_aborts_on_are_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    block = BLOCKS[name]
-    for row in np.flatnonzero(GOLDEN[f"aborted_{name}"]).tolist():
-        x, w = GOLDEN["input"][row], GOLDEN["weights"][row]
-        for compiled in BACKENDS:
-            monkeypatch.setattr(_backend, "COMPILED", compiled)
-            out = np.zeros(x.size // block.elements * block.bytes, np.uint8)
-            bad = _quantize.quantize_into(name, x, out, w)
-            assert bad >= 0, _case(row)
-            assert bad % block.elements == 0
-            assert np.isfinite(x[bad])
 
 
 @pytest.mark.parametrize("name", WEIGHTED)
