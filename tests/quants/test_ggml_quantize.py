@@ -25,15 +25,6 @@ QUANTIZED = list(_quantize.ENCODERS)
 BACKENDS = (True, False) if _backend.COMPILED else (False,)
 
 
-def golden_rows(name: str) -> np.ndarray:
-    """The input rows ggml's golden bytes of ``name`` are for: all, or for a type of
-    ``LIMITS`` those whose magnitudes are below its limit (ggml aborts on the others)."""
-    limit = _quantize.LIMITS.get(name, np.inf)
-    taken = np.flatnonzero(np.abs(GOLDEN["input"]).max(axis=1) < limit)
-    assert len(taken) == len(GOLDEN[name])
-    return taken
-
-
 def blocks_differ(
     got: np.ndarray, want: np.ndarray, nbytes: int, what: Callable[[int], str]
 ) -> None:
@@ -54,13 +45,14 @@ def quantize(name: str, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def golden_case(name: str) -> Callable[[int], str]:
+def golden_case(name: str, rows: np.ndarray | None = None) -> Callable[[int], str]:
+    """What block ``i`` of the golden rows (only ``rows`` of them, a mask) is."""
     per_row = 256 // BLOCKS[name].elements
     cases = [str(c) for c in GOLDEN["cases"]]
-    rows = golden_rows(name)
+    index = np.arange(len(GOLDEN["input"])) if rows is None else np.flatnonzero(rows)
 
     def case(i: int) -> str:
-        row = int(rows[i // per_row])
+        row = int(index[i // per_row])
         return cases[row] if row < len(cases) else f"random row {row}"
 
     return case
@@ -70,41 +62,45 @@ def test_the_golden_file_covers_every_type_kiln_np_quantizes() -> None:
     assert set(QUANTIZED) <= set(GOLDEN_TYPES)
 
 
+def kept(golden: np.lib.npyio.NpzFile, name: str) -> np.ndarray:
+    """The rows of ``golden`` ggml quantizes to ``name`` (not those it aborts on)."""
+    key = f"aborted_{name}"
+    return ~golden[key] if key in golden.files else np.ones(len(golden["input"]), bool)
+
+
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = kept(GOLDEN, name)
     for compiled in BACKENDS:
         monkeypatch.setattr(_backend, "COMPILED", compiled)
-        got = quantize(name, GOLDEN["input"][golden_rows(name)])
-        blocks_differ(got, GOLDEN[name], BLOCKS[name].bytes, golden_case(name))
+        got = quantize(name, GOLDEN["input"][rows])
+        blocks_differ(got, GOLDEN[name][rows], BLOCKS[name].bytes, golden_case(name, rows))
 
 
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_numpy_encoder_is_ggml(name: str) -> None:
-    block = BLOCKS[name]
-    x = GOLDEN["input"][golden_rows(name)]
+    block, rows = BLOCKS[name], kept(GOLDEN, name)
     with np.errstate(all="ignore"):
-        got = _quantize.ENCODERS[name](x.reshape(-1, block.elements))
+        got = _quantize.ENCODERS[name](GOLDEN["input"][rows].reshape(-1, block.elements))
     assert got.dtype == np.uint8
-    assert got.shape == (x.size // block.elements, block.bytes)
-    blocks_differ(got, GOLDEN[name], block.bytes, golden_case(name))
+    assert got.shape == (GOLDEN["input"][rows].size // block.elements, block.bytes)
+    blocks_differ(got, GOLDEN[name][rows], block.bytes, golden_case(name, rows))
 
 
-@pytest.mark.parametrize("name", list(_quantize.LIMITS))
-def test_the_golden_rows_past_the_limit_are_refused_where_ggml_aborts(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    x = GOLDEN["input"]
-    refused = np.setdiff1d(np.arange(len(x)), golden_rows(name))
-    # ggml aborts (GGML_ASSERT, SIGABRT) on every one of them: nothing is lost
-    assert len(refused) == len(GOLDEN[f"{name} aborts"]) == 10
-    assert GOLDEN[f"{name} aborts"].all()
-    limit = _quantize.LIMITS[name]
-    for compiled in BACKENDS:
-        monkeypatch.setattr(_backend, "COMPILED", compiled)
-        for row in refused:
-            out = np.zeros(BLOCKS[name].bytes, np.uint8)
-            first = int(np.flatnonzero(np.abs(x[row]) >= limit)[0])
-            assert _quantize.quantize_into(name, x[row].copy(), out) == first
+@pytest.mark.parametrize("name", [n for n in QUANTIZED if f"aborted_{n}" in GOLDEN.files])
+def test_rows_ggml_aborts_on_are_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = BLOCKS[name]
+    for row in np.flatnonzero(GOLDEN[f"aborted_{name}"]).tolist():
+        x = GOLDEN["input"][row]
+        for compiled in BACKENDS:
+            monkeypatch.setattr(_backend, "COMPILED", compiled)
+            out = np.zeros(x.size // block.elements * block.bytes, np.uint8)
+            bad = _quantize.quantize_into(name, x, out)
+            assert bad >= 0, f"row {row} ({golden_case(name)(row * 256 // block.elements)})"
+            assert bad % block.elements == 0
+            assert np.isfinite(x[bad])
+            message = _quantize.unquantizable(name, (x.size,), bad, x[bad]).message
+            assert "on which ggml's quantizer aborts" in message
 
 
 def _random_blocks(name: str, count: int) -> np.ndarray:
@@ -133,11 +129,14 @@ def test_every_compiled_encoder_has_a_numpy_twin_of_its_size() -> None:
 
     by_id = {b.type_id: b for b in BLOCKS.values()}
     compiled = native.ggml_quant_types()
-    for type_id, elements, nbytes in compiled:
+    for type_id, elements, nbytes, _ in compiled:
         block = by_id[type_id]
         assert (elements, nbytes) == (block.elements, block.bytes)
         assert block.name in _quantize.ENCODERS
-    assert {by_id[t].name for t, _, _ in compiled} == set(QUANTIZED)
+    assert {by_id[t].name for t, _, _, _ in compiled} == set(QUANTIZED)
+    weighted = {by_id[t].name for t, _, _, w in compiled if w}
+    assert weighted == set(_quantize.WEIGHTED_KERNELS)  # WEIGHTED and ROW_WEIGHTED
+    assert not weighted & set(_quantize.IGNORES_IMATRIX)
 
 
 @pytest.mark.parametrize("name", QUANTIZED)

@@ -207,3 +207,73 @@ def test_cumsum_adds_in_element_order() -> None:
         loop = loop + row
     got = encode_k_min._total(terms)
     assert np.array_equal(got.view(np.uint32), loop.view(np.uint32))
+
+
+# -- with an importance matrix (quantize_row_q{2,4,5}_K_impl) ----------------------------
+
+
+def encode_weighted(
+    name: str, x: np.ndarray, w: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> np.ndarray:
+    """The blocks of ``x`` (rows of ``w.size``) with the importance weights ``w`` as rows
+    of bytes: both backends' drivers and the numpy encoder alone agree on them."""
+    block = BLOCKS[name]
+    x = np.ascontiguousarray(x, f32).reshape(-1)
+    results = []
+    for compiled in BACKENDS:
+        monkeypatch.setattr(_backend, "COMPILED", compiled)
+        out = np.zeros(x.size // 256 * block.bytes, np.uint8)
+        assert _quantize.quantize_into(name, x, out, w) == -1
+        results.append(out.reshape(-1, block.bytes))
+    blocks = x.reshape(-1, 256)
+    weights = np.tile(w.reshape(-1, 256), (len(blocks) * 256 // w.size, 1))
+    with np.errstate(all="ignore"):
+        results.append(_quantize.WEIGHTED[name](blocks, weights))
+    for other in results[1:]:
+        assert np.array_equal(results[0], other)
+    return results[0]
+
+
+@pytest.mark.parametrize(("name", "d_at"), [("Q2_K", 80), ("Q4_K", 0), ("Q5_K", 0)])
+def test_weights_of_zero_give_d_and_dmin_0(
+    name: str, d_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every weight 0: the search keeps its first guess (D = 0 for every candidate),
+    # and make_qp_quants, whose weights are the sub-blocks' sums of weights, has
+    # every weighted sum 0 and returns 0 for the scales and for the mins: d = dmin = 0,
+    # and the block decodes to zeros, as ggml's does.
+    (got,) = encode_weighted(
+        name, np.linspace(-1, 1, 256, dtype=f32), np.zeros(256, f32), monkeypatch
+    )
+    assert got[d_at : d_at + 4].tolist() == [0, 0, 0, 0]
+    back = np.ones(256, f32)
+    dequantize_into(name, got, back)
+    assert not back.any()
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q4_K", "Q5_K"])
+def test_weighted_blocks_of_a_row_are_the_blocks_alone(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows of 7 blocks: the compiled kernel searches groups of blocks at once (two of
+    # Q2_K, four of Q4_K and Q5_K) and fills a short last group with zeros; ggml's
+    # sigma2 is the block's own mean square, so each block depends on its values and
+    # its weights only, and a row's blocks are each block quantized alone.
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 7 * 256)) * 10.0 ** rng.uniform(-3, 3, (3, 1))).astype(f32)
+    w = np.exp(rng.normal(0.0, 2.0, 7 * 256)).astype(f32)
+    got = encode_weighted(name, x, w, monkeypatch)
+    for i, block in enumerate(x.reshape(-1, 256)):
+        alone = encode_weighted(name, block, w[i % 7 * 256 : (i % 7 + 1) * 256], monkeypatch)
+        assert got[i].tolist() == alone[0].tolist(), f"block {i}"
+
+
+def test_qp_quants_fits_the_scales_by_their_weights() -> None:
+    # make_qp_quants on (0.5, 1, 3, 4) at 4 bits: levels (2, 4, 11, 15) either way, and
+    # the scale is their weighted least-squares fit sum(w x l) / sum(w l l): 98 / 366
+    # with weights 1, (1 + 4 + 33 + 240) / (4 + 16 + 121 + 900) with the last weighted 4.
+    x = np.array([[0.5, 1.0, 3.0, 4.0]], f32)
+    for w, fit in (([1, 1, 1, 1], f32(98) / f32(366)), ([1, 1, 1, 4], f32(278) / f32(1041))):
+        scale, levels = encode_k_min._qp(x, np.array([w], f32), 15)
+        assert levels.tolist() == [[2, 4, 11, 15]]
+        assert scale.view(np.uint32).tolist() == [fit.view(np.uint32)]

@@ -191,3 +191,69 @@ def test_each_block_on_its_own(name: str, monkeypatch: pytest.MonkeyPatch) -> No
     together = encoded(name, np.concatenate(rows), monkeypatch)
     for row, got in zip(rows, together, strict=True):
         assert got.tolist() == encoded(name, row, monkeypatch)[0].tolist()
+
+
+# -- with an importance matrix (quantize_row_q3_K_impl, quantize_row_q6_K_impl) -----------
+
+
+def encoded_weighted(
+    name: str, x: np.ndarray, w: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> np.ndarray:
+    """As :func:`encoded`, with the importance weights ``w`` (``x``: rows of ``w.size``)."""
+    block = BLOCKS[name]
+    x = np.ascontiguousarray(x, F).reshape(-1)
+    results = []
+    for compiled in BACKENDS:
+        monkeypatch.setattr(_backend, "COMPILED", compiled)
+        out = np.zeros(x.size // 256 * block.bytes, np.uint8)
+        assert _quantize.quantize_into(name, x, out, w) == -1
+        results.append(out.reshape(-1, block.bytes))
+    blocks = x.reshape(-1, 256)
+    weights = np.tile(w.reshape(-1, 256), (len(blocks) * 256 // w.size, 1))
+    with np.errstate(all="ignore"):
+        results.append(_quantize.WEIGHTED[name](blocks, weights))
+    for other in results[1:]:
+        assert np.array_equal(results[0], other)
+    return results[0]
+
+
+@pytest.mark.parametrize("name", ["Q3_K", "Q6_K"])
+def test_weights_of_zero_give_d_0(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every weight 0: every sub-block's make_qx_quants has suml2 = 0, so scale 0; Q6_K's
+    # largest scale is then 0 and the block all zeros; Q3_K's scales of scales are all
+    # below GROUP_MAX_EPS, so d = 0 and its 6-bit scales 0 (the search's quants stay).
+    (got,) = encoded_weighted(name, np.linspace(-1, 1, 256, dtype=F), np.zeros(256, F), monkeypatch)
+    assert d_bits(name, got) == 0
+    if name == "Q6_K":
+        assert not got.any()
+    else:
+        assert got[96:108].tolist() == [0] * 12
+
+
+@pytest.mark.parametrize("name", ["Q3_K", "Q6_K"])
+def test_q3_k_and_q6_k_weigh_the_search_as_ggml_does(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Q6_K's search takes the importance weights as they are (ggml leaves its sigma2
+    # weighting commented out): weights x * x give the bytes of no importance matrix.
+    # Q3_K's takes qw * sqrt(sigma2 + x * x), so there they differ.
+    x = np.linspace(-1, 1, 256, dtype=F) ** 3
+    (plain,) = encoded(name, x, monkeypatch)
+    (weighted,) = encoded_weighted(name, x, x * x, monkeypatch)
+    assert (weighted.tolist() == plain.tolist()) is (name == "Q6_K")
+
+
+@pytest.mark.parametrize("name", ["Q3_K", "Q6_K"])
+def test_weighted_blocks_of_a_row_are_the_blocks_alone(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Q3_K's sigma2 is the block's own mean square (Q6_K has none): each block of a
+    # row of 7 depends on its values and its weights only (the compiled Q3_K kernel
+    # sums the squares of four blocks side by side).
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((3, 7 * 256)) * 10.0 ** rng.uniform(-3, 3, (3, 1))).astype(F)
+    w = np.exp(rng.normal(0.0, 2.0, 7 * 256)).astype(F)
+    got = encoded_weighted(name, x, w, monkeypatch)
+    for i, block in enumerate(x.reshape(-1, 256)):
+        alone = encoded_weighted(name, block, w[i % 7 * 256 : (i % 7 + 1) * 256], monkeypatch)
+        assert got[i].tolist() == alone[0].tolist(), f"block {i}"

@@ -66,7 +66,7 @@ from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import dequantize_into
 from kiln_np._quants.elements import element_of
-from kiln_np._quants.quantize import not_finite, quantize_into
+from kiln_np._quants.quantize import quantize_into, unquantizable
 from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import WeightTensor, mapped_file
@@ -268,7 +268,7 @@ class TensorSource(NamedTuple):
                 written = out[: n // unit * block.bytes]
                 bad = quantize_into(block.name, part, written)
                 if bad >= 0:
-                    raise not_finite(block.name, values.shape, lo + bad, x[bad]).prefixed(
+                    raise unquantizable(block.name, values.shape, lo + bad, x[bad]).prefixed(
                         f"tensor {self.name!r}: "
                     )
             write_all(fd, written.view(U8).data)
@@ -304,9 +304,9 @@ class TensorSource(NamedTuple):
                 written = out[: part.size // how.block.elements * how.block.bytes]
                 bad = quantize_into(how.block.name, part, written)
                 if bad >= 0:
-                    raise not_finite(how.block.name, self.info.shape, lo + bad, part[bad]).prefixed(
-                        f"tensor {self.name!r}: "
-                    )
+                    raise unquantizable(
+                        how.block.name, self.info.shape, lo + bad, part[bad]
+                    ).prefixed(f"tensor {self.name!r}: ")
             write_all(fd, written.view(U8).data)
             if progress is not None:
                 progress(written.nbytes)

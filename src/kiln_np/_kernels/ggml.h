@@ -11,11 +11,12 @@
  * little-endian, whatever the host's byte order.
  *
  * The encoders (GGMLEncoder rows, the same way) write block_bytes per block of
- * block_elements finite float32 values (native.c refuses NaN and infinity, and
- * magnitudes from a row's limit_log2 on, before they see them), the bytes
+ * block_elements finite float32 values (native.c refuses NaN and infinity before
+ * they see them; an encoder reports the first block ggml aborts on), the bytes
  * ggml_quantize_chunk writes with no importance matrix: ggml's quantize_row_*_ref
  * operations in ggml's order, with the conversions below standing for C's (and
- * x86-64's) own.
+ * x86-64's) own; their weighted variants those it writes with quant_weights
+ * (ggml's quantize_row_*_impl).
  */
 #ifndef KILN_NP_GGML_H
 #define KILN_NP_GGML_H
@@ -59,16 +60,36 @@ extern const GGMLDecoder kiln_ggml_basic[];
 extern const GGMLDecoder kiln_ggml_k[];
 extern const GGMLDecoder kiln_ggml_iq[];
 
-typedef void (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict dst, ptrdiff_t blocks);
+/* Encode `blocks` finite blocks: -1, or the first block on which ggml aborts (a
+ * GGML_ASSERT of an i-quant's search, on values too large for its arithmetic), the
+ * blocks before it written and no more meant. */
+typedef ptrdiff_t (*ggml_encode_fn)(const float *restrict src, uint8_t *restrict dst,
+                                    ptrdiff_t blocks);
+
+/* With an importance matrix: qw holds the `blocks` blocks' weights, block b's at
+ * qw + b * block_elements (the caller never lets a run cross the end of a row). */
+typedef ptrdiff_t (*ggml_encode_weighted_fn)(const float *restrict src, const float *restrict qw,
+                                             uint8_t *restrict dst, ptrdiff_t blocks);
+
+/* With an importance matrix, for the types whose weights also take the row's mean square
+ * (Q4_0 ... Q5_1: ggml's sigma2, the row's x*x summed in order over n_per_row values, then
+ * / n_per_row): sigma2 is that of the row the `blocks` blocks lie in, which the caller
+ * computes once per row (a run of blocks need not hold the whole row). */
+typedef ptrdiff_t (*ggml_encode_row_weighted_fn)(const float *restrict src,
+                                                 const float *restrict qw, float sigma2,
+                                                 uint8_t *restrict dst, ptrdiff_t blocks);
 
 typedef struct {
     int type_id;        /* enum ggml_type */
     int block_elements; /* float32 values read per block */
     int block_bytes;    /* bytes written per block */
     ggml_encode_fn encode;
-    int limit_log2; /* values of magnitude 2**limit_log2 and more are refused, where ggml
-                     * aborts on some (IQ3_S); 0 (the rows that leave it out): only NaN
-                     * and infinity are */
+    /* ggml_quantize_chunk's bytes with quant_weights; NULL where the type has no
+     * compiled weighted path (kiln_np._quants.quantize says which types ignore them) */
+    ggml_encode_weighted_fn encode_weighted;
+    /* the same for a type whose weights take its row's sigma2 (then encode_weighted is
+     * NULL); NULL for every other type */
+    ggml_encode_row_weighted_fn encode_row_weighted;
 } GGMLEncoder;
 
 extern const GGMLEncoder kiln_ggml_enc_basic[]; /* ggml_quant_basic.c */
@@ -117,6 +138,13 @@ static inline uint32_t ggml_f32_bits(float f) {
 
 /* fabsf, inline (so that loops vectorise): -0.0 gives +0.0, as ggml's MAX(amax, fabsf(v)) needs. */
 static inline float ggml_fabsf(float x) { return ggml_bits_f32(ggml_f32_bits(x) & 0x7FFFFFFFu); }
+
+/* a where take (0 or 1), else b, as a select of bits: loops of these vectorise, where GCC
+ * turns `x[j] = c ? a : x[j]` into a branch or a conditional store (not for SSE2). */
+static inline float ggml_pick(int take, float a, float b) {
+    const uint32_t m = 0u - (uint32_t)take;
+    return ggml_bits_f32((ggml_f32_bits(a) & m) | (ggml_f32_bits(b) & ~m));
+}
 
 static inline void ggml_put_u16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;

@@ -18,7 +18,15 @@ from kiln_np._kernels import backend, pool
 with contextlib.suppress(ImportError):  # not built: no compiled driver
     from kiln_np._kernels import native
 
-__all__ = ["DECODE_TYPES", "QUANT_TYPES", "THRESHOLD", "decoder", "encoder"]
+__all__ = [
+    "DECODE_TYPES",
+    "QUANT_TYPES",
+    "THRESHOLD",
+    "WEIGHTED_TYPES",
+    "decoder",
+    "encoder",
+    "weighted_encoder",
+]
 
 THRESHOLD = pool.COMPILED_THREAD_MIN_LANES
 """The decoders' threading threshold: lanes of two elements, split by whole blocks."""
@@ -29,9 +37,14 @@ DECODE_TYPES: frozenset[int] = (
 """The GGML type ids the compiled kernels decode."""
 
 QUANT_TYPES: frozenset[int] = (
-    frozenset(t for t, _, _ in native.ggml_quant_types()) if backend.BUILT else frozenset()
+    frozenset(t for t, _, _, _ in native.ggml_quant_types()) if backend.BUILT else frozenset()
 )
 """The GGML type ids the compiled kernels quantize."""
+
+WEIGHTED_TYPES: frozenset[int] = (
+    frozenset(t for t, _, _, w in native.ggml_quant_types() if w) if backend.BUILT else frozenset()
+)
+"""The GGML type ids the compiled kernels quantize with importance weights."""
 
 
 def decoder(type_id: int, elements: int) -> Callable[[np.ndarray, np.ndarray], None] | None:
@@ -70,6 +83,29 @@ def encoder(
     def run(src: np.ndarray, dst: np.ndarray) -> list[int]:
         return pool.run_ranges(
             lambda b0, b1: native.ggml_from_float32(type_id, src, dst, b0, b1),
+            src.size // elements,
+            least=least(),
+        )
+
+    return run
+
+
+def weighted_encoder(
+    type_id: int, elements: int, least: Callable[[], int]
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray], list[int]] | None:
+    """The compiled driver ``(src, weights, dst) -> first bad block per range``: as
+    :func:`encoder`, with importance weights (float32, one row: ``src`` is whole
+    rows of ``weights.size`` values), or None where it is not built.
+
+    >>> weighted_encoder(-1, 32, lambda: 1) is None
+    True
+    """
+    if type_id not in WEIGHTED_TYPES:
+        return None
+
+    def run(src: np.ndarray, weights: np.ndarray, dst: np.ndarray) -> list[int]:
+        return pool.run_ranges(
+            lambda b0, b1: native.ggml_from_float32_weighted(type_id, src, weights, dst, b0, b1),
             src.size // elements,
             least=least(),
         )

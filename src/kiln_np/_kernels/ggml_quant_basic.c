@@ -11,8 +11,15 @@
  * C's; a block whose 1/d overflows (or Q4_1's max - min) takes the exact scalar
  * conversions of ggml.h (x86-64's results on infinities and NaNs).
  * Q1_0's scale is a sequential sum: eight blocks are summed side by side.
+ *
+ * With an importance matrix, Q4_0 ... Q5_1 are ggml's quantize_row_q*_impl: a search per
+ * block (make_qx_quants for Q4_0 and Q5_0, make_qkx3_quants for Q4_1 and Q5_1) with the
+ * weights qw * sqrtf(sigma2 + x*x), sigma2 the mean square of the block's whole row,
+ * which native.c's driver computes once per row (kiln_np._quants.encode_basic says what
+ * the searches compute).  Eight blocks run side by side, one a lane.
  */
 #include <float.h>
+#include <math.h>
 
 #include "ggml.h"
 
@@ -153,39 +160,43 @@ static ALWAYS_INLINE void offset(const float *x, uint8_t *y, float levels, int t
 }
 
 /* Q4_0: d = max / -8, 16 bytes q[j] | q[j+16] << 4. */
-static VECTOR_CLONES void enc_q4_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q4_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         centred(src + 32 * i, dst + 18 * i, 8.0f, 15, 0);
     }
+    return -1;
 }
 
 /* Q4_1: d = (max - min) / 15, m, 16 bytes of nibbles. */
-static VECTOR_CLONES void enc_q4_1(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q4_1(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         offset(src + 32 * i, dst + 20 * i, 15.0f, 15, 0);
     }
+    return -1;
 }
 
 /* Q5_0: d = max / -16, qh (the fifth bits), the low nibbles. */
-static VECTOR_CLONES void enc_q5_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q5_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         centred(src + 32 * i, dst + 22 * i, 16.0f, 31, 1);
     }
+    return -1;
 }
 
 /* Q5_1: d = (max - min) / 31, m, qh, the low nibbles; q = (uint8_t)((x - min)*id + 0.5f). */
-static VECTOR_CLONES void enc_q5_1(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q5_1(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         offset(src + 32 * i, dst + 24 * i, 31.0f, 255, 1);
     }
+    return -1;
 }
 
 /* Q8_0: d = max |x| / 127, q = roundf(x / d) as int8. */
-static VECTOR_CLONES void enc_q8_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q8_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 32 * i;
@@ -203,6 +214,7 @@ static VECTOR_CLONES void enc_q8_0(const float *restrict src, uint8_t *restrict 
             }
         }
     }
+    return -1;
 }
 
 /* Q1_0: d = (sum of |x| in order) / 128, bit j set when x[j] >= 0 (-0.0 too). */
@@ -216,7 +228,7 @@ static ALWAYS_INLINE void q1_0_bits(const float *x, uint8_t *y) {
     }
 }
 
-static VECTOR_CLONES void enc_q1_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q1_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     ptrdiff_t i = 0;
     for (; i + 8 <= blocks; i += 8) { /* eight sequential sums side by side */
@@ -241,10 +253,11 @@ static VECTOR_CLONES void enc_q1_0(const float *restrict src, uint8_t *restrict 
         ggml_put_u16(dst + 18 * i, ggml_f32_to_f16(sum / 128.0f));
         q1_0_bits(x, dst + 18 * i + 2);
     }
+    return -1;
 }
 
 /* Q2_0: d = max |x|, q = clamp((int)roundf(x / d) + 1, 0, 3), four a byte from the low bits. */
-static VECTOR_CLONES void enc_q2_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_q2_0(const float *restrict src, uint8_t *restrict dst,
                                    ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 64 * i;
@@ -270,6 +283,7 @@ static VECTOR_CLONES void enc_q2_0(const float *restrict src, uint8_t *restrict 
             y[2 + k] = (uint8_t)(v | v >> 6 | v >> 12 | v >> 18);
         }
     }
+    return -1;
 }
 
 /* TQ1_0 / TQ2_0: d = max |x| over 256, trit t = lroundf(x / d) + 1 as an int.  When 1/d
@@ -295,7 +309,7 @@ static ALWAYS_INLINE uint8_t tq_byte(unsigned value) {
 
 /* TQ1_0: qs[m] (m < 32) packs x[m + 32n], qs[32 + m] (m < 16) x[160 + m + 16n], n < 5;
  * qh[j] x[240 + j + 4n], n < 4, times 3; then d. */
-static VECTOR_CLONES void enc_tq1_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_tq1_0(const float *restrict src, uint8_t *restrict dst,
                                     ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         uint8_t *y = dst + 54 * i;
@@ -316,10 +330,11 @@ static VECTOR_CLONES void enc_tq1_0(const float *restrict src, uint8_t *restrict
         }
         ggml_put_u16(y + 52, ggml_f32_to_f16(d));
     }
+    return -1;
 }
 
 /* TQ2_0: byte 32h + m holds x[128h + m + 32n] in bits 2n, n < 4; then d. */
-static VECTOR_CLONES void enc_tq2_0(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_tq2_0(const float *restrict src, uint8_t *restrict dst,
                                     ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         uint8_t *y = dst + 66 * i;
@@ -334,11 +349,302 @@ static VECTOR_CLONES void enc_tq2_0(const float *restrict src, uint8_t *restrict
         }
         ggml_put_u16(y + 64, ggml_f32_to_f16(d));
     }
+    return -1;
+}
+
+/* ---- With an importance matrix: quantize_row_q{4,5}_{0,1}_impl ----------------------
+ * Eight blocks at a time, one a lane (xt[j][k]: element j of block k; a last group of
+ * fewer fills its other lanes with zeros, never written), each lane with its own sums
+ * in ggml's element order. */
+#define LANES 8
+/* The loops over the lanes stay loops, for the vectoriser: fully unrolled, GCC would
+ * vectorise the loop over the elements instead, as in-order sums. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ACROSS _Pragma("GCC unroll 1")
+#else
+#define ACROSS
+#endif
+#define GROUP_MAX_EPS 1e-15f
+#define QX_TRIES 19 /* make_qx_quants' first try (is = 0), then is = -9 .. -1, 1 .. 9 */
+
+/* ggml's weights of the group's blocks: w = qw * sqrtf(sigma2 + x*x). */
+static ALWAYS_INLINE void group(const float *restrict src, const float *restrict qw,
+                                float sigma2, int n, float xt[32][LANES],
+                                float wt[32][LANES]) {
+    for (int j = 0; j < 32; j++) {
+        ACROSS for (int k = 0; k < LANES; k++) {
+            const float x = k < n ? src[32 * k + j] : 0.0f;
+            xt[j][k] = x;
+            wt[j][k] = k < n ? qw[32 * k + j] * sqrtf(sigma2 + x * x) : 0.0f;
+        }
+    }
+}
+
+/* (float)MAX(lo, MIN(hi, nearest_int(v))) for |v| < 2**22, in float lanes only: the
+ * same float addition rounds v, and subtracting 1.5 * 2**23 again is exact. */
+static ALWAYS_INLINE float round_clamp(float v, float lo, float hi) {
+    float r = (v + 12582912.0f) - 12582912.0f;
+    r = r < lo ? lo : r;
+    return r > hi ? hi : r;
+}
+
+/* make_qx_quants(32, nmax, x, L, 1, w) of the LANES blocks: scale[k] and the quants
+ * Lt[j][k] (l + nmax; 0 for a block below GROUP_MAX_EPS). */
+static ALWAYS_INLINE void qx_quants(const float xt[32][LANES], const float wt[32][LANES],
+                                    int nmax, float scale[LANES], uint8_t Lt[32][LANES]) {
+    float mx[LANES] = {0}, amax[LANES] = {0};
+    for (int j = 0; j < 32; j++) {
+        for (int k = 0; k < LANES; k++) { /* ggml: if (ax > amax) { amax = ax; max = x; } */
+            const float v = xt[j][k], a = ggml_fabsf(v);
+            const int bigger = a > amax[k];
+            amax[k] = bigger ? a : amax[k];
+            mx[k] = bigger ? v : mx[k];
+        }
+    }
+    const float lo = (float)-nmax, hi = (float)(nmax - 1);
+    float iscale[QX_TRIES][LANES], sumlx[QX_TRIES][LANES], suml2[QX_TRIES][LANES];
+    for (int t = 0; t < QX_TRIES; t++) {
+        const int is = t == 0 ? 0 : t <= 9 ? t - 10 : t - 9;
+        const float num = -((float)nmax + 0.1f * (float)is);
+        for (int k = 0; k < LANES; k++) {
+            iscale[t][k] = num / mx[k];
+            sumlx[t][k] = 0.0f;
+            suml2[t][k] = 0.0f;
+        }
+    }
+    for (int j = 0; j < 32; j++) {
+        for (int t = 0; t < QX_TRIES; t++) {
+            for (int k = 0; k < LANES; k++) {
+                /* |iscale * x| <= nmax + 0.9 where amax >= GROUP_MAX_EPS (no element
+                 * exceeds max); the other lanes are discarded */
+                const float l = round_clamp(iscale[t][k] * xt[j][k], lo, hi);
+                const float w = wt[j][k];
+                sumlx[t][k] += (w * xt[j][k]) * l;
+                suml2[t][k] += (w * l) * l;
+            }
+        }
+    }
+    float best[LANES], chosen[LANES];
+    for (int k = 0; k < LANES; k++) {
+        scale[k] = suml2[0][k] != 0.0f ? sumlx[0][k] / suml2[0][k] : 0.0f; /* a NaN is not 0 */
+        best[k] = scale[k] * sumlx[0][k];
+        chosen[k] = iscale[0][k];
+    }
+    for (int t = 1; t < QX_TRIES; t++) {
+        for (int k = 0; k < LANES; k++) {
+            const float slx = sumlx[t][k], sl2 = suml2[t][k], s = slx / sl2;
+            const int better = (sl2 > 0.0f) & (slx * slx > best[k] * sl2);
+            scale[k] = better ? s : scale[k];
+            best[k] = better ? s * slx : best[k];
+            chosen[k] = better ? iscale[t][k] : chosen[k];
+        }
+    }
+    for (int k = 0; k < LANES; k++) {
+        const int live = amax[k] >= GROUP_MAX_EPS;
+        scale[k] = live ? scale[k] : 0.0f;
+        chosen[k] = live ? chosen[k] : 0.0f; /* round_clamp(0) = 0: less nmax below */
+    }
+    for (int j = 0; j < 32; j++) {
+        for (int k = 0; k < LANES; k++) {
+            const int l = (int)round_clamp(chosen[k] * xt[j][k], lo, hi);
+            Lt[j][k] = (uint8_t)(l + (amax[k] >= GROUP_MAX_EPS ? nmax : 0));
+        }
+    }
+}
+
+/* MAX(0, MIN(nmax, nearest_int(v))), for any float (ggml's trick's bits outside its
+ * range: a candidate's min may leave x - min far outside the range it was fitted to). */
+static ALWAYS_INLINE int clamp_level(float v, int nmax) {
+    const int l = ggml_nearest_int(v);
+    const int m = nmax < l ? nmax : l;
+    return 0 > m ? 0 : m;
+}
+
+/* make_qkx3_quants(32, nmax, x, w, L, &the_min, Laux, -0.9f, 0.05f, 36, false) of the
+ * LANES blocks (ggml's make_qkx2_quants with these weights): scale[k], min[k] (ggml's
+ * min, -the_min) and the levels Lt[j][k].  A lane remembers the iscale and min its best
+ * levels came from and computes them once at the end, bit for bit the same. */
+static ALWAYS_INLINE void qkx3_quants(const float xt[32][LANES], const float wt[32][LANES],
+                                      int nmax, float scale[LANES], float min[LANES],
+                                      uint8_t Lt[32][LANES]) {
+    float hi[LANES], min0[LANES], sum_w[LANES], sum_x[LANES], best[LANES], is[LANES];
+    float lo[LANES], iscale[LANES], sum_l[LANES], sum_l2[LANES], sum_xl[LANES];
+    float cur[LANES], det[LANES], this_scale[LANES], this_min[LANES];
+    float la[32][LANES];
+    const float top = (float)nmax;
+    ACROSS for (int k = 0; k < LANES; k++) {
+        min[k] = hi[k] = xt[0][k];
+        sum_w[k] = wt[0][k];
+        sum_x[k] = sum_w[k] * xt[0][k];
+    }
+    for (int j = 1; j < 32; j++) {
+        ACROSS for (int k = 0; k < LANES; k++) { /* the first of equals: a zero's sign */
+            const float v = xt[j][k], w = wt[j][k];
+            min[k] = v < min[k] ? v : min[k];
+            hi[k] = v > hi[k] ? v : hi[k];
+            sum_w[k] += w;
+            sum_x[k] += w * v;
+        }
+    }
+    ACROSS for (int k = 0; k < LANES; k++) {
+        min[k] = min[k] > 0 ? 0.0f : min[k];
+        min0[k] = min[k];
+        is[k] = top / (hi[k] - min[k]);
+        scale[k] = 1 / is[k];
+        lo[k] = min[k];
+        best[k] = 0;
+    }
+    for (int j = 0; j < 32; j++) {
+        ACROSS for (int k = 0; k < LANES; k++) {
+            const float v = xt[j][k];
+            const float l = (float)clamp_level(is[k] * (v - min[k]), nmax);
+            const float diff = scale[k] * l + min[k] - v;
+            best[k] += wt[j][k] * (diff * diff);
+        }
+    }
+    for (int step = 0; step <= 36; step++) {
+        const float factor = -0.9f + 0.05f * (float)step + top;
+        ACROSS for (int k = 0; k < LANES; k++) {
+            iscale[k] = factor / (hi[k] - min[k]);
+            sum_l[k] = sum_l2[k] = sum_xl[k] = 0;
+        }
+        for (int j = 0; j < 32; j++) {
+            ACROSS for (int k = 0; k < LANES; k++) {
+                const float v = xt[j][k], w = wt[j][k];
+                const float l = (float)clamp_level(iscale[k] * (v - min[k]), nmax);
+                const float wl = w * l;
+                la[j][k] = l;
+                sum_l[k] += wl;
+                sum_l2[k] += wl * l;
+                sum_xl[k] += wl * v;
+            }
+        }
+        ACROSS for (int k = 0; k < LANES; k++) {
+            det[k] = sum_w[k] * sum_l2[k] - sum_l[k] * sum_l[k];
+            const float s = (sum_w[k] * sum_xl[k] - sum_x[k] * sum_l[k]) / det[k];
+            const float m = (sum_l2[k] * sum_x[k] - sum_l[k] * sum_xl[k]) / det[k];
+            this_min[k] = m > 0 ? 0.0f : m;
+            this_scale[k] = m > 0 ? sum_xl[k] / sum_l2[k] : s;
+            cur[k] = 0;
+        }
+        for (int j = 0; j < 32; j++) {
+            ACROSS for (int k = 0; k < LANES; k++) {
+                const float diff = this_scale[k] * la[j][k] + this_min[k] - xt[j][k];
+                cur[k] += wt[j][k] * (diff * diff);
+            }
+        }
+        ACROSS for (int k = 0; k < LANES; k++) {
+            const int better = det[k] > 0 && cur[k] < best[k];
+            best[k] = better ? cur[k] : best[k];
+            scale[k] = better ? this_scale[k] : scale[k];
+            is[k] = better ? iscale[k] : is[k];
+            lo[k] = better ? min[k] : lo[k];
+            min[k] = better ? this_min[k] : min[k];
+        }
+    }
+    ACROSS for (int k = 0; k < LANES; k++) {
+        const int flat = hi[k] <= min0[k];
+        scale[k] = flat ? 0.0f : scale[k];
+        min[k] = flat ? min0[k] : min[k];
+        is[k] = flat ? 0.0f : is[k];
+        lo[k] = flat ? 0.0f : lo[k];
+    }
+    for (int j = 0; j < 32; j++) {
+        ACROSS for (int k = 0; k < LANES; k++) {
+            Lt[j][k] = (uint8_t)clamp_level(is[k] * (xt[j][k] - lo[k]), nmax);
+        }
+    }
+}
+
+/* Block k's quants (Lt[.][k]) as ggml packs them: nibbles q[j] | q[j + 16] << 4 at nib,
+ * and (five) their fifth bits in qh (bit j of the little-endian word: bit 4 of q[j]). */
+static ALWAYS_INLINE void pack_lane(const uint8_t Lt[32][LANES], int k, int five, uint8_t *nib,
+                                    uint8_t *qh) {
+    uint8_t bit[32];
+    for (int j = 0; j < 16; j++) {
+        nib[j] = (uint8_t)((Lt[j][k] & 0x0F) | (Lt[j + 16][k] << 4));
+        bit[j] = (uint8_t)(Lt[j][k] >> 4);
+        bit[j + 16] = (uint8_t)(Lt[j + 16][k] >> 4);
+    }
+    if (five) {
+        for (int b = 0; b < 4; b++) {
+            qh[b] = gather_bits(bit + 8 * b);
+        }
+    }
+}
+
+/* Q4_0 / Q5_0 (five) with weights: d = make_qx_quants' scale, then the quants. */
+static ALWAYS_INLINE ptrdiff_t centred_weighted(const float *restrict src,
+                                                const float *restrict qw, float sigma2,
+                                                uint8_t *restrict dst, ptrdiff_t blocks,
+                                                int five) {
+    const int bytes = five ? 22 : 18, nmax = five ? 16 : 8;
+    for (ptrdiff_t i0 = 0; i0 < blocks; i0 += LANES) {
+        const int n = blocks - i0 < LANES ? (int)(blocks - i0) : LANES;
+        float xt[32][LANES], wt[32][LANES], scale[LANES];
+        uint8_t Lt[32][LANES];
+        group(src + 32 * i0, qw + 32 * i0, sigma2, n, xt, wt);
+        qx_quants(xt, wt, nmax, scale, Lt);
+        for (int k = 0; k < n; k++) {
+            uint8_t *y = dst + bytes * (i0 + k);
+            ggml_put_u16(y, ggml_f32_to_f16(scale[k]));
+            pack_lane(Lt, k, five, y + (five ? 6 : 2), y + 2);
+        }
+    }
+    return -1;
+}
+
+/* Q4_1 / Q5_1 (five) with weights: d and m = make_qkx3_quants' scale and min. */
+static ALWAYS_INLINE ptrdiff_t offset_weighted(const float *restrict src,
+                                               const float *restrict qw, float sigma2,
+                                               uint8_t *restrict dst, ptrdiff_t blocks,
+                                               int five) {
+    const int bytes = five ? 24 : 20, nmax = five ? 31 : 15;
+    for (ptrdiff_t i0 = 0; i0 < blocks; i0 += LANES) {
+        const int n = blocks - i0 < LANES ? (int)(blocks - i0) : LANES;
+        float xt[32][LANES], wt[32][LANES], scale[LANES], min[LANES];
+        uint8_t Lt[32][LANES];
+        group(src + 32 * i0, qw + 32 * i0, sigma2, n, xt, wt);
+        qkx3_quants(xt, wt, nmax, scale, min, Lt);
+        for (int k = 0; k < n; k++) {
+            uint8_t *y = dst + bytes * (i0 + k);
+            ggml_put_u16(y, ggml_f32_to_f16(scale[k]));
+            ggml_put_u16(y + 2, ggml_f32_to_f16(min[k]));
+            pack_lane(Lt, k, five, y + (five ? 8 : 4), y + 4);
+        }
+    }
+    return -1;
+}
+
+static VECTOR_CLONES ptrdiff_t enc_q4_0_w(const float *restrict src, const float *restrict qw,
+                                          float sigma2, uint8_t *restrict dst, ptrdiff_t blocks) {
+    return centred_weighted(src, qw, sigma2, dst, blocks, 0);
+}
+
+static VECTOR_CLONES ptrdiff_t enc_q5_0_w(const float *restrict src, const float *restrict qw,
+                                          float sigma2, uint8_t *restrict dst, ptrdiff_t blocks) {
+    return centred_weighted(src, qw, sigma2, dst, blocks, 1);
+}
+
+static VECTOR_CLONES ptrdiff_t enc_q4_1_w(const float *restrict src, const float *restrict qw,
+                                          float sigma2, uint8_t *restrict dst, ptrdiff_t blocks) {
+    return offset_weighted(src, qw, sigma2, dst, blocks, 0);
+}
+
+static VECTOR_CLONES ptrdiff_t enc_q5_1_w(const float *restrict src, const float *restrict qw,
+                                          float sigma2, uint8_t *restrict dst, ptrdiff_t blocks) {
+    return offset_weighted(src, qw, sigma2, dst, blocks, 1);
 }
 
 const GGMLEncoder kiln_ggml_enc_basic[] = {
-    {2, 32, 18, enc_q4_0},    {3, 32, 20, enc_q4_1},   {6, 32, 22, enc_q5_0},
-    {7, 32, 24, enc_q5_1},    {8, 32, 34, enc_q8_0},   {34, 256, 54, enc_tq1_0},
-    {35, 256, 66, enc_tq2_0}, {41, 128, 18, enc_q1_0}, {42, 64, 18, enc_q2_0},
+    {2, 32, 18, enc_q4_0, NULL, enc_q4_0_w},
+    {3, 32, 20, enc_q4_1, NULL, enc_q4_1_w},
+    {6, 32, 22, enc_q5_0, NULL, enc_q5_0_w},
+    {7, 32, 24, enc_q5_1, NULL, enc_q5_1_w},
+    {8, 32, 34, enc_q8_0},
+    {34, 256, 54, enc_tq1_0},
+    {35, 256, 66, enc_tq2_0},
+    {41, 128, 18, enc_q1_0},
+    {42, 64, 18, enc_q2_0},
     {-1, 0, 0, NULL},
 };

@@ -113,7 +113,7 @@ static ALWAYS_INLINE void e2m1_codes(const float *restrict x, int n, float d,
 /* MXFP4: e = (uint8_t)(floorf(log2f(amax)) - 2 + 127) (the low byte: a block below
  * 2**-125 wraps to 232 ... 255), 0 for amax 0; d = ggml_e8m0_to_fp32_half(e); byte j of
  * qs holds element j low, element j + 16 high. */
-static VECTOR_CLONES void enc_mxfp4(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_mxfp4(const float *restrict src, uint8_t *restrict dst,
                                     ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 32 * i;
@@ -128,6 +128,7 @@ static VECTOR_CLONES void enc_mxfp4(const float *restrict src, uint8_t *restrict
             y[1 + j] = (uint8_t)(code[j] | (code[16 + j] << 4));
         }
     }
+    return -1;
 }
 
 /* ggml_fp32_to_ue4m3 of q >= 0 (finite): 448 and up (and every exponent past 15) give
@@ -162,7 +163,7 @@ static ALWAYS_INLINE float ue4m3_half(uint32_t ue) {
 
 /* NVFP4: four sub-blocks of 16, each with scale byte ue4m3(amax / 6) and 8 bytes of qs
  * holding its element j low, element j + 8 high. */
-static VECTOR_CLONES void enc_nvfp4(const float *restrict src, uint8_t *restrict dst,
+static VECTOR_CLONES ptrdiff_t enc_nvfp4(const float *restrict src, uint8_t *restrict dst,
                                     ptrdiff_t blocks) {
     for (ptrdiff_t i = 0; i < blocks; i++) {
         const float *x = src + 64 * i;
@@ -178,6 +179,7 @@ static VECTOR_CLONES void enc_nvfp4(const float *restrict src, uint8_t *restrict
             }
         }
     }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_fp4[] = {

@@ -12,8 +12,9 @@
  * 32 values to levels and takes every lane's sums in ggml's element order, branch-free,
  * so the compiler vectorises them; a group of 4 whose levels are off the grid looks for
  * its best neighbour on its own (iq3_find_best_neighbour: the first least weighted
- * distance below FLT_MAX; the driver refuses the magnitudes where ggml finds none, and
- * here the list's first entry stands for it, as in the numpy twin). */
+ * distance below FLT_MAX).  Where ggml aborts (GGML_ASSERT: a search that finds no
+ * distance below FLT_MAX, or a final scale that is a NaN, on magnitudes whose squares
+ * times squares overflow float32), the block is reported and nothing of it written. */
 #include <float.h>
 #include <math.h>
 
@@ -110,7 +111,7 @@ static ALWAYS_INLINE void weights(const float *restrict x, float *restrict w) {
 
 /* iq3_find_best_neighbour for quadruple u off the grid: the neighbour with the least
  * sum of wa * (scale * q - xv)**2 below FLT_MAX, the first of equals (xv, wa: the group's
- * 4 values, LANES apart).  The distances, each summed in ggml's order, are computed for
+ * 4 values, LANES apart); -1 where none is below FLT_MAX (ggml's GGML_ASSERT fires).  The distances, each summed in ggml's order, are computed for
  * all candidates at once (vector lanes), then compared in the list's order. */
 static VECTOR_CLONES int best_neighbour(int u, const float *xv, const float *wa, float scale) {
     const int start = nb_start[u], n = nb_count[u];
@@ -125,23 +126,24 @@ static VECTOR_CLONES int best_neighbour(int u, const float *xv, const float *wa,
         d2[c] = (((0.0f + w0 * e0 * e0) + w1 * e1 * e1) + w2 * e2 * e2) + w3 * e3 * e3;
     }
     float best = FLT_MAX;
-    int found = 0;
+    int found = -1;
     for (int c = 0; c < n; c++) {
         const int better = d2[c] < best;
         best = better ? d2[c] : best;
         found = better ? c : found;
     }
-    return nb_list[start + found];
+    return found < 0 ? -1 : nb_list[start + found];
 }
 
 /* Map lane k's values by id[k] (levels nearest_int(0.5 (id xv - 1)) in 0 .. 7, values
  * q = 2 l + 1), then, for the lanes in `lanes` (a bit mask), put each group on the grid
  * (off it: the best neighbour at scale[k], whose values replace the group's): grid index
- * gi[k][g] and on[k][g], whether the levels were on the grid. */
+ * gi[k][g] and on[k][g], whether the levels were on the grid; a lane whose search finds
+ * no neighbour is marked in *aborted. */
 static ALWAYS_INLINE void onto_grid(const float xv[SUB][LANES], const float wa[SUB][LANES],
                                     const float id[LANES], const float scale[LANES],
                                     unsigned lanes, int gi[LANES][8], int on[LANES][8],
-                                    float q[SUB][LANES]) {
+                                    float q[SUB][LANES], unsigned *aborted) {
     int l[SUB][LANES];
     for (int j = 0; j < SUB; j++) {
         for (int k = 0; k < LANES; k++) {
@@ -161,6 +163,10 @@ static ALWAYS_INLINE void onto_grid(const float xv[SUB][LANES], const float wa[S
             on[k][g] = index >= 0;
             if (index < 0) {
                 index = best_neighbour(u, &xv[4 * g][k], &wa[4 * g][k], scale[k]);
+                if (index < 0) {
+                    *aborted |= 1u << k;
+                    index = 0;
+                }
                 for (int i = 0; i < 4; i++) {
                     q[4 * g + i][k] = (float)iq3s_grid[index][i];
                 }
@@ -188,8 +194,8 @@ static ALWAYS_INLINE void sums(const float w[SUB][LANES], const float xv[SUB][LA
 }
 
 /* IQ3_S (110 bytes): f16 d, qs[64], qh[8], signs[32], scales[4]. */
-static VECTOR_CLONES void enc_iq3_s(const float *restrict src, uint8_t *restrict dst,
-                                    ptrdiff_t blocks) {
+static VECTOR_CLONES ptrdiff_t enc_iq3_s(const float *restrict src, uint8_t *restrict dst,
+                                         ptrdiff_t blocks) {
     tables_ready();
     for (ptrdiff_t b = 0; b < blocks; b++) {
         const float *x = src + 256 * b;
@@ -209,7 +215,7 @@ static VECTOR_CLONES void enc_iq3_s(const float *restrict src, uint8_t *restrict
                 big[k] = big[k] > xv[j][k] ? big[k] : xv[j][k];
             }
         }
-        unsigned live = 0;
+        unsigned live = 0, aborted = 0;
         float scale[LANES], best[LANES], sumqx[LANES], sumq2[LANES], id[LANES], at[LANES];
         int gi[LANES][8] = {{0}}, on[LANES][8] = {{0}}, tgi[LANES][8], ton[LANES][8];
         float q[SUB][LANES];
@@ -224,7 +230,7 @@ static VECTOR_CLONES void enc_iq3_s(const float *restrict src, uint8_t *restrict
                 id[k] = id[k] / big[k];
                 at[k] = 1.0f / id[k];
             }
-            onto_grid(xv, wa, id, at, live, tgi, ton, q);
+            onto_grid(xv, wa, id, at, live, tgi, ton, q, &aborted);
             sums(w, xv, q, sumqx, sumq2);
             for (int k = 0; k < LANES; k++) {
                 if ((live >> k & 1u) && sumq2[k] > 0.0f &&
@@ -248,7 +254,7 @@ static VECTOR_CLONES void enc_iq3_s(const float *restrict src, uint8_t *restrict
             id[k] = again >> k & 1u ? 1.0f / scale[k] : 0.0f;
         }
         if (again) {
-            onto_grid(xv, wa, id, scale, again, tgi, ton, q);
+            onto_grid(xv, wa, id, scale, again, tgi, ton, q, &aborted);
             sums(w, xv, q, sumqx, sumq2);
             for (int k = 0; k < LANES; k++) {
                 if (again >> k & 1u) {
@@ -260,6 +266,12 @@ static VECTOR_CLONES void enc_iq3_s(const float *restrict src, uint8_t *restrict
             }
         }
 
+        for (int k = 0; k < LANES; k++) { /* ggml's GGML_ASSERT(scale >= 0): a NaN */
+            aborted |= (unsigned)((live >> k & 1u) && isnan(scale[k])) << k;
+        }
+        if (aborted) {
+            return b;
+        }
         memset(y, 0, 110);
         uint8_t *qs = y + 2, *qh = y + 66, *sg = y + 74, *scales = y + 106;
         float max_scale = 0.0f;
@@ -296,9 +308,10 @@ static VECTOR_CLONES void enc_iq3_s(const float *restrict src, uint8_t *restrict
             scales[k / 2] = (uint8_t)(l1 | (l2 << 4));
         }
     }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_iq3[] = {
-    {21, 256, 110, enc_iq3_s, 38}, /* kiln_np._quants.encode_iq3.LIMIT = 2**38 */
-    {-1, 0, 0, NULL, 0},
+    {21, 256, 110, enc_iq3_s, NULL},
+    {-1, 0, 0, NULL, NULL},
 };

@@ -1,18 +1,22 @@
-/* GGML encoders of the non-linear 4-bit types IQ4_NL and IQ4_XS: what ggml_quantize_chunk writes for them with no importance matrix,
- * in ggml's operation order (ggml.h).
+/* GGML encoders of the non-linear 4-bit types IQ4_NL and IQ4_XS: what ggml_quantize_chunk
+ * writes for them without and with an importance matrix, in ggml's operation order (ggml.h).
  *
  * Both are ggml's quantize_row_iq4_nl_impl with seven scale trials either side (what
  * quantize_iq4_nl and quantize_iq4_xs pass; quantize_row_iq4_nl_ref passes none and
- * writes other bytes), weights x * x, for sub-blocks of 32 (kiln_np._quants.encode_iq4
- * says what it computes).  The scale search, 16 passes over a sub-block, is the whole
- * cost: it runs on eight sub-blocks at once, one per lane (the eight of an IQ4_XS
- * block, or eight IQ4_NL blocks), each lane's sums in ggml's element order.
+ * writes other bytes), for sub-blocks of 32, with weights x * x, or with an importance
+ * matrix qw * sqrtf(sigma2 + x * x), sigma2 the block's own x * x summed in order times
+ * 2 / its size (kiln_np._quants.encode_iq4 says what it computes).  The scale search,
+ * 16 passes over a sub-block, is the whole cost: it runs on eight sub-blocks at once,
+ * one per lane (the eight of an IQ4_XS block, or eight IQ4_NL blocks), each lane's sums
+ * in ggml's element order.
  *
  * ggml's best_index_int8 (binary search, then x - lo < hi - x) is the number of
  * midpoints of neighbouring levels that x is not below: the same index for every
  * float32, a NaN included (15), checked over all 2**32 of them; its level is -127
  * plus the steps up to it, exact in float32. */
 #include "ggml.h"
+
+#include <math.h>
 
 #define LANES 8
 #define SUB 32
@@ -83,16 +87,25 @@ static ALWAYS_INLINE void sums(const float xt[SUB][LANES], const float w[SUB][LA
     }
 }
 
-/* The scale quantize_row_iq4_nl_impl's search (ntry 7, weights x * x) gives each of
- * the LANES sub-blocks xt[.][k]. */
-static ALWAYS_INLINE void search(const float xt[SUB][LANES], float scale[LANES]) {
-    float w[SUB][LANES];
+/* The weights x * x of the LANES sub-blocks xt[.][k], as ggml takes them without an
+ * importance matrix. */
+static ALWAYS_INLINE void squares(const float xt[SUB][LANES], float w[SUB][LANES]) {
+    for (int j = 0; j < SUB; j++) {
+        for (int k = 0; k < LANES; k++) {
+            w[j][k] = xt[j][k] * xt[j][k];
+        }
+    }
+}
+
+/* The scale quantize_row_iq4_nl_impl's search (ntry 7, weights w) gives each of the
+ * LANES sub-blocks xt[.][k]. */
+static ALWAYS_INLINE void search(const float xt[SUB][LANES], const float w[SUB][LANES],
+                                 float scale[LANES]) {
     float amax[LANES] = {0}, big[LANES] = {0};
     for (int j = 0; j < SUB; j++) {
         for (int k = 0; k < LANES; k++) {
             const float x = xt[j][k];
             const float a = ggml_fabsf(x);
-            w[j][k] = x * x;
             big[k] = a > amax[k] ? x : big[k];
             amax[k] = a > amax[k] ? a : amax[k];
         }
@@ -137,84 +150,153 @@ static ALWAYS_INLINE void put_nibbles(uint8_t *restrict qs, const uint8_t *restr
     }
 }
 
-/* IQ4_NL (18 bytes): f16 d, the searched scale; 16 bytes of level nibbles. */
-static VECTOR_CLONES void enc_iq4_nl(const float *restrict src, uint8_t *restrict dst,
-                                     ptrdiff_t blocks) {
-    for (ptrdiff_t i0 = 0; i0 < blocks; i0 += LANES) {
-        const int n = blocks - i0 < LANES ? (int)(blocks - i0) : LANES;
-        float xt[SUB][LANES];
-        for (int j = 0; j < SUB; j++) {
-            for (int k = 0; k < LANES; k++) {
-                xt[j][k] = k < n ? src[SUB * (i0 + k) + j] : 0.0f;
-            }
-        }
-        float scale[LANES];
-        search(xt, scale);
-        for (int k = 0; k < n; k++) {
-            const float *x = src + SUB * (i0 + k);
-            uint8_t *y = dst + 18 * (i0 + k);
-            const float id = inverse(scale[k]);
-            uint8_t levels[SUB];
-            for (int j = 0; j < SUB; j++) {
-                levels[j] = (uint8_t)level_index(id * x[j]);
-            }
-            ggml_put_u16(y, ggml_f32_to_f16(scale[k]));
-            put_nibbles(y + 2, levels, SUB);
+/* The n <= LANES runs of 32 floats at src (IQ4_NL blocks, an IQ4_XS block's sub-blocks,
+ * or their weights) as lanes, xt[j][k] = element j of run k; the other lanes zeros. */
+static ALWAYS_INLINE void lanes_of(const float *restrict src, int n, float xt[SUB][LANES]) {
+    for (int j = 0; j < SUB; j++) {
+        for (int k = 0; k < LANES; k++) {
+            xt[j][k] = k < n ? src[SUB * k + j] : 0.0f;
         }
     }
 }
 
-/* IQ4_XS (136 bytes): f16 d = -max_scale / 32, u16 scales_h (2 high bits of each
- * sub-block's l + 32), 4 bytes scales_l (its low nibbles), 128 bytes of level nibbles
- * for x / (d * l). */
-static VECTOR_CLONES void enc_iq4_xs(const float *restrict src, uint8_t *restrict dst,
-                                     ptrdiff_t blocks) {
-    for (ptrdiff_t i = 0; i < blocks; i++) {
-        const float *x = src + 256 * i;
-        uint8_t *y = dst + 136 * i;
-        float xt[SUB][LANES];
+/* ggml's importance weights qw * sqrtf(sigma2 + x * x) of the LANES sub-blocks xt[.][k]
+ * (weights qt[.][k]), sigma2[k] each lane's. */
+static ALWAYS_INLINE void importance(const float xt[SUB][LANES], const float qt[SUB][LANES],
+                                     const float sigma2[LANES], float w[SUB][LANES]) {
+    for (int j = 0; j < SUB; j++) {
+        for (int k = 0; k < LANES; k++) {
+            w[j][k] = qt[j][k] * sqrtf(sigma2[k] + xt[j][k] * xt[j][k]);
+        }
+    }
+}
+
+/* IQ4_NL (18 bytes) of n <= LANES blocks xt searched with weights w: f16 d, the
+ * searched scale; 16 bytes of level nibbles. */
+static ALWAYS_INLINE void iq4_nl_lanes(const float *restrict src, const float xt[SUB][LANES],
+                                       const float w[SUB][LANES], int n, uint8_t *restrict dst) {
+    float scale[LANES];
+    search(xt, w, scale);
+    for (int k = 0; k < n; k++) {
+        const float *x = src + SUB * k;
+        uint8_t *y = dst + 18 * k;
+        const float id = inverse(scale[k]);
+        uint8_t levels[SUB];
+        for (int j = 0; j < SUB; j++) {
+            levels[j] = (uint8_t)level_index(id * x[j]);
+        }
+        ggml_put_u16(y, ggml_f32_to_f16(scale[k]));
+        put_nibbles(y + 2, levels, SUB);
+    }
+}
+
+static VECTOR_CLONES ptrdiff_t enc_iq4_nl(const float *restrict src, uint8_t *restrict dst,
+                                          ptrdiff_t blocks) {
+    for (ptrdiff_t i0 = 0; i0 < blocks; i0 += LANES) {
+        const int n = blocks - i0 < LANES ? (int)(blocks - i0) : LANES;
+        float xt[SUB][LANES], w[SUB][LANES];
+        lanes_of(src + SUB * i0, n, xt);
+        squares(xt, w);
+        iq4_nl_lanes(src + SUB * i0, xt, w, n, dst + 18 * i0);
+    }
+    return -1;
+}
+
+static VECTOR_CLONES ptrdiff_t enc_iq4_nl_w(const float *restrict src, const float *restrict qw,
+                                            uint8_t *restrict dst, ptrdiff_t blocks) {
+    for (ptrdiff_t i0 = 0; i0 < blocks; i0 += LANES) {
+        const int n = blocks - i0 < LANES ? (int)(blocks - i0) : LANES;
+        float xt[SUB][LANES], qt[SUB][LANES], w[SUB][LANES];
+        float sigma2[LANES] = {0}; /* each block's x * x in order, times 2 / 32 */
+        lanes_of(src + SUB * i0, n, xt);
+        lanes_of(qw + SUB * i0, n, qt);
         for (int j = 0; j < SUB; j++) {
             for (int k = 0; k < LANES; k++) {
-                xt[j][k] = x[SUB * k + j];
+                sigma2[k] += xt[j][k] * xt[j][k];
             }
         }
-        float scale[LANES];
-        search(xt, scale);
-        float amax = 0.0f, max_scale = 0.0f;
         for (int k = 0; k < LANES; k++) {
-            const float a = ggml_fabsf(scale[k]);
-            if (a > amax) {
-                amax = a;
-                max_scale = scale[k];
-            }
+            sigma2[k] *= 2.f / SUB;
         }
-        const float d = -max_scale / 32.0f;
-        const float id = inverse(d);
-        uint16_t scales_h = 0;
-        uint8_t levels[256];
-        for (int k = 0; k < LANES; k++) {
-            int l = ggml_nearest_int(id * scale[k]);
-            l = l < -32 ? -32 : l > 31 ? 31 : l;
-            const float idl = inverse(d * (float)l);
-            for (int j = 0; j < SUB; j++) {
-                levels[SUB * k + j] = (uint8_t)level_index(idl * x[SUB * k + j]);
-            }
-            const unsigned biased = (unsigned)(l + 32);
-            if (k % 2 == 0) {
-                y[4 + k / 2] = (uint8_t)(biased & 0xFu);
-            } else {
-                y[4 + k / 2] |= (uint8_t)((biased & 0xFu) << 4);
-            }
-            scales_h |= (uint16_t)((biased >> 4) << (2 * k));
-        }
-        ggml_put_u16(y, ggml_f32_to_f16(d));
-        ggml_put_u16(y + 2, scales_h);
-        put_nibbles(y + 8, levels, 256);
+        importance(xt, qt, sigma2, w);
+        iq4_nl_lanes(src + SUB * i0, xt, w, n, dst + 18 * i0);
     }
+    return -1;
+}
+
+/* IQ4_XS (136 bytes) of the block x, its sub-blocks xt searched with weights w: f16
+ * d = -max_scale / 32, u16 scales_h (2 high bits of each sub-block's l + 32), 4 bytes
+ * scales_l (its low nibbles), 128 bytes of level nibbles for x / (d * l). */
+static ALWAYS_INLINE void iq4_xs_block(const float *restrict x, const float xt[SUB][LANES],
+                                       const float w[SUB][LANES], uint8_t *restrict y) {
+    float scale[LANES];
+    search(xt, w, scale);
+    float amax = 0.0f, max_scale = 0.0f;
+    for (int k = 0; k < LANES; k++) {
+        const float a = ggml_fabsf(scale[k]);
+        if (a > amax) {
+            amax = a;
+            max_scale = scale[k];
+        }
+    }
+    const float d = -max_scale / 32.0f;
+    const float id = inverse(d);
+    uint16_t scales_h = 0;
+    uint8_t levels[256];
+    for (int k = 0; k < LANES; k++) {
+        int l = ggml_nearest_int(id * scale[k]);
+        l = l < -32 ? -32 : l > 31 ? 31 : l;
+        const float idl = inverse(d * (float)l);
+        for (int j = 0; j < SUB; j++) {
+            levels[SUB * k + j] = (uint8_t)level_index(idl * x[SUB * k + j]);
+        }
+        const unsigned biased = (unsigned)(l + 32);
+        if (k % 2 == 0) {
+            y[4 + k / 2] = (uint8_t)(biased & 0xFu);
+        } else {
+            y[4 + k / 2] |= (uint8_t)((biased & 0xFu) << 4);
+        }
+        scales_h |= (uint16_t)((biased >> 4) << (2 * k));
+    }
+    ggml_put_u16(y, ggml_f32_to_f16(d));
+    ggml_put_u16(y + 2, scales_h);
+    put_nibbles(y + 8, levels, 256);
+}
+
+static VECTOR_CLONES ptrdiff_t enc_iq4_xs(const float *restrict src, uint8_t *restrict dst,
+                                          ptrdiff_t blocks) {
+    for (ptrdiff_t i = 0; i < blocks; i++) {
+        float xt[SUB][LANES], w[SUB][LANES];
+        lanes_of(src + 256 * i, LANES, xt); /* the block's 8 sub-blocks */
+        squares(xt, w);
+        iq4_xs_block(src + 256 * i, xt, w, dst + 136 * i);
+    }
+    return -1;
+}
+
+static VECTOR_CLONES ptrdiff_t enc_iq4_xs_w(const float *restrict src, const float *restrict qw,
+                                            uint8_t *restrict dst, ptrdiff_t blocks) {
+    for (ptrdiff_t i = 0; i < blocks; i++) {
+        const float *x = src + 256 * i;
+        float xt[SUB][LANES], qt[SUB][LANES], w[SUB][LANES], sigma2[LANES];
+        float s = 0.0f; /* the block's x * x in order, times 2 / 256 */
+        for (int j = 0; j < 256; j++) {
+            s += x[j] * x[j];
+        }
+        s *= 2.f / 256;
+        for (int k = 0; k < LANES; k++) {
+            sigma2[k] = s;
+        }
+        lanes_of(x, LANES, xt);
+        lanes_of(qw + 256 * i, LANES, qt);
+        importance(xt, qt, sigma2, w);
+        iq4_xs_block(x, xt, w, dst + 136 * i);
+    }
+    return -1;
 }
 
 const GGMLEncoder kiln_ggml_enc_iq4[] = {
-    {20, 32, 18, enc_iq4_nl},
-    {23, 256, 136, enc_iq4_xs},
+    {20, 32, 18, enc_iq4_nl, enc_iq4_nl_w},
+    {23, 256, 136, enc_iq4_xs, enc_iq4_xs_w},
     {-1, 0, 0, NULL},
 };

@@ -993,39 +993,39 @@ static const GGMLEncoder *ggml_encoder(Py_ssize_t type_id) {
     return NULL;
 }
 
-/* Whether any of the n float32 at x has a biased exponent of 256 - (carry >> 23) or more:
- * adding carry to the exponent field carries into the sign bit (carry 0x00800000: a NaN
- * or an infinity, exponent all ones); SSE2 vectorises it. */
-static VECTOR_CLONES int any_refused(const uint32_t *restrict x, ptrdiff_t n, uint32_t carry) {
+/* Whether any of the n float32 at x is a NaN or an infinity (exponent all ones: adding
+ * one to the exponent field carries into the sign bit; SSE2 vectorises it). */
+static VECTOR_CLONES int any_not_finite(const uint32_t *restrict x, ptrdiff_t n) {
     uint32_t acc = 0;
     for (ptrdiff_t i = 0; i < n; i++) {
-        acc |= (x[i] & 0x7F800000u) + carry;
+        acc |= (x[i] & 0x7F800000u) + 0x00800000u;
     }
     return (acc & 0x80000000u) != 0;
 }
 
 /* Encode `blocks` blocks, a run of them at a time (checked while it is in L1, then
- * encoded); the first block holding a NaN or infinity, or a magnitude of 2**limit_log2
- * or more (those before it encoded), or -1. */
+ * encoded); the first block holding a NaN or infinity or on which ggml aborts (those
+ * before it encoded), or -1. */
 static ptrdiff_t encode_checked(const GGMLEncoder *e, const float *src, uint8_t *dst,
                                 ptrdiff_t blocks) {
     const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
-    const uint32_t carry = e->limit_log2 ? (uint32_t)(129 - e->limit_log2) << 23 : 0x00800000u;
     for (ptrdiff_t b = 0; b < blocks; b += run) {
-        const ptrdiff_t n = blocks - b < run ? blocks - b : run;
+        ptrdiff_t n = blocks - b < run ? blocks - b : run;
         const float *x = src + b * e->block_elements;
-        if (any_refused((const uint32_t *)x, n * e->block_elements, carry)) {
+        ptrdiff_t bad = -1;
+        if (any_not_finite((const uint32_t *)x, n * e->block_elements)) {
             for (ptrdiff_t k = 0; k < n; k++) {
-                if (any_refused((const uint32_t *)x + k * e->block_elements,
-                                e->block_elements, carry)) {
-                    if (k) {
-                        e->encode(x, dst + b * e->block_bytes, k);
-                    }
-                    return b + k;
+                if (any_not_finite((const uint32_t *)x + k * e->block_elements,
+                                   e->block_elements)) {
+                    bad = n = k;
+                    break;
                 }
             }
         }
-        e->encode(x, dst + b * e->block_bytes, n);
+        const ptrdiff_t aborted = n ? e->encode(x, dst + b * e->block_bytes, n) : -1;
+        if (aborted >= 0 || bad >= 0) {
+            return b + (aborted >= 0 ? aborted : bad);
+        }
     }
     return -1;
 }
@@ -1035,9 +1035,10 @@ PyDoc_STRVAR(ggml_from_float32_doc,
     "Quantize blocks [lo, hi) of the float32 buffer src (block i's values at element\n"
     "i * block_elements) into GGML type type_id's blocks in the flat bytes dst, as\n"
     "ggml_quantize_chunk writes them with no importance matrix.  Returns -1, or the\n"
-    "first block holding a NaN or infinity, or for IQ3_S a magnitude of 2**38 or more\n"
-    "(the blocks before it written).  ValueError for a type without a compiled\n"
-    "encoder or a range the buffers do not hold; the buffers must not overlap.");
+    "first block holding a NaN or infinity or on which ggml aborts (the blocks before\n"
+    "it written).  ValueError\n"
+    "for a type without a compiled encoder or a range the buffers do not hold; the\n"
+    "buffers must not overlap.");
 
 static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
                                    Py_ssize_t nargs) {
@@ -1070,19 +1071,131 @@ static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const 
     return result;
 }
 
+/* ggml's sigma2 of the row of n values at x (quantize_row_q4_0_impl ... q5_1_impl):
+ * sum_x2 += x[j]*x[j] in order from 0, then sum_x2 / n_per_row (n as a float). */
+static float row_sigma2(const float *x, ptrdiff_t n) {
+    float sum_x2 = 0.0f;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        sum_x2 += x[j] * x[j];
+    }
+    return sum_x2 / (float)n;
+}
+
+/* Encode `blocks` blocks with importance weights, as encode_checked does without: block b
+ * (counted from the start of a row of row_blocks blocks at `first` blocks before src)
+ * takes the weights of its place in the row, qw + ((first + b) % row_blocks) * elements,
+ * so a run never crosses the end of a row.  A type whose weights take the row's sigma2
+ * gets it computed once per row, over the whole row (src must hold the rows whole). */
+static ptrdiff_t encode_weighted_checked(const GGMLEncoder *e, const float *src,
+                                         const float *qw, ptrdiff_t row_blocks,
+                                         ptrdiff_t first, uint8_t *dst, ptrdiff_t blocks) {
+    const ptrdiff_t run = e->block_elements >= 1024 ? 1 : 1024 / e->block_elements;
+    ptrdiff_t sigma2_row = -1; /* the row whose sigma2 is known, counted from src's */
+    float sigma2 = 0.0f;
+    for (ptrdiff_t b = 0; b < blocks;) {
+        const ptrdiff_t in_row = (first + b) % row_blocks;
+        ptrdiff_t n = blocks - b < run ? blocks - b : run;
+        n = n < row_blocks - in_row ? n : row_blocks - in_row;
+        const float *x = src + b * e->block_elements;
+        const float *w = qw + in_row * e->block_elements;
+        ptrdiff_t bad = -1;
+        for (ptrdiff_t k = 0; k < n; k++) {
+            if (any_not_finite((const uint32_t *)x + k * e->block_elements, e->block_elements)) {
+                bad = n = k;
+                break;
+            }
+        }
+        ptrdiff_t aborted = -1;
+        if (n && e->encode_row_weighted != NULL) {
+            if (sigma2_row != (first + b) / row_blocks) {
+                sigma2_row = (first + b) / row_blocks;
+                const ptrdiff_t row = row_blocks * e->block_elements;
+                sigma2 = row_sigma2(x - in_row * e->block_elements, row);
+            }
+            aborted = e->encode_row_weighted(x, w, sigma2, dst + b * e->block_bytes, n);
+        } else if (n) {
+            aborted = e->encode_weighted(x, w, dst + b * e->block_bytes, n);
+        }
+        if (aborted >= 0 || bad >= 0) {
+            return b + (aborted >= 0 ? aborted : bad);
+        }
+        b += n;
+    }
+    return -1;
+}
+
+PyDoc_STRVAR(ggml_from_float32_weighted_doc,
+    "ggml_from_float32_weighted(type_id, src, qw, dst, lo, hi) -> int\n--\n\n"
+    "As ggml_from_float32, with the importance weights qw (float32, one row of\n"
+    "whole blocks): src is whole rows of len(qw) values and each block takes the\n"
+    "weights of its place in its row, as ggml_quantize_chunk writes with quant_weights.\n"
+    "ValueError for a type without a compiled weighted encoder, weights that are not\n"
+    "whole blocks, src that is not whole rows, or a range the buffers do not hold.");
+
+static PyObject *ggml_from_float32_weighted(PyObject *Py_UNUSED(module),
+                                            PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t type_id, lo, hi;
+    if (check_nargs("ggml_from_float32_weighted", nargs, 6) < 0 ||
+        get_index(args[0], &type_id) < 0 || get_index(args[4], &lo) < 0 ||
+        get_index(args[5], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    const GGMLEncoder *e = ggml_encoder(type_id);
+    if (e == NULL || (e->encode_weighted == NULL && e->encode_row_weighted == NULL)) {
+        PyErr_Format(PyExc_ValueError, "no compiled weighted encoder for GGML type %zd",
+                     type_id);
+        return NULL;
+    }
+    if (block_count_fits(lo, hi, e->block_elements) < 0) {
+        return NULL;
+    }
+    Py_buffer views[3]; /* src, qw, dst */
+    if (get_buffers(args + 1, 3, (const int[]){0, 0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t row = views[1].len / 4; /* weights: float32 */
+    if (row == 0 || views[1].len % 4 || row % e->block_elements) {
+        PyErr_Format(PyExc_ValueError, "weights of %zd bytes: not whole blocks of %d float32",
+                     views[1].len, e->block_elements);
+    } else if (views[0].len % (4 * row)) {
+        PyErr_Format(PyExc_ValueError, "src of %zd bytes: not whole rows of %zd float32",
+                     views[0].len, row);
+    } else if (check_fits("src", 4 * hi * e->block_elements, views[0].len) == 0 &&
+               check_fits("dst", hi * e->block_bytes, views[2].len) == 0) {
+        const float *s = (const float *)views[0].buf + lo * e->block_elements;
+        uint8_t *o = (uint8_t *)views[2].buf + lo * e->block_bytes;
+        const ptrdiff_t row_blocks = row / e->block_elements;
+        ptrdiff_t bad = -1;
+        RUN_LOOP((hi - lo) * e->block_bytes,
+                 bad = encode_weighted_checked(e, s, (const float *)views[1].buf, row_blocks,
+                                               lo, o, hi - lo));
+        result = PyLong_FromSsize_t(bad < 0 ? -1 : lo + bad);
+    }
+    release_buffers(views, 3);
+    return result;
+}
+
 PyDoc_STRVAR(ggml_quant_types_doc,
     "ggml_quant_types()\n--\n\n"
     "The GGML types with a compiled encoder: a tuple of (type_id, block_elements,\n"
-    "block_bytes).");
+    "block_bytes, weighted), weighted 1 where it has a compiled weighted encoder.");
 
 static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
     PyObject *list = PyList_New(0);
     const size_t families = sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0];
     for (size_t f = 0; list != NULL && f < families; f++) {
         for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
-            if (append_type(list, e->type_id, e->block_elements, e->block_bytes) < 0) {
+            PyObject *row = Py_BuildValue("(iiii)", e->type_id, e->block_elements,
+                                          e->block_bytes,
+                                          e->encode_weighted != NULL ||
+                                              e->encode_row_weighted != NULL);
+            if (row == NULL || PyList_Append(list, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(list);
                 return NULL;
             }
+            Py_DECREF(row);
         }
     }
     return as_tuple(list);
@@ -1426,6 +1539,8 @@ static PyMethodDef methods[] = {
     {"ggml_types", ggml_types, METH_NOARGS, ggml_types_doc},
     {"ggml_from_float32", (PyCFunction)(void (*)(void))ggml_from_float32, METH_FASTCALL,
      ggml_from_float32_doc},
+    {"ggml_from_float32_weighted", (PyCFunction)(void (*)(void))ggml_from_float32_weighted,
+     METH_FASTCALL, ggml_from_float32_weighted_doc},
     {"ggml_quant_types", ggml_quant_types, METH_NOARGS, ggml_quant_types_doc},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL, moments_doc},
     {"differences", (PyCFunction)(void (*)(void))differences, METH_FASTCALL, differences_doc},

@@ -54,7 +54,16 @@ def ggml_types() -> tuple[tuple[int, int, int], ...]: ...
 def ggml_from_float32(
     type_id: int, src: np.ndarray, dst: np.ndarray | memoryview, lo: int, hi: int, /
 ) -> int: ...
-def ggml_quant_types() -> tuple[tuple[int, int, int], ...]: ...
+def ggml_from_float32_weighted(
+    type_id: int,
+    src: np.ndarray,
+    qw: np.ndarray,
+    dst: np.ndarray | memoryview,
+    lo: int,
+    hi: int,
+    /,
+) -> int: ...
+def ggml_quant_types() -> tuple[tuple[int, int, int, int], ...]: ...
 
 # The statistics kernel (kiln_np._kernels.moments): elements [lo, hi) of kind 0 float32,
 # 1 bfloat16, 2 float16 -> (finite, min, max, mean, m2, zeros, nan, posinf, neginf).

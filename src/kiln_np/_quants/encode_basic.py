@@ -13,8 +13,39 @@ What ggml's loops decide beyond plain arithmetic, kept here:
   NaNs (:func:`~kiln_np._quants.rounding.c_int`), and Q4_0's ``MIN(15, (int8_t)v)``
   compares signed bytes.
 
+With an importance matrix, Q4_0 ... Q5_1 are ggml's ``quantize_row_q*_impl``
+(what ``ggml_quantize_chunk`` runs with ``quant_weights``), a search per block
+of 32 values ``x`` with the weights ``w = qw * sqrtf(sigma2 + x * x)``: ``qw``
+the block's columns of the imatrix row, ``sigma2`` the mean of ``x * x`` over
+the block's whole *row* (``sum_x2 += x[j]*x[j]`` in order over ``n_per_row``
+values, then ``/ n_per_row``: :func:`row_sigma2`), which the caller computes
+once per row and hands in (:data:`~kiln_np._quants.encoder.RowWeightedEncoder`).
+
+- Q4_0 and Q5_0: ``make_qx_quants(32, nmax, x, L, 1, w)`` (``nmax`` 8 or 16).
+  Below ``GROUP_MAX_EPS`` (``1e-15``) the block is zeros; else, with ``max``
+  the first element of largest magnitude, each of the inverse scales
+  ``-(nmax + 0.1 * is) / max`` (``is = 0``, then ``-9 ... 9`` without 0) maps
+  ``x`` to ``l = clamp(nearest_int(iscale * x), -nmax, nmax - 1)``; the least
+  squares scale ``sumlx / suml2`` of the first is the start, a later one is
+  taken where it explains more (``sumlx**2 > best * suml2``).  The block stores
+  that scale (f16) and the winning ``l + nmax``.
+- Q4_1 and Q5_1: ``make_qkx3_quants(32, nmax, x, w, ..., -0.9, 0.05, 36,
+  false)`` (``nmax`` 15 or 31): ggml's ``make_qkx2_quants`` with these weights.
+  From ``min = min(x, 0)`` (the first of equal minima: a zero keeps its sign,
+  which the stored min shows) and the range's scale, 37 candidate inverse scales
+  ``(-0.9 + 0.05 * is + nmax) / (max - min)`` are each fitted (scale and min)
+  by weighted least squares and kept where their weighted squared error is
+  smaller; a candidate maps ``x - min`` with the min the best one so far left,
+  so the search is a loop over the candidates, every block at once.  The block
+  stores the scale and the min (f16 both) and the levels.
+
+Every sum runs in ggml's element order (``np.cumsum`` adds in order; ``np.sum``
+pairs), so that the weighted searches keep its bits.
+
 >>> sorted(ENCODERS)
 ['Q1_0', 'Q2_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'TQ1_0', 'TQ2_0']
+>>> sorted(ROW_WEIGHTED)
+['Q4_0', 'Q4_1', 'Q5_0', 'Q5_1']
 """
 
 from __future__ import annotations
@@ -24,10 +55,10 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .encoder import Encoder
-from .rounding import c_int, f16_bits, le16, roundf
+from .encoder import Encoder, RowWeightedEncoder
+from .rounding import c_int, f16_bits, le16, nearest_int, roundf
 
-__all__ = ["ENCODERS"]
+__all__ = ["ENCODERS", "ROW_WEIGHTED", "row_sigma2"]
 
 _F32 = np.float32
 
@@ -267,3 +298,209 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     }
 )
 """This family's numpy encoders, by GGML name."""
+
+_GROUP_MAX_EPS = _F32(1e-15)
+_QX_TRIES = (0, *range(-9, 0), *range(1, 10))  # make_qx_quants' is: the first, then its loop
+_SIGMA_ELEMENTS = 1 << 16  # row_sigma2's temporaries: 256 KiB
+
+
+def row_sigma2(rows: np.ndarray) -> np.ndarray:
+    """ggml's ``sigma2`` of each row of ``rows`` (float32 ``(r, n_per_row)``): ``sum_x2
+    += x[j]*x[j]`` over the row in order, from 0, then ``sum_x2 / n_per_row``; float32
+    ``(r,)``.  Takes the rows a slice of columns at a time (the running sum joins the
+    next slice's first square, as ggml's next addition does), so its temporaries stay
+    small whatever the row length.  (In order, ``2**24 + 1 + 1`` is ``2**24``.)
+
+    >>> row_sigma2(np.array([[4096, 1, 1], [1, 1, 4096]], np.float32)).tolist()
+    [5592405.5, 5592406.0]
+    """
+    total = np.zeros(len(rows), np.float32)
+    columns = min(rows.shape[1], _SIGMA_ELEMENTS) or 1
+    batch = max(1, _SIGMA_ELEMENTS // columns)
+    for r in range(0, len(rows), batch):
+        for c in range(0, rows.shape[1], columns):
+            part = rows[r : r + batch, c : c + columns] * rows[r : r + batch, c : c + columns]
+            part[:, 0] += total[r : r + batch]
+            total[r : r + batch] = np.cumsum(part, axis=1, dtype=np.float32)[:, -1]
+    result: np.ndarray = total / _F32(rows.shape[1])
+    return result
+
+
+def _weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """``qw[j] * sqrtf(sigma2 + x[j]*x[j])``, ``sigma2`` one per block."""
+    result: np.ndarray = qw * np.sqrt(sigma2[:, None] + x * x)
+    return result
+
+
+def _in_order(terms: np.ndarray) -> np.ndarray:
+    """``s = 0; s += terms[..., 0]; s += terms[..., 1] ...`` along the last axis."""
+    result: np.ndarray = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1] + _F32(0)
+    return result
+
+
+def _qx_levels(iscale: np.ndarray, x: np.ndarray, nmax: int) -> np.ndarray:
+    """``MAX(-nmax, MIN(nmax-1, nearest_int(iscale * x)))`` as float32."""
+    result: np.ndarray = np.clip(nearest_int(iscale * x), -nmax, nmax - 1).astype(np.float32)
+    return result
+
+
+def _make_qx_quants(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """``make_qx_quants(32, nmax, x, L, 1, w)`` for each block (row) of ``x``: the
+    scale (float32) and ``L`` (``l + nmax``, uint8; zeros below ``GROUP_MAX_EPS``).
+
+    >>> x = np.array([[4.0, -8.0, 1.0, 2.0] + [0.0] * 28], np.float32)
+    >>> scale, levels = _make_qx_quants(x, np.ones_like(x), 8)
+    >>> scale.tolist(), levels[0, :4].tolist()
+    ([1.0], [12, 0, 9, 10])
+    """
+    n = len(x)
+    mag = np.abs(x)
+    amax = mag.max(axis=1)
+    big = np.take_along_axis(x, np.argmax(mag, axis=1)[:, None], axis=1)[:, 0]
+    zero = amax < _GROUP_MAX_EPS
+    big = np.where(zero, _F32(1), big)  # no 1 / 0 on the blocks set to zero anyway
+    tries = np.array(_QX_TRIES, np.float32)
+    iscale = -(_F32(nmax) + _F32(0.1) * tries) / big[:, None]  # (n, 19)
+    lf = _qx_levels(iscale[:, :, None], x[:, None, :], nmax)  # (n, 19, 32)
+    wl = w[:, None, :] * lf
+    sumlx = _in_order((w * x)[:, None, :] * lf)
+    suml2 = _in_order(wl * lf)
+    scale = np.where(suml2[:, 0] != 0, sumlx[:, 0] / suml2[:, 0], _F32(0))  # a NaN is not 0
+    best = scale * sumlx[:, 0]
+    win = np.zeros(n, np.intp)
+    for t in range(1, len(tries)):
+        slx, sl2 = sumlx[:, t], suml2[:, t]
+        better = (sl2 > 0) & (slx * slx > best * sl2)
+        scale = np.where(better, slx / sl2, scale)
+        best = np.where(better, scale * slx, best)
+        win = np.where(better, t, win)
+    chosen = np.take_along_axis(lf, win[:, None, None], axis=1)[:, 0]
+    levels = np.where(zero[:, None], 0, chosen + nmax).astype(np.uint8)
+    return np.where(zero, _F32(0), scale).astype(np.float32), levels
+
+
+def _make_qkx3_quants(
+    x: np.ndarray, w: np.ndarray, nmax: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``make_qkx3_quants(32, nmax, x, w, L, &the_min, Laux, -0.9, 0.05, 36, false)``
+    for each block (row) of ``x``: the scale, ``-the_min`` (the offset, <= 0; float32
+    both) and the levels (uint8).
+
+    >>> x = np.array([[0.0, 1.0, 2.0, 3.0] * 8], np.float32)
+    >>> scale, low, levels = _make_qkx3_quants(x, np.ones_like(x), 15)
+    >>> scale.tolist(), low.tolist(), levels[0, :4].tolist()
+    ([0.20000000298023224], [0.0], [0, 5, 10, 15])
+    """
+    low = _first_min(x)  # ggml's min is x[0], then x[i] < min: the first zero's sign
+    lo = np.where(low > 0, _F32(0), low)
+    x, w = x.T, w.T  # element-major: each sum is a cumsum along axis 0, across all blocks
+    top = _F32(nmax)
+    hi = x.max(axis=0)
+    sum_w = np.cumsum(w, axis=0, dtype=np.float32)[-1]  # sum_w = w[0]; sum_w += w[i]
+    sum_x = np.cumsum(w * x, axis=0, dtype=np.float32)[-1]  # from sum_w * x[0]
+    flat = hi <= lo
+    flat_lo = lo
+
+    def error(scale: np.ndarray, the_min: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        diff = scale * levels + the_min - x
+        total: np.ndarray = np.cumsum(w * (diff * diff), axis=0, dtype=np.float32)[-1]
+        return total + _F32(0)  # from 0: a total of -0.0 is +0.0
+
+    iscale = top / (hi - lo)
+    scale = _F32(1) / iscale
+    levels = np.clip(nearest_int(iscale * (x - lo)), 0, nmax).astype(np.float32)
+    best = error(scale, lo, levels)
+    for step in range(37):
+        iscale = (_F32(-0.9) + _F32(0.05) * _F32(step) + top) / (hi - lo)
+        trial = np.clip(nearest_int(iscale * (x - lo)), 0, nmax).astype(np.float32)
+        wl = w * trial
+        sums = np.cumsum(np.stack([wl, wl * trial, wl * x]), axis=1, dtype=np.float32)
+        sum_l, sum_l2, sum_xl = sums[:, -1] + _F32(0)
+        det = sum_w * sum_l2 - sum_l * sum_l
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+        positive = this_min > 0
+        this_min = np.where(positive, _F32(0), this_min)
+        this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
+        current = error(this_scale, this_min, trial)
+        better = (det > 0) & (current < best)
+        levels = np.where(better, trial, levels)
+        best = np.where(better, current, best)
+        scale = np.where(better, this_scale, scale)
+        lo = np.where(better, this_min, lo)
+    levels = np.where(flat, _F32(0), levels)
+    scale = np.where(flat, _F32(0), scale)
+    lo = np.where(flat, flat_lo, lo)
+    return scale, lo, np.ascontiguousarray(levels.T).astype(np.uint8)
+
+
+def _q4_0_weighted(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """Q4_0 with an importance matrix: ``make_qx_quants`` with 8 levels either side.
+
+    >>> x = np.array([[4.0, -8.0, 1.0, 2.0] + [0.0] * 28], np.float32)
+    >>> _q4_0_weighted(x, np.ones_like(x), row_sigma2(x))[0, :4].tolist()
+    [0, 60, 140, 128]
+    """
+    d, levels = _make_qx_quants(x, _weights(x, qw, sigma2), 8)
+    out = np.empty((len(x), 18), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:] = _nibbles(levels)
+    return out
+
+
+def _q5_0_weighted(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """Q5_0 with an importance matrix: ``make_qx_quants`` with 16 levels either side.
+
+    >>> x = np.array([[16.0, -8.0, 1.0, 2.0] + [0.0] * 28], np.float32)
+    >>> _q5_0_weighted(x, np.ones_like(x), row_sigma2(x))[0, :7].tolist()
+    [0, 188, 242, 255, 255, 255, 0]
+    """
+    d, levels = _make_qx_quants(x, _weights(x, qw, sigma2), 16)
+    out = np.empty((len(x), 22), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:6] = _fifth_bits(levels)
+    out[:, 6:] = _nibbles(levels & 0x0F)
+    return out
+
+
+def _q4_1_weighted(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """Q4_1 with an importance matrix: ``make_qkx3_quants`` with 16 levels.
+
+    >>> x = np.array([[0.0, 1.0, 2.0, 3.0] * 8], np.float32)
+    >>> _q4_1_weighted(x, np.ones_like(x), row_sigma2(x))[0, :6].tolist()
+    [102, 50, 0, 0, 0, 85]
+    """
+    d, low, levels = _make_qkx3_quants(x, _weights(x, qw, sigma2), 15)
+    out = np.empty((len(x), 20), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:4] = le16(f16_bits(low))
+    out[:, 4:] = _nibbles(levels)
+    return out
+
+
+def _q5_1_weighted(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """Q5_1 with an importance matrix: ``make_qkx3_quants`` with 32 levels.
+
+    >>> x = np.array([[0.0, 1.0, 2.0, 3.0] * 8], np.float32)
+    >>> _q5_1_weighted(x, np.ones_like(x), row_sigma2(x))[0, :10].tolist()
+    [102, 46, 0, 0, 204, 204, 204, 204, 0, 170]
+    """
+    d, low, levels = _make_qkx3_quants(x, _weights(x, qw, sigma2), 31)
+    out = np.empty((len(x), 24), np.uint8)
+    out[:, :2] = le16(f16_bits(d))
+    out[:, 2:4] = le16(f16_bits(low))
+    out[:, 4:8] = _fifth_bits(levels)
+    out[:, 8:] = _nibbles(levels & 0x0F)
+    return out
+
+
+ROW_WEIGHTED: Mapping[str, RowWeightedEncoder] = MappingProxyType(
+    {
+        "Q4_0": _q4_0_weighted,
+        "Q4_1": _q4_1_weighted,
+        "Q5_0": _q5_0_weighted,
+        "Q5_1": _q5_1_weighted,
+    }
+)
+"""This family's numpy encoders with an importance matrix, by GGML name: each
+block also takes its row's ``sigma2`` (:func:`row_sigma2`)."""

@@ -37,10 +37,11 @@ ahead before its pointers into ``qs`` and ``signs`` move, so the following
 sub-blocks' groups and signs are written 8 and 4 bytes earlier than their place
 (``qh`` is indexed by the sub-block's own number) and the tail stays 0.
 
-ggml aborts (``GGML_ASSERT``) where a neighbour search finds no finite distance
-below ``FLT_MAX`` or the last scale is a NaN, which needs magnitudes whose
-cubes overflow float32; :data:`LIMIT` is a bound below which that cannot happen,
-and the quantize driver refuses larger magnitudes before the encoder sees them.
+ggml aborts (``GGML_ASSERT``) where a neighbour search finds no distance below
+``FLT_MAX`` or the last scale is a NaN, which needs magnitudes whose squares
+times squares overflow float32 (from about 2**42 on; never below 2**38): the
+encoder raises :class:`~kiln_np._quants.encoder.GGMLAbortError` for the first
+such block, exactly where ggml aborts.
 """
 
 from __future__ import annotations
@@ -52,17 +53,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .encoder import Encoder
+from .encoder import Encoder, GGMLAbortError
 from .grids import IQ3S_GRID
 from .rounding import f16_bits, le16, nearest_int
 
-__all__ = ["ENCODERS", "LIMIT", "neighbours", "weights"]
-
-LIMIT = 2.0**38
-"""IQ3_S quantizes magnitudes below this.  Under it nothing in ggml's search
-overflows float32 (a neighbour's distance is at most ``4 * 15**2 * LIMIT**3``,
-some 2**124); above about 2**42 ggml's distances overflow and it aborts on many
-blocks (a row of 1e30 or of random values times 1e20 among them)."""
+__all__ = ["ENCODERS", "neighbours", "weights"]
 
 _SUB = 32  # the sub-block (IQ3S_BLOCK_SIZE)
 _KMAXQ = 8
@@ -152,15 +147,16 @@ def _map_levels(xval: np.ndarray, id_: np.ndarray) -> np.ndarray:
 
 def _onto_grid(
     levels: np.ndarray, xval: np.ndarray, waux: np.ndarray, scale: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each group's grid index and whether its levels were on the grid, ``(s, 8)``
     each, a group off the grid taking ``iq3_find_best_neighbour``'s at ``scale``
-    (one per row).  ggml asserts it finds one; below :data:`LIMIT` it always does
-    (here: the first of the list where none is below ``FLT_MAX``)."""
+    (one per row); and which rows had a search that found no distance below
+    ``FLT_MAX``, where ggml asserts (then the list's first entry stands in)."""
     t = _tables()
     u = _quadruples(levels)
     index = t.grid_index[u]
     on = index >= 0
+    none = np.zeros(len(levels), bool)
     rows, groups = np.nonzero(~on)
     if rows.size:
         uo = u[rows, groups]
@@ -178,9 +174,10 @@ def _onto_grid(
             d2 += wg[:, i] * diff * diff
         d2 = np.where(d2 < _FLT_MAX, d2, np.float32(np.inf))  # NaN and FLT_MAX lose
         least = np.minimum.reduceat(d2, seg)
+        none[rows[np.isinf(least)]] = True
         at = np.where(d2 == least[owner], np.arange(len(cand)), len(cand))
         index[rows, groups] = cand[np.minimum.reduceat(at, seg)]
-    return index, on
+    return index, on, none
 
 
 def _grid_levels(index: np.ndarray) -> np.ndarray:
@@ -202,11 +199,16 @@ def _sums(w: np.ndarray, xval: np.ndarray, levels: np.ndarray) -> tuple[np.ndarr
     return sumqx, sumq2
 
 
-def _sub_blocks(w: np.ndarray, xval: np.ndarray, big: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sub_blocks(
+    w: np.ndarray, xval: np.ndarray, big: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The scale and grid indices ggml's search gives each sub-block (row) with a
-    largest ``xval`` ``big`` above 0: float32 ``(s,)``, ``(s, 8)``."""
+    largest ``xval`` ``big`` above 0: float32 ``(s,)``, ``(s, 8)``; and which
+    sub-blocks ggml aborts on (a search with no distance below ``FLT_MAX``, or a
+    final scale that is a NaN)."""
     waux = np.sqrt(w)
     s = len(w)
+    aborted = np.zeros(s, bool)
     best = np.zeros(s, np.float32)
     scale = big / np.float32(2 * _KMAXQ - 1)
     levels = np.zeros((s, _SUB), np.int8)
@@ -214,7 +216,8 @@ def _sub_blocks(w: np.ndarray, xval: np.ndarray, big: np.ndarray) -> tuple[np.nd
     for is_ in range(-9, 10):
         id_ = (np.float32(2 * _KMAXQ - 1) + np.float32(is_) * np.float32(0.2)) / big
         this_scale = np.float32(1) / id_
-        index, on = _onto_grid(_map_levels(xval, id_), xval, waux, this_scale)
+        index, on, none = _onto_grid(_map_levels(xval, id_), xval, waux, this_scale)
+        aborted |= none
         trial = _grid_levels(index)
         sumqx, sumq2 = _sums(w, xval, trial)
         better = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
@@ -225,11 +228,13 @@ def _sub_blocks(w: np.ndarray, xval: np.ndarray, big: np.ndarray) -> tuple[np.nd
     again = np.flatnonzero(~on_grid.all(axis=1) & (scale > 0))
     if again.size:
         xa, sa = xval[again], scale[again]
-        index, _ = _onto_grid(_map_levels(xa, np.float32(1) / sa), xa, waux[again], sa)
+        index, _, none = _onto_grid(_map_levels(xa, np.float32(1) / sa), xa, waux[again], sa)
+        aborted[again] |= none
         levels[again] = _grid_levels(index)
         sumqx, sumq2 = _sums(w[again], xa, levels[again])
         scale[again] = np.where(sumq2 > 0, sumqx / np.where(sumq2 > 0, sumq2, 1), sa)
-    return scale, _tables().grid_index[_quadruples(levels)]
+    aborted |= np.isnan(scale)
+    return scale, _tables().grid_index[_quadruples(levels)], aborted
 
 
 def _iq3_s(x: np.ndarray) -> np.ndarray:
@@ -249,7 +254,9 @@ def _iq3_s(x: np.ndarray) -> np.ndarray:
     scale = np.zeros(n * 8, np.float32)
     index = np.zeros((n * 8, 8), np.int32)
     if kept.size:
-        scale[kept], index[kept] = _sub_blocks(w[kept], xval[kept], big[kept])
+        scale[kept], index[kept], aborted = _sub_blocks(w[kept], xval[kept], big[kept])
+        if aborted.any():
+            raise GGMLAbortError(int(kept[np.argmax(aborted)]) // 8)
     flip = scale < 0  # never with weights x * x; kept as ggml has it
     scale = np.where(flip, -scale, scale)
     signs = np.where(flip[:, None], ~signs, signs)

@@ -1,10 +1,14 @@
 """Encoders of the non-linear 4-bit types IQ4_NL and IQ4_XS: what ggml's
-``ggml_quantize_chunk`` writes for them with no importance matrix, in numpy.
+``ggml_quantize_chunk`` writes for them without and with an importance matrix,
+in numpy.
 
 Both are ggml's ``quantize_row_iq4_nl_impl`` (ggml-quants.c) as ``quantize_iq4_nl``
 and ``quantize_iq4_xs`` call it, with seven scale trials either side (``ntry``
-7).  For each sub-block of 32 values, with weights ``w = x * x`` (no importance
-matrix: ggml's ``sigma2`` only enters the weights when it has one):
+7).  For each sub-block of 32 values, with weights ``w = x * x`` without an
+importance matrix, and ``w = qw * sqrtf(sigma2 + x * x)`` with one (``qw`` the
+sub-block's columns of the imatrix row; ``sigma2`` the block's own ``x * x``
+summed in order, times ``2 / 32`` for IQ4_NL, ``2 / 256`` for IQ4_XS: unlike
+Q4_0 ... Q5_1, nothing of the row outside the block):
 
 - skip it (scale 0) when its largest magnitude is below ``GROUP_MAX_EPS``
   (``1e-15``);
@@ -38,10 +42,10 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .encoder import Encoder
+from .encoder import Encoder, WeightedEncoder
 from .rounding import f16_bits, le16, nearest_int
 
-__all__ = ["ENCODERS", "KVALUES", "best_index"]
+__all__ = ["ENCODERS", "KVALUES", "WEIGHTED", "best_index"]
 
 KVALUES = np.array(
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32
@@ -82,9 +86,9 @@ def _sums(x: np.ndarray, w: np.ndarray, idl: np.ndarray) -> tuple[np.ndarray, np
     return sumqx, sumq2
 
 
-def _scales(x: np.ndarray) -> np.ndarray:
-    """The scale ggml's search picks for each sub-block (row) of ``x``, float32."""
-    w = x * x
+def _scales(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The scale ggml's search picks for each sub-block (row) of ``x`` with the
+    weights ``w`` (the same shape), float32."""
     ax = np.abs(x)
     amax = ax.max(axis=1)
     big = np.take_along_axis(x, ax.argmax(axis=1)[:, None], axis=1)[:, 0]
@@ -115,13 +119,36 @@ def _nibbles(levels: np.ndarray) -> np.ndarray:
     return (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(len(levels), -1)
 
 
+def _sigma2_weights(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """ggml's importance weights of the blocks (rows) of ``x``: ``qw * sqrtf(sigma2 +
+    x * x)``, ``sigma2`` the row's ``x * x`` summed in order times ``2 / its length``."""
+    sigma2 = np.cumsum(x * x, axis=1, dtype=np.float32)[:, -1] * np.float32(2 / x.shape[1])
+    result: np.ndarray = qw * np.sqrt(sigma2[:, None] + x * x)
+    return result
+
+
 def _iq4_nl(x: np.ndarray) -> np.ndarray:
     """IQ4_NL: f16 ``d`` (the searched scale), 16 bytes of level nibbles.
 
     >>> _iq4_nl(np.linspace(-1, 1, 32, dtype=np.float32)[None])[0, :6].tolist()
     [68, 32, 128, 145, 161, 161]
     """
-    d = _scales(x)
+    return _iq4_nl_blocks(x, x * x)
+
+
+def _iq4_nl_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """IQ4_NL with an importance matrix.
+
+    >>> x = np.linspace(-1, 1, 32, dtype=np.float32)[None]
+    >>> _iq4_nl_weighted(x, np.ones_like(x))[0, :6].tolist()
+    [66, 32, 128, 145, 161, 161]
+    """
+    return _iq4_nl_blocks(x, _sigma2_weights(x, qw))
+
+
+def _iq4_nl_blocks(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """IQ4_NL's bytes of the blocks ``x`` searched with the weights ``w``."""
+    d = _scales(x, w)
     out = np.empty((len(x), 18), np.uint8)
     out[:, :2] = le16(f16_bits(d))
     out[:, 2:] = _nibbles(best_index(_inverse(d)[:, None] * x))
@@ -134,9 +161,24 @@ def _iq4_xs(x: np.ndarray) -> np.ndarray:
     >>> _iq4_xs(np.linspace(-1, 1, 256, dtype=np.float32)[None])[0, :8].tolist()
     [184, 139, 80, 254, 128, 128, 8, 248]
     """
+    return _iq4_xs_blocks(x, x * x)
+
+
+def _iq4_xs_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """IQ4_XS with an importance matrix.
+
+    >>> x = np.linspace(-1, 1, 256, dtype=np.float32)[None]
+    >>> _iq4_xs_weighted(x, np.ones_like(x))[0, :8].tolist()
+    [184, 139, 80, 254, 128, 128, 8, 248]
+    """
+    return _iq4_xs_blocks(x, _sigma2_weights(x, qw))
+
+
+def _iq4_xs_blocks(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """IQ4_XS's bytes of the blocks ``x`` searched with the weights ``w``."""
     n = len(x)
     sub = x.reshape(n * 8, 32)
-    scales = _scales(sub).reshape(n, 8)
+    scales = _scales(sub, w.reshape(n * 8, 32)).reshape(n, 8)
     magnitude = np.abs(scales)
     magnitude = np.where(np.isnan(magnitude), np.float32(-1), magnitude)  # never picked
     first = np.take_along_axis(scales, magnitude.argmax(axis=1)[:, None], axis=1)[:, 0]
@@ -160,3 +202,8 @@ def _iq4_xs(x: np.ndarray) -> np.ndarray:
 
 ENCODERS: Mapping[str, Encoder] = MappingProxyType({"IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs})
 """This family's numpy encoders, by GGML name."""
+
+WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
+    {"IQ4_NL": _iq4_nl_weighted, "IQ4_XS": _iq4_xs_weighted}
+)
+"""This family's numpy encoders with an importance matrix, by GGML name."""

@@ -2,20 +2,23 @@
 on the numpy encoders otherwise, split over the thread pool by whole blocks.
 
 Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
-``llama-quantize`` runs) writes with no importance matrix
-(``tests/quants/test_ggml_quantize.py`` holds them to ggml's own output and to
-each other).  Every block is encoded on its own, so the result does not depend
-on how the blocks are split over threads.  ggml's result on a NaN or an
-infinity is undefined, and its IQ3_S quantizer aborts on some blocks of huge
-magnitudes: both refuse them (NaN, infinity, and for the types of
-:data:`LIMITS` magnitudes from the limit on), reporting the first.
+``llama-quantize`` runs) writes with no importance matrix, or with one
+(``tests/quants/test_ggml_quantize.py`` and ``test_ggml_quantize_imatrix.py`` hold
+them to ggml's own output and to each other).  Every block is encoded on its own
+(with an importance matrix, Q4_0 ... Q5_1's blocks also take their row's mean
+square, computed once per row a range of blocks touches), so the result does
+not depend on how the blocks are split over threads.  ggml's result on a NaN or
+an infinity is undefined, and its i-quant quantizers abort (``GGML_ASSERT``) on
+some blocks of huge magnitudes: both refuse them, exactly where ggml aborts,
+reporting the first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -25,16 +28,18 @@ from kiln_np._kernels.dispatch import Kernel, register
 
 from . import encode_basic, encode_fp4, encode_iq3, encode_iq4, encode_k_min, encode_k_sym
 from .blocks import BLOCKS, Block
-from .encoder import Encoder
+from .encoder import Encoder, GGMLAbortError, RowWeightedEncoder, WeightedEncoder
 
 __all__ = [
     "ENCODERS",
-    "LIMITS",
+    "IGNORES_IMATRIX",
     "NEEDS_IMATRIX",
+    "ROW_WEIGHTED",
+    "WEIGHTED",
     "encoder",
-    "not_finite",
     "quantize_into",
     "refusal",
+    "unquantizable",
 ]
 
 ENCODERS: Mapping[str, Encoder] = MappingProxyType(
@@ -47,12 +52,29 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq4, encode_k_min, encode_k_sym)
+
+WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
+    {
+        name: found
+        for name in BLOCKS  # in type-id order
+        for family in _WEIGHTED_FAMILIES
+        if (found := family.WEIGHTED.get(name)) is not None
+    }
+)
+"""Every GGML block type kiln_np quantizes with an importance matrix from each
+block's own values and weights: its numpy encoder, by GGML name."""
+
+ROW_WEIGHTED: Mapping[str, RowWeightedEncoder] = encode_basic.ROW_WEIGHTED
+"""The GGML block types kiln_np quantizes with an importance matrix whose blocks
+also take their row's ``sigma2`` (Q4_0 ... Q5_1): their numpy encoders, by GGML
+name.  :data:`WEIGHTED_KERNELS` holds both kinds."""
+
+IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
+"""The types whose ggml quantizers take no notice of an importance matrix."""
+
 NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ2_S", "IQ1_M")
 """The grid types, whose ggml quantizers are meant to run with an importance matrix."""
-
-LIMITS: Mapping[str, float] = MappingProxyType({"IQ3_S": encode_iq3.LIMIT})
-"""The types whose ggml quantizer aborts on some finite blocks: the magnitude (a power
-of two) from which a value is refused, below which ggml never does."""
 
 _NOT_STORED = ("Q8_1", "Q8_K")
 
@@ -92,30 +114,29 @@ def refusal(name: str) -> str:
     return f"kiln_np has no quantizer for {name}"
 
 
-def not_finite(type_name: str, shape: tuple[int, ...], flat: int, value: object) -> KilnError:
-    """The TYPE error for the value :func:`quantize_into` refused at flat index ``flat``
-    of an input of ``shape``: a NaN or infinity, or a magnitude from the limit of
-    :data:`LIMITS` on (``value``: the input's own value there, which may be a float64
-    finite but past float32's range).
+def unquantizable(type_name: str, shape: tuple[int, ...], flat: int, value: object) -> KilnError:
+    """The TYPE error for what :func:`quantize_into` refused at flat index ``flat`` of
+    an input of ``shape`` (``value``: the input's own value there): a NaN or
+    infinity (or a float64 past float32's range), or, where ``value`` is finite, the
+    first element of a block on which ggml's quantizer aborts.
 
-    >>> print(not_finite("Q8_0", (2, 32), 37, float("nan")).message)
+    >>> print(unquantizable("Q8_0", (2, 32), 37, float("nan")).message)
     expected finite values to quantize to Q8_0 (ggml's result on NaN and infinity
     is undefined), found nan at index (1, 5)
-    >>> print(not_finite("IQ3_S", (256,), 7, 1e30).message)
-    expected magnitudes below 2**38 to quantize to IQ3_S (ggml's search overflows
-    float32 from about 2**42 on and aborts on such blocks), found 1e+30 at index (7,)
+    >>> print(unquantizable("IQ3_S", (1, 256), 0, 3e38).message)
+    expected values ggml can quantize to IQ3_S, found a block of 256 from index (0, 0)
+    on which ggml's quantizer aborts (a GGML_ASSERT: its grid search overflows float32
+    on values this large); llama-quantize stops there too
     """
     index = tuple(int(i) for i in np.unravel_index(flat, shape))
     found = float(value)  # type: ignore[arg-type]
-    limit = LIMITS.get(type_name)
-    with np.errstate(over="ignore"):  # a float64 past float32's range: inf
-        in_float32 = bool(np.isfinite(np.float32(found)))
-    if limit is not None and in_float32:
+    if np.isfinite(found) and abs(found) <= _F32_MAX:
+        elements = BLOCKS[type_name].elements
         return KilnError(
             "TYPE",
-            f"expected magnitudes below 2**{int(np.log2(limit))} to quantize to {type_name} "
-            "(ggml's search overflows float32 from about 2**42 on and aborts on such "
-            f"blocks), found {found} at index {index}",
+            f"expected values ggml can quantize to {type_name}, found a block of {elements} "
+            f"from index {index} on which ggml's quantizer aborts (a GGML_ASSERT: its grid "
+            "search overflows float32 on values this large); llama-quantize stops there too",
             shape=shape,
             index=flat,
         )
@@ -129,44 +150,57 @@ def not_finite(type_name: str, shape: tuple[int, ...], flat: int, value: object)
     )
 
 
-def _refused(name: str, x: np.ndarray) -> np.ndarray:
-    """Where float32 ``x`` holds values :func:`quantize_into` refuses for type ``name``."""
-    limit = LIMITS.get(name)
-    refused: np.ndarray = ~np.isfinite(x) if limit is None else ~(np.abs(x) < np.float32(limit))
-    return refused
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
-def _first_bad(name: str, src: np.ndarray, bad_block: int) -> int:
-    """The flat index of the first value refused in block ``bad_block`` of ``src``."""
-    elements = BLOCKS[name].elements
-    part = src[bad_block * elements : (bad_block + 1) * elements]
-    return bad_block * elements + int(np.flatnonzero(_refused(name, part))[0])
+def _first_bad(src: np.ndarray, block: Block, bad_block: int) -> int:
+    """The flat index of the first NaN or infinity of block ``bad_block`` of ``src``,
+    or of its first element when it has none (a block ggml aborts on)."""
+    part = src[bad_block * block.elements : (bad_block + 1) * block.elements]
+    bad = np.flatnonzero(~np.isfinite(part))
+    return bad_block * block.elements + (int(bad[0]) if bad.size else 0)
 
 
-def _numpy_range(name: str, x: np.ndarray, out: np.ndarray, b0: int, b1: int) -> int:
-    """Encode blocks [b0, b1) of the rows ``x`` into the rows ``out`` as type ``name``;
-    the first block holding a value it refuses (the blocks before it written), or -1."""
-    enc = ENCODERS[name]
+def _numpy_range(
+    enc: Callable[[int, int], np.ndarray], x: np.ndarray, out: np.ndarray, b0: int, b1: int
+) -> int:
+    """Encode blocks [b0, b1) of the rows ``x`` into the rows ``out`` (``enc(lo, hi)``:
+    blocks [lo, hi) encoded); the first block holding a NaN or infinity or on which
+    ggml aborts (the blocks before it written), or -1."""
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     with np.errstate(all="ignore"):  # 1/d of a tiny d, inf * 0: ggml's arithmetic
         for c in range(b0, b1, step):
-            part = x[c : min(c + step, b1)]
-            refused = _refused(name, part).any(axis=1)
-            if refused.any():
-                bad = c + int(np.argmax(refused))
-                if bad > c:
-                    out[c:bad] = enc(x[c:bad])
+            end = min(c + step, b1)
+            finite = np.isfinite(x[c:end]).all(axis=1)
+            bad = -1 if finite.all() else c + int(np.argmin(finite))
+            end = end if bad < 0 else bad
+            try:
+                if end > c:
+                    out[c:end] = enc(c, end)
+            except GGMLAbortError as abort:
+                if abort.block:
+                    out[c : c + abort.block] = enc(c, c + abort.block)
+                return c + abort.block
+            if bad >= 0:
                 return bad
-            out[c : min(c + step, b1)] = enc(part)
     return -1
 
 
-def quantize_into(name: str, src: np.ndarray, dst: np.ndarray) -> int:
+def quantize_into(
+    name: str, src: np.ndarray, dst: np.ndarray, weights: np.ndarray | None = None
+) -> int:
     """Quantize the C-contiguous float32 ``src`` (whole blocks of GGML type ``name``,
     which :func:`encoder` knows) into the flat uint8 ``dst`` of as many blocks; the
-    two do not overlap.  Returns -1, or the flat index of the first value of ``src``
-    it refuses, a NaN or infinity or a magnitude from the type's limit of :data:`LIMITS`
-    on (then ``dst`` holds a prefix of the blocks and no more is meant).
+    two do not overlap.  Returns -1, or the flat index of the first NaN or infinity
+    of ``src``, or of the first element of the first block on which ggml's
+    quantizer aborts (:func:`unquantizable` tells them apart and says it); then
+    ``dst`` holds a prefix of the blocks and no more is meant.
+
+    ``weights``, an importance matrix's row (C-contiguous float32, whole blocks,
+    finite), makes ``src`` whole rows of ``weights.size`` values, quantized as
+    ``ggml_quantize_chunk`` does with ``quant_weights``: with the type's weighted
+    encoder (:data:`WEIGHTED`), or as without them for the types ggml quantizes
+    without looking at them (:data:`IGNORES_IMATRIX`).
 
     >>> dst = np.empty(34, np.uint8)
     >>> quantize_into("Q8_0", np.full(32, 2.0, np.float32), dst), dst[:4].tolist()
@@ -174,8 +208,12 @@ def quantize_into(name: str, src: np.ndarray, dst: np.ndarray) -> int:
     >>> quantize_into("Q8_0", np.array([0.0] * 5 + [np.inf] * 27, np.float32), dst)
     5
     """
-    bad = pool.smallest_bad(KERNELS[name].pick()(src, dst))
-    return -1 if bad < 0 else _first_bad(name, src, bad)
+    if weights is None or name in IGNORES_IMATRIX:
+        found = KERNELS[name].pick()(src, dst)
+    else:
+        found = WEIGHTED_KERNELS[name].pick()(src, weights, dst)
+    bad = pool.smallest_bad(found)
+    return -1 if bad < 0 else _first_bad(src, BLOCKS[name], bad)
 
 
 def _least(block: Block) -> int:
@@ -184,28 +222,78 @@ def _least(block: Block) -> int:
 
 def _numpy_blocks(name: str, src: np.ndarray, dst: np.ndarray) -> list[int]:
     """The numpy twin of the compiled driver of GGML type ``name``."""
-    block = BLOCKS[name]
+    block, enc = BLOCKS[name], ENCODERS[name]
     count = src.size // block.elements
     x = src.reshape(count, block.elements)
     out = dst.reshape(count, block.bytes)
     return pool.run_ranges(
-        lambda b0, b1: _numpy_range(name, x, out, b0, b1), count, least=_least(block)
+        lambda b0, b1: _numpy_range(lambda lo, hi: enc(x[lo:hi]), x, out, b0, b1),
+        count,
+        least=_least(block),
     )
 
 
-KERNELS: Mapping[str, Kernel] = MappingProxyType(
-    {
-        name: register(
-            Kernel(
-                f"ggml_from_float32.{name}",
-                ggml.encoder(
-                    BLOCKS[name].type_id, BLOCKS[name].elements, partial(_least, BLOCKS[name])
-                ),
-                partial(_numpy_blocks, name),
-                _least(BLOCKS[name]),  # blocks
+def _numpy_weighted(name: str, src: np.ndarray, weights: np.ndarray, dst: np.ndarray) -> list[int]:
+    """The numpy twin of the compiled weighted driver of GGML type ``name``: block
+    ``i`` of ``src`` (whole rows of ``weights.size``) takes the weights of its place
+    in its row (and, for :data:`ROW_WEIGHTED`, its row's ``sigma2``, computed once
+    per row a range touches)."""
+    block = BLOCKS[name]
+    count = src.size // block.elements
+    x = src.reshape(count, block.elements)
+    out = dst.reshape(count, block.bytes)
+    qw = weights.reshape(-1, block.elements)
+    per_row = len(qw)
+
+    def blocks(b0: int, b1: int) -> int:
+        if name in WEIGHTED:
+            enc = WEIGHTED[name]
+            return _numpy_range(
+                lambda lo, hi: enc(x[lo:hi], qw[np.arange(lo, hi) % per_row]), x, out, b0, b1
             )
+        by_row = ROW_WEIGHTED[name]
+        first = b0 // per_row
+        rows = src.reshape(-1, weights.size)[first : -(-b1 // per_row)]
+        with np.errstate(all="ignore"):  # a row's squares may overflow, as in ggml
+            sigma2 = encode_basic.row_sigma2(rows)
+
+        def weighted(lo: int, hi: int) -> np.ndarray:
+            at = np.arange(lo, hi)
+            return by_row(x[lo:hi], qw[at % per_row], sigma2[at // per_row - first])
+
+        return _numpy_range(weighted, x, out, b0, b1)
+
+    return pool.run_ranges(blocks, count, least=_least(block))
+
+
+def _kernel(name: str) -> Kernel:
+    block = BLOCKS[name]
+    return register(
+        Kernel(
+            f"ggml_from_float32.{name}",
+            ggml.encoder(block.type_id, block.elements, partial(_least, block)),
+            partial(_numpy_blocks, name),
+            _least(block),  # blocks
         )
-        for name in ENCODERS
-    }
-)
+    )
+
+
+def _weighted_kernel(name: str) -> Kernel:
+    block = BLOCKS[name]
+    return register(
+        Kernel(
+            f"ggml_from_float32_weighted.{name}",
+            ggml.weighted_encoder(block.type_id, block.elements, partial(_least, block)),
+            partial(_numpy_weighted, name),
+            _least(block),  # blocks
+        )
+    )
+
+
+KERNELS: Mapping[str, Kernel] = MappingProxyType({name: _kernel(name) for name in ENCODERS})
 """Each quantizable type's row in the kernel table: ``(src, dst) -> bad block per range``."""
+
+WEIGHTED_KERNELS: Mapping[str, Kernel] = MappingProxyType(
+    {name: _weighted_kernel(name) for name in BLOCKS if name in WEIGHTED or name in ROW_WEIGHTED}
+)
+"""Each type's row with importance weights: ``(src, weights, dst) -> bad block per range``."""

@@ -9,7 +9,7 @@ from kiln_np._core.checks import set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Layout
 from kiln_np._quants.blocks import BLOCKS, Block
-from kiln_np._quants.quantize import ENCODERS, not_finite, quantize_into, refusal
+from kiln_np._quants.quantize import ENCODERS, quantize_into, refusal, unquantizable
 
 from ._types import TYPES, GGMLType
 
@@ -89,7 +89,8 @@ def quantize(array: object, type: object) -> Payload:
         TYPE for another type (the IQ1, IQ2 and IQ3_XXS types need an importance
         matrix, which kiln_np does not take), an input that is not float, or a
         NaN or infinity (naming the first: ggml's result on them is undefined),
-        or for IQ3_S a magnitude of 2**38 or more (ggml aborts on some);
+        or a block ggml's quantizer aborts on (IQ3_S: values so large that its
+        search overflows float32; exactly where ggml's GGML_ASSERT fires);
         SHAPE for a 0-d array or rows that are not a whole number of blocks.
 
     Examples
@@ -124,7 +125,7 @@ def quantize(array: object, type: object) -> Payload:
     else:
         bad = _quantize_chunks(block, np.ascontiguousarray(x).reshape(-1), out)
     if bad >= 0:
-        raise not_finite(block.name, x.shape, bad, x[np.unravel_index(bad, x.shape)])
+        raise unquantizable(block.name, x.shape, bad, x[np.unravel_index(bad, x.shape)])
     shape = (*x.shape[:-1], x.shape[-1] // block.elements)
     return Payload(block.code, out.data.toreadonly(), shape, Layout(block.layout_name, block.bytes))
 
