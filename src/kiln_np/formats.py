@@ -44,7 +44,7 @@ from kiln_np.kilndir import FORMAT as KILN
 from kiln_np.kilndir import MANIFEST
 from kiln_np.onnx._weights import FORMAT as ONNX
 from kiln_np.safetensors._format import FORMAT as SAFETENSORS
-from kiln_np.safetensors._format import indexes
+from kiln_np.safetensors._format import HF, indexes
 from kiln_np.safetensors._types import INDEX_SUFFIX
 from kiln_np.zarr._group import FORMAT as ZARR
 
@@ -61,7 +61,7 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 
-FORMATS: tuple[WeightFormat, ...] = (KILN, ZARR, SAFETENSORS, GGUF, ONNX)
+FORMATS: tuple[WeightFormat, ...] = (KILN, ZARR, SAFETENSORS, GGUF, ONNX, HF)
 """Every weight-file format (each its adapter's ``FORMAT``), in the order tried."""
 
 
