@@ -137,12 +137,14 @@ class MappedTensor:
         cast = "" if self.copied or kind == out else f" -> {out}"
         return f"from {what} ({kind}{cast}){', ' + how if how else ''}"
 
-    def chunks(self, elements: int = _RUN) -> Iterator[np.ndarray]:
+    def chunks(self, elements: int | None = None) -> Iterator[np.ndarray]:
         """The values to write, in order, a run of whole rows (whole heads of a
-        permuted tensor) of about ``elements`` values at a time: arrays of the
-        written type, each valid until the next is asked for."""
+        permuted tensor) of about ``elements`` values (:data:`_RUN` when None)
+        at a time: arrays of the written type, each valid until the next is
+        asked for."""
+        elements = _RUN if elements is None else elements
         per_row = math.prod(self.shape) // self._rows
-        group = permute_group(self.pair, self._rows)
+        group = permute_group(self.pair)
         rows_per_run = max(group, (max(1, elements // max(per_row, 1)) // group) * group)
         out_dtype = self.info.dtype
         if self.copied:

@@ -144,7 +144,8 @@ class Pair(NamedTuple):
     """One Hugging Face tensor and the GGUF tensor it is made from.
 
     ``expert``: its index in a stacked ``*_exps`` tensor (None otherwise);
-    ``transform``: ``"permute"`` (llama's Q/K rows, over ``heads`` head groups),
+    ``transform``: ``"permute"`` (llama's Q/K rows, each head's ``head_rows``
+    rows in llama.cpp's rope order),
     ``"offset"`` (gemma's norm, ``1 + w``) or ``""`` (the values as they are).
     """
 
@@ -152,7 +153,7 @@ class Pair(NamedTuple):
     gguf: str
     expert: int | None = None
     transform: str = ""
-    heads: int = 0
+    head_rows: int = 0
 
 
 def _templates(arch: Architecture) -> list[tuple[re.Pattern[str], str]]:
@@ -184,7 +185,7 @@ def pairs(
     >>> meta = {"llama.attention.head_count": 4, "llama.attention.head_count_kv": 2}
     >>> made, _, _ = pairs(arch, {"blk.0.attn_k.weight": (32, 64)}, meta)
     >>> made
-    [Pair(hf='model.layers.0.self_attn.k_proj.weight', gguf='blk.0.attn_k.weight', expert=None, transform='permute', heads=2)]
+    [Pair(hf='model.layers.0.self_attn.k_proj.weight', gguf='blk.0.attn_k.weight', expert=None, transform='permute', head_rows=16)]
     """  # noqa: E501
     templates = _templates(arch)
     made: list[Pair] = []
@@ -202,14 +203,14 @@ def pairs(
         bid = match.groupdict().get("bid")
         hf = template.replace("{bid}", str(int(bid)) if bid is not None else "")
         hf += "." + match["suffix"]
-        transform, heads = _transform(arch, name, shape, metadata)
+        transform, head_rows = _transform(arch, name, shape, metadata)
         if "{xid}" in hf:
             made += [
-                Pair(hf.replace("{xid}", str(e)), name, e, transform, heads)
+                Pair(hf.replace("{xid}", str(e)), name, e, transform, head_rows)
                 for e in range(shape[0] if shape else 0)
             ]
         else:
-            made.append(Pair(hf, name, None, transform, heads))
+            made.append(Pair(hf, name, None, transform, head_rows))
     return made, generated, unmapped
 
 
@@ -225,7 +226,7 @@ def _transform(
         heads = metadata.get(f"{arch.gguf}.attention.{key}")
         rows = shape[0] if shape else 0
         if isinstance(heads, (int, np.integer)) and heads > 0 and rows % (2 * heads) == 0:
-            return "permute", int(heads)
+            return "permute", rows // int(heads)
         raise KilnError(
             "TYPE",
             f"tensor {name!r}: expected {arch.gguf}.attention.{key} to be a count of heads "
@@ -260,12 +261,12 @@ def to_hf(pair: Pair, values: np.ndarray) -> np.ndarray:
     tensor, the expert's slice): whole head groups of rows at a time, or all of it.
 
     >>> w = np.arange(8, dtype=np.float32).reshape(4, 2)
-    >>> p = Pair("q", "blk.0.attn_q.weight", None, "permute", 1)
+    >>> p = Pair("q", "blk.0.attn_q.weight", None, "permute", 4)
     >>> to_hf(p, w)[:, 0].tolist(), to_gguf(p, to_hf(p, w)).tolist() == w.tolist()
     ([0.0, 4.0, 2.0, 6.0], True)
     """
     if pair.transform == "permute":
-        return _rope_rows(values, pair.heads, values.shape[0] // pair.heads, to_hf=True)
+        return _rope_rows(values, pair.head_rows, to_hf=True)
     if pair.transform == "offset":
         shifted: np.ndarray = np.subtract(values, np.float32(1), dtype=np.float32)
         return shifted
@@ -281,30 +282,30 @@ def to_gguf(pair: Pair, values: np.ndarray) -> np.ndarray:
     [1.5]
     """
     if pair.transform == "permute":
-        return _rope_rows(values, pair.heads, values.shape[0] // pair.heads, to_hf=False)
+        return _rope_rows(values, pair.head_rows, to_hf=False)
     if pair.transform == "offset":
         shifted: np.ndarray = np.add(values, np.float32(1), dtype=np.float32)
         return shifted
     return values
 
 
-def _rope_rows(values: np.ndarray, groups: int, per_head: int, *, to_hf: bool) -> np.ndarray:
-    """llama.cpp's rope row order undone (``to_hf``) or made: the converter's
-    ``w.reshape(n_head, 2, rows // n_head // 2, ...).swapaxes(1, 2)`` and its inverse,
-    over ``groups`` heads of ``per_head`` rows."""
-    rest = values.shape[1:]
-    halves = (groups, per_head // 2, 2) if to_hf else (groups, 2, per_head // 2)
+def _rope_rows(values: np.ndarray, head_rows: int, *, to_hf: bool) -> np.ndarray:
+    """llama.cpp's rope row order undone (``to_hf``) or made, over the whole heads
+    of ``head_rows`` rows that ``values`` holds: the converter's
+    ``w.reshape(n_head, 2, head_rows // 2, ...).swapaxes(1, 2)`` and its inverse."""
+    heads, rest = values.shape[0] // head_rows, values.shape[1:]
+    halves = (heads, head_rows // 2, 2) if to_hf else (heads, 2, head_rows // 2)
     return values.reshape(*halves, *rest).swapaxes(1, 2).reshape(values.shape)
 
 
-def permute_group(pair: Pair, rows: int) -> int:
+def permute_group(pair: Pair) -> int:
     """The rows a run of ``pair``'s values must be a multiple of: one head's rows
-    for a permuted tensor (of ``rows`` rows), else 1.
+    for a permuted tensor, else 1.
 
-    >>> permute_group(Pair("q", "q", None, "permute", 4), 64), permute_group(Pair("n", "n"), 64)
+    >>> permute_group(Pair("q", "q", None, "permute", 16)), permute_group(Pair("n", "n"))
     (16, 1)
     """
-    return rows // pair.heads if pair.transform == "permute" else 1
+    return pair.head_rows if pair.transform == "permute" else 1
 
 
 # -- the config ---------------------------------------------------------------------
