@@ -1793,6 +1793,14 @@ MODEL_MAP: list[Entry] = [
     ),
     (
         "save_weights(format='hf')",
+        "rope_freqs no llama 3 rope scaling gives",
+        lambda: _hf(
+            {**_EMBD, "rope_freqs.weight": np.float32([1, 3, 2, 5])},
+            {**_LLAMA, "llama.rope.dimension_count": 8, "general.file_type": 0},
+        ),
+    ),
+    (
+        "save_weights(format='hf')",
         "GGML blocks without dequantize",
         lambda: _hf({**_EMBD, "output.weight": _Q8_0}, _LLAMA),
     ),

@@ -26,6 +26,10 @@ from kiln_np._convert import models
 from kiln_np._convert.models import Pair, architecture_of, gguf_name, pairs, to_gguf, to_hf
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
+GENERATED = {  # the rope scaling, as the converter writes it
+    "llama": ["rope_freqs.weight"],
+    "phi3": ["rope_factors_long.weight", "rope_factors_short.weight"],
+}
 FIXTURES = [
     "llama",
     "llama_tied_f16",
@@ -61,7 +65,8 @@ def test_the_names_pair_every_checkpoint_tensor_with_a_gguf_tensor(name: str) ->
         arch = architecture_of(meta["general.architecture"])
         shapes = {n: t.shape for n, t in gguf.items()}
         made, generated, unmapped = pairs(arch, shapes, meta)
-        assert (generated, unmapped) == ([], [])
+        assert unmapped == []
+        assert generated == GENERATED.get(name, [])
         assert sorted(p.hf for p in made) == sorted(checkpoint)  # each once, nothing else
         for p in made:
             assert gguf_name(arch, p.hf) == (p.gguf, p.expert)
@@ -162,9 +167,15 @@ def test_the_config_keys_are_the_converters_both_ways(name: str) -> None:
         flat["num_experts"] = flat["num_local_experts"]
     if name == "gemma3_f32":
         flat["vocab_size"] = 261  # the converter cut the rows past the tokenizer's
+    if "rope_scaling" in config:  # transformers 5 keeps it in rope_parameters
+        scaling = config.pop("rope_scaling")
+        assert scaling == {k: v for k, v in rope.items() if k in scaling}
+        assert set(scaling) >= {"rope_type"} | ({"factor"} & set(rope)) | (
+            {"long_factor"} & set(rope)
+        )
     differ = {k: (v, flat.get(k)) for k, v in config.items() if flat.get(k) != v}
     assert differ == {}
-    assert models.gguf_metadata(config) == keys  # and back again
+    assert models.gguf_metadata({**config, "rope_scaling": rope}) == keys  # and back again
 
 
 def test_architectures_are_named_by_gguf_or_by_model_type() -> None:
@@ -204,3 +215,29 @@ def test_what_llama_cpp_assumes_goes_into_the_config() -> None:
         "float16",
     )
     assert linear["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("base", "dim", "factor", "high", "context"),
+    [
+        (500000.0, 128, 8.0, 4.0, 8192),
+        (500000.0, 128, 32.0, 4.0, 8192),
+        (10000.0, 16, 8.0, 4.0, 64),
+    ],
+    ids=["llama-3.1", "llama-3.2", "tiny"],
+)
+def test_llama3_scaling_comes_back_from_its_rope_freqs(
+    base: float, dim: int, factor: float, high: float, context: int
+) -> None:
+    made = models._llama3_factors(base, dim, factor, 1.0, high, context).astype(np.float32)
+    meta = {"llama.rope.freq_base": np.float32(base), "llama.rope.dimension_count": dim}
+    got = models.rope_scaling(architecture_of("llama"), meta, {"rope_freqs.weight": made})
+    assert got == {
+        "rope_type": "llama3",
+        "factor": factor,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": high,
+        "original_max_position_embeddings": context,
+    }
+    ones = np.ones(dim // 2, np.float32)
+    assert models.rope_scaling(architecture_of("llama"), meta, {"rope_freqs.weight": ones}) is None

@@ -276,7 +276,8 @@ def hf_view(
     chosen = code if code is not None else _matrix_type(weights, metadata)
     mapped = [MappedTensor(p, weights[p.gguf], chosen) for p in made]
     mapped.sort(key=lambda t: natural_key(t.name))
-    config = hf_config(arch, metadata, shapes, _TORCH[chosen])
+    made_by_converter = {n: np.asarray(weights[n]) for n in generated}  # 1-D, small
+    config = hf_config(arch, metadata, shapes, _TORCH[chosen], made_by_converter)
     return HfView(
         {t.name: t for t in mapped}, config, generation_config(metadata), tuple(generated)
     )

@@ -43,6 +43,7 @@ pairs a checkpoint with its GGUF through them.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ __all__ = [
     "gguf_name",
     "hf_config",
     "pairs",
+    "rope_scaling",
     "to_gguf",
     "to_hf",
 ]
@@ -364,11 +366,14 @@ def hf_config(
     metadata: Mapping[str, Any],
     shapes: Mapping[str, tuple[int, ...]],
     dtype: str,
+    generated: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """``config.json`` of the Hugging Face checkpoint a GGUF's tensors make, from
     its ``<arch>.*`` and tokenizer keys as llama.cpp's converter wrote them, and
     from its tensors (``shapes``: the vocabulary's rows, whether the output is
-    tied, which biases there are); ``dtype``: the checkpoint's torch dtype name.
+    tied, which biases there are; ``generated``: the values of the tensors the
+    converter generated from the rope scaling, :func:`rope_scaling`); ``dtype``:
+    the checkpoint's torch dtype name.
 
     What the converter writes nowhere is what llama.cpp assumes: qwen3moe's
     expert weights normalized (``norm_topk_prob``), gemma3's sliding window on
@@ -409,6 +414,9 @@ def hf_config(
         config["head_dim"] = _number(head_dim, "int", f"{a}.attention.key_length")
     _attention_options(arch, config, shapes)
     _rope(arch, config, metadata)
+    scaling = rope_scaling(arch, metadata, generated or {})
+    if scaling is not None:
+        config["rope_scaling"] = scaling
     for key, hf in _TOKENS:  # null where the GGUF names none, not the class's default
         value = metadata.get(f"tokenizer.ggml.{key}")
         config[hf] = None if value is None else _number(value, "int", f"tokenizer.ggml.{key}")
@@ -469,6 +477,93 @@ def _rope(arch: Architecture, config: dict[str, Any], metadata: Mapping[str, Any
             config["partial_rotary_factor"] = factor_
 
 
+def rope_scaling(
+    arch: Architecture, metadata: Mapping[str, Any], generated: Mapping[str, np.ndarray]
+) -> dict[str, Any] | None:
+    """The config's ``rope_scaling`` that the converter turned into tensors, from
+    their values: llama's ``rope_freqs`` (``"llama3"`` scaling, recovered as the
+    parameters whose factors the converter's formula gives, to float32 rounding;
+    ``low_freq_factor`` is taken as 1, as every published llama 3 has it),
+    phi3's ``rope_factors_long``/``short`` (``"longrope"``, the factors as the
+    shortest decimals of their float32 values); None when there are none, or
+    all of llama's factors are 1.
+
+    Raises
+    ------
+    KilnError
+        TYPE for llama factors no llama 3 scaling gives.
+
+    >>> meta = {"llama.rope.freq_base": 10000.0, "llama.rope.dimension_count": 16}
+    >>> f = _llama3_factors(10000.0, 16, 8.0, 1.0, 4.0, 64)
+    >>> rope_scaling(architecture_of("llama"), meta, {"rope_freqs.weight": f.astype(np.float32)})
+    {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 64}
+    """  # noqa: E501
+    long, short = (
+        generated.get("rope_factors_long.weight"),
+        generated.get("rope_factors_short.weight"),
+    )
+    if long is not None and short is not None:
+        return {
+            "rope_type": "longrope",
+            "long_factor": [float(str(v)) for v in np.asarray(long, np.float32).tolist()],
+            "short_factor": [float(str(v)) for v in np.asarray(short, np.float32).tolist()],
+        }
+    freqs = generated.get("rope_freqs.weight")
+    if freqs is None or not np.any(np.asarray(freqs) != 1):
+        return None
+    a = arch.gguf
+    base = _number(metadata.get(f"{a}.rope.freq_base", 10000.0), "float", f"{a}.rope.freq_base")
+    dims = metadata.get(f"{a}.rope.dimension_count", metadata.get(f"{a}.attention.key_length"))
+    dim = _number(dims, "int", f"{a}.rope.dimension_count")
+    found = np.asarray(freqs, np.float64).reshape(-1)
+    for low, high, context in _llama3_candidates(found, base, dim):
+        made = _llama3_factors(base, dim, float(found.max()), low, high, context)
+        if made.shape == found.shape and np.allclose(made, found, rtol=2e-7, atol=0):
+            return {
+                "rope_type": "llama3",
+                "factor": float(str(np.float32(found.max()))),
+                "low_freq_factor": low,
+                "high_freq_factor": high,
+                "original_max_position_embeddings": context,
+            }
+    raise KilnError(
+        "TYPE",
+        f"tensor 'rope_freqs.weight': expected the factors of a llama 3 rope scaling "
+        f"(llama.cpp's converter's, {dim // 2} of them for base {base}), found "
+        f"{found.size} values no low_freq_factor 1 scaling gives: {found[:4].tolist()} ...",
+    )
+
+
+def _llama3_factors(
+    base: float, dim: int, factor: float, low: float, high: float, context: int
+) -> np.ndarray:
+    """The converter's ``rope_freqs`` (``LlamaModel.generate_extra_tensors``)."""
+    wavelen = 2 * np.pi * base ** (np.arange(0, dim, 2) / dim)
+    smooth = (context / wavelen - low) / (high - low)
+    medium = 1 / ((1 - smooth) / factor + smooth)
+    return np.where(
+        wavelen < context / high, 1.0, np.where(wavelen > context / low, factor, medium)
+    )
+
+
+def _llama3_candidates(found: np.ndarray, base: float, dim: int) -> list[tuple[float, float, int]]:
+    """``(low_freq_factor, high_freq_factor, original context)`` to try: solved
+    from the factors between 1 and the largest (``smooth`` is linear in
+    ``1 / wavelen``), then llama 3.1's."""
+    factor = found.max()
+    wavelen = 2 * np.pi * base ** (np.arange(0, dim, 2) / dim)
+    medium = (found > 1) & (found < factor)
+    tried = []
+    if medium.sum() >= 2 and wavelen.size == found.size:
+        smooth = (1 / found[medium] - 1 / factor) / (1 - 1 / factor)
+        # smooth * (high - 1) = context / wavelen - 1, for low = 1
+        system = np.stack([1 / wavelen[medium], -smooth], axis=1)
+        context, span = np.linalg.lstsq(system, np.ones(medium.sum()), rcond=None)[0]
+        if np.isfinite(context) and context > 0 and np.isfinite(span):
+            tried.append((1.0, round(float(span) + 1, 3), round(float(context))))
+    return [*tried, (1.0, 4.0, 8192)]
+
+
 def generation_config(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
     """``generation_config.json``: the token ids the GGUF names (bos, eos, pad),
     as transformers derives it from a model's config; None when it names none.
@@ -513,6 +608,15 @@ def gguf_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
         if heads and hidden:
             rotary = flat.get("partial_rotary_factor") or (rope or {}).get("partial_rotary_factor")
             out["phi3.rope.dimension_count"] = int((rotary or 1.0) * hidden) // heads
+        scaling = flat.get("rope_scaling") or rope or {}
+        context, orig = (
+            flat.get("max_position_embeddings"),
+            flat.get("original_max_position_embeddings"),
+        )
+        if scaling.get("long_factor") and context and orig:  # Phi3MiniModel's longrope
+            scale = context / orig
+            factor = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0
+            out["phi3.rope.scaling.attn_factor"] = factor
     elif config.get("head_dim") is not None:
         out[f"{a}.attention.key_length"] = out[f"{a}.attention.value_length"] = config["head_dim"]
     if a == "llama":  # conversion/llama.py: LlamaModel.set_gguf_parameters
