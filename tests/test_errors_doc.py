@@ -1795,7 +1795,7 @@ MODEL_MAP: list[Entry] = [
         "save_weights(format='hf')",
         "rope_freqs no llama 3 rope scaling gives",
         lambda: _hf(
-            {**_EMBD, "rope_freqs.weight": np.float32([1, 3, 2, 5])},
+            {**_EMBD, "rope_freqs.weight": np.array([1, 3, 2, 5], np.float32)},
             {**_LLAMA, "llama.rope.dimension_count": 8, "general.file_type": 0},
         ),
     ),

@@ -514,7 +514,7 @@ def rope_scaling(
     a = arch.gguf
     base = _number(metadata.get(f"{a}.rope.freq_base", 10000.0), "float", f"{a}.rope.freq_base")
     dims = metadata.get(f"{a}.rope.dimension_count", metadata.get(f"{a}.attention.key_length"))
-    dim = _number(dims, "int", f"{a}.rope.dimension_count")
+    dim = int(_number(dims, "int", f"{a}.rope.dimension_count"))
     found = np.asarray(freqs, np.float64).reshape(-1)
     for low, high, context in _llama3_candidates(found, base, dim):
         made = _llama3_factors(base, dim, float(found.max()), low, high, context)
