@@ -1800,6 +1800,11 @@ MODEL_MAP: list[Entry] = [
         ),
     ),
     (
+        "kiln_np.compare",
+        "names neither 'map' nor 'raw'",
+        lambda: kiln_np.compare(_weights_file(), _weights_file(), names="hf"),
+    ),
+    (
         "save_weights(format='hf')",
         "GGML blocks without dequantize",
         lambda: _hf({**_EMBD, "output.weight": _Q8_0}, _LLAMA),

@@ -47,7 +47,7 @@ from .models import (
     to_hf,
 )
 
-__all__ = ["HF_SHARD_SIZE", "HfView", "MappedTensor", "first_blocks", "hf_view"]
+__all__ = ["HF_SHARD_SIZE", "HfView", "MappedTensor", "first_blocks", "hf_view", "readable"]
 
 HF_SHARD_SIZE = 50 * 10**9
 """transformers' default ``max_shard_size`` (``"50GB"``, transformers 5;
@@ -82,7 +82,7 @@ class MappedTensor:
 
     def __init__(self, pair: Pair, source: WeightTensor, code: Code) -> None:
         element = element_of(source.info.code, source.info.layout)
-        if element.decoded is None and source.info.code not in _FLOATS:
+        if not readable(source):
             raise KilnError(
                 "TYPE",
                 f"tensor {source.name!r}: expected float values or GGML blocks kiln_np "
@@ -196,6 +196,18 @@ class MappedTensor:
                         f"{file.path!r} shrank while tensor {src.name!r} was read: ",
                     )
                 yield start, chunk
+
+
+def readable(source: WeightTensor) -> bool:
+    """Whether the model map reads ``source``'s values: a float type, or GGML
+    blocks kiln_np decodes.
+
+    >>> f16, i8 = _weight("w", np.zeros(2, np.float16)), _weight("i", np.zeros(2, np.int8))
+    >>> readable(f16), readable(i8)
+    (True, False)
+    """
+    info = source.info
+    return element_of(info.code, info.layout).decoded is not None or info.code in _FLOATS
 
 
 class HfView(NamedTuple):
