@@ -30,6 +30,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, code_label
 from kiln_np._files.io import read_all
+from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import Block
 from kiln_np._quants.decode import dequantize_into
 from kiln_np._quants.elements import element_of
@@ -129,9 +130,7 @@ class MappedTensor:
             "offset": "norm minus the converter's +1 (float32)",
         }.get(self.pair.transform, "")
         kind = (
-            f"{self._block.name} blocks decoded"
-            if self._block is not None
-            else f"{code_label(int(src.info.code)).split(' ', 2)[-1].strip('()')}"
+            src.info.element.name if self._block is None else f"{self._block.name} blocks decoded"
         )
         out = self.code.name.lower()
         cast = "" if self.copied or kind == out else f" -> {out}"
@@ -148,12 +147,12 @@ class MappedTensor:
         rows_per_run = max(group, (max(1, elements // max(per_row, 1)) // group) * group)
         out_dtype = self.info.dtype
         if self.copied:
-            for _, raw in self._runs(rows_per_run * self._row_bytes):
+            for raw in self._runs(rows_per_run * self._row_bytes):
                 yield raw.view(out_dtype)
             return
         f32 = np.empty(rows_per_run * per_row, np.float32)
         out = f32 if out_dtype == np.float32 else np.empty(f32.size, out_dtype)
-        for _, raw in self._runs(rows_per_run * self._row_bytes):
+        for raw in self._runs(rows_per_run * self._row_bytes):
             rows = raw.size // self._row_bytes
             values = f32[: rows * per_row]
             if self._block is not None:
@@ -163,12 +162,12 @@ class MappedTensor:
             shaped = values.reshape(self.shape if self._rows == 1 else (rows, *self.shape[1:]))
             mapped = to_hf(self.pair, shaped).reshape(-1)
             written = out[: mapped.size]
-            with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
-                written[...] = mapped  # rounded to nearest even
+            if not np.may_share_memory(written, mapped):  # float32 as it is: in place
+                cast_into(written, mapped)  # to nearest even, over the pool; past: inf
             yield written
 
-    def _runs(self, run: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(start, bytes)`` of the source's slice, ``run`` bytes at a time: read
+    def _runs(self, run: int) -> Iterator[np.ndarray]:
+        """The bytes of the source's slice, ``run`` bytes at a time: read
         from its file with ``readinto`` into one reused buffer (never mapped), or
         views of its bytes in memory; LENGTH when the file shrank meanwhile."""
         src = self.source
@@ -177,7 +176,7 @@ class MappedTensor:
         if file is None:
             data = np.frombuffer(src.payload().data, U8)
             for start in range(0, total, run):
-                yield start, data[self.start + start : self.start + min(total, start + run)]
+                yield data[self.start + start : self.start + min(total, start + run)]
             return
         raw = np.empty(min(run, total), U8)
         where = src.info.offset + self.start
@@ -195,7 +194,7 @@ class MappedTensor:
                         self.start + start + got,
                         f"{file.path!r} shrank while tensor {src.name!r} was read: ",
                     )
-                yield start, chunk
+                yield chunk
 
 
 def readable(source: WeightTensor) -> bool:
