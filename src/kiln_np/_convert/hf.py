@@ -272,7 +272,9 @@ def hf_view(
     """
     if metadata is None:
         metadata = tensors.metadata if isinstance(tensors, Weights) else {}
-    arch = architecture_of(metadata.get("general.architecture"), "general.architecture: ")
+    arch = architecture_of(
+        metadata.get("general.architecture"), "the GGUF's general.architecture: "
+    )
     weights = {name: _weight(name, value) for name, value in tensors.items()}
     shapes = {name: t.shape for name, t in weights.items()}
     made, generated, unmapped = pairs(arch, shapes, metadata)
