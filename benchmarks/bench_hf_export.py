@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     def median(name: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[name])
+        return float(statistics.median(r[key] for r in runs[name]))
 
     ratio = statistics.median(
         k["seconds"] / b["seconds"] for k, b in zip(runs["kiln"], runs["baseline"], strict=True)
