@@ -1831,6 +1831,78 @@ MIX: list[Entry] = [
 ]
 
 
+def _hf(tensors: dict[str, Any], meta: dict[str, Any], **kw: Any) -> Any:
+    """``save_weights(..., format="hf")`` of GGUF-named tensors with their metadata."""
+    return kiln_np.save_weights(_scratch() / "hf", tensors, format="hf", metadata=meta, **kw)
+
+
+_EMBD = {"token_embd.weight": np.zeros((4, 2), np.float32)}
+_LLAMA = {"general.architecture": "llama", "llama.block_count": 1}
+
+MODEL_MAP: list[Entry] = [
+    (
+        "save_weights(format='hf')",
+        "an architecture the model map does not hold",
+        lambda: _hf(_EMBD, {"general.architecture": "falcon"}),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a tensor the model map has no Hugging Face name for",
+        lambda: _hf({**_EMBD, "blk.0.foo.weight": np.zeros(2, np.float32)}, _LLAMA),
+    ),
+    (
+        "save_weights(format='hf')",
+        "llama's attn_q without the head count its rows are permuted by",
+        lambda: _hf({**_EMBD, "blk.0.attn_q.weight": np.zeros((4, 2), np.float32)}, _LLAMA),
+    ),
+    (
+        "save_weights(format='hf')",
+        "no token_embd.weight (the vocabulary's rows)",
+        lambda: _hf(
+            {"output_norm.weight": np.zeros(2, np.float32)}, {**_LLAMA, "general.file_type": 0}
+        ),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a config key that is not a number",
+        lambda: _hf(_EMBD, {**_LLAMA, "llama.block_count": "two"}),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a config count that is not a whole number",
+        lambda: _hf(_EMBD, {**_LLAMA, "llama.block_count": 1.5}),
+    ),
+    (
+        "save_weights(format='hf')",
+        "matrices of no float type, without dequantize",
+        lambda: _hf({"token_embd.weight": np.zeros((4, 2), np.int32)}, _LLAMA),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a tensor of integers",
+        lambda: _hf({"token_embd.weight": np.zeros((4, 2), np.int32)}, _LLAMA, dequantize="f32"),
+    ),
+    (
+        "save_weights(format='hf')",
+        "rope_freqs no llama 3 rope scaling gives",
+        lambda: _hf(
+            {**_EMBD, "rope_freqs.weight": np.array([1, 3, 2, 5], np.float32)},
+            {**_LLAMA, "llama.rope.dimension_count": 8, "general.file_type": 0},
+        ),
+    ),
+    (
+        "kiln_np.compare",
+        "names neither 'map' nor 'raw'",
+        lambda: kiln_np.compare(_weights_file(), _weights_file(), names="hf"),
+    ),
+    (
+        "save_weights(format='hf')",
+        "GGML blocks without dequantize",
+        lambda: _hf({**_EMBD, "output.weight": _Q8_0}, _LLAMA),
+    ),
+]
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -1841,6 +1913,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Importance matrices (`kiln_np.gguf.read_imatrix`)", IMATRIX),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
+    ("The model map (`save_weights(format='hf')`, `kiln-np convert --to hf`)", MODEL_MAP),
     ("Remote sources (HTTP, S3 and other fsspec URLs)", REMOTE),
     ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Quantization schemes: FP8 (DeepSeek block-scaled, compressed-tensors, ModelOpt)", FP8),

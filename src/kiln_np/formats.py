@@ -13,7 +13,9 @@ The rows are tried in order, the first that fits opens it:
    and at most the rest of the file, followed by ``{``;
 4. ``gguf``: a file starting with ``GGUF`` (the first split opens them all);
 5. ``onnx``: a file that parses as a binary ``ModelProto``; protobuf has no magic,
-   so this comes last, only for a first byte ``0x08`` (``ir_version``'s tag).
+   so this comes last, only for a first byte ``0x08`` (``ir_version``'s tag);
+6. ``hf``: nothing: it writes a Hugging Face directory from a GGUF (the model map,
+   ``kiln_np._convert.hf``), which opens as safetensors.
 
 A directory no row takes (a Hugging Face model folder) opens as the one weight file
 it holds (a suffix of a row that is a file; a GGUF split set counts once); several
@@ -50,7 +52,7 @@ from kiln_np.kilndir import FORMAT as KILN
 from kiln_np.kilndir import MANIFEST
 from kiln_np.onnx._weights import FORMAT as ONNX
 from kiln_np.safetensors._format import FORMAT as SAFETENSORS
-from kiln_np.safetensors._format import indexes
+from kiln_np.safetensors._format import HF, indexes
 from kiln_np.safetensors._types import INDEX_SUFFIX
 from kiln_np.zarr._group import FORMAT as ZARR
 
@@ -67,7 +69,7 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 
-FORMATS: tuple[WeightFormat, ...] = (KILN, ZARR, SAFETENSORS, GGUF, ONNX)
+FORMATS: tuple[WeightFormat, ...] = (KILN, ZARR, SAFETENSORS, GGUF, ONNX, HF)
 """Every weight-file format (each its adapter's ``FORMAT``), in the order tried."""
 
 
@@ -224,7 +226,8 @@ def save_weights(
     quantize: QuantizePolicy | str | None = None,
 ) -> list[str]:
     """Write named tensors as safetensors, GGUF, a Kiln payload directory or a Zarr
-    v3 group: the conversion :func:`plan_weights` plans, executed.
+    v3 group, or a GGUF's as the Hugging Face directory it was converted from
+    (``"hf"``): the conversion :func:`plan_weights` plans, executed.
 
     Every tensor is checked against what the format can hold before anything is
     written; data is streamed a bounded chunk at a time, bit for bit; the result
@@ -241,7 +244,12 @@ def save_weights(
         In the order to write (safetensors: widest element first, this order
         within a width).  A :class:`Weights` is such a mapping: pass one to
         convert a file.
-    format : {"safetensors", "gguf", "kiln", "zarr"}
+    format : {"safetensors", "gguf", "kiln", "zarr", "hf"}
+        ``"hf"``: the tensors of a GGUF of an architecture of the model map
+        (llama, qwen2, qwen3, qwen3moe, gemma3, phi3), with its ``metadata``
+        (a :class:`Weights`' own when None), written under transformers'
+        names into the directory ``path`` with ``config.json`` and
+        ``generation_config.json`` (docs/weights.md).
     metadata : Mapping, optional
         safetensors: str to str (``{"format": "pt"}``).  GGUF: key/values
         (types from ``metadata.types`` when it has them).  kiln, zarr: any

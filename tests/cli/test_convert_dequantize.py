@@ -109,7 +109,7 @@ def test_the_format_comes_from_the_suffix_or_from_to(
     assert (status, out) == (2, "")
     assert err == (
         "kiln-np: USAGE: cannot tell the format to write from 'weights' (only *.zarr, "
-        "*.safetensors and *.gguf say it): pass --to kiln, zarr, safetensors or gguf\n"
+        "*.safetensors and *.gguf say it): pass --to kiln, zarr, safetensors, gguf or hf\n"
     )
     assert not os.path.exists("weights")
     assert (

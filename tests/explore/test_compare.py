@@ -296,6 +296,7 @@ def test_json_form_is_strict(tmp_path: Path) -> None:
         "b": str(b.resolve()),
         "equal": False,
         "sort": None,
+        "names": "raw",
         "only_a": [],
         "only_b": ["y"],
         "tensors": [

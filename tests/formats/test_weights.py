@@ -273,12 +273,18 @@ def test_detection_order_is_the_format_table() -> None:
     from kiln_np import formats
 
     names = [f.name for f in formats.FORMATS]
-    assert names == ["kiln", "zarr", "safetensors", "gguf", "onnx"]
+    assert names == ["kiln", "zarr", "safetensors", "gguf", "onnx", "hf"]
     doc = (Path(__file__).resolve().parents[2] / "docs" / "weights.md").read_text()
     opening = doc.split("## Opening")[1].split("\n## ")[0]
     assert _detection_order(opening) == names
     assert _detection_order(formats.__doc__ or "") == names
-    assert {f.name for f in formats.FORMATS if f.save} == {"safetensors", "gguf", "kiln", "zarr"}
+    assert {f.name for f in formats.FORMATS if f.save} == {
+        "safetensors",
+        "gguf",
+        "kiln",
+        "zarr",
+        "hf",
+    }
 
 
 def test_weights_pickle_as_the_format_that_opened_them(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ from kiln_np._quants.filetypes import (
 from kiln_np._quants.mix import llama_order_key, pruned_block_count
 from kiln_np._weights.weights import Weights
 
+from .hf import HF_SHARD_SIZE, first_blocks, hf_view
 from .policy import QuantizePolicy, as_policy, generic_rules
 from .row import Sharded, WeightFormat
 from .sources import (
@@ -67,8 +68,10 @@ from .sources import (
 
 __all__ = [
     "CLI",
+    "GENERATION_CONFIG",
     "PLAIN_CONFIG",
     "PYTHON",
+    "HfPlan",
     "KeyValues",
     "OptionsError",
     "Plan",
@@ -86,6 +89,9 @@ __all__ = [
 PLAIN_CONFIG = "config.json"
 """The Hugging Face config written beside (or, sharded, inside) a safetensors
 checkpoint dequantized from a logical view that had one."""
+GENERATION_CONFIG = "generation_config.json"
+"""The generation config written inside a Hugging Face directory (``--to hf``)
+when the GGUF names its tokens."""
 
 
 class Spelling(NamedTuple):
@@ -267,31 +273,19 @@ def plan_conversion(
         _sharded(row, max_shard_size)  # a shard per task: the format must say how
     code = dequantize_code(dequantize, spelling.dequantize)
     policy = as_policy(quantize, spelling.quantize)
-    if code is not None and policy is not None:
-        raise OptionsError(
-            "expected dequantize or quantize, not both: kiln_np does not requantize GGML "
-            f"blocks (found dequantize={str(dequantize)!r} and quantize={str(policy)!r})",
-            "pass --quantize or --dequantize, not both: kiln_np does not requantize GGML "
-            "blocks (with --quantize they keep their type)",
-        )
-    if policy is not None and not row.holds_blocks:
-        raise OptionsError(
-            "expected quantize only for a format that holds GGML blocks (gguf, kiln, zarr), "
-            f"found quantize={str(policy)!r} for {row.name!r}",
-            f"--quantize writes GGML blocks, which {row.name} cannot hold: convert to gguf or kiln",
-        )
-    if max_shard_size is not None and not row.shards:
-        raise KilnError(
-            "TYPE",
-            f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
-        )
+    _refuse_options(code, policy, dequantize, row, max_shard_size)
     model = metadata
     if model is None and isinstance(tensors, Weights):
         model = tensors.metadata  # the mix reads the model's metadata, carried or not
     if policy is not None and policy.override_kv:  # llama.cpp's loader reads them too
         model = {**(model or {}), **{key: value for key, _, value in policy.override_kv}}
+    # the model map: a GGUF's tensors under transformers' names, in a directory
+    hf = _hf_tensors(tensors, metadata, code, row, spelling, target, max_shard_size)
+    if hf is not None:
+        tensors, max_shard_size = hf.tensors, hf.max_shard_size
+        metadata, folder = {"format": "pt"}, True
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = () if hf is None else hf.notes
     if policy is not None and policy.file_type is not None:
         generic = generic_rules((s.name for s in sources), model)
         notes = (generic,) if generic else ()
@@ -320,7 +314,8 @@ def plan_conversion(
         directory, target = target, os.path.join(target, row.folder_file)
     paths = row.paths(target, sources, max_shard_size=max_shard_size)
     config = _plain_config(target, tensors, row, max_shard_size, code is not None)
-    replaced = () if config is None else _replaced(config, target, force)
+    extras = [*(hf.extras if hf is not None else ()), *(() if config is None else (config,))]
+    replaced = tuple(where for extra in extras for where in _replaced(extra, target, force))
     stale = _stale(row, target, paths) if force else ()
     return Plan(
         row,
@@ -329,7 +324,7 @@ def plan_conversion(
         tuple(sources),
         tuple(_step(s, policy) for s in sources),
         tuple(paths),
-        () if config is None else (config,),
+        tuple(extras),
         replaced,
         stale,
         directory,
@@ -339,6 +334,88 @@ def plan_conversion(
         policy,
         notes,
     )
+
+
+def _refuse_options(
+    code: object,
+    policy: QuantizePolicy | None,
+    dequantize: Dequantize,
+    row: WeightFormat,
+    max_shard_size: int | None,
+) -> None:
+    """The refusals of the options themselves, before any tensor is looked at."""
+    if code is not None and policy is not None:
+        raise OptionsError(
+            "expected dequantize or quantize, not both: kiln_np does not requantize GGML "
+            f"blocks (found dequantize={str(dequantize)!r} and quantize={str(policy)!r})",
+            "pass --quantize or --dequantize, not both: kiln_np does not requantize GGML "
+            "blocks (with --quantize they keep their type)",
+        )
+    if policy is not None and not row.holds_blocks:
+        raise OptionsError(
+            "expected quantize only for a format that holds GGML blocks (gguf, kiln, zarr), "
+            f"found quantize={str(policy)!r} for {row.name!r}",
+            f"--quantize writes GGML blocks, which {row.name} cannot hold: convert to gguf or kiln",
+        )
+    if max_shard_size is not None and not row.shards:
+        raise KilnError(
+            "TYPE",
+            f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
+        )
+
+
+class HfPlan(NamedTuple):
+    """What the model map makes of a conversion to Hugging Face names: the
+    tensors, the configs written beside them, the shard size, the notes."""
+
+    tensors: Mapping[str, Any]
+    extras: list[tuple[str, bytes]]
+    max_shard_size: int | None
+    notes: tuple[str, ...]
+
+
+def _hf_tensors(
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    code: Any,
+    row: WeightFormat,
+    spelling: Spelling,
+    target: str,
+    max_shard_size: int | None,
+) -> HfPlan | None:
+    """For a format that names its tensors as transformers does (``row.naming``;
+    None for the others): the Hugging Face checkpoint of the GGUF ``tensors``
+    (the model map), the configs written inside ``target`` (a directory), and
+    the shard size: None (one ``model.safetensors``) up to ``max_shard_size``
+    bytes, transformers' default :data:`~kiln_np._convert.hf.HF_SHARD_SIZE`
+    when it is not given.  GGML blocks need ``dequantize`` (TYPE naming it)."""
+    if row.naming != "hf":
+        return None
+    quantized = first_blocks(tensors)
+    if code is None and quantized is not None:
+        refused = blocks_refused(*quantized, row.name, spelling.dequantize)
+        assert refused is not None  # first_blocks found GGML blocks
+        raise refused
+    view = hf_view(tensors, metadata, code)
+    limit = HF_SHARD_SIZE if max_shard_size is None else max_shard_size
+    total = sum(t.info.byte_length for t in view.tensors.values())
+    configs = [(PLAIN_CONFIG, view.config), (GENERATION_CONFIG, view.generation_config)]
+    extras = [
+        (os.path.join(target, name), _json_file(value))
+        for name, value in configs
+        if value is not None
+    ]
+    notes = tuple(
+        f"{name} was generated by llama.cpp's converter from the rope scaling, "
+        "which config.json holds"
+        for name in view.generated
+    )
+    return HfPlan(view.tensors, extras, limit if total > limit else None, notes)
+
+
+def _json_file(value: Mapping[str, Any]) -> bytes:
+    """A config as transformers writes one: indented, keys sorted, a newline last."""
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def _kept_splits(
@@ -560,6 +637,15 @@ def _rule(policy: QuantizePolicy, name: str) -> str:
 def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     info = s.info
     target_type = info.element.name
+    if s.mapped is not None:
+        m = s.mapped
+        source = m.source.info
+        decoded = element_of(source.code, source.layout).kind == "ggml"
+        action = "dequantize" if decoded else "copy" if m.copied else "convert"
+        return Step(
+            s.name, action, m.reason(), source.element.name, target_type, m.stop - m.start,
+            info.byte_length, info.count,
+        )  # fmt: skip
     if s.logical is not None:
         t = s.logical
         parts = ", ".join(t.parts)

@@ -133,6 +133,12 @@ class WeightFormat:
         ``replaces(path)``: existing files beside ``path`` that writing it with
         ``max_shard_size`` may replace (a GGUF's splits), which ``kiln-np convert``
         refuses to replace without ``--force``.
+    naming : str or None
+        The names its tensors are written under when they are not the source's:
+        ``"hf"``, transformers' (a GGUF's tensors pass through the model map,
+        ``kiln_np._convert.hf``, and the checkpoint's ``config.json`` and
+        ``generation_config.json`` are written beside them); None, the names
+        as they are.
     listing_order : str
         The order ``kiln-np ls`` and ``kiln-np stats`` list its tensors in when
         ``--sort`` is not given (one of ``kiln_np._weights.summary.ORDERS``):
@@ -156,4 +162,5 @@ class WeightFormat:
     sharded: Sharded | None = None
     hf_config: bool = False
     replaces: Callable[[str], list[str]] | None = None
+    naming: str | None = None
     listing_order: str = "name"

@@ -71,6 +71,7 @@ from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
 from kiln_np._weights.mapped import MappedFile
 from kiln_np._weights.tensors import WeightTensor, mapped_file
 
+from .hf import MappedTensor
 from .policy import Decision, QuantizePolicy, Target, as_policy, decide, mix_decisions
 
 __all__ = [
@@ -141,7 +142,9 @@ class TensorSource(NamedTuple):
     ``--keep-split`` output it goes to (0-based; None otherwise).  With ``logical`` (a weight a
     quantization scheme stores as parts, written as its values), ``info``
     describes the float tensor to write, decoded from the parts a bounded run
-    of rows at a time.
+    of rows at a time.  With ``mapped`` (a Hugging Face tensor the model map
+    makes of a GGUF tensor), ``info`` describes it, read and transformed a
+    bounded run of rows at a time (:meth:`MappedTensor.chunks`).
     """
 
     name: str
@@ -155,6 +158,7 @@ class TensorSource(NamedTuple):
     logical: LogicalTensor | None = None
     rule: str | None = None
     split: int | None = None
+    mapped: MappedTensor | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -167,10 +171,17 @@ class TensorSource(NamedTuple):
         modified since).  A dequantized tensor's blocks are read the same way,
         a chunk at a time, and each chunk's values written as decoded; a
         logical tensor's parts are read whole, the same way, and its values
-        written a run of rows at a time.
+        written a run of rows at a time; a mapped tensor's source is read a
+        run of rows at a time.
         """
         if self.logical is not None:
             self._write_logical(fd, self.logical, progress)
+            return
+        if self.mapped is not None:
+            for chunk in self.mapped.chunks():
+                write_all(fd, chunk.reshape(-1).view(U8).data)
+                if progress is not None:
+                    progress(chunk.nbytes)
             return
         if self.dequantized is not None:
             self._write_dequantized(fd, self.dequantized, progress)
@@ -641,6 +652,10 @@ def _logical_refused(t: LogicalTensor, name: str) -> KilnError:
 
 def _source(name: str, value: object) -> TensorSource:
     where = f"tensor {name!r}: "
+    if isinstance(value, MappedTensor):
+        held = mapped_file(value.source)
+        memory = value.source.payload().data if held is None else None
+        return TensorSource(name, value.info, memory, held, None, mapped=value)
     if isinstance(value, LogicalTensor):
         key = next(iter(value.parts.values()))
         held = mapped_file(key)

@@ -73,6 +73,8 @@ from typing import Any
 import numpy as np
 
 from kiln_np._codec import to_numpy
+from kiln_np._convert.hf import MappedTensor, readable
+from kiln_np._convert.models import ARCHITECTURES, pairs
 from kiln_np._core.checks import printable, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code
@@ -233,6 +235,12 @@ class Comparison:
     sort : str or None
         The figure the tensors and the aggregates are sorted by
         (:meth:`sorted`), None for A's order.
+    names : str
+        How the tensors were paired: ``"raw"``, by their names; ``"map"``, a
+        GGUF's through the model map with a Hugging Face checkpoint's (its
+        names are the checkpoint's, its values the GGUF's as the checkpoint
+        holds them: rows out of llama.cpp's rope order, experts unstacked,
+        gemma's norms minus 1).
     """
 
     a: str
@@ -241,6 +249,7 @@ class Comparison:
     only_b: tuple[str, ...]
     tensors: tuple[TensorComparison, ...]
     sort: str | None = None
+    names: str = "raw"
 
     @property
     def equal(self) -> bool:
@@ -294,10 +303,11 @@ class Comparison:
         same = sum(t.same_bytes for t in self.tensors)
         equal = sum(t.equal for t in self.tensors)
         verdict = "equal" if self.equal else "different"
+        paired = ", paired through the model map" if self.names == "map" else ""
         return (
             f"{verdict}: {len(self.tensors)} tensors in both ({same} same bytes, "
             f"{equal - same} equal values, {len(self.tensors) - equal} different), "
-            f"{len(self.only_a)} only in A, {len(self.only_b)} only in B"
+            f"{len(self.only_a)} only in A, {len(self.only_b)} only in B{paired}"
         )
 
     def _rows(self, every: bool) -> list[list[str]]:
@@ -363,6 +373,7 @@ class Comparison:
             "b": self.b,
             "equal": self.equal,
             "sort": self.sort,
+            "names": self.names,
             "only_a": list(self.only_a),
             "only_b": list(self.only_b),
             "tensors": [t.to_record() for t in self.tensors],
@@ -420,25 +431,40 @@ def _number(value: float | None) -> str:
 
 
 @set_module("kiln_np")
-def compare(a: Weights | str | os.PathLike[str], b: Weights | str | os.PathLike[str]) -> Comparison:
+def compare(
+    a: Weights | str | os.PathLike[str],
+    b: Weights | str | os.PathLike[str],
+    *,
+    names: str = "map",
+) -> Comparison:
     """Compare two weight files, name by name (see the module for what is equal).
 
     ``a`` and ``b`` are paths (opened with :func:`kiln_np.open_weights` and
     closed again) or opened :class:`~kiln_np.Weights`, of any formats.  Memory
     stays bounded: a chunk of each side at a time.
 
+    ``names="map"`` (the default): when one side is a GGUF of an architecture of
+    the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3) and the other
+    is not a GGUF, the GGUF's tensors are paired with the checkpoint's through
+    the map, each read as the checkpoint holds it (``docs/weights.md``); a GGUF
+    tensor the map has no name for is listed on its side alone, and what the
+    converter generated from the config (``rope_freqs``) is left out.
+    ``names="raw"``: by the names as they are.
+
     Raises
     ------
     KilnError
-        TYPE when ``a`` or ``b`` is neither a path nor a :class:`~kiln_np.Weights`;
-        as :func:`kiln_np.open_weights` and the tensors' decoders raise (a
-        payload whose bool bytes or padding are invalid: TYPE).
+        TYPE when ``a`` or ``b`` is neither a path nor a :class:`~kiln_np.Weights`,
+        or ``names`` is neither; as :func:`kiln_np.open_weights` and the tensors'
+        decoders raise (a payload whose bool bytes or padding are invalid: TYPE).
     """
+    if names not in ("map", "raw"):
+        raise KilnError("TYPE", f"expected names 'map' or 'raw', found {show_value(names)}")
     wa, close_a = _opened(a)
     try:
         wb, close_b = _opened(b)
         try:
-            return _compare(wa, wb)
+            return _compare(wa, wb, names)
         finally:
             if close_b:
                 wb.close()
@@ -455,25 +481,59 @@ def _opened(x: Weights | str | os.PathLike[str]) -> tuple[Weights, bool]:
     return open_weights(x), True
 
 
-def _compare(wa: Weights, wb: Weights) -> Comparison:
-    both = [n for n in wa if n in wb]
+Side = tuple[dict[str, Any], list[str]]
+"""One side's tensors by the name they are paired under, and its tensors paired
+with none (a GGUF's the model map has no name for)."""
+
+
+def _compare(wa: Weights, wb: Weights, names: str) -> Comparison:
+    mapped_b = _through_map(wb) if names == "map" and wa.format != "gguf" else None
+    mapped_a = (
+        _through_map(wa) if names == "map" and wb.format != "gguf" and mapped_b is None else None
+    )
+    (a, left_a), (b, left_b) = (
+        mapped_a or (dict(wa.items()), []),
+        mapped_b or (dict(wb.items()), []),
+    )
+    both = [n for n in a if n in b]
     return Comparison(
         wa.path,
         wb.path,
-        tuple(n for n in wa if n not in wb),
-        tuple(n for n in wb if n not in wa),
-        tuple(compare_tensors(wa[n], wb[n]) for n in both),
+        (*(n for n in a if n not in b), *left_a),
+        (*(n for n in b if n not in a), *left_b),
+        tuple(compare_tensors(a[n], b[n]) for n in both),
+        names="raw" if mapped_a is None and mapped_b is None else "map",
     )
 
 
-def _type(t: WeightTensor) -> str:
+def _through_map(w: Weights) -> Side | None:
+    """A GGUF's tensors as the Hugging Face checkpoint's, through the model map
+    (float32 values), when it is a GGUF of a mapped architecture; else None."""
+    arch = next(
+        (a for a in ARCHITECTURES if a.gguf == w.metadata.get("general.architecture")), None
+    )
+    if w.format != "gguf" or arch is None:
+        return None
+    made, _, unmapped = pairs(arch, {n: t.shape for n, t in w.items()}, w.metadata)
+    tensors = {p.hf: MappedTensor(p, w[p.gguf], Code.F32) for p in made if readable(w[p.gguf])}
+    # a GGML type with no decoder has no values to compare: on its side alone
+    unmapped += [p.gguf for p in made if p.hf not in tensors]
+    return tensors, list(dict.fromkeys(unmapped))
+
+
+def _type(t: WeightTensor | MappedTensor) -> str:
+    if isinstance(t, MappedTensor):  # the GGUF tensor's own type
+        return t.source.info.element.name
     if isinstance(t, LogicalTensor):
         return t.scheme
     return t.info.element.name
 
 
-def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:
-    """Compare two tensors (``a``'s name names the result).
+def compare_tensors(
+    a: WeightTensor | MappedTensor, b: WeightTensor | MappedTensor
+) -> TensorComparison:
+    """Compare two tensors (``a``'s name names the result; a :class:`MappedTensor`
+    is a GGUF tensor as the model map makes it of the Hugging Face one).
 
     >>> from kiln_np._core.payload import payload_info
     >>> t = WeightTensor("w", payload_info(2, (2,)), None, "F32", data=memoryview(bytes(8)))
@@ -487,7 +547,9 @@ def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:
         "type_a": _type(a),
         "type_b": _type(b),
     }
-    if isinstance(a, LogicalTensor) or isinstance(b, LogicalTensor):
+    if isinstance(a, MappedTensor) or isinstance(b, MappedTensor):
+        same_type = same = False  # read as values
+    elif isinstance(a, LogicalTensor) or isinstance(b, LogicalTensor):
         same_type = _same_parts(a, b)
         same = same_type
     else:
@@ -527,18 +589,21 @@ def compare_tensors(a: WeightTensor, b: WeightTensor) -> TensorComparison:
         max_rel_index=place(d.max_rel_at),
         first_index=place(d.first),
         nonfinite=d.nonfinite,
-        saturated_a=saturated(a),
-        saturated_b=saturated(b),
+        saturated_a=saturated(a) if isinstance(a, WeightTensor) else None,
+        saturated_b=saturated(b) if isinstance(b, WeightTensor) else None,
         nan_payloads=d.nan_bits,
         signed_zeros=d.signed_zeros,
         sums=sums,
     )
 
 
-def _values(t: WeightTensor) -> Iterator[np.ndarray]:
+def _values(t: WeightTensor | MappedTensor) -> Iterator[np.ndarray]:
     """``t``'s values as 1-D chunks in C order: an f32, bf16 or f16 payload whole,
-    read in place (a view of the mapped file); else as :func:`~.chunks.source`
+    read in place (a view of the mapped file); a mapped tensor's float32 runs
+    (copied: the writer reuses its buffers); else as :func:`~.chunks.source`
     reads it."""
+    if isinstance(t, MappedTensor):
+        return (chunk.reshape(-1).copy() for chunk in t.chunks(KERNEL_CHUNK))
     if isinstance(t, LogicalTensor):
         return (chunk.reshape(-1) for chunk in row_chunks(t, None, KERNEL_CHUNK))
     payload = t.payload()

@@ -1,5 +1,6 @@
 """The ``diff`` command: two weight files compared name by name
-(:func:`kiln_np.compare`), with the error figures of every tensor whose values
+(:func:`kiln_np.compare`; a Hugging Face checkpoint and a GGUF through the model
+map unless ``--names raw``), with the error figures of every tensor whose values
 were read and their aggregates per layer and per role (``--sort METRIC``: worst
 first); exit status 0 when they hold the same names and every tensor is equal,
 1 when not; an error is 2, as for every command (like ``cmp`` and ``diff``).
@@ -32,7 +33,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     >>> import os, tempfile, numpy as np, kiln_np
     >>> d = tempfile.mkdtemp()
     >>> _ = kiln_np.save_weights(d + "/a", {"w": np.ones(2, np.float32)}, format="kiln")
-    >>> ns = argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False, sort=None)
+    >>> ns = argparse.Namespace(a=d + "/a", b=d + "/a", json=False, all=False, sort=None,
+    ...                         names="map")
     >>> _cmd_diff(argparse.Namespace(**vars(ns), include=[], exclude=[]))
     equal: 1 tensors in both (1 same bytes, 0 equal values, 0 different), 0 only in A, 0 only in B
     0
@@ -44,7 +46,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         vb = b.select(*args.include, exclude=args.exclude) if args.include or args.exclude else b
         if len(va) == 0 and len(vb) == 0:
             select_tensors(a, args, args.a)  # TYPE: the options select no tensor on either side
-        result = compare(va, vb)
+        result = compare(va, vb, names=args.names)
         if args.sort is not None:
             result = result.sorted(args.sort)
         selection = selection_record(args, len(va), len(a))
@@ -70,10 +72,14 @@ def add_diff(sub: Any) -> None:
         "the error figures of B against A (RMSE, relative RMSE, SNR in dB, cosine "
         "similarity, the largest absolute and relative differences and where they are, "
         "saturated MX/NVFP4 elements) and the first differing index, then the same figures "
-        "per layer and per role. Exit status 0 when both hold the same names and every "
-        "tensor is equal, 1 when not, 2 on errors.",
+        "per layer and per role. A Hugging Face checkpoint and a GGUF of an architecture "
+        "of the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3) pair their tensors "
+        "through the map (the GGUF's read as the checkpoint holds them), unless --names raw. "
+        "Exit status 0 when both hold the same names and every tensor is equal, 1 when not, "
+        "2 on errors.",
         [
             "kiln-np diff model.safetensors model.gguf",
+            "kiln-np diff hf-checkpoint/ model-Q4_K_M.gguf --sort snr_db",
             "kiln-np diff original/ quantized/ --sort snr_db",
             "kiln-np diff a/ b/ --json",
         ],
@@ -90,6 +96,13 @@ def add_diff(sub: Any) -> None:
         help="list the tensors, layers and roles worst first by one figure: "
         + ", ".join(METRICS)
         + " (smallest first for snr_db and cosine)",
+    )
+    parser.add_argument(
+        "--names",
+        choices=["map", "raw"],
+        default="map",
+        help="how tensors pair: map (default: a Hugging Face checkpoint's with a GGUF's "
+        "through the model map) or raw (by their names as they are)",
     )
     select_args(parser)
     json_flag(parser, "print one JSON object, a row per tensor in both")

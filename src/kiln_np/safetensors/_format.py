@@ -24,7 +24,7 @@ from ._writer import (
     write_shard,
 )
 
-__all__ = ["FORMAT", "save_safetensors"]
+__all__ = ["FORMAT", "HF", "save_safetensors"]
 
 
 def indexes(directory: str) -> list[str]:
@@ -71,6 +71,27 @@ FORMAT = WeightFormat(
 )
 """safetensors: a directory holding one ``*.safetensors.index.json``, such an index,
 or a file whose first 8 bytes are a header size of at most 100 MB followed by ``{``."""
+
+
+def _never(path: str, head: bytes | None, size: int) -> str | None:
+    """A Hugging Face checkpoint directory opens as safetensors (its row comes first)."""
+    return None
+
+
+HF = WeightFormat(
+    "hf",
+    _never,
+    _open,
+    write_safetensors,
+    safetensors_paths,
+    folder=True,
+    folder_file="model.safetensors",
+    shards=True,
+    naming="hf",
+)
+"""hf: a directory transformers' ``from_pretrained`` loads, written from a GGUF
+through the model map (``config.json``, ``generation_config.json``, one
+``model.safetensors`` or shards and their index); it opens as safetensors."""
 
 
 @set_module("kiln_np.safetensors")
