@@ -39,6 +39,7 @@ from kiln_np._weights.remote import is_url
 from kiln_np._weights.unknown import HEAD, START, one_weight_file, unrecognised
 from kiln_np._weights.weights import Weights
 from kiln_np.gguf._format import FORMAT as GGUF
+from kiln_np.gguf._imatrix import with_imatrix_read
 from kiln_np.gguf._types import later_split
 from kiln_np.kilndir import FORMAT as KILN
 from kiln_np.kilndir import MANIFEST
@@ -166,6 +167,8 @@ def plan_weights(
     >>> [(s.action, s.source_type, s.target_type, s.target_bytes) for s in plan.steps]
     [('quantize', 'f32', 'ggml.q8_0', 136)]
     """
+    if "quantize" in options:  # an importance matrix given by path is read here
+        options["quantize"] = with_imatrix_read(options["quantize"])
     return plan_conversion(tensors, written_path(check_path(path)), _writer(format), **options)
 
 

@@ -119,9 +119,11 @@ read with ``_reader``, or the legacy ``.dat``) as the weights ``llama-quantize
 --imatrix`` quantizes with.  ``kiln_np.gguf`` needs nothing but numpy.
 """
 
+from kiln_np._convert.imatrix import Imatrix, ImatrixEntry
+
 from ._dequantize import dequantize
 from ._format import save_gguf
-from ._imatrix import Imatrix, ImatrixEntry, read_imatrix
+from ._imatrix import read_imatrix
 from ._quantize import quantize
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
