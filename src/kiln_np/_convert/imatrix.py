@@ -175,37 +175,46 @@ def checked_imatrix(value: object, where: str) -> Imatrix:
             f"{where}: expected a path or a kiln_np.gguf.Imatrix (read_imatrix's), found "
             f"{show_value(value)}",
         )
-    fields_ok = (
-        isinstance(value.path, str)
-        and isinstance(value.datasets, tuple)
-        and all(isinstance(d, str) for d in value.datasets)
-        and _count(value.chunk_count)
-        and isinstance(value.entries, Mapping)
+    fields = (
+        ("path", isinstance(value.path, str), "a str"),
+        ("datasets", _texts(value.datasets), "a tuple of str"),
+        ("chunk_count", _count(value.chunk_count), "an int of 0 to 2**31-1"),
+        ("entries", isinstance(value.entries, Mapping), "a mapping of names to ImatrixEntry"),
     )
-    if not fields_ok:
-        raise KilnError(
-            "TYPE",
-            f"{where}: expected an Imatrix of a str path, a tuple of str datasets, a "
-            f"chunk count of 0 to 2**31-1 and a mapping of entries, found {show_value(value)}",
-        )
-    for name, entry in value.entries.items():
-        good = (
-            isinstance(entry, ImatrixEntry)
-            and entry.name == name
-            and isinstance(entry.weights, np.ndarray)
-            and entry.weights.dtype == np.float32
-            and entry.weights.ndim == 2
-            and entry.weights.size > 0
-        )
+    for field, good, what in fields:
         if not good:
             raise KilnError(
                 "TYPE",
-                f"{where}: entry {show_value(name)}: expected an ImatrixEntry of its name "
-                "with float32 weights of shape (experts, row length), found "
-                f"{show_value(entry)}",
+                f"{where}: Imatrix.{field}: expected {what}, found "
+                f"{show_value(getattr(value, field))}",
+            )
+    for name, entry in value.entries.items():
+        weights = getattr(entry, "weights", None)
+        good = (
+            isinstance(entry, ImatrixEntry)
+            and entry.name == name
+            and isinstance(weights, np.ndarray)
+            and weights.dtype == np.float32
+            and weights.ndim == 2
+            and weights.size > 0
+        )
+        if not good:
+            found = (
+                f"weights of {weights.dtype} shape {weights.shape}"
+                if isinstance(entry, ImatrixEntry) and isinstance(weights, np.ndarray)
+                else show_value(entry)
+            )
+            raise KilnError(
+                "TYPE",
+                f"{where}: entry {show_value(name)}: expected an ImatrixEntry of that name "
+                f"whose weights are float32 of shape (experts, row length), found {found}",
             )
         check_finite(entry, f"{where}: ")
     return value
+
+
+def _texts(value: object) -> bool:
+    return isinstance(value, tuple) and all(isinstance(d, str) for d in value)
 
 
 def _count(value: object) -> bool:
