@@ -135,10 +135,13 @@ class Step(NamedTuple):
 
     def record(self) -> dict[str, Any]:
         """The step as JSON (``kiln-np convert --dry-run --json``)."""
+        fields = self._asdict()
+        imatrix = fields.pop("imatrix")
         return {
-            **self._asdict(),
+            **fields,
             "source_bpw": _bpw(self.source_bytes, self.elements),
             "target_bpw": _bpw(self.target_bytes, self.elements),
+            "imatrix": imatrix,
         }
 
 
