@@ -159,7 +159,8 @@ def plan_weights(
     ``tensors`` to ``path`` in ``format`` (``options``: ``metadata``,
     ``max_shard_size``, ``dequantize``, ``quantize``, and the command line's
     ``spelling``, ``distributed``, ``force``, ``folder``): every tensor's action,
-    the output paths, every refusal; nothing is written.
+    the output paths, every refusal; nothing is written but a ``quantize``
+    policy's importance matrix given by path is read.
 
     >>> import numpy as np
     >>> plan = plan_weights("m.gguf", {"blk.0.ffn_up.weight": np.ones((4, 32), "<f4")},
@@ -224,7 +225,9 @@ def save_weights(
         ``"q4_k,*.ffn_down.*=q6_k,*norm*=f32"``), ``kiln_np.gguf.quantize``'s
         bytes; each tensor that keeps its type (1-D, integer, rows not whole
         blocks, GGML blocks) is listed with the reason by
-        :func:`~kiln_np.formats.quantize_kept` and the plan.
+        :func:`~kiln_np.formats.quantize_kept` and the plan.  A policy's
+        importance matrix (``imatrix=``) given as a path is read here, with
+        :func:`kiln_np.gguf.read_imatrix`.
 
     Returns
     -------
