@@ -725,6 +725,9 @@ MX: list[Entry] = [
     ("gguf.quantize", "a NaN", lambda: kg.quantize(np.array([[0.0] * 5 + [np.nan] * 27]), "q8_0")),
     ("gguf.quantize", "a float64 beyond float32", lambda: kg.quantize(np.array([[0.0] * 31 + [1e300]]), "q8_0")),
     ("gguf.quantize", "a block ggml's IQ3_S quantizer aborts on (1e30)", lambda: kg.quantize(np.full((2, 256), 1e30, np.float32), "iq3_s")),
+    ("gguf.quantize", "imatrix= not float32", lambda: kg.quantize(np.zeros((1, 32), np.float32), "q8_0", imatrix=np.ones(32))),
+    ("gguf.quantize", "imatrix= of another row length", lambda: kg.quantize(np.zeros((1, 32), np.float32), "q8_0", imatrix=np.ones(64, np.float32))),
+    ("gguf.quantize", "imatrix= with an infinity", lambda: kg.quantize(np.zeros((1, 32), np.float32), "q8_0", imatrix=np.full(32, np.inf, np.float32))),
     ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
     ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
     ("mx.to_ggml", "unknown layout", lambda: mx.to_ggml(_E2M1_32, _E8M0_1, layout="ggml.q4_0")),
@@ -838,6 +841,11 @@ def _tampered() -> Any:
 
 def _save(tensors: Any, fmt: str = "kiln", **kw: Any) -> Any:
     return kiln_np.save_weights(_scratch() / "out", tensors, format=fmt, **kw)
+
+
+def _imatrix_of(*entries: Any) -> Any:
+    """An importance matrix of ``entries``, built by hand."""
+    return kg.Imatrix("i.gguf", "gguf", ("a.txt",), 1, 512, {e.name: e for e in entries}, 1)
 
 
 _ONE = {"w": np.zeros(2, np.float32)}
@@ -996,6 +1004,14 @@ WEIGHTS: list[Entry] = [
     ("QuantizePolicy", "an override_kv int that is not decimal", lambda: kiln_np.QuantizePolicy(default="q8_0", override_kv=["x=int:1.5"])),
     ("QuantizePolicy", "an override_kv bool that is neither true nor false", lambda: kiln_np.QuantizePolicy(default="q8_0", override_kv=["x=bool:yes"])),
     ("QuantizePolicy", "an override_kv str of 128 bytes", lambda: kiln_np.QuantizePolicy(default="q8_0", override_kv=["x=str:" + "a" * 128])),
+    ("QuantizePolicy", "imatrix= neither a path nor an Imatrix", lambda: kiln_np.QuantizePolicy(default="q4_k_m", imatrix=cast(Any, 8))),
+    ("QuantizePolicy", "imatrix= an Imatrix built by hand with a negative chunk count", lambda: kiln_np.QuantizePolicy(default="q4_k_m", imatrix=kg.Imatrix("i.gguf", "gguf", ("a.txt",), -1, 512, {}, 0))),
+    ("QuantizePolicy", "imatrix= an entry whose weights are not float32 (experts, row length)", lambda: kiln_np.QuantizePolicy(default="q4_k_m", imatrix=_imatrix_of(kg.ImatrixEntry("w", np.ones(4), (1,))))),
+    ("QuantizePolicy", "imatrix= a NaN weight", lambda: kiln_np.QuantizePolicy(default="q4_k_m", imatrix=_imatrix_of(kg.ImatrixEntry("w", np.full((1, 4), np.nan, np.float32), (1,))))),
+    ("QuantizePolicy", "include_weights with exclude_weights", lambda: kiln_np.QuantizePolicy(default="q4_k_m", imatrix="i.gguf", include_weights="a", exclude_weights="b")),
+    ("QuantizePolicy", "exclude_weights without imatrix", lambda: kiln_np.QuantizePolicy(default="q4_k_m", exclude_weights="attn")),
+    ("quantize_kept", "a policy whose importance matrix is a path not read", lambda: kiln_np.formats.quantize_kept(_ONE, kiln_np.QuantizePolicy(default="q8_0", imatrix="i.gguf"))),
+    ("save_weights", "quantize=: an importance-matrix entry for a 4-D tensor whose first dim is above 1", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 1, 2, 32), np.float32)}, quantize=kiln_np.QuantizePolicy(default="q8_0", imatrix=_imatrix_of(kg.ImatrixEntry("blk.0.ffn_up.weight", np.ones((1, 32), np.float32), (1,)))))),
     ("kiln-np inspect", "--tensor not in the file", lambda: run_command("inspect", _weights_file(), "--tensor", "nope")),
     ("kiln-np ls", "--include/--exclude select no tensor", lambda: run_command("ls", _weights_file(), "--include", "W*")),
     ("kiln-np convert", "--include/--exclude select no tensor", lambda: run_command("convert", _weights_file(), "out.gguf", "--exclude", "*")),

@@ -47,6 +47,7 @@ from kiln_np._weights.remote import RemoteFile, is_url, list_url
 from kiln_np._weights.unknown import HEAD, START, one_weight_file, unrecognised
 from kiln_np._weights.weights import Weights
 from kiln_np.gguf._format import FORMAT as GGUF
+from kiln_np.gguf._imatrix import with_imatrix_read
 from kiln_np.gguf._types import later_split
 from kiln_np.kilndir import FORMAT as KILN
 from kiln_np.kilndir import MANIFEST
@@ -202,7 +203,8 @@ def plan_weights(
     ``tensors`` to ``path`` in ``format`` (``options``: ``metadata``,
     ``max_shard_size``, ``dequantize``, ``quantize``, and the command line's
     ``spelling``, ``distributed``, ``force``, ``folder``): every tensor's action,
-    the output paths, every refusal; nothing is written.
+    the output paths, every refusal; nothing is written but a ``quantize``
+    policy's importance matrix given by path is read.
 
     >>> import numpy as np
     >>> plan = plan_weights("m.gguf", {"blk.0.ffn_up.weight": np.ones((4, 32), "<f4")},
@@ -210,6 +212,8 @@ def plan_weights(
     >>> [(s.action, s.source_type, s.target_type, s.target_bytes) for s in plan.steps]
     [('quantize', 'f32', 'ggml.q8_0', 136)]
     """
+    if "quantize" in options:  # an importance matrix given by path is read here
+        options["quantize"] = with_imatrix_read(options["quantize"])
     return plan_conversion(tensors, written_path(check_path(path)), _writer(format), **options)
 
 
@@ -271,7 +275,9 @@ def save_weights(
         ``"q4_k,*.ffn_down.*=q6_k,*norm*=f32"``), ``kiln_np.gguf.quantize``'s
         bytes; each tensor that keeps its type (1-D, integer, rows not whole
         blocks, GGML blocks) is listed with the reason by
-        :func:`~kiln_np.formats.quantize_kept` and the plan.
+        :func:`~kiln_np.formats.quantize_kept` and the plan.  A policy's
+        importance matrix (``imatrix=``) given as a path is read here, with
+        :func:`kiln_np.gguf.read_imatrix`.
 
     Returns
     -------

@@ -276,6 +276,7 @@ def test_dry_run_dequantize_json(q8_gguf: Path, capsys: pytest.CaptureFixture[st
                 "elements": 192,
                 "source_bpw": 8.5,
                 "target_bpw": 16.0,
+                "imatrix": None,
             },
             {
                 "name": "norm",
@@ -288,6 +289,7 @@ def test_dry_run_dequantize_json(q8_gguf: Path, capsys: pytest.CaptureFixture[st
                 "elements": 4,
                 "source_bpw": 32.0,
                 "target_bpw": 32.0,
+                "imatrix": None,
             },
         ],
         "totals": {

@@ -55,6 +55,7 @@ from kiln_np._quants.mix import llama_order_key, pruned_block_count
 from kiln_np._weights.weights import Weights
 
 from .hf import HF_SHARD_SIZE, first_blocks, hf_view
+from .imatrix import Imatrix, imatrix_keys
 from .policy import QuantizePolicy, as_policy, generic_rules
 from .row import Sharded, WeightFormat
 from .sources import (
@@ -123,7 +124,10 @@ class OptionsError(KilnError):
 
 class Step(NamedTuple):
     """One tensor of a plan: ``action`` (``copy``, ``dequantize``, ``quantize``,
-    ``keep``), why, and its type, bytes and bits per weight before and after."""
+    ``keep``), why, and its type, bytes and bits per weight before and after;
+    ``imatrix``, for a tensor quantized under an importance matrix, what it gave
+    the tensor (``"weights"``, ``"ignored"``: its type ignores them, ``"no
+    entry"``), else None."""
 
     name: str
     action: str
@@ -133,13 +137,17 @@ class Step(NamedTuple):
     source_bytes: int
     target_bytes: int
     elements: int
+    imatrix: str | None = None
 
     def record(self) -> dict[str, Any]:
         """The step as JSON (``kiln-np convert --dry-run --json``)."""
+        fields = self._asdict()
+        imatrix = fields.pop("imatrix")
         return {
-            **self._asdict(),
+            **fields,
             "source_bpw": _bpw(self.source_bytes, self.elements),
             "target_bpw": _bpw(self.target_bytes, self.elements),
+            "imatrix": imatrix,
         }
 
 
@@ -301,9 +309,13 @@ def plan_conversion(
             found = file_type_number((model or {}).get("general.file_type"))
             types = (s.info.element.name.removeprefix("ggml.").upper() for s in sources)
             number = guessed_file_type(types) if found is None else found
-        labelled = file_type_metadata(
-            metadata, number, policy.override_kv, _block_count(policy, tensors, model)
+        # --imatrix's keys are key overrides added after the user's (quantize.cpp)
+        imatrix = policy.imatrix
+        keys = (
+            *policy.override_kv,
+            *(imatrix_keys(imatrix) if isinstance(imatrix, Imatrix) else ()),
         )
+        labelled = file_type_metadata(metadata, number, keys, _block_count(policy, tensors, model))
         metadata = labelled if row.carries(labelled) else metadata
         if row.name == "gguf":  # the one format whose writer lays data out by the key
             _refuse_alignment(model)
@@ -497,7 +509,9 @@ def file_type_metadata(
     input's keys in order (with their types), then ``general.quantization_version``
     and ``general.file_type`` (``uint32``) moved to the end, then each of
     ``overrides`` (``(key, type, value)``, ``--override-kv``) moved or added there,
-    then ``block_count`` (``(key, count)``, after ``--prune-layers``).
+    then ``block_count`` (``(key, count)``, after ``--prune-layers``).  An
+    importance matrix's ``quantize.imatrix.*`` keys are overrides too, after the
+    user's (``kiln_np._convert.imatrix.imatrix_keys``).
 
     >>> m = file_type_metadata({"general.file_type": 1, "a": "x"}, 15)
     >>> list(m.items()), m.types["general.file_type"]
@@ -667,7 +681,7 @@ def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
         reason = s.rule or f"{_rule(policy, s.name)} of the policy"
         return Step(
             s.name, "quantize", reason, values.element.name, target_type, values.byte_length,
-            info.byte_length, values.count,
+            info.byte_length, values.count, s.quantized.imatrix,
         )  # fmt: skip
     action, reason = ("keep", s.kept) if s.kept is not None else ("copy", "its bytes as they are")
     if s.rule is not None and s.kept is None:

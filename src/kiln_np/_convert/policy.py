@@ -51,11 +51,15 @@ their type whatever the policy says: kiln_np does not requantize.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, final
 
-from kiln_np._core.checks import set_module, show_value
+import numpy as np
+
+from kiln_np._core.checks import check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo
 from kiln_np._core.table import Code
@@ -67,10 +71,13 @@ from kiln_np._quants.mix import (
     MixTensor,
     choose_types,
     counted_layers,
+    imatrix_name,
     llama_order_key,
     model_facts,
 )
-from kiln_np._quants.quantize import ENCODERS, refusal
+from kiln_np._quants.quantize import ENCODERS, IGNORES_IMATRIX, WEIGHTED_KERNELS, refusal
+
+from .imatrix import Imatrix, checked_imatrix, kept_entries, substrings, tensor_weights
 
 __all__ = [
     "FLOAT_TARGETS",
@@ -178,13 +185,28 @@ class QuantizePolicy:
     written as the same splits, its tensors in the input's order, as
     ``--keep-split`` writes it).
 
+    ``imatrix`` is ``--imatrix``: an importance matrix's file (a path, read by
+    :func:`~kiln_np.save_weights`, :func:`~kiln_np.gguf.save_gguf` and
+    ``kiln-np convert`` when they plan the conversion, with
+    :func:`~kiln_np.gguf.read_imatrix`) or what ``read_imatrix`` returned; each
+    tensor with an entry is quantized with its weights, as ``llama-quantize
+    --imatrix`` quantizes it, and the mixes' rules see an importance matrix when
+    an entry is kept.  ``include_weights`` and ``exclude_weights`` (substrings of
+    entry names, a str or several, not both) are ``--include-weights`` and
+    ``--exclude-weights``.  A GGUF written records it as llama-quantize does:
+    ``quantize.imatrix.file`` is the path as given (an :class:`Imatrix`'s
+    ``path``: the path ``read_imatrix`` was given), cut to 127 bytes.
+
     Raises
     ------
     KilnError
         TYPE for a type it cannot write (an unknown name, an IQ1, IQ2 or IQ3_XXS
         type, which needs an importance matrix), an empty or malformed pattern, a
         pattern given twice, a rule that is not a pair of strings, a flag
-        without a file type, a flag's malformed type or pattern.
+        without a file type, a flag's malformed type or pattern, an ``imatrix``
+        that is neither a path nor an :class:`Imatrix` (or one with a non-finite
+        weight), ``include_weights`` with ``exclude_weights``, either without
+        ``imatrix``.
 
     Examples
     --------
@@ -203,7 +225,16 @@ class QuantizePolicy:
     True
     """
 
-    __slots__ = ("_default", "_flags", "_keep_split", "_override_kv", "_rules")
+    __slots__ = (
+        "_default",
+        "_exclude",
+        "_flags",
+        "_imatrix",
+        "_include",
+        "_keep_split",
+        "_override_kv",
+        "_rules",
+    )
 
     def __init__(
         self,
@@ -219,6 +250,9 @@ class QuantizePolicy:
         override_kv: Iterable[str] = (),
         allow_requantize: bool = False,
         keep_split: bool = False,
+        imatrix: str | os.PathLike[str] | Imatrix | None = None,
+        include_weights: str | Iterable[str] = (),
+        exclude_weights: str | Iterable[str] = (),
     ) -> None:
         checked: list[tuple[str, str]] = []
         seen: set[str] = set()
@@ -255,9 +289,13 @@ class QuantizePolicy:
             override_kv = [override_kv]
         self._override_kv = tuple(_kv_override(entry) for entry in override_kv)
         self._keep_split = bool(keep_split)
+        self._include = substrings(include_weights, "include_weights")
+        self._exclude = substrings(exclude_weights, "exclude_weights")
+        self._imatrix = _imatrix(imatrix, self._include, self._exclude)
         given = {k: v for k, v in flags.items() if v not in (False, None, ())}
         given |= {"override_kv": True} if self._override_kv else {}
         given |= {"keep_split": True} if self._keep_split else {}
+        given |= {"imatrix": True} if self._imatrix is not None else {}
         if given and self.file_type is None:
             raise KilnError(
                 "TYPE",
@@ -370,6 +408,45 @@ class QuantizePolicy:
         """
         return self._keep_split
 
+    @property
+    def imatrix(self) -> str | Imatrix | None:
+        """``--imatrix``: the importance matrix's path as given (read when a
+        conversion is planned), the :class:`Imatrix` read (its entries those
+        :attr:`include_weights` / :attr:`exclude_weights` keep), or None.
+
+        >>> QuantizePolicy.parse("q4_k_m", imatrix="m.imatrix.gguf").imatrix
+        'm.imatrix.gguf'
+        """
+        return self._imatrix
+
+    @property
+    def include_weights(self) -> tuple[str, ...]:
+        """``--include-weights``: the substrings of the entry names kept.
+
+        >>> QuantizePolicy.parse("q4_k_m", imatrix="i.gguf", include_weights="attn").include_weights
+        ('attn',)
+        """
+        return self._include
+
+    @property
+    def exclude_weights(self) -> tuple[str, ...]:
+        """``--exclude-weights``: the substrings of the entry names dropped."""
+        return self._exclude
+
+    def with_imatrix(self, imatrix: Imatrix) -> QuantizePolicy:
+        """This policy with ``imatrix`` (what :func:`~kiln_np.gguf.read_imatrix`
+        read of :attr:`imatrix`'s path) in place of the path, its entries those
+        :attr:`include_weights` / :attr:`exclude_weights` keep.
+
+        >>> from kiln_np.gguf import Imatrix
+        >>> p = QuantizePolicy.parse("q4_k_m", imatrix="i.gguf")
+        >>> p.with_imatrix(Imatrix("i.gguf", "gguf", (), 1, 512, {}, 0)).imatrix.format
+        'gguf'
+        """
+        clone = copy.copy(self)
+        clone._imatrix = _imatrix(imatrix, self._include, self._exclude)
+        return clone
+
     def type_for(self, name: str) -> str | None:
         """The type the policy asks for tensor ``name``: the first matching rule's,
         else the default (None when there is none)."""
@@ -387,6 +464,11 @@ class QuantizePolicy:
         entries = [f"{k}={t}:{v}" for k, t, v in self._override_kv]
         given += [f"override_kv={entries!r}"] if entries else []
         given += ["keep_split=True"] if self._keep_split else []
+        if self._imatrix is not None:
+            path = self._imatrix if isinstance(self._imatrix, str) else self._imatrix.path
+            given += [f"imatrix={path!r}"]
+        given += [f"include_weights={list(self._include)!r}"] if self._include else []
+        given += [f"exclude_weights={list(self._exclude)!r}"] if self._exclude else []
         return f"QuantizePolicy({', '.join([repr(str(self)), *given])})"
 
     def __eq__(self, other: object) -> bool:
@@ -399,7 +481,35 @@ class QuantizePolicy:
 
     def _key(self) -> tuple[object, ...]:
         flags = tuple(self._flags.items())
-        return self._rules, self._default, flags, self._override_kv, self._keep_split
+        # an Imatrix holds arrays: the same one, not an equal one
+        imatrix = self._imatrix if not isinstance(self._imatrix, Imatrix) else id(self._imatrix)
+        matrix = imatrix, self._include, self._exclude
+        return self._rules, self._default, flags, self._override_kv, self._keep_split, matrix
+
+
+def _imatrix(
+    value: object, include: tuple[str, ...], exclude: tuple[str, ...]
+) -> str | Imatrix | None:
+    """``imatrix=`` checked: a path as a str, an :class:`Imatrix` with the entries
+    ``include``/``exclude`` keep; TYPE for either of those without an imatrix, or
+    both at once."""
+    if include and exclude:
+        raise KilnError(
+            "TYPE",
+            "expected include_weights or exclude_weights, not both (llama-quantize refuses "
+            "--include-weights with --exclude-weights)",
+        )
+    if value is None:
+        if include or exclude:
+            raise KilnError(
+                "TYPE",
+                f"expected imatrix= (--imatrix FILE) with "
+                f"{'include_weights' if include else 'exclude_weights'}, found no imatrix",
+            )
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        return check_path(value)
+    return kept_entries(checked_imatrix(value, "imatrix"), include, exclude)
 
 
 _KV_TYPES: Final = {"int": "uint32", "float": "float32", "bool": "bool", "str": "string"}
@@ -520,11 +630,27 @@ class Decision(NamedTuple):
     """What one tensor becomes under a file type's mix: ``target`` as :func:`decide`
     gives it (a :class:`Block` type, a float :class:`Code`, None: written as it
     is, a str: why it keeps its type), ``rule``, what chose its type, and ``name``,
-    its name in the output (``prune_layers`` renumbers layers; None: pruned)."""
+    its name in the output (``prune_layers`` renumbers layers; None: pruned).
+    Under an importance matrix, ``weights`` are the tensor's importance weights
+    (float32, a row per expert; None: quantized without) and ``imatrix`` says what
+    the matrix gave it (:data:`IMATRIX_NOTES`; None for a tensor not quantized)."""
 
     target: Target | str | None
     rule: str
     name: str | None
+    weights: np.ndarray | None = None
+    imatrix: str | None = None
+
+
+IMATRIX_NOTES: Final = {
+    "weights": "quantized with its entry's weights",
+    "ignored": "it has an entry, which its type ignores (as ggml's quantizer does)",
+    "no entry": "the importance matrix has no entry of its size for it: quantized without",
+}
+"""What an importance matrix gives a quantized tensor (:attr:`Decision.imatrix`)."""
+
+
+_KEPT = "kept: "  # the rule of a tensor llama.cpp does not quantize
 
 
 def _ggml_view(info: PayloadInfo) -> tuple[int, tuple[int, ...]] | None:
@@ -555,10 +681,12 @@ def mix_decisions(
     ------
     KilnError
         What :func:`~kiln_np._quants.mix.choose_types` refuses (an importance
-        matrix needed, a requantization, hostile metadata), and TYPE for a type
-        the mix chooses that kiln_np cannot write (an IQ1, IQ2 or IQ3_XXS type a
-        flag gives the token embeddings or the output, which llama.cpp exempts from
-        the importance matrix), naming the tensor.
+        matrix or an entry needed, an entry of the wrong size, a requantization,
+        hostile metadata), and TYPE for a type the mix chooses that kiln_np cannot
+        write (an IQ1, IQ2 or IQ3_XXS type a flag gives the token embeddings or
+        the output without an entry, which llama.cpp exempts from the importance
+        matrix; a type kiln_np has no importance-weighted quantizer of), and for a
+        policy whose importance matrix is still a path (unread), naming the tensor.
 
     >>> from kiln_np import payload_info
     >>> ts = [("blk.0.ffn_down.weight", payload_info("f16", (256, 1408))),
@@ -569,6 +697,16 @@ def mix_decisions(
     Q4_K_M does not quantize it (1-D) - kept: 1-D
     """
     assert policy.default is not None  # a policy with a file type
+    imatrix = policy.imatrix
+    if isinstance(imatrix, str):
+        raise KilnError(
+            "TYPE",
+            f"imatrix {imatrix!r}: expected an importance matrix read (kiln_np.gguf."
+            "read_imatrix), found its path: pass imatrix=read_imatrix(path), or convert with "
+            "kiln_np.save_weights, kiln_np.gguf.save_gguf or kiln-np convert, which read it",
+        )
+    kept = None if imatrix is None or not imatrix.entries else imatrix.entries
+    sizes = None if kept is None else {name: e.weights.size for name, e in kept.items()}
     views = [_ggml_view(info) for _, info in tensors]
     mixed = [
         MixTensor(name, view[1], view[0])
@@ -578,7 +716,9 @@ def mix_decisions(
     if not policy.keep_split:  # llama.cpp's order; --keep-split keeps the files'
         mixed.sort(key=lambda t: llama_order_key(t.name))
     meta = {} if metadata is None else metadata
-    choices = choose_types(policy.default, mixed, meta, name_types=policy.rules, **policy.flags)
+    choices = choose_types(
+        policy.default, mixed, meta, name_types=policy.rules, imatrix=sizes, **policy.flags
+    )
     by_name = {c.source: c for c in choices}
     out: list[Decision] = []
     for (name, info), view in zip(tensors, views, strict=True):
@@ -590,16 +730,43 @@ def mix_decisions(
         if c is None:
             out.append(Decision(None, "--prune-layers", None))
             continue
-        out.append(Decision(_target(policy, name, info, view[0], c), c.rule, c.name))
+        blocks = c.type_name in BLOCKS and c.type_id != view[0] and not c.rule.startswith(_KEPT)
+        weights, note = _weights(kept, c, view[1]) if blocks else (None, None)
+        target = _target(policy, name, info, view[0], c, weights is not None)
+        if not isinstance(target, Block):  # not a float type: kept, saying why
+            weights, note = None, None
+        out.append(Decision(target, c.rule, c.name, weights, note))
     return out
 
 
+def _weights(
+    entries: Mapping[str, Any] | None, c: Choice, shape: tuple[int, ...]
+) -> tuple[np.ndarray | None, str | None]:
+    """The importance weights choice ``c`` quantizes a tensor of element ``shape``
+    with, and what the importance matrix gave it (None, None without one)."""
+    if entries is None:
+        return None, None
+    entry = entries.get(imatrix_name(c.name, c.source))
+    weights = None if entry is None else tensor_weights(entry, c.source, shape)
+    if weights is None:
+        return None, "no entry"
+    if c.type_name in IGNORES_IMATRIX:
+        return None, "ignored"
+    return weights, "weights"
+
+
 def _target(
-    policy: QuantizePolicy, name: str, info: PayloadInfo, type_id: int, c: Choice
+    policy: QuantizePolicy,
+    name: str,
+    info: PayloadInfo,
+    type_id: int,
+    c: Choice,
+    weighted: bool = False,
 ) -> Target | str | None:
-    """What tensor ``name`` (``info``, of GGML type ``type_id``) becomes under choice ``c``."""
+    """What tensor ``name`` (``info``, of GGML type ``type_id``) becomes under choice
+    ``c`` (``weighted``: with importance weights)."""
     kind = info.element.name
-    if c.rule.startswith("kept: "):
+    if c.rule.startswith(_KEPT):
         return f"{policy.default} does not quantize it ({c.rule.removeprefix('kept: ')})"
     if c.type_id == type_id:
         return None
@@ -608,11 +775,17 @@ def _target(
         return f"{kind} is not a float type: {c.type_name} quantizes f32, f16, bf16 and f64 tensors"
     if c.type_name.lower() in FLOAT_TARGETS:
         return FLOAT_TARGETS[c.type_name.lower()]
-    if c.type_name not in ENCODERS:
+    if c.type_name not in (WEIGHTED_KERNELS if weighted else ENCODERS):
+        why = (
+            f"kiln_np has no quantizer of {c.type_name} that takes an importance matrix"
+            if weighted
+            else refusal(c.type_name)
+        )
+        with_weights = " with importance weights" if weighted else ""
         raise KilnError(
             "TYPE",
-            f"tensor {name!r}: {c.rule} gives it {c.type_name}, which kiln_np cannot "
-            f"write: {refusal(c.type_name)}",
+            f"tensor {name!r}: {c.rule} gives it {c.type_name}{with_weights}, which kiln_np "
+            f"cannot write: {why}",
         )
     return BLOCKS[c.type_name]
 

@@ -25,7 +25,11 @@ a bounded run of whole blocks at a time, widens (or rounds, from f64) them to
 float32 into one reused buffer, quantizes them into another
 (``kiln_np._quants.quantize.quantize_into``: ggml's bytes) and writes them; a NaN
 or infinity is TYPE naming the tensor and the index, raised while the file is
-still a temporary, so nothing partial lands.
+still a temporary, so nothing partial lands.  A tensor with importance weights (a
+file type's mix under an importance matrix) is read a bounded run of whole rows
+at a time (at least one row), and each run quantized an expert's rows at a time
+with that expert's weights, as ``llama-quantize --imatrix`` hands ggml chunks
+that never cross an expert.
 
 A logical tensor (one weight a quantization scheme stores as several parts:
 DeepSeek's FP8 ``weight`` and ``weight_scale_inv``, GPTQ's ``qweight`` ...) given
@@ -121,11 +125,16 @@ class Quantized(NamedTuple):
     description's dtype) and the description of its float ``values``
     (``values.offset`` in the source file); with ``decoded``, ``values`` are GGML
     blocks of that type, decoded to float32 first (llama-quantize's
-    ``--allow-requantize``)."""
+    ``--allow-requantize``).  With ``weights`` (float32, one row of the row length
+    per expert: an importance matrix's entry), each expert's rows are quantized
+    with its row of them (``llama-quantize --imatrix``); ``imatrix`` says what an
+    importance matrix gave the tensor (``kiln_np._convert.policy.IMATRIX_NOTES``)."""
 
     block: Block | None
     values: PayloadInfo
     decoded: Block | None = None
+    weights: np.ndarray | None = None
+    imatrix: str | None = None
 
 
 class TensorSource(NamedTuple):
@@ -253,6 +262,8 @@ class TensorSource(NamedTuple):
     def _write_quantized(self, fd: int, how: Quantized, progress: Progress | None) -> None:
         values, block = how.values, how.block
         unit = 1 if block is None else block.elements
+        if how.weights is not None:
+            unit = values.shape[-1]  # whole rows: each takes its expert's weights
         total = values.count
         step = max(1, min(total, _QUANTIZE_CHUNK) // unit) * unit
         wide = values.dtype.itemsize
@@ -261,7 +272,7 @@ class TensorSource(NamedTuple):
         out = (
             np.empty(step, self.info.dtype)
             if block is None
-            else np.empty(step // unit * block.bytes, U8)
+            else np.empty(step // block.elements * block.bytes, U8)
         )
         for start, chunk in self._byte_runs(values, step * wide, "quantized"):
             lo, n = start // wide, chunk.size // wide
@@ -276,8 +287,8 @@ class TensorSource(NamedTuple):
             if block is None:
                 written = self._floats(part, x, lo, out[:n])
             else:
-                written = out[: n // unit * block.bytes]
-                bad = quantize_into(block.name, part, written)
+                written = out[: n // block.elements * block.bytes]
+                bad = _quantize_rows(block, part, written, lo, values.shape, how.weights)
                 if bad >= 0:
                     raise unquantizable(block.name, values.shape, lo + bad, x[bad]).prefixed(
                         f"tensor {self.name!r}: "
@@ -291,10 +302,15 @@ class TensorSource(NamedTuple):
     ) -> None:
         """GGML blocks decoded to float32 (ggml's values) a run at a time, then
         quantized (or rounded to the float type written); a run is whole blocks
-        of both types, so it never splits a block (rows are whole blocks of both)."""
+        of both types, so it never splits a block (rows are whole blocks of both),
+        and whole rows with importance weights."""
+        shape = how.values.shape
+        elements = (*shape[:-1], shape[-1] * source.elements)  # the values' shape
         unit = (
             source.elements if how.block is None else math.lcm(source.elements, how.block.elements)
         )
+        if how.weights is not None:
+            unit = elements[-1]  # whole rows: each takes its expert's weights
         step = max(1, _QUANTIZE_CHUNK // unit) * unit
         f32 = np.empty(step, np.float32)
         out = (
@@ -313,11 +329,11 @@ class TensorSource(NamedTuple):
                 written = self._floats(part, part, lo, out[: part.size])
             else:
                 written = out[: part.size // how.block.elements * how.block.bytes]
-                bad = quantize_into(how.block.name, part, written)
+                bad = _quantize_rows(how.block, part, written, lo, elements, how.weights)
                 if bad >= 0:
-                    raise unquantizable(
-                        how.block.name, self.info.shape, lo + bad, part[bad]
-                    ).prefixed(f"tensor {self.name!r}: ")
+                    raise unquantizable(how.block.name, elements, lo + bad, part[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
             write_all(fd, written.view(U8).data)
             if progress is not None:
                 progress(written.nbytes)
@@ -370,6 +386,43 @@ class TensorSource(NamedTuple):
         with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
             out[...] = part  # rounded to nearest even
         return out
+
+
+def _quantize_rows(
+    block: Block,
+    part: np.ndarray,
+    out: np.ndarray,
+    lo: int,
+    shape: tuple[int, ...],
+    weights: np.ndarray | None,
+) -> int:
+    """Quantize the float32 ``part`` (from flat index ``lo`` of values of
+    ``shape``) into ``out``; with ``weights`` (a row per expert), ``part`` is
+    whole rows, quantized an expert's rows at a time with its row of weights, as
+    ``llama_tensor_quantize_impl`` hands ggml chunks that never cross an expert.
+    Returns :func:`quantize_into`'s -1 or first bad index into ``part``.
+
+    >>> from kiln_np._quants.blocks import BLOCKS
+    >>> w = np.array([[1.0] * 32, [2.0] * 32], np.float32)  # 2 experts, rows of 32
+    >>> out = np.empty(4 * 34, np.uint8)
+    >>> _quantize_rows(BLOCKS["Q8_0"], np.ones(128, np.float32), out, 0, (2, 2, 32), w)
+    -1
+    """
+    if weights is None:
+        return quantize_into(block.name, part, out)
+    row = shape[-1]
+    per_expert = shape[-2] * row  # elements of one expert
+    per_row = row // block.elements * block.bytes
+    start = 0
+    while start < part.size:
+        expert = (lo + start) // per_expert
+        end = min(part.size, (expert + 1) * per_expert - lo)
+        piece = out[start // row * per_row : end // row * per_row]
+        bad = quantize_into(block.name, part[start:end], piece, weights[expert])
+        if bad >= 0:
+            return start + bad
+        start = end
+    return -1
 
 
 def _read_at(src: io.RawIOBase, offset: int, into: np.ndarray) -> int:
@@ -588,9 +641,12 @@ def tensor_sources(
 
 
 def _mixed(source: TensorSource, decision: Decision) -> TensorSource:
-    """``source`` as a file type's mix makes it, with the rule that chose it and
-    its output name."""
+    """``source`` as a file type's mix makes it, with the rule that chose it, its
+    output name and its importance weights."""
     made = _quantized(source, decision.target)
+    if made.quantized is not None and decision.imatrix is not None:
+        how = made.quantized._replace(weights=decision.weights, imatrix=decision.imatrix)
+        made = made._replace(quantized=how)
     return made._replace(name=decision.name or source.name, rule=decision.rule or None)
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "MixTensor",
     "choose_types",
     "counted_layers",
+    "imatrix_name",
     "llama_order_key",
     "model_facts",
     "pruned_block_count",
@@ -343,6 +344,23 @@ def _remapped(
     return out, next_id
 
 
+def imatrix_name(name: str, source: str) -> str:
+    """The name llama-quantize looks a tensor up under in the importance matrix
+    (``remap_imatrix``): its name in the input, ``source``, unless
+    ``--prune-layers`` renamed it to ``name``: then ``name`` with the layer number
+    the input gave it (as ``std::to_string`` writes it).
+
+    >>> imatrix_name("blk.1.ffn_up.weight", "blk.2.ffn_up.weight")
+    'blk.2.ffn_up.weight'
+    >>> imatrix_name("blk.3.w", "blk.03.w"), imatrix_name("output.weight", "output.weight")
+    ('blk.3.w', 'output.weight')
+    """
+    new, old = _BLOCK.search(name), _BLOCK.search(source)
+    if name == source or new is None or old is None:
+        return source
+    return name[: new.start(1)] + str(int(old[1])) + name[new.end(1) :]
+
+
 Override = tuple[str, Callable[[str], bool], str]
 """A per-tensor type: the rule's words, whether it matches a name, the type."""
 
@@ -497,9 +515,10 @@ def choose_types(
         ``--prune-layers``: the layers left out; the later ones are renumbered.
     imatrix : mapping of str to int, optional
         ``--imatrix``: the importance matrix's entries (input tensor names) and
-        their sizes, after ``--include-weights`` / ``--exclude-weights``.  Given
-        (even empty), the rules that read ``has_imatrix`` see one, and a tensor
-        that needs one is refused only when it has no entry.
+        their sizes, after ``--include-weights`` / ``--exclude-weights`` (None
+        when none is kept: llama-quantize then runs as without one).  Given, the
+        rules that read ``has_imatrix`` see one, and a tensor that needs one is
+        refused only when it has no entry (looked up by :func:`imatrix_name`).
     dry_run : bool
         As ``--dry-run``: choose without refusing what only the writing refuses.
 
@@ -596,14 +615,14 @@ def _refuse_unwritable(
     if imatrix is None and need is not None:
         raise KilnError(
             "TYPE",
-            f"{mix}: tensor {need.name!r} as {need.type_name} needs an importance matrix "
-            "(llama-quantize --imatrix), which kiln_np's conversion does not take yet: "
+            f"{mix}: tensor {need.name!r} as {need.type_name} needs an importance matrix, "
+            "as llama-quantize refuses it without one: pass imatrix= (--imatrix FILE), or "
             "choose another file type or another type for the tensor",
         )
     for c, (_, source) in zip(choices, kept, strict=True):
         if c.type_id == source.type_id:
             continue  # written as it is
-        size = None if imatrix is None else imatrix.get(source.name)
+        size = None if imatrix is None else imatrix.get(imatrix_name(c.name, source.name))
         wanted = source.shape[-1] * (source.shape[-3] if len(source.shape) >= 3 else 1)
         if size is not None and size != wanted and category(source.name) != "token_embd":
             raise KilnError(
@@ -615,7 +634,8 @@ def _refuse_unwritable(
             raise KilnError(
                 "TYPE",
                 f"{mix}: tensor {source.name!r} as {c.type_name} needs an importance matrix "
-                "entry (a very low-bit type), and the importance matrix has none for it",
+                "entry (a very low-bit type), and the importance matrix (--imatrix) has none "
+                "for it",
             )
         if source.type_id in _BLOCK_IDS and not requantize:
             raise KilnError(

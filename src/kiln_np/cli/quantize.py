@@ -1,6 +1,7 @@
 """llama-quantize's flags on ``kiln-np convert --quantize FTYPE``: the arguments,
-the policy they make with ``--quantize`` (``--tensor-type-file`` read, a flag
-without ``--quantize`` USAGE) and the totals in llama-quantize's words."""
+the policy they make with ``--quantize`` (``--tensor-type-file`` and ``--imatrix``
+read, a flag without ``--quantize`` USAGE) and the totals in llama-quantize's
+words."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from kiln_np._convert.plan import OptionsError
 from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._files.io import open_regular
+from kiln_np.gguf import Imatrix, read_imatrix
 
 from .errors import CliError, file_error
 
@@ -63,6 +66,27 @@ def _layers(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+_SELECTS = {"--include-weights": "include_weights", "--exclude-weights": "exclude_weights"}
+
+
+def _imatrix(args: argparse.Namespace) -> Imatrix | None:
+    """``--imatrix FILE`` read with ``--include-weights`` / ``--exclude-weights``
+    (the path as typed: what ``quantize.imatrix.file`` records); USAGE for those
+    without it, or both, FILE for a file that cannot be read."""
+    include, exclude = args.include_weights or [], args.exclude_weights or []
+    if args.imatrix is None:
+        if include or exclude:
+            flag = "--include-weights" if include else "--exclude-weights"
+            raise CliError("USAGE", f"{flag}: it selects entries of --imatrix FILE, not given")
+        return None
+    try:
+        return read_imatrix(args.imatrix, include=include, exclude=exclude)
+    except OptionsError as exc:
+        raise CliError(exc.cli_kind, exc.usage) from None
+    except OSError as exc:
+        raise file_error("read", args.imatrix, exc) from exc
+
+
 def quantize_policy(args: argparse.Namespace) -> QuantizePolicy | str | None:
     """``--quantize`` with llama-quantize's flags, or USAGE for a flag without it."""
     tensor_types = list(args.tensor_type or [])
@@ -72,7 +96,9 @@ def quantize_policy(args: argparse.Namespace) -> QuantizePolicy | str | None:
     flags["tensor_types"] = tensor_types
     flags["override_kv"] = list(args.override_kv or [])
     flags["prune_layers"] = args.prune_layers or []
+    flags["imatrix"] = args.imatrix
     given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v not in (None, False, [])]
+    given += [f for f, v in _SELECTS.items() if getattr(args, v)]
     quantize: str | None = args.quantize
     if not given:
         return quantize
@@ -82,6 +108,7 @@ def quantize_policy(args: argparse.Namespace) -> QuantizePolicy | str | None:
             f"{', '.join(given)}: llama-quantize's flags need --quantize with a file type "
             "(Q4_K_M, q8_0, ...)",
         )
+    flags["imatrix"] = _imatrix(args)
     return QuantizePolicy.parse(quantize, **flags)
 
 
@@ -158,6 +185,26 @@ def add_mix_flags(parser: argparse.ArgumentParser) -> None:
         metavar="L0,L1,...",
         type=_layers,
         help="leave these layers out, renumbering the later ones and the block count",
+    )
+    mix.add_argument(
+        "--imatrix",
+        metavar="FILE",
+        help="an importance matrix (llama-imatrix's GGUF or legacy .dat): each tensor with "
+        "an entry is quantized with its weights, as llama-quantize --imatrix; the file "
+        "records FILE as typed (quantize.imatrix.file)",
+    )
+    mix.add_argument(
+        "--include-weights",
+        metavar="NAME",
+        action="append",
+        help="use only the imatrix entries whose names contain NAME; repeatable",
+    )
+    mix.add_argument(
+        "--exclude-weights",
+        metavar="NAME",
+        action="append",
+        help="leave out the imatrix entries whose names contain NAME; repeatable; not with "
+        "--include-weights",
     )
     mix.add_argument(
         "--override-kv",

@@ -36,6 +36,7 @@ from kiln_np._weights.logical import LogicalTensor
 from kiln_np._weights.summary import ORDERS, ordered
 from kiln_np._weights.tensors import WeightTensor
 from kiln_np._weights.weights import Weights
+from kiln_np.gguf import Imatrix
 
 from .args import json_flag, parse_size, subparser
 from .errors import CliError, Stopped, file_error
@@ -529,6 +530,7 @@ def _write(
     for note in plan.notes:
         say(f"note: {note}", stream=sys.stderr)
     total = sum(s.target_bytes for s in plan.steps)
+    matrix = _imatrix_of(plan)
     if args.scheduler is not None:
         written = _save_on_cluster(args, plan, chosen)
     else:
@@ -547,6 +549,8 @@ def _write(
         "dequantized": actions.get("dequantize", 0),
         "quantize": None if plan.quantize is None else str(plan.quantize),
         "quantized": actions.get("quantize", 0),
+        "imatrix": None if matrix is None else matrix.path,
+        "weighted": sum(s.imatrix == "weights" for s in plan.steps),
         "kept": kept,
         "files": written,
         "selection": selection,
@@ -573,8 +577,9 @@ def _summary(record: Mapping[str, Any], plan: Plan) -> str:
         else ""
     )
     if plan.quantize is not None:
+        weighted = f" ({record['weighted']} with importance weights)" if record["imatrix"] else ""
         decoded = (
-            f", {record['quantized']} quantized ({plan.quantize}), "
+            f", {record['quantized']} quantized ({plan.quantize}){weighted}, "
             f"{len(_kept(plan))} kept their type"
         )
     return f"{record['byte_length']} payload bytes, {record['from']} -> {to}{decoded}{dropped}"
@@ -640,14 +645,18 @@ def _print_plan(
     if args.json:
         print_json(record)
         return 0
-    rows = [["name", "action", "type", "bytes", "bpw", "why"]]
+    matrix = _imatrix_of(plan)
+    rows = [["name", "action", "type", "bytes", "bpw", *(["imatrix"] if matrix else []), "why"]]
     for step in (s.record() for s in plan.steps):
         change = step["source_type"]
         size = human_bytes(step["source_bytes"])
         if step["target_type"] != step["source_type"]:
             change += f" -> {step['target_type']}"
             size += f" -> {human_bytes(step['target_bytes'])}"
-        rows.append([step["name"], step["action"], change, size, _bpw_text(step), step["reason"]])
+        given = [step["imatrix"] or "-"] if matrix else []
+        rows.append(
+            [step["name"], step["action"], change, size, _bpw_text(step), *given, step["reason"]]
+        )
     say(table(rows, right=(3, 4)))
     actions = ", ".join(f"{n} {a}" for a, n in totals["actions"].items())
     say(
@@ -657,9 +666,44 @@ def _print_plan(
     )
     if plan.quantize is not None and plan.quantize.file_type is not None:
         say(llama_totals(totals))
+    if matrix is not None:
+        say(_imatrix_text(matrix, plan))
     for note in plan.notes:
         say(f"note: {note}")
     return 0
+
+
+def _imatrix_of(plan: Plan) -> Imatrix | None:
+    """The importance matrix the plan quantizes with, None without one."""
+    matrix = None if plan.quantize is None else plan.quantize.imatrix
+    return matrix if isinstance(matrix, Imatrix) else None
+
+
+def _imatrix_text(matrix: Imatrix, plan: Plan) -> str:
+    """What the importance matrix gave the plan's tensors, in a line.
+
+    >>> import numpy as np
+    >>> from kiln_np import QuantizePolicy
+    >>> from kiln_np.formats import plan_weights
+    >>> from kiln_np.gguf import ImatrixEntry
+    >>> e = ImatrixEntry("w.weight", np.ones((1, 32), np.float32), (1,))
+    >>> m = Imatrix("i.gguf", "gguf", (), 1, 512, {"w.weight": e}, 2)
+    >>> plan = plan_weights("m.gguf", {"w.weight": np.ones((2, 32), np.float32)},
+    ...                     format="gguf", quantize=QuantizePolicy.parse("q8_0", imatrix=m))
+    >>> _imatrix_text(m, plan)
+    'imatrix i.gguf: 1 of 2 entries kept, 1 chunk; tensors quantized: 1 ignored'
+    """
+    counts: dict[str, int] = {}
+    for step in plan.steps:
+        if step.imatrix is not None:
+            counts[step.imatrix] = counts.get(step.imatrix, 0) + 1
+    kept = len(matrix.entries)
+    entries = (
+        f"{kept} of {matrix.loaded} entries kept" if kept != matrix.loaded else f"{kept} entries"
+    )
+    chunks = f"{matrix.chunk_count} chunk{'s' * (matrix.chunk_count != 1)}"
+    given = ", ".join(f"{n} {what}" for what, n in counts.items()) or "none"
+    return f"imatrix {matrix.path}: {entries}, {chunks}; tensors quantized: {given}"
 
 
 def _bpw_text(record: Mapping[str, Any]) -> str:

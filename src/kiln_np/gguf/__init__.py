@@ -114,15 +114,19 @@ Modules
 other; ``_format``, the format's row (``FORMAT``) and ``save_gguf``, a conversion
 planned and executed into it; ``_dequantize`` and ``_quantize``, the GGML types' numbers both ways
 (``dequantize``: ggml's ``dequantize_row_*``; ``quantize``: the bytes
-``ggml_quantize_chunk`` writes with no importance matrix), on
+``ggml_quantize_chunk`` writes, with or without an importance matrix), on
 ``kiln_np._quants``; ``_imatrix``, ``read_imatrix``: ``llama-imatrix``'s files (GGUF,
 read with ``_reader``, or the legacy ``.dat``) as the weights ``llama-quantize
---imatrix`` quantizes with.  ``kiln_np.gguf`` needs nothing but numpy.
+--imatrix`` quantizes with (an :class:`Imatrix`, whose type stands in
+``kiln_np._convert.imatrix``, where a ``QuantizePolicy`` holds it), and a policy's
+imatrix path read for the doors that plan a conversion.  ``kiln_np.gguf`` needs nothing but numpy.
 """
+
+from kiln_np._convert.imatrix import Imatrix, ImatrixEntry
 
 from ._dequantize import dequantize
 from ._format import save_gguf
-from ._imatrix import Imatrix, ImatrixEntry, read_imatrix
+from ._imatrix import read_imatrix
 from ._quantize import quantize
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code

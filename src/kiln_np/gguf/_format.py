@@ -14,6 +14,7 @@ from kiln_np._convert.sources import Dequantize
 from kiln_np._core.checks import check_path, set_module, written_path
 from kiln_np._weights.weights import Weights
 
+from ._imatrix import with_imatrix_read
 from ._reader import open_gguf
 from ._types import MAGIC, split_siblings
 from ._writer import gguf_paths, write_gguf
@@ -109,7 +110,8 @@ def save_gguf(
         Quantize float tensors to GGML blocks (or store them as another float
         type) by name, as the policy says (``"q8_0"``, ``"q4_k,*norm*=f32"``:
         see ``kiln_np.save_weights``), a bounded run of blocks at a time, byte
-        for byte as :func:`quantize`; not with ``dequantize``.
+        for byte as :func:`quantize`; not with ``dequantize``.  A policy's
+        importance matrix given as a path is read here (:func:`read_imatrix`).
 
     Returns
     -------
@@ -140,7 +142,7 @@ def save_gguf(
     target = written_path(check_path(path))
     plan = plan_conversion(
         tensors, target, FORMAT, max_shard_size=max_shard_size, dequantize=dequantize,
-        quantize=quantize,
+        quantize=with_imatrix_read(quantize),
     )  # fmt: skip
     return write_gguf(
         target,

@@ -70,11 +70,18 @@ import os
 import struct
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import NamedTuple
 
 import numpy as np
 
+from kiln_np._convert.imatrix import (
+    Imatrix,
+    ImatrixEntry,
+    check_finite,
+    entry_kept,
+    substrings,
+)
 from kiln_np._convert.plan import OptionsError
+from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._core.checks import check_path, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import open_regular_raw
@@ -84,7 +91,7 @@ from ._reader import GGUFTensorInfo, read_gguf
 from ._types import MAGIC, MAX_NAME_BYTES
 from ._values import GGUFMetadata, malformed, truncated
 
-__all__ = ["Imatrix", "ImatrixEntry", "read_imatrix"]
+__all__ = ["read_imatrix", "with_imatrix_read"]
 
 DATASETS_KEY = "imatrix.datasets"
 CHUNK_COUNT_KEY = "imatrix.chunk_count"
@@ -94,59 +101,6 @@ _MAX_INT32 = 2**31 - 1
 _LROUND_LIMIT = 2.0**63  # lround's int64 holds less: llama.cpp's result is undefined past it
 _I32 = struct.Struct("<i")
 _MIN_ENTRY = 16  # a legacy entry's name length, ncall, nval and one value
-
-
-@set_module("kiln_np.gguf")
-class ImatrixEntry(NamedTuple):
-    """One tensor's importance weights, as ``llama-quantize`` quantizes with them.
-
-    Attributes
-    ----------
-    name : str
-        The weight tensor's name in the model (``blk.0.attn_q.weight``).
-    weights : numpy.ndarray
-        float32, read-only, one row per expert: shape ``(experts, row length)``;
-        ``(1, row length)`` for a 2-D tensor, and for every entry of a legacy
-        file (which does not say how many experts: its one row holds them all).
-    counts : tuple of int
-        GGUF: per expert, the tokens it saw, rounded as ``lround`` rounds (an
-        expert with 0 has weights of 1); legacy: ``(ncall,)``.
-    """
-
-    name: str
-    weights: np.ndarray
-    counts: tuple[int, ...]
-
-
-@set_module("kiln_np.gguf")
-class Imatrix(NamedTuple):
-    """An importance matrix as :func:`read_imatrix` found it.
-
-    Attributes
-    ----------
-    path : str
-        The file, as given.
-    format : str
-        ``"gguf"`` or ``"dat"`` (the legacy format).
-    datasets : tuple of str
-        The calibration files it was computed on (a legacy file has at most one).
-    chunk_count : int
-        The chunks of text it was computed on (0 when a legacy file does not say).
-    chunk_size : int
-        Tokens per chunk (0 for a legacy file).
-    entries : Mapping of str to ImatrixEntry
-        Read-only, in name order: the entries ``include``/``exclude`` kept.
-    loaded : int
-        The entries of the file, before ``include``/``exclude``.
-    """
-
-    path: str
-    format: str
-    datasets: tuple[str, ...]
-    chunk_count: int
-    chunk_size: int
-    entries: Mapping[str, ImatrixEntry]
-    loaded: int
 
 
 @set_module("kiln_np.gguf")
@@ -202,7 +156,7 @@ def read_imatrix(
     >>> entry.weights.tolist(), entry.counts  # expert 1 saw no token: weights of 1
     ([[3.0, 4.0], [1.0, 1.0]], (2, 0))
     """
-    include_, exclude_ = _patterns(include, "include"), _patterns(exclude, "exclude")
+    include_, exclude_ = substrings(include, "include"), substrings(exclude, "exclude")
     if include_ and exclude_:
         raise OptionsError(
             "expected include or exclude, not both (llama-quantize refuses "
@@ -216,9 +170,9 @@ def read_imatrix(
         head = os.pread(f.fileno(), len(MAGIC), 0)
         fields = _read_gguf_imatrix(real, where) if head == MAGIC else _read_legacy(f, where)
     fmt, datasets, chunk_count, chunk_size, entries = fields
-    kept = [e for e in entries if _kept(e.name, include_, exclude_)]
+    kept = [e for e in entries if entry_kept(e.name, include_, exclude_)]
     for entry in kept:
-        _check_finite(entry, where)
+        check_finite(entry, where)
     return Imatrix(
         given,
         fmt,
@@ -230,40 +184,21 @@ def read_imatrix(
     )
 
 
-def _patterns(value: object, what: str) -> tuple[str, ...]:
-    """``include``/``exclude`` as a tuple of substrings (a str is one)."""
-    if isinstance(value, str):
-        return (value,)
-    items = tuple(value) if isinstance(value, Iterable) else (value,)
-    if not all(isinstance(item, str) for item in items):
-        bad = next(item for item in items if not isinstance(item, str))
-        raise KilnError(
-            "TYPE",
-            f"expected {what} to be a str or an iterable of str (substrings of entry "
-            f"names), found {show_value(bad)}",
+def with_imatrix_read(quantize: QuantizePolicy | str | None) -> QuantizePolicy | str | None:
+    """``quantize`` with its importance matrix read: a :class:`~kiln_np.QuantizePolicy`
+    whose ``imatrix`` is a path gets what :func:`read_imatrix` reads of it (with
+    its ``include_weights`` / ``exclude_weights``); anything else is returned as
+    it is (what the plan refuses of it, it refuses).
+
+    >>> with_imatrix_read("q8_0")
+    'q8_0'
+    """
+    if isinstance(quantize, QuantizePolicy) and isinstance(quantize.imatrix, str):
+        read = read_imatrix(
+            quantize.imatrix, include=quantize.include_weights, exclude=quantize.exclude_weights
         )
-    return items
-
-
-def _kept(name: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> bool:
-    """``prepare_imatrix``: a name that contains an excluded substring is dropped;
-    with ``include``, only a name that contains an included one is kept."""
-    if exclude:
-        return not any(p in name for p in exclude)
-    return not include or any(p in name for p in include)
-
-
-def _check_finite(entry: ImatrixEntry, where: str) -> None:
-    bad = np.flatnonzero(~np.isfinite(entry.weights))
-    if bad.size:
-        index = int(bad[0])
-        value = float(entry.weights.flat[index])
-        raise KilnError(
-            "TYPE",
-            f"{where}entry {entry.name!r}: expected finite weights (llama-quantize refuses "
-            f"an imatrix with a non-finite value), found {value} at element {index}",
-            index=index,
-        )
+        return quantize.with_imatrix(read)
+    return quantize
 
 
 def _frozen(weights: np.ndarray) -> np.ndarray:
