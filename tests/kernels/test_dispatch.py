@@ -162,6 +162,20 @@ def ggml_encode(row: Kernel) -> Case:
     )
 
 
+def ggml_encode_weighted(row: Kernel) -> Case:
+    """Three rows of two blocks and their weight row, a NaN in the third row's first
+    block: the blocks of the rows before it, and where it is."""
+    block = BLOCKS[row.name.split(".", 1)[1]]
+    src = _rng().standard_normal(6 * block.elements).astype(np.float32)
+    src[4 * block.elements + 7] = np.nan
+    weights = np.exp(_rng().standard_normal(2 * block.elements)).astype(np.float32)
+    return (src, weights, np.zeros(6 * block.bytes, np.uint8)), (
+        lambda result, args: (
+            _bytes(args[2][: 4 * block.bytes]) + repr(min(r for r in result if r >= 0)).encode()
+        )
+    )
+
+
 SAMPLES: dict[str, Callable[..., Case]] = {
     "unpack": unpack,
     "pack": pack,
@@ -181,6 +195,7 @@ SAMPLES: dict[str, Callable[..., Case]] = {
     "scaled_pairs": scaled_pairs,
     "ggml_to_float32": ggml_decode,
     "ggml_from_float32": ggml_encode,
+    "ggml_from_float32_weighted": ggml_encode_weighted,
 }
 
 

@@ -502,6 +502,14 @@ def every_kernel(kernels: Any) -> list[bytes]:
         encoded = np.zeros(count * nbytes, np.uint8)
         out += [str(kernels.ggml_from_float32(type_id, x, encoded, 0, count)).encode()]
         out.append(encoded.tobytes())
+    # The weighted encoders on the golden rows, each with its importance weights.
+    rows = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "quantize_imatrix.npz")
+    for type_id, elements, nbytes, weighted in kernels.ggml_quant_types():
+        for row, weights in zip(rows["input"], rows["weights"], strict=True) if weighted else ():
+            count = row.size // elements
+            encoded = np.zeros(count * nbytes, np.uint8)
+            found = kernels.ggml_from_float32_weighted(type_id, row, weights, encoded, 0, count)
+            out += [str(found).encode(), encoded.tobytes()]
     # The statistics kernel on every 16-bit pattern and on float32 bits, normal and random.
     halves = np.concatenate([np.arange(1 << 16, dtype=np.uint16), packed[:-1].view(np.uint16)])
     singles = np.concatenate(
