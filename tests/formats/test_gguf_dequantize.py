@@ -21,7 +21,12 @@ from kiln_np import KilnError, Layout, Payload, mx
 from kiln_np import gguf as kg
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
-from kiln_np._quants.quantize import ENCODERS, NEEDS_IMATRIX
+from kiln_np._quants.quantize import (
+    ENCODERS,
+    IGNORES_IMATRIX,
+    NEEDS_IMATRIX,
+    WEIGHTED_KERNELS,
+)
 
 if TYPE_CHECKING:
     import gguf
@@ -172,14 +177,24 @@ def expected_row(name: str) -> list[str]:
 
 
 def quantize_reference(name: str) -> str:
-    """The docs table's "quantize" cell: ggml's function kiln_np writes the bytes of."""
+    """The docs table's "quantize" cell: ggml's function kiln_np writes the bytes of,
+    and what it does with an importance matrix: takes one (and the function whose
+    bytes it then writes) or ignores it."""
+    lower = name.lower().replace("_k", "_K")
     if name == "IQ4_NL":  # its _ref tries no scales; the chunk quantizer seven
-        return "ggml `ggml_quantize_chunk` (`quantize_iq4_nl`, not its `_ref`)"
-    if name in ENCODERS:
-        return f"ggml `quantize_row_{name.lower().replace('_k', '_K')}_ref`"
-    if name in NEEDS_IMATRIX:
+        cell = "ggml `ggml_quantize_chunk` (`quantize_iq4_nl`, not its `_ref`)"
+    elif name in ENCODERS:
+        cell = f"ggml `quantize_row_{lower}_ref`"
+    elif name in NEEDS_IMATRIX:
         return "TYPE: needs an importance matrix"
-    return "TYPE: ggml never stores it"
+    else:
+        return "TYPE: ggml never stores it"
+    if name in WEIGHTED_KERNELS:  # IQ4_XS's quantizer is IQ4_NL's with 8 sub-blocks
+        impl = "quantize_row_iq4_nl_impl" if name == "IQ4_XS" else f"quantize_row_{lower}_impl"
+        return f"{cell}; takes an imatrix (`{impl}`)"
+    if name in IGNORES_IMATRIX:
+        return f"{cell}; ignores an imatrix"
+    return cell
 
 
 def test_docs_table_of_decoded_types() -> None:
