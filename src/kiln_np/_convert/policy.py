@@ -200,8 +200,8 @@ class QuantizePolicy:
     Raises
     ------
     KilnError
-        TYPE for a type it cannot write (an unknown name, an IQ1, IQ2 or IQ3_XXS
-        type, which needs an importance matrix), an empty or malformed pattern, a
+        TYPE for a type it cannot write (an unknown name, an IQ1 or IQ2 type,
+        which needs an importance matrix), an empty or malformed pattern, a
         pattern given twice, a rule that is not a pair of strings, a flag
         without a file type, a flag's malformed type or pattern, an ``imatrix``
         that is neither a path nor an :class:`Imatrix` (or one with a non-finite

@@ -52,7 +52,7 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
-_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq4, encode_k_min, encode_k_sym)
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq3, encode_iq4, encode_k_min, encode_k_sym)
 
 WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
     {
@@ -73,8 +73,9 @@ name.  :data:`WEIGHTED_KERNELS` holds both kinds."""
 IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
 """The types whose ggml quantizers take no notice of an importance matrix."""
 
-NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ2_S", "IQ1_M")
-"""The grid types, whose ggml quantizers are meant to run with an importance matrix."""
+NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S", "IQ1_M")
+"""The IQ1 and IQ2 grid types, whose ggml quantizers are meant to run with an
+importance matrix (llama-quantize refuses them without one)."""
 
 _NOT_STORED = ("Q8_1", "Q8_K")
 
@@ -107,7 +108,7 @@ def refusal(name: str) -> str:
     if name in NEEDS_IMATRIX:
         return (
             f"{name} is quantized with an importance matrix (llama-quantize refuses IQ1 and "
-            "IQ2 types without one; IQ3 is made for one), which kiln_np does not take"
+            "IQ2 types without one), which kiln_np does not take"
         )
     if name in _NOT_STORED:
         return f"{name} is an intermediate type of ggml's dot products, not one it stores"

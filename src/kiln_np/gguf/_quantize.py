@@ -91,7 +91,7 @@ def quantize(array: object, type: object, *, imatrix: object = None) -> Payload:
     type : str, int or GGMLType
         A GGML type of :data:`TYPES` by name in any case (``"q4_k"``), by id
         (12) or by row: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
-        Q6_K, IQ4_NL, IQ3_S, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 or Q2_0
+        Q6_K, IQ3_XXS, IQ4_NL, IQ3_S, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 or Q2_0
         (those kiln_np has encoders for: ``kiln_np._quants.quantize.ENCODERS``);
         with ``imatrix``, a type ggml quantizes with one (Q8_0, Q1_0, Q2_0,
         TQ1_0, TQ2_0, MXFP4 and NVFP4 ignore it, as ggml's quantizers do).
@@ -113,11 +113,11 @@ def quantize(array: object, type: object, *, imatrix: object = None) -> Payload:
     KilnError
         TYPE for another type (IQ2_XXS, IQ2_XS and IQ1_S need ``imatrix``; with
         it, a type kiln_np has no weighted quantizer of), an input that is not
-        float, or a
-        NaN or infinity (naming the first: ggml's result on them is undefined),
-        or a block ggml's quantizer aborts on (IQ3_S: values so large that its
-        search overflows float32; exactly where ggml's GGML_ASSERT fires), an
-        ``imatrix`` that is not float32 or holds a NaN or infinity;
+        float, or a NaN or infinity (naming the first: ggml's result on them is
+        undefined), or a block ggml's quantizer aborts on (IQ3_XXS, IQ3_S: values
+        so large that their search overflows float32; exactly where ggml's
+        GGML_ASSERT fires), an ``imatrix`` that is not float32 or holds a NaN or
+        infinity;
         SHAPE for a 0-d array, rows that are not a whole number of blocks, an
         ``imatrix`` of another shape.
 
