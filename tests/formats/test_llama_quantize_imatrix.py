@@ -40,10 +40,12 @@ COVERED = [
     "tiny-llama Q4_K_M --imatrix llama.imatrix.gguf",
     "tiny-llama Q3_K_S --imatrix llama.imatrix.gguf",
     "tiny-llama IQ4_XS --imatrix llama.imatrix.gguf",
+    "tiny-llama IQ3_M --imatrix llama.imatrix.gguf",
     "tiny-llama Q2_K_S --imatrix llama.imatrix.gguf",
     "tiny-moe Q4_K_M --imatrix moe.imatrix.gguf",
     "tiny-moe Q3_K_S --imatrix moe.imatrix.gguf",
     "tiny-moe IQ4_XS --imatrix moe.imatrix.gguf",
+    "tiny-moe IQ3_M --imatrix moe.imatrix.gguf",
     "tiny-moe Q2_K_S --imatrix moe.imatrix.gguf",
     "tiny-llama Q4_K_M --imatrix llama.imatrix.dat",
     "tiny-llama Q4_K_M --imatrix llama.imatrix.gguf"
@@ -60,10 +62,10 @@ COVERED = [
     "tiny-moe Q5_K_M --imatrix moe.imatrix.gguf --prune-layers 0",
 ]
 """The cases kiln_np writes with the encoders registered (``WEIGHTED_KERNELS``:
-Q4_0 ... Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS), each byte-identical; the others
-(IQ3_XXS, IQ3_M, IQ2_XXS, IQ2_M, IQ1_S: their weighted i-quants are not
-registered yet) are refused, naming the type, and join this list as they land;
-the cases llama-quantize refuses are refused alike."""
+Q4_0 ... Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S), each
+byte-identical; the others (IQ2_XXS, IQ2_M, IQ1_S: their weighted i-quants are
+not registered yet) are refused, naming the type, and join this list as they
+land; the cases llama-quantize refuses are refused alike."""
 
 
 def _generator() -> Any:
