@@ -1147,18 +1147,13 @@ def _remote(
         return weights["w"].numpy()
 
 
-def _remote_large_blocks(layer: str) -> Any:
-    """A GGUF larger than the first block of fsspec's block cache, read through the
-    chained URL ``layer::`` of a server without range support."""
+def _remote_no_archive() -> Any:
+    """A file that is no zip archive, read through ``zip://member::`` of a server."""
     root = _scratch()
-    kiln_np.save_weights(root / "big.gguf", {"w": np.zeros(6 << 18, np.float32)}, format="gguf")
-    with serving(root) as server, warnings.catch_warnings():
-        # fsspec's block cache opens its cache file and never closes it (MMapCache)
-        warnings.simplefilter("ignore", ResourceWarning)
+    (root / "notes.bin").write_bytes(b"no archive in here")
+    with serving(root) as server:
         _URLS.append(server.url)
-        server.mode = "no-range"
-        options = {layer: {"cache_storage": str(root / "cache")}}
-        return kiln_np.open_weights(f"{layer}::{server.url}big.gguf", storage_options=options)
+        return kiln_np.open_weights(f"zip://l.gguf::{server.url}notes.bin")
 
 
 def _memory_checkpoint(weight_map: dict[str, str]) -> Any:
@@ -1227,7 +1222,7 @@ REMOTE: list[Entry] = [
     ("WeightTensor.numpy (URL)", "a range answer longer than asked", lambda: _remote("long", "read")),
     ("WeightTensor.numpy (URL)", "a server that ignores Range (200, the whole file) answering a read of part of a file", lambda: _remote("no-range", "read")),
     ("WeightTensor.numpy (URL)", "an error status (416: no ETag to tell, the file cut short since it was opened)", lambda: _remote("no-etag", "open", act="cut")),
-    ("open_weights (URL)", "a chained URL whose layer cannot read the file (blockcache:: on a server without range support)", lambda: _remote_large_blocks("blockcache")),
+    ("open_weights (URL)", "a chained URL whose layer cannot read the file (zip:: of a file that is no archive)", _remote_no_archive),
     ("WeightTensor.numpy (URL)", "a Content-Range other than the range asked", lambda: _remote("wrong-range", "read")),
     ("WeightTensor.numpy (URL)", "the file replaced since it was opened (412 to If-Match)", lambda: _remote(None, "read", act="replace")),
     ("WeightTensor.numpy (URL)", "no ETag, and Content-Range gives another size", _remote_resized),
@@ -1385,7 +1380,6 @@ def _sparse_tensor() -> Any:
 
 
 def _nested_tensor() -> Any:
-    import warnings
 
     import torch
 

@@ -680,6 +680,9 @@ def _layer_failure(exc: Exception, url: str, what: str) -> Exception:
 
     if isinstance(exc, (OSError, KilnError, asyncio.TimeoutError)) or _is_aiohttp(exc):
         return _failure(exc, url, what)
+    if isinstance(exc, KeyError) and "zip" in url.split("::", 1)[0]:
+        # an archive's missing member: zipfile's KeyError, which older fsspec passes on
+        return FileNotFoundError(errno.ENOENT, f"{url!r}: {what}: no such member ({exc})", url)
     # fsspec's words vary by version: not shown, kept as the cause
     layers = [layer.split("://", 1)[0] for layer in url.split("::")[:-1]]
     hint = (
