@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _helpers import run_main
+from test_model_map import FIXTURES  # the tiny models of tests/fixtures/hf
 
 import kiln_np
 from kiln_np import KilnError
@@ -31,16 +32,6 @@ from kiln_np._convert.models import Pair, to_gguf, to_hf
 from kiln_np.formats import plan_weights
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
-FIXTURES = [
-    "llama",
-    "llama_tied_f16",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "gemma3",
-    "gemma3_f32",
-    "phi3",
-]
 LOADED = json.loads((HF / "transformers_q8_0.json").read_text())
 
 

@@ -267,25 +267,15 @@ def _numpy_weighted(name: str, src: np.ndarray, weights: np.ndarray, dst: np.nda
     return pool.run_ranges(blocks, count, least=_least(block))
 
 
-def _kernel(name: str) -> Kernel:
+def _kernel(name: str, weighted: bool = False) -> Kernel:
+    """Type ``name``'s row of the kernel table: with importance weights or without."""
     block = BLOCKS[name]
+    drive = ggml.weighted_encoder if weighted else ggml.encoder
     return register(
         Kernel(
-            f"ggml_from_float32.{name}",
-            ggml.encoder(block.type_id, block.elements, partial(_least, block)),
-            partial(_numpy_blocks, name),
-            _least(block),  # blocks
-        )
-    )
-
-
-def _weighted_kernel(name: str) -> Kernel:
-    block = BLOCKS[name]
-    return register(
-        Kernel(
-            f"ggml_from_float32_weighted.{name}",
-            ggml.weighted_encoder(block.type_id, block.elements, partial(_least, block)),
-            partial(_numpy_weighted, name),
+            f"ggml_from_float32{'_weighted' * weighted}.{name}",
+            drive(block.type_id, block.elements, partial(_least, block)),
+            partial(_numpy_weighted if weighted else _numpy_blocks, name),
             _least(block),  # blocks
         )
     )
@@ -295,6 +285,10 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType({name: _kernel(name) for name i
 """Each quantizable type's row in the kernel table: ``(src, dst) -> bad block per range``."""
 
 WEIGHTED_KERNELS: Mapping[str, Kernel] = MappingProxyType(
-    {name: _weighted_kernel(name) for name in BLOCKS if name in WEIGHTED or name in ROW_WEIGHTED}
+    {
+        name: _kernel(name, weighted=True)
+        for name in BLOCKS
+        if name in WEIGHTED or name in ROW_WEIGHTED
+    }
 )
 """Each type's row with importance weights: ``(src, weights, dst) -> bad block per range``."""
