@@ -22,7 +22,15 @@ from kiln_np._core.errors import KilnError
 from kiln_np._kernels import ggml, pool
 from kiln_np._kernels.dispatch import Kernel, register
 
-from . import encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym
+from . import (
+    encode_basic,
+    encode_fp4,
+    encode_iq1,
+    encode_iq2,
+    encode_iq4,
+    encode_k_min,
+    encode_k_sym,
+)
 from .blocks import BLOCKS, Block
 from .encoder import Encoder, GGMLAbortError, WeightedEncoder
 
@@ -41,13 +49,21 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     {
         name: found
         for name in BLOCKS  # in type-id order
-        for family in (encode_basic, encode_fp4, encode_iq4, encode_k_min, encode_k_sym)
+        for family in (
+            encode_basic,
+            encode_fp4,
+            encode_iq1,
+            encode_iq2,
+            encode_iq4,
+            encode_k_min,
+            encode_k_sym,
+        )
         if (found := family.ENCODERS.get(name)) is not None
     }
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
-_WEIGHTED_FAMILIES: tuple[Any, ...] = ()
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq1, encode_iq2)
 
 WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
     {
@@ -63,8 +79,9 @@ encoder, by GGML name."""
 IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
 """The types whose ggml quantizers take no notice of an importance matrix."""
 
-NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S", "IQ1_M")
-"""The grid types, whose ggml quantizers are meant to run with an importance matrix."""
+NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ1_S")
+"""The types ggml quantizes only with an importance matrix
+(``ggml_quantize_requires_imatrix``: ``ggml_quantize_chunk`` asserts one)."""
 
 _NOT_STORED = ("Q8_1", "Q8_K")
 
@@ -93,11 +110,14 @@ def refusal(name: str) -> str:
 
     >>> print(refusal("Q8_K"))
     Q8_K is an intermediate type of ggml's dot products, not one it stores
+    >>> print(refusal("IQ2_XXS"))
+    IQ2_XXS is quantized only with an importance matrix (ggml asserts one;
+    llama-quantize refuses IQ2_XXS without --imatrix)
     """
     if name in NEEDS_IMATRIX:
         return (
-            f"{name} is quantized with an importance matrix (llama-quantize refuses IQ1 and "
-            "IQ2 types without one; IQ3 is made for one), which kiln_np does not take"
+            f"{name} is quantized only with an importance matrix (ggml asserts one; "
+            f"llama-quantize refuses {name} without --imatrix)"
         )
     if name in _NOT_STORED:
         return f"{name} is an intermediate type of ggml's dot products, not one it stores"
