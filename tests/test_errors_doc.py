@@ -662,6 +662,7 @@ MX: list[Entry] = [
     ("gguf.quantize", "rows not whole blocks", lambda: kg.quantize(np.zeros((2, 48), np.float32), "q8_0")),
     ("gguf.quantize", "a NaN", lambda: kg.quantize(np.array([[0.0] * 5 + [np.nan] * 27]), "q8_0")),
     ("gguf.quantize", "a float64 beyond float32", lambda: kg.quantize(np.array([[0.0] * 31 + [1e300]]), "q8_0")),
+    ("gguf.quantize", "a block ggml's quantizer aborts on", lambda: kg.quantize(np.full((1, 256), 3e38, np.float32), "iq1_m")),
     ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
     ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
     ("mx.to_ggml", "unknown layout", lambda: mx.to_ggml(_E2M1_32, _E8M0_1, layout="ggml.q4_0")),

@@ -21,7 +21,7 @@ from kiln_np import KilnError, Layout, Payload, mx
 from kiln_np import gguf as kg
 from kiln_np._quants.blocks import BLOCKS
 from kiln_np._quants.decode import DECODERS
-from kiln_np._quants.quantize import ENCODERS, NEEDS_IMATRIX
+from kiln_np._quants.quantize import ENCODERS, IGNORES_IMATRIX, NEEDS_IMATRIX, WEIGHTED
 
 if TYPE_CHECKING:
     import gguf
@@ -172,14 +172,25 @@ def expected_row(name: str) -> list[str]:
 
 
 def quantize_reference(name: str) -> str:
-    """The docs table's "quantize" cell: ggml's function kiln_np writes the bytes of."""
-    if name == "IQ4_NL":  # its _ref tries no scales; the chunk quantizer seven
-        return "ggml `ggml_quantize_chunk` (`quantize_iq4_nl`, not its `_ref`)"
-    if name in ENCODERS:
-        return f"ggml `quantize_row_{name.lower().replace('_k', '_K')}_ref`"
+    """The docs table's "quantize" cell: ggml's function kiln_np writes the bytes of, and
+    whether it takes, needs or ignores an importance matrix."""
+    ggml = name.lower().replace("_k", "_K")
     if name in NEEDS_IMATRIX:
-        return "TYPE: needs an importance matrix"
-    return "TYPE: ggml never stores it"
+        assert name in WEIGHTED
+        return f"ggml `quantize_{ggml}`; needs an importance matrix"
+    if name not in ENCODERS:
+        return (
+            "TYPE: ggml never stores it" if name in ("Q8_1", "Q8_K") else "TYPE: no quantizer yet"
+        )
+    if name == "IQ4_NL":  # its _ref tries no scales; the chunk quantizer seven
+        cell = "ggml `ggml_quantize_chunk` (`quantize_iq4_nl`, not its `_ref`)"
+    elif name == "IQ1_M":  # ggml has no quantize_row_iq1_m_ref
+        cell = "ggml `ggml_quantize_chunk` (`quantize_iq1_m`)"
+    else:
+        cell = f"ggml `quantize_row_{ggml}_ref`"
+    if name in WEIGHTED:
+        return f"{cell}; takes an importance matrix"
+    return f"{cell}; ignores an importance matrix" if name in IGNORES_IMATRIX else cell
 
 
 def test_docs_table_of_decoded_types() -> None:

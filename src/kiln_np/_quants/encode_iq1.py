@@ -55,7 +55,7 @@ from .encoder import Encoder, GGMLAbortError, WeightedEncoder
 from .neighbours import GridTable, first_least, table
 from .rounding import f16_bits, le16, nearest_int
 
-__all__ = ["ENCODERS", "WEIGHTED"]
+__all__ = ["ENCODERS", "WEIGHTED", "X_M", "X_P", "sort_order"]
 
 _F0 = np.float32(0)
 _F1 = np.float32(1)
@@ -77,6 +77,18 @@ def _prefix(terms: np.ndarray) -> np.ndarray:
     return result
 
 
+def sort_order(x: np.ndarray) -> np.ndarray:
+    """The order ggml's ``qsort(pairs, n, ..., iq1_sort_helper)`` leaves each row of
+    ``x`` in on glibc: by value, equal values (-0.0 and 0.0 too) in their order, as
+    its merge sort keeps them (a stable sort).
+
+    >>> sort_order(np.array([[1.0, -0.0, 0.0, -1.0, 0.0]], np.float32)).tolist()
+    [[3, 1, 2, 4, 0]]
+    """
+    order: np.ndarray = np.argsort(x, axis=1, kind="stable")
+    return order
+
+
 def _keep_best(
     sumqx: np.ndarray, sumq2: np.ndarray, start: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -90,10 +102,11 @@ def _keep_best(
     q2 = sumq2.T.copy()
     best = np.full(len(start), -np.finfo(np.float32).max, np.float32)
     kept = np.full(len(start), -1)
-    for c in range(len(q2)):
-        take = positive[c] & (squared[c] > best * q2[c])
-        best = np.where(take, best_c[c], best)
-        kept = np.where(take, c, kept)
+    with np.errstate(over="ignore"):  # -FLT_MAX * sumq2: ggml's start overflows to -inf
+        for c in range(len(q2)):
+            take = positive[c] & (squared[c] > best * q2[c])
+            best = np.where(take, best_c[c], best)
+            kept = np.where(take, c, kept)
     scale = np.where(kept >= 0, scale_c[np.maximum(kept, 0), np.arange(len(start))], start)
     return scale, kept
 
@@ -170,7 +183,7 @@ def _search(x: np.ndarray, w: np.ndarray, eps: float, sums: _Sums, choices: int)
     big = np.abs(x).max(axis=1)
     searched = np.flatnonzero(big >= np.float32(eps))
     xv, wv = x[searched], w[searched]
-    order = np.argsort(xv, axis=1, kind="stable")  # glibc's qsort here: a stable merge sort
+    order = sort_order(xv)
     i1, i2 = np.triu_indices(size + 1)  # every split 0 <= i1 <= i2 <= size, ggml's order
     sumqx, sumq2 = sums(xv, wv, order, i1, i2)
     scale, kept = _keep_best(sumqx, sumq2, big[searched])
@@ -266,7 +279,7 @@ def _iq1_s(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
 
     >>> x = np.linspace(-1, 1, 256, dtype=np.float32)[None]
     >>> _iq1_s(x, np.ones_like(x))[0, :6].tolist()
-    [88, 41, 0, 0, 0, 0]
+    [214, 44, 0, 0, 0, 0]
     """
     n = len(x)
     w = block_weights(x, qw, True).reshape(-1, 32)
@@ -289,7 +302,7 @@ def _iq1_m(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
     >>> x = np.linspace(-1, 1, 256, dtype=np.float32)[None]
     >>> _iq1_m(x, None)[0, 48:].tolist()
-    [0, 0, 0, 0, 0, 0, 0, 0]
+    [55, 168, 0, 128, 0, 128, 132, 63]
     """
     n = len(x)
     w = (x * x if qw is None else block_weights(x, qw, True)).reshape(-1, 16)

@@ -58,7 +58,7 @@ def quantize(array: object, type: object) -> Payload:
 
     The bytes are those ``ggml_quantize_chunk`` writes with no importance
     matrix (what ``llama-quantize`` writes without ``--imatrix``): for every
-    type but IQ4_NL that is ggml's ``quantize_row_<type>_ref``.  Each block is
+    type but IQ4_NL and IQ1_M that is ggml's ``quantize_row_<type>_ref``.  Each block is
     encoded on its own, on the compiled kernels over the thread pool (the
     numpy encoders where they are not built, the same bytes).
 
@@ -72,8 +72,8 @@ def quantize(array: object, type: object) -> Payload:
     type : str, int or GGMLType
         A GGML type of :data:`TYPES` by name in any case (``"q4_k"``), by id
         (12) or by row: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
-        Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 or Q2_0 (those
-        kiln_np has encoders for: ``kiln_np._quants.quantize.ENCODERS``).
+        Q6_K, IQ4_NL, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 or
+        Q2_0 (those kiln_np has encoders for: ``kiln_np._quants.quantize.ENCODERS``).
 
     Returns
     -------
@@ -86,9 +86,10 @@ def quantize(array: object, type: object) -> Payload:
     Raises
     ------
     KilnError
-        TYPE for another type (the IQ1, IQ2 and IQ3 types need an importance
-        matrix, which kiln_np does not take), an input that is not float, or a
-        NaN or infinity (naming the first: ggml's result on them is undefined);
+        TYPE for another type (IQ2_XXS, IQ2_XS and IQ1_S need an importance
+        matrix), an input that is not float, a NaN or infinity (naming the
+        first: ggml's result on them is undefined), or a block on which ggml's
+        quantizer aborts (the IQ2 and IQ1 types' searches overflow float32);
         SHAPE for a 0-d array or rows that are not a whole number of blocks.
 
     Examples
