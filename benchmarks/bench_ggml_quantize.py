@@ -6,6 +6,7 @@ Run from the repository root::
     python benchmarks/bench_ggml_quantize.py --types Q8_0,Q4_K --rounds 3
     python benchmarks/bench_ggml_quantize.py --ggml /tmp/ggml-build/src/libggml-base.so
     KILN_NP_PURE=1 python benchmarks/bench_ggml_quantize.py --elements-mi 1   # numpy
+    python benchmarks/bench_ggml_quantize.py --imatrix --types IQ2_XXS,IQ1_S --ggml LIB
 
 For each type: ``kiln_np.gguf.quantize`` of ``--elements-mi`` Mi float32
 elements (normal, one scale per row of 4096, as in a weight matrix), over
@@ -13,6 +14,12 @@ elements (normal, one scale per row of 4096, as in a weight matrix), over
 ggml's own ``ggml_quantize_chunk`` (libggml-base, no importance matrix, one
 thread) over ``np.copy`` too, and the speedup over it; and the speedup over
 gguf-py's ``gguf.quants.quantize`` for the types it quantizes.
+
+With ``--imatrix``, every type kiln_np quantizes with an importance matrix
+(``kiln_np._quants.quantize.WEIGHTED``) by default: each row of 4096 with one
+log-normal weight row (what an imatrix of mean squared activations looks like),
+kiln_np's ``quantize_into(..., weights)`` against ``ggml_quantize_chunk`` with
+that row as ``quant_weights``.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from _common import (
 
 from kiln_np import gguf as kgguf
 from kiln_np._quants.blocks import BLOCKS
-from kiln_np._quants.quantize import ENCODERS
+from kiln_np._quants.quantize import ENCODERS, WEIGHTED, quantize_into
 
 TARGETS = {
     "Q8_0": 2.5, "Q4_0": 2.5, "MXFP4": 4.0,
@@ -49,27 +56,38 @@ GGUF_PY = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "MXFP4")
 ROW = 4096
 
 
-def ggml_quantizer(library: str, name: str) -> Callable[[np.ndarray, np.ndarray], None]:
+def ggml_quantizer(
+    library: str, name: str, weights: np.ndarray | None
+) -> Callable[[np.ndarray, np.ndarray], None]:
     lib = ctypes.CDLL(library)
     fn = lib.ggml_quantize_chunk
     fn.restype = ctypes.c_size_t
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ctypes.c_int, ptr, ptr, i64, i64, i64, ptr]
     type_id = BLOCKS[name].type_id
-    return lambda x, dst: fn(type_id, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], ROW, None)
+    qw = None if weights is None else weights.ctypes.data
+    return lambda x, dst: fn(type_id, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], ROW, qw)
 
 
-def measure(name: str, elements: int, rounds: int, library: str | None) -> list[object]:
+def measure(
+    name: str, elements: int, rounds: int, library: str | None, imatrix: bool
+) -> list[object]:
     block = BLOCKS[name]
     rng = np.random.default_rng(block.type_id)
     x = rng.standard_normal((elements // ROW, ROW), dtype=np.float32)
     x *= (10.0 ** rng.uniform(-3, 0, (x.shape[0], 1))).astype(np.float32)
+    out = np.empty(x.size // block.elements * block.bytes, np.uint8)
+    weights = np.exp(rng.normal(0, 2, ROW)).astype(np.float32) if imatrix else None
     functions: dict[str, Callable[[], object]] = {
         "np.copy": lambda: np.copy(x),
-        "kiln_np": lambda: kgguf.quantize(x, name),
+        "kiln_np": (
+            (lambda: quantize_into(name, x.reshape(-1), out, weights))
+            if imatrix
+            else (lambda: kgguf.quantize(x, name))
+        ),
     }
     if library is not None:
-        reference = ggml_quantizer(library, name)
+        reference = ggml_quantizer(library, name, weights)
         dst = np.empty(x.size // block.elements * block.bytes, np.uint8)
         functions["ggml"] = lambda: reference(x, dst)
     timing = time_interleaved(functions, "np.copy", rounds)
@@ -80,7 +98,7 @@ def measure(name: str, elements: int, rounds: int, library: str | None) -> list[
         row += [timing.ratio("ggml", "np.copy"), timing.ratio("ggml", "kiln_np")]
     else:
         row += ["", ""]
-    qtype = gguf.GGMLQuantizationType[name] if name in GGUF_PY else None
+    qtype = gguf.GGMLQuantizationType[name] if name in GGUF_PY and not imatrix else None
     theirs = None if qtype is None else (lambda: gguf.quants.quantize(x, qtype))
     row.append(speedup_over(lambda: kgguf.quantize(x, name), theirs, rounds))
     return row
@@ -92,9 +110,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (5)")
     parser.add_argument("--types", default="", help="comma-separated GGML names (all)")
     parser.add_argument("--ggml", default=None, help="path of libggml-base.so")
+    parser.add_argument("--imatrix", action="store_true", help="with importance weights")
     args = parser.parse_args()
-    names = [n.upper() for n in args.types.split(",") if n] or list(ENCODERS)
-    rows = [measure(n, args.elements_mi << 20, args.rounds, args.ggml) for n in names]
+    every = list(WEIGHTED if args.imatrix else ENCODERS)
+    names = [n.upper() for n in args.types.split(",") if n] or every
+    rows = [
+        measure(n, args.elements_mi << 20, args.rounds, args.ggml, args.imatrix) for n in names
+    ]
     print(describe_machine(), f"cpu pressure (avg60): {cpu_pressure()}")
     header = ["type", "time", "/ np.copy", "target", "ggml C / np.copy", "speedup over ggml"]
     print(markdown_table([*header, "speedup over gguf-py"], rows))
