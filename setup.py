@@ -71,6 +71,7 @@ setup(
                     "ggml_quant_grid.c",
                     "ggml_quant_iq1.c",
                     "ggml_quant_iq2.c",
+                    "ggml_quant_iq3.c",
                     "ggml_quant_iq4.c",
                     "ggml_quant_k_min.c",
                     "ggml_quant_k_sym.c",

@@ -627,6 +627,67 @@ GGUF: list[Entry] = [
     ("save_gguf", "general.alignment not a uint32 power of two", lambda: _gguf_write(_F32, {"general.alignment": 32})),
 ]  # fmt: skip
 
+_IMATRIX_KEYS = [
+    gguf_kv("imatrix.datasets", 9, struct.pack("<IQQ", 8, 1, 1) + b"d"),
+    gguf_kv("imatrix.chunk_count", 4, struct.pack("<I", 2)),
+    gguf_kv("imatrix.chunk_size", 4, struct.pack("<I", 512)),
+]
+
+
+def _imatrix_gguf(tensors: dict[str, Any], kvs: list[bytes] = _IMATRIX_KEYS, **options: Any) -> Any:
+    """read_imatrix over a GGUF by hand: F32 tensors at 32-byte offsets."""
+    infos, data = [], b""
+    for name, values in tensors.items():
+        raw = np.asarray(values, "<f4")
+        infos.append(gguf_info(name, tuple(reversed(raw.shape)), 0, len(data)))
+        data += raw.tobytes() + bytes(-raw.nbytes % 32)
+    return kg.read_imatrix(_file("i.gguf", gguf_bytes(kvs, infos, data)), **options)
+
+
+def _imatrix_pair(name: str, sums: Any, counts: Any) -> dict[str, Any]:
+    return {f"{name}.in_sum2": sums, f"{name}.counts": counts}
+
+
+def _imatrix_dat(data: bytes) -> Any:
+    return kg.read_imatrix(_file("i.dat", data))
+
+
+def _dat_entry(name: bytes, ncall: int = 1, nval: int = 1, values: bytes = bytes(4)) -> bytes:
+    return struct.pack("<i", len(name)) + name + struct.pack("<ii", ncall, nval) + values
+
+
+_DAT_ONE = struct.pack("<i", 1) + _dat_entry(b"w")
+
+IMATRIX: list[Entry] = [
+    ("read_imatrix", "include with exclude (llama-quantize's usage error)", lambda: _imatrix_gguf(_imatrix_pair("w", [1], [1]), include="a", exclude="b")),
+    ("read_imatrix", "include not text", lambda: _imatrix_gguf(_imatrix_pair("w", [1], [1]), include=[1])),
+    ("read_imatrix", "GGUF without tensors", lambda: _imatrix_gguf({})),
+    ("read_imatrix", "GGUF without imatrix.chunk_size", lambda: _imatrix_gguf(_imatrix_pair("w", [1], [1]), _IMATRIX_KEYS[:2])),
+    ("read_imatrix", "imatrix.datasets not an array of strings", lambda: _imatrix_gguf(_imatrix_pair("w", [1], [1]), [gguf_kv("imatrix.datasets", 4, struct.pack("<I", 7)), *_IMATRIX_KEYS[1:]])),
+    ("read_imatrix", "imatrix.chunk_count not uint32 (llama.cpp aborts)", lambda: _imatrix_gguf(_imatrix_pair("w", [1], [1]), [_IMATRIX_KEYS[0], gguf_kv("imatrix.chunk_count", 5, struct.pack("<i", 2)), _IMATRIX_KEYS[2]])),
+    ("read_imatrix", "a tensor name of 64 bytes", lambda: _imatrix_gguf(_imatrix_pair("n" * 56, [1], [1]))),
+    ("read_imatrix", "sums without counts", lambda: _imatrix_gguf({"w.in_sum2": [1]})),
+    ("read_imatrix", "a NUL in an entry's name", lambda: _imatrix_gguf(_imatrix_pair("a\0b", [1], [1]))),
+    ("read_imatrix", "sums or counts not F32", lambda: kg.read_imatrix(_file("i.gguf", gguf_bytes(_IMATRIX_KEYS, [gguf_info("w.in_sum2", (2,), 1), gguf_info("w.counts", (1,), 0, 32)], bytes(64))))),
+    ("read_imatrix", "no counts (llama.cpp divides by zero)", lambda: _imatrix_gguf(_imatrix_pair("w", [1, 2], np.zeros(0)))),
+    ("read_imatrix", "sums not whole rows per count", lambda: _imatrix_gguf(_imatrix_pair("w", [1, 2, 3], [1, 1]))),
+    ("read_imatrix", "a negative, NaN or infinite count", lambda: _imatrix_gguf(_imatrix_pair("w", [1, 2], [-2]))),
+    ("read_imatrix", "a non-finite weight among the entries kept", lambda: _imatrix_gguf(_imatrix_pair("w", [1, np.inf], [1]))),
+    ("read_imatrix", "legacy file shorter than its entry count", lambda: _imatrix_dat(b"\x01")),
+    ("read_imatrix", "legacy file of no entry", lambda: _imatrix_dat(struct.pack("<i", 0))),
+    ("read_imatrix", "legacy entry count the file cannot hold", lambda: _imatrix_dat(struct.pack("<i", 2**31 - 1) + bytes(16))),
+    ("read_imatrix", "legacy name length below 0", lambda: _imatrix_dat(struct.pack("<ii", 1, -1) + bytes(12))),
+    ("read_imatrix", "legacy name past the end", lambda: _imatrix_dat(struct.pack("<ii", 1, 99) + bytes(12))),
+    ("read_imatrix", "legacy name with a NUL", lambda: _imatrix_dat(struct.pack("<i", 1) + _dat_entry(b"a\0"))),
+    ("read_imatrix", "legacy name twice", lambda: _imatrix_dat(struct.pack("<i", 2) + _dat_entry(b"w") * 2)),
+    ("read_imatrix", "legacy ncall below 0", lambda: _imatrix_dat(struct.pack("<i", 1) + _dat_entry(b"w", ncall=-1))),
+    ("read_imatrix", "legacy entry of no value", lambda: _imatrix_dat(struct.pack("<i", 1) + _dat_entry(b"w", nval=0))),
+    ("read_imatrix", "legacy values past the end", lambda: _imatrix_dat(struct.pack("<i", 1) + _dat_entry(b"w", nval=3))),
+    ("read_imatrix", "legacy chunk count cut short", lambda: _imatrix_dat(_DAT_ONE + b"\x01")),
+    ("read_imatrix", "legacy dataset past the end", lambda: _imatrix_dat(_DAT_ONE + struct.pack("<ii", 1, 9) + b"d")),
+    ("read_imatrix", "bytes after the legacy dataset", lambda: _imatrix_dat(_DAT_ONE + struct.pack("<ii", 1, 1) + b"dd")),
+]  # fmt: skip
+
 MX: list[Entry] = [
     ("mx.dequantize", "values payload of another code", lambda: mx.dequantize(kiln_np.from_numpy(_f4(32)), _E8M0_1)),
     ("mx.dequantize", "values of another dtype", lambda: mx.dequantize(_f4(32), _E8M0_1)),
@@ -662,6 +723,7 @@ MX: list[Entry] = [
     ("gguf.quantize", "rows not whole blocks", lambda: kg.quantize(np.zeros((2, 48), np.float32), "q8_0")),
     ("gguf.quantize", "a NaN", lambda: kg.quantize(np.array([[0.0] * 5 + [np.nan] * 27]), "q8_0")),
     ("gguf.quantize", "a float64 beyond float32", lambda: kg.quantize(np.array([[0.0] * 31 + [1e300]]), "q8_0")),
+    ("gguf.quantize", "a block ggml's IQ3_S quantizer aborts on (1e30)", lambda: kg.quantize(np.full((2, 256), 1e30, np.float32), "iq3_s")),
     ("gguf.quantize", "a block ggml's quantizer aborts on", lambda: kg.quantize(np.full((1, 256), 3e38, np.float32), "iq1_m")),
     ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
     ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
@@ -913,7 +975,7 @@ WEIGHTS: list[Entry] = [
     ("save_weights", "safetensors: quantize=", lambda: _save(_ONE, "safetensors", quantize="q8_0")),
     ("save_weights", "quantize=: a NaN in a tensor to quantize", lambda: _save({"w": np.full((1, 32), np.nan, np.float32)}, quantize="*=q8_0")),
     ("save_weights", "quantize=: a NaN in a tensor to store as another float type", lambda: _save({"w": np.full(2, np.nan, np.float32)}, quantize="*=f16")),
-    ("save_weights", "quantize=: a file type whose mix gives a type kiln_np cannot write (IQ3)", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, quantize="iq3_s")),
+    ("save_weights", "quantize=: a flag gives a type kiln_np cannot write where llama.cpp needs no importance matrix", lambda: _save({"token_embd.weight": np.ones((2, 256), np.float32)}, quantize=kiln_np.QuantizePolicy.parse("q4_k_m", token_embedding_type="iq2_xs"))),
     ("save_weights", "gguf: a file type over general.alignment 64 (llama-quantize lays data at 32)", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, "gguf", quantize="q8_0", metadata={"general.alignment": np.uint32(64)})),
     ("save_weights", "gguf: keep_split= with tensors not from a split GGUF", lambda: _save({"blk.0.ffn_up.weight": np.ones((2, 256), np.float32)}, "gguf", quantize=kiln_np.QuantizePolicy.parse("q8_0", keep_split=True))),
     ("QuantizePolicy.parse", "not a str", lambda: kiln_np.QuantizePolicy.parse(cast(Any, b"q8_0"))),
@@ -1725,6 +1787,16 @@ MIX: list[Entry] = [
     ("choose_types", "a type that needs an importance matrix", lambda: _mix("IQ2_XS")),
     (
         "choose_types",
+        "an importance-matrix entry of the wrong size",
+        lambda: _mix("Q4_K_M", imatrix={"blk.0.attn_v.weight": 255}),
+    ),
+    (
+        "choose_types",
+        "an importance matrix with no entry for a tensor that needs one",
+        lambda: _mix("IQ2_XS", imatrix={"blk.0.attn_v.weight": 256}),
+    ),
+    (
+        "choose_types",
         "requantizing without allow_requantize",
         lambda: _mix("Q8_0", ("blk.0.attn_q.weight", (2, 256), 12)),
     ),
@@ -1738,6 +1810,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("ONNX (`kiln_np.onnx`)", ONNX),
     ("Command line (`kiln-np`)", CLI),
     ("GGUF (`kiln_np.gguf`)", GGUF),
+    ("Importance matrices (`kiln_np.gguf.read_imatrix`)", IMATRIX),
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
     ("Remote sources (HTTP, S3 and other fsspec URLs)", REMOTE),

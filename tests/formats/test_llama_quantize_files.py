@@ -23,9 +23,6 @@ from kiln_np import KilnError, QuantizePolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_quant"
 DATA = json.loads((FIXTURES / "quant_files.json").read_text())
-NOT_YET = ("IQ3_S", "IQ3_M")
-"""File types whose mix gives IQ3_S, which kiln_np does not write yet: refused
-where it does (a model whose rows are not IQ3_S blocks is written)."""
 
 
 def _generator() -> Any:
@@ -96,19 +93,18 @@ def test_every_non_imatrix_file_type_of_every_model_is_a_case() -> None:
     plain = {(c["model"], c["ftype"]) for c in DATA["cases"] if not c["flags"]}
     assert plain == {(m, f) for m in make.MODELS for f in make.FILE_TYPES if f not in make.IMATRIX}
     assert len(plain) == 372  # 12 models x 31 file types
-    assert sum("sha256" in c for c in DATA["cases"]) == 385
-    written = [c for c in DATA["cases"] if "sha256" in c and c["ftype"] not in NOT_YET]
-    assert len(written) == 361  # byte-identical below (one refused), 2 IQ3 files with no IQ3_S
+    written = [c for c in DATA["cases"] if "sha256" in c]
+    assert len(written) == 385  # byte-identical below (one refused: general.alignment 64)
+    assert sum(c["ftype"] in ("IQ3_S", "IQ3_M") for c in written) == 24
     kept = [c for c in DATA["cases"] if "--keep-split" in c["flags"]]
     assert [len(c["sha256"]) for c in kept] == [8, 8]  # a file per split
 
 
 @needs("gguf")  # gguf-py writes the inputs
 def test_docs_table_is_the_generated_one() -> None:
-    dry_runs = json.loads((FIXTURES / "dry_runs.json").read_text())
     doc = (Path(__file__).resolve().parents[2] / "docs" / "weights.md").read_text()
     begin, end = "<!-- llama-quantize-files -->\n", "\n<!-- /llama-quantize-files -->"
-    assert doc.split(begin)[1].split(end)[0] == _generator().table(DATA, dry_runs)
+    assert doc.split(begin)[1].split(end)[0] == _generator().table(DATA)
 
 
 @needs("gguf")
@@ -136,9 +132,8 @@ def test_the_file_is_llama_quantize_s(
         assert not out.exists()
         return
     if refused is not None:
-        # refused as llama-quantize refuses it (TYPE; SHAPE: rows with no fallback),
-        # or a mix that gives IQ3_S, which kiln_np does not write yet
-        assert "error" in case or "IQ3_S, which kiln_np cannot write" in refused.message
+        # refused as llama-quantize refuses it (TYPE; SHAPE: rows with no fallback)
+        assert "error" in case, refused.message
         assert refused.kind in ("TYPE", "SHAPE")
         assert not out.exists()
         return

@@ -181,8 +181,8 @@ class QuantizePolicy:
     Raises
     ------
     KilnError
-        TYPE for a type it cannot write (an unknown name, an IQ1/IQ2/IQ3 type,
-        which needs an importance matrix), an empty or malformed pattern, a
+        TYPE for a type it cannot write (an unknown name, an IQ1, IQ2 or IQ3_XXS
+        type, which needs an importance matrix), an empty or malformed pattern, a
         pattern given twice, a rule that is not a pair of strings, a flag
         without a file type, a flag's malformed type or pattern.
 
@@ -556,7 +556,9 @@ def mix_decisions(
     KilnError
         What :func:`~kiln_np._quants.mix.choose_types` refuses (an importance
         matrix needed, a requantization, hostile metadata), and TYPE for a type
-        the mix chooses that kiln_np cannot write (an IQ3 type), naming the tensor.
+        the mix chooses that kiln_np cannot write (an IQ1, IQ2 or IQ3_XXS type a
+        flag gives the token embeddings or the output, which llama.cpp exempts from
+        the importance matrix), naming the tensor.
 
     >>> from kiln_np import payload_info
     >>> ts = [("blk.0.ffn_down.weight", payload_info("f16", (256, 1408))),

@@ -11,10 +11,11 @@
  * little-endian, whatever the host's byte order.
  *
  * The encoders (GGMLEncoder rows, the same way) write block_bytes per block of
- * block_elements finite float32 values (native.c refuses NaN and infinity
- * before they see them), the bytes ggml_quantize_chunk writes with no
- * importance matrix: ggml's quantize_row_*_ref operations in ggml's order, with
- * the conversions below standing for C's (and x86-64's) own.
+ * block_elements finite float32 values (native.c refuses NaN and infinity before
+ * they see them; an encoder reports the first block ggml aborts on), the bytes
+ * ggml_quantize_chunk writes with no importance matrix: ggml's quantize_row_*_ref
+ * operations in ggml's order, with the conversions below standing for C's (and
+ * x86-64's) own.
  */
 #ifndef KILN_NP_GGML_H
 #define KILN_NP_GGML_H
@@ -85,6 +86,7 @@ extern const GGMLEncoder kiln_ggml_enc_basic[]; /* ggml_quant_basic.c */
 extern const GGMLEncoder kiln_ggml_enc_fp4[];   /* ggml_quant_fp4.c */
 extern const GGMLEncoder kiln_ggml_enc_iq1[];   /* ggml_quant_iq1.c */
 extern const GGMLEncoder kiln_ggml_enc_iq2[];   /* ggml_quant_iq2.c */
+extern const GGMLEncoder kiln_ggml_enc_iq3[];   /* ggml_quant_iq3.c */
 extern const GGMLEncoder kiln_ggml_enc_iq4[];   /* ggml_quant_iq4.c */
 extern const GGMLEncoder kiln_ggml_enc_k_min[]; /* ggml_quant_k_min.c */
 extern const GGMLEncoder kiln_ggml_enc_k_sym[]; /* ggml_quant_k_sym.c */

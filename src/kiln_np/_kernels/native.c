@@ -979,7 +979,7 @@ static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg
 /* ---- GGML block encoders (ggml.h; the loops are in ggml_quant_*.c) --------------- */
 
 static const GGMLEncoder *const GGML_ENCODER_FAMILIES[] = {
-    kiln_ggml_enc_basic, kiln_ggml_enc_fp4,   kiln_ggml_enc_iq1, kiln_ggml_enc_iq2,
+    kiln_ggml_enc_basic, kiln_ggml_enc_fp4, kiln_ggml_enc_iq1, kiln_ggml_enc_iq2, kiln_ggml_enc_iq3,
     kiln_ggml_enc_iq4,   kiln_ggml_enc_k_min, kiln_ggml_enc_k_sym};
 
 static const GGMLEncoder *ggml_encoder(Py_ssize_t type_id) {

@@ -31,7 +31,11 @@ class GGMLAbortError(Exception):
     aborts (``GGML_ASSERT`` / ``GGML_ABORT``: the i-quants' grid searches find no
     finite distance on values too large for float32 arithmetic): ``block``
     counts from the encoder's first block.  ggml writes nothing for such a block
-    (llama-quantize stops), so kiln_np refuses it."""
+    (llama-quantize stops), so kiln_np refuses it.
+
+    >>> GGMLAbortError(3).block
+    3
+    """
 
     def __init__(self, block: int) -> None:
         super().__init__(block)

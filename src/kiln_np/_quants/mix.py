@@ -21,9 +21,11 @@ tensor's type is chosen in order (``llama_tensor_get_type``):
    (without ``pure``) the mix's rules (``kiln_np._quants.mix_rules``), then the
    fallback when its rows are not whole blocks of that type.
 
-Then, unless ``dry_run``, what llama-quantize refuses while writing: a tensor
-whose type needs an importance matrix (llama-quantize's ``--imatrix``, not read
-here yet), then requantizing a quantized tensor without ``allow_requantize``.
+Then, unless ``dry_run``, what llama-quantize refuses while writing: without
+an importance matrix, any tensor whose type needs one (before anything is
+written); then, a tensor at a time, an importance-matrix entry of the wrong
+size, a tensor that needs an entry and has none, and requantizing a quantized
+tensor without ``allow_requantize``.
 ``tests/quants/test_mix_snapshots.py`` holds it to llama.cpp's own snapshots
 of 12 models.
 """
@@ -460,6 +462,7 @@ def choose_types(
     leave_output_tensor: bool = False,
     allow_requantize: bool = False,
     prune_layers: Iterable[int] = (),
+    imatrix: Mapping[str, int] | None = None,
     dry_run: bool = False,
 ) -> list[Choice]:
     """The GGML type llama-quantize gives each tensor under file type ``ftype``.
@@ -492,6 +495,11 @@ def choose_types(
         before ``tensor_types``, with the same effect.
     prune_layers : iterable of int
         ``--prune-layers``: the layers left out; the later ones are renumbered.
+    imatrix : mapping of str to int, optional
+        ``--imatrix``: the importance matrix's entries (input tensor names) and
+        their sizes, after ``--include-weights`` / ``--exclude-weights``.  Given
+        (even empty), the rules that read ``has_imatrix`` see one, and a tensor
+        that needs one is refused only when it has no entry.
     dry_run : bool
         As ``--dry-run``: choose without refusing what only the writing refuses.
 
@@ -506,8 +514,10 @@ def choose_types(
         TYPE for an unknown file type or GGML type, a malformed pattern,
         metadata llama.cpp would not load (:func:`model_facts`), a tensor of a
         mixture of experts whose name gives no layer in range; unless
-        ``dry_run``, a tensor whose type needs an importance matrix, and a
-        quantized tensor whose type would change without ``allow_requantize``.
+        ``dry_run``, a tensor whose type needs an importance matrix it lacks,
+        an importance-matrix entry whose size is not the tensor's row length
+        times its experts, and a quantized tensor whose type would change
+        without ``allow_requantize``.
         SHAPE for a malformed shape, or rows llama.cpp has no fallback for.
 
     Examples
@@ -558,6 +568,7 @@ def choose_types(
         n_attention_wv=sum(cat in ATTN_V_LIKE for cat in cats),
         n_layer=model.n_layer,
         tied_embeddings="output" not in cats,
+        has_imatrix=imatrix is not None,
     )
     choices: list[Choice] = []
     for name, source in kept:
@@ -566,27 +577,47 @@ def choose_types(
         needs = not rule.startswith(_KEPT) and _needs_imatrix(name, chosen, options.mix)
         choices.append(Choice(name, source.name, _TYPE_IDS[chosen], rule, needs))
     if not dry_run:
-        _refuse_unwritable(choices, kept, options.mix, allow_requantize)
+        _refuse_unwritable(choices, kept, options.mix, allow_requantize, imatrix)
     return choices
 
 
 def _refuse_unwritable(
-    choices: list[Choice], kept: list[tuple[str, MixTensor]], mix: str, requantize: bool
+    choices: list[Choice],
+    kept: list[tuple[str, MixTensor]],
+    mix: str,
+    requantize: bool,
+    imatrix: Mapping[str, int] | None,
 ) -> None:
-    """What llama-quantize refuses once the types are chosen: an importance
-    matrix needed (checked over every tensor first), then a requantization."""
+    """What llama-quantize refuses once the types are chosen: without an
+    importance matrix, one needed (checked over every tensor first); then, for
+    each tensor it quantizes in order, its imatrix entry's size, a needed entry
+    missing, and a requantization."""
     need = next((c for c in choices if c.needs_imatrix), None)
-    if need is not None:
+    if imatrix is None and need is not None:
         raise KilnError(
             "TYPE",
             f"{mix}: tensor {need.name!r} as {need.type_name} needs an importance matrix "
-            "(llama-quantize --imatrix), which kiln_np does not read yet: choose another file "
-            "type or another type for the tensor",
+            "(llama-quantize --imatrix), which kiln_np's conversion does not take yet: "
+            "choose another file type or another type for the tensor",
         )
-    if requantize:
-        return
     for c, (_, source) in zip(choices, kept, strict=True):
-        if c.type_id != source.type_id and source.type_id in _BLOCK_IDS:
+        if c.type_id == source.type_id:
+            continue  # written as it is
+        size = None if imatrix is None else imatrix.get(source.name)
+        wanted = source.shape[-1] * (source.shape[-3] if len(source.shape) >= 3 else 1)
+        if size is not None and size != wanted and category(source.name) != "token_embd":
+            raise KilnError(
+                "TYPE",
+                f"tensor {source.name!r}: expected an importance-matrix entry of {wanted} "
+                f"values (its row length times its experts), found {size}",
+            )
+        if c.needs_imatrix and (size is None or size != wanted):
+            raise KilnError(
+                "TYPE",
+                f"{mix}: tensor {source.name!r} as {c.type_name} needs an importance matrix "
+                "entry (a very low-bit type), and the importance matrix has none for it",
+            )
+        if source.type_id in _BLOCK_IDS and not requantize:
             raise KilnError(
                 "TYPE",
                 f"tensor {source.name!r} is {GGML_TYPE_NAMES[source.type_id]} already: "

@@ -110,11 +110,14 @@ class Tensor:
 @dataclass
 class Counters:
     """``quantize_state_impl``'s counters: set from all the tensors first, then
-    moved by the rules in tensor order (so a rule depends on what came before)."""
+    moved by the rules in tensor order (so a rule depends on what came before);
+    and its ``has_imatrix``, whether an importance matrix was given (four rules
+    read it)."""
 
     n_attention_wv: int
     n_layer: int  # n_ffn_down = n_ffn_gate = n_ffn_up
     tied_embeddings: bool
+    has_imatrix: bool = False
     i_attention_wv: int = 0
     i_ffn_down: int = 0
     i_ffn_gate: int = 0
@@ -302,8 +305,13 @@ def _attn_v(mix: str, new: str, model: Model, n: Counters) -> tuple[str, str | N
         new, rule = ("Q4_K", "GQA >= 4") if gqa4 else ("Q3_K", "GQA < 4")
     elif mix in ("Q2_K_S", "IQ3_XS", "IQ3_S") and gqa4:
         new, rule = "Q4_K", "GQA >= 4"
-    elif mix == "IQ3_XXS":  # with an importance matrix: IQ3_XXS where GQA < 4
-        new, rule = ("Q4_K", "GQA >= 4") if gqa4 else ("IQ3_S", "GQA < 4, no importance matrix")
+    elif mix == "IQ3_XXS":
+        if gqa4:
+            new, rule = "Q4_K", "GQA >= 4"
+        elif n.has_imatrix:
+            new, rule = "IQ3_XXS", "GQA < 4, an importance matrix"
+        else:
+            new, rule = "IQ3_S", "GQA < 4, no importance matrix"
     elif mix == "IQ3_M":
         new, rule = "Q4_K", "always"
     elif mix == "Q3_K_M":
@@ -335,8 +343,9 @@ def _ffn_down(mix: str, new: str, t: Tensor, model: Model, n: Counters) -> tuple
     elif mix == "Q2_K_S":
         if i < count // 8:
             new, rule = "Q4_K", f"{head}: first eighth"
-    elif mix == "IQ3_XXS":  # (without an importance matrix)
+    elif mix == "IQ3_XXS" and not n.has_imatrix:
         new, rule = ("Q4_K", f"{head}: first eighth") if i < count // 8 else ("Q3_K", head)
+        rule += ", no importance matrix"
     elif mix == "Q3_K_M":
         if i < count // 16:
             new, rule = "Q5_K", f"{head}: first sixteenth"
@@ -354,12 +363,15 @@ def _ffn_down(mix: str, new: str, t: Tensor, model: Model, n: Counters) -> tuple
             rule = f"{head}: falcon"
         elif more:
             new, rule = "Q6_K", f"{head}: use_more_bits"
-    elif i < count // 8 and mix in ("IQ4_NL", "IQ4_XS"):  # (without an importance matrix)
-        new, rule = "Q5_K", f"{head}: first eighth"
+    elif i < count // 8 and mix in ("IQ4_NL", "IQ4_XS") and not n.has_imatrix:
+        new, rule = "Q5_K", f"{head}: first eighth, no importance matrix"
     elif mix == "Q5_K_M" and more:
         new, rule = "Q6_K", f"{head}: use_more_bits"
     elif mix == "Q4_K_S" and not falcon and i < count // 8:
         new, rule = "Q5_K", f"{head}: first eighth"
+    elif mix in ("Q4_0", "Q5_0") and n.has_imatrix and i < count // 8:
+        new = "Q4_1" if mix == "Q4_0" else "Q5_1"
+        rule = f"{head}: first eighth, an importance matrix"
     n.i_ffn_down += 1
     return new, rule
 

@@ -6,7 +6,9 @@ Both write ggml's bytes for every block: what ``ggml_quantize_chunk`` (what
 (``tests/quants/test_ggml_quantize.py`` holds them to ggml's own output and to
 each other).  Every block is encoded on its own, so the result does not depend
 on how the blocks are split over threads.  ggml's result on a NaN or an
-infinity is undefined: both refuse them, reporting the first.
+infinity is undefined, and its i-quant quantizers abort (``GGML_ASSERT``) on
+some blocks of huge magnitudes: both refuse them, exactly where ggml aborts,
+reporting the first.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from . import (
     encode_fp4,
     encode_iq1,
     encode_iq2,
+    encode_iq3,
     encode_iq4,
     encode_k_min,
     encode_k_sym,
@@ -54,6 +57,7 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
             encode_fp4,
             encode_iq1,
             encode_iq2,
+            encode_iq3,
             encode_iq4,
             encode_k_min,
             encode_k_sym,
@@ -112,12 +116,12 @@ def refusal(name: str) -> str:
     Q8_K is an intermediate type of ggml's dot products, not one it stores
     >>> print(refusal("IQ2_XXS"))
     IQ2_XXS is quantized only with an importance matrix (ggml asserts one;
-    llama-quantize refuses IQ2_XXS without --imatrix)
+    llama-quantize needs --imatrix for IQ2_XXS)
     """
     if name in NEEDS_IMATRIX:
         return (
             f"{name} is quantized only with an importance matrix (ggml asserts one; "
-            f"llama-quantize refuses {name} without --imatrix)"
+            f"llama-quantize needs --imatrix for {name})"
         )
     if name in _NOT_STORED:
         return f"{name} is an intermediate type of ggml's dot products, not one it stores"

@@ -21,6 +21,7 @@ from kiln_np._version import __version__
 from .diff import add_diff
 from .errors import CliError, Stopped
 from .golden import add_golden
+from .imatrix import add_imatrix
 from .meta import add_meta
 from .onnx import add_onnx
 from .output import say
@@ -47,6 +48,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     add_onnx,
     add_ls,
     add_meta,
+    add_imatrix,
     add_convert,
     add_diff,
     add_stats,

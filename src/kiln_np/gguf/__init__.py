@@ -114,11 +114,14 @@ other; ``_format``, the format's row (``FORMAT``) and ``save_gguf``, a conversio
 planned and executed into it; ``_dequantize`` and ``_quantize``, the GGML types' numbers both ways
 (``dequantize``: ggml's ``dequantize_row_*``; ``quantize``: the bytes
 ``ggml_quantize_chunk`` writes with no importance matrix), on
-``kiln_np._quants``.  ``kiln_np.gguf`` needs nothing but numpy.
+``kiln_np._quants``; ``_imatrix``, ``read_imatrix``: ``llama-imatrix``'s files (GGUF,
+read with ``_reader``, or the legacy ``.dat``) as the weights ``llama-quantize
+--imatrix`` quantizes with.  ``kiln_np.gguf`` needs nothing but numpy.
 """
 
 from ._dequantize import dequantize
 from ._format import save_gguf
+from ._imatrix import Imatrix, ImatrixEntry, read_imatrix
 from ._quantize import quantize
 from ._reader import GGUFFile, GGUFTensorInfo, open_gguf, read_gguf
 from ._types import TYPES, GGMLType, ggml_type_for_code
@@ -131,11 +134,14 @@ __all__ = [
     "GGUFFile",
     "GGUFMetadata",
     "GGUFTensorInfo",
+    "Imatrix",
+    "ImatrixEntry",
     "ValueType",
     "dequantize",
     "ggml_type_for_code",
     "open_gguf",
     "quantize",
     "read_gguf",
+    "read_imatrix",
     "save_gguf",
 ]

@@ -72,8 +72,9 @@ def quantize(array: object, type: object) -> Payload:
     type : str, int or GGMLType
         A GGML type of :data:`TYPES` by name in any case (``"q4_k"``), by id
         (12) or by row: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
-        Q6_K, IQ4_NL, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 or
-        Q2_0 (those kiln_np has encoders for: ``kiln_np._quants.quantize.ENCODERS``).
+        Q6_K, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4, NVFP4,
+        Q1_0 or Q2_0 (those kiln_np has encoders for:
+        ``kiln_np._quants.quantize.ENCODERS``).
 
     Returns
     -------
@@ -87,9 +88,11 @@ def quantize(array: object, type: object) -> Payload:
     ------
     KilnError
         TYPE for another type (IQ2_XXS, IQ2_XS and IQ1_S need an importance
-        matrix), an input that is not float, a NaN or infinity (naming the
-        first: ggml's result on them is undefined), or a block on which ggml's
-        quantizer aborts (the IQ2 and IQ1 types' searches overflow float32);
+        matrix; IQ3_XXS has no quantizer yet), an input that is not float, a NaN
+        or infinity (naming the first: ggml's result on them is undefined), or a
+        block ggml's quantizer aborts on (IQ3_S and the IQ2 and IQ1 types: values
+        so large that its search overflows float32; exactly where ggml's
+        GGML_ASSERT fires);
         SHAPE for a 0-d array or rows that are not a whole number of blocks.
 
     Examples

@@ -32,6 +32,7 @@ __all__ = [
     "MAGIC",
     "MAX_ALIGNMENT",
     "MAX_DIMS",
+    "MAX_NAME_BYTES",
     "MAX_TYPE_ID",
     "NAME_KEY",
     "SET_KEY",
@@ -59,6 +60,9 @@ page size in use (arm64 and ppc64le kernels with 64 KiB pages; Windows maps in
 of two; its writers and gguf-py's use 32."""
 MAX_DIMS = 4
 """GGML's ``GGML_MAX_DIMS``: a GGUF tensor has at most 4 dims."""
+MAX_NAME_BYTES = 63
+"""llama.cpp's ``GGML_MAX_NAME`` (64) less the NUL: ``gguf_init_from_file`` refuses a
+file with a longer tensor name."""
 
 
 SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")

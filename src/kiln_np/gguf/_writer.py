@@ -26,6 +26,7 @@ from ._types import (
     MAGIC,
     MAX_ALIGNMENT,
     MAX_DIMS,
+    MAX_NAME_BYTES,
     SET_KEY,
     GGMLType,
     ggml_type_for_code,
@@ -36,7 +37,6 @@ from ._values import U32, U64, ValueType, encode_value, parse_spec, spell, utf8
 
 __all__ = ["gguf_paths", "write_gguf"]
 
-_MAX_NAME_BYTES = 63  # llama.cpp's GGML_MAX_NAME (64) less the NUL: it loads no longer name
 _ZEROS = memoryview(bytes(MAX_ALIGNMENT))  # every padding is a slice of it: none is allocated
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count", SET_KEY)
 
@@ -52,10 +52,10 @@ def _plan(source: TensorSource) -> _Planned:
     what = f"tensor {source.name!r}: "
     info = source.info
     raw = utf8(source.name, f"{what}its name: ")
-    if len(raw) > _MAX_NAME_BYTES:
+    if len(raw) > MAX_NAME_BYTES:
         raise KilnError(
             "TYPE",
-            f"{what}expected a name of at most {_MAX_NAME_BYTES} UTF-8 bytes (llama.cpp's "
+            f"{what}expected a name of at most {MAX_NAME_BYTES} UTF-8 bytes (llama.cpp's "
             f"GGML_MAX_NAME), found {len(raw)}",
         )
     try:
