@@ -11,11 +11,13 @@ static int16_t map_xxs[KILN_KMAP_SIZE], map_xs[KILN_KMAP_SIZE], map_s[KILN_KMAP_
 static uint32_t st_xxs[KILN_KMAP_SIZE], st_xs[KILN_KMAP_SIZE], st_s[KILN_KMAP_SIZE], st_1[KILN_KMAP_SIZE];
 static uint16_t n_xxs[KILN_KMAP_SIZE], n_xs[KILN_KMAP_SIZE], n_s[KILN_KMAP_SIZE], n_1[KILN_KMAP_SIZE];
 static uint16_t nb_xxs[373964], nb_xs[508542], nb_s[166432], nb_1[1333695];
+static uint16_t nu_xxs[373964 + KILN_LIST_PAD], nu_xs[508542 + KILN_LIST_PAD],
+    nu_s[166432 + KILN_LIST_PAD], nu_1[1333695 + KILN_LIST_PAD];
 
-static KilnGrid grid_xxs = {256, 2, 373964, lv_xxs, map_xxs, st_xxs, n_xxs, nb_xxs};
-static KilnGrid grid_xs = {512, 2, 508542, lv_xs, map_xs, st_xs, n_xs, nb_xs};
-static KilnGrid grid_s = {1024, 1, 166432, lv_s, map_s, st_s, n_s, nb_s};
-static KilnGrid grid_1 = {2048, 3, 1333695, lv_1, map_1, st_1, n_1, nb_1};
+static KilnGrid grid_xxs = {256, 2, 373964, lv_xxs, map_xxs, st_xxs, n_xxs, nb_xxs, nu_xxs};
+static KilnGrid grid_xs = {512, 2, 508542, lv_xs, map_xs, st_xs, n_xs, nb_xs, nu_xs};
+static KilnGrid grid_s = {1024, 1, 166432, lv_s, map_s, st_s, n_s, nb_s, nu_s};
+static KilnGrid grid_1 = {2048, 3, 1333695, lv_1, map_1, st_1, n_1, nb_1, nu_1};
 
 static uint16_t packed(const uint8_t l[8]) {
     unsigned u = 0;
@@ -100,7 +102,9 @@ static void build(KilnGrid *g, const uint8_t (*bytes)[8], int iq1) {
         }
         for (int j = 0; j < g->points; j++) {
             if (d2[j] <= bound) {
-                g->list[total + (uint32_t)at[d2[j]]++] = (uint16_t)j;
+                const uint32_t c = total + (uint32_t)at[d2[j]]++;
+                g->list[c] = (uint16_t)j;
+                g->list_u[c] = point[j];
             }
         }
         g->count[u] = (uint16_t)n;
@@ -141,21 +145,31 @@ const KilnGrid *kiln_grid(int which) {
     return grids[which];
 }
 
-/* iq2_find_best_neighbour's and iq1_find_best_neighbour2's search (ggml_quant_grid.h). */
-int kiln_grid_best(const KilnGrid *g, int u, const float terms[8][4]) {
-    const uint16_t *list = g->list + g->start[u];
+/* iq2_find_best_neighbour's and iq1_find_best_neighbour2's search (ggml_quant_grid.h): the
+ * distances of RUN candidates at a time, each summed in place order in its own lane (the
+ * term of a place is a select of its four by the candidate's level there), then compared
+ * in the list's order. */
+#define RUN 16
+VECTOR_CLONES int kiln_grid_best(const KilnGrid *g, int u, const float terms[8][4]) {
+    const uint16_t *list = g->list + g->start[u], *list_u = g->list_u + g->start[u];
     const int n = g->count[u];
     float best = FLT_MAX;
     int found = -1;
-    for (int c = 0; c < n; c++) {
-        const uint8_t *l = g->levels[list[c]];
-        float d2 = 0;
+    for (int c0 = 0; c0 < n; c0 += RUN) {
+        float d2[RUN] = {0};
         for (int i = 0; i < 8; i++) {
-            d2 += terms[i][l[i]];
+            const float t0 = terms[i][0], t1 = terms[i][1], t2 = terms[i][2], t3 = terms[i][3];
+            for (int k = 0; k < RUN; k++) { /* past n: the next list's (or the pad's) */
+                const unsigned l = ((unsigned)list_u[c0 + k] >> (2 * i)) & 3u;
+                d2[k] += l == 0 ? t0 : l == 1 ? t1 : l == 2 ? t2 : t3;
+            }
         }
-        if (d2 < best) {
-            best = d2;
-            found = list[c];
+        const int m = n - c0 < RUN ? n - c0 : RUN;
+        for (int k = 0; k < m; k++) {
+            if (d2[k] < best) {
+                best = d2[k];
+                found = list[c0 + k];
+            }
         }
     }
     return found;

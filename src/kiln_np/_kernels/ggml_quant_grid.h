@@ -23,7 +23,10 @@ typedef struct {
     uint32_t *start;             /* u -> its neighbour list in list */
     uint16_t *count;             /* u -> its length */
     uint16_t *list;
+    uint16_t *list_u; /* each listed point's u (with KILN_LIST_PAD more at the end) */
 } KilnGrid;
+
+#define KILN_LIST_PAD 16 /* kiln_grid_best reads whole runs of candidates */
 
 enum { KILN_GRID_IQ2_XXS, KILN_GRID_IQ2_XS, KILN_GRID_IQ2_S, KILN_GRID_IQ1 };
 

@@ -96,7 +96,7 @@ static void split_levels(int n, const int *idx, int i1, int i2, int8_t *L) {
 }
 
 /* quantize_row_iq1_s_impl, one block: 0, or -1 where ggml aborts. */
-static int iq1_s_block(const KilnGrid *g, const float *xbl, const float *qwbl, uint8_t *y) {
+static VECTOR_CLONES int iq1_s_block(const KilnGrid *g, const float *xbl, const float *qwbl, uint8_t *y) {
     enum { block_size = 32 };
     float scales[8], weight_bl[256], sumx[block_size + 1], sumw[block_size + 1];
     int8_t L[block_size], shifts[8];
@@ -126,20 +126,26 @@ static int iq1_s_block(const KilnGrid *g, const float *xbl, const float *qwbl, u
         float best_score = -FLT_MAX, scale = max;
         int besti1 = -1, besti2 = -1, best_shift = 0;
         for (int i1 = 0; i1 <= block_size; ++i1) {
+            /* every i2's scores first (vector lanes), then compared in ggml's order */
+            float qx[2][block_size + 1], q2[2][block_size + 1];
+            const float a = sumx[i1] - sumx[0], aw = sumw[i1] - sumw[0];
+            for (int s = 0; s < 2; ++s) {
+                const float *v = s == 0 ? x_p : x_m;
+                for (int i2 = i1; i2 <= block_size; ++i2) {
+                    qx[s][i2] = a * v[0] + (sumx[i2] - sumx[i1]) * v[1] +
+                                (sumx[block_size] - sumx[i2]) * v[2];
+                    q2[s][i2] = aw * v[0] * v[0] + (sumw[i2] - sumw[i1]) * v[1] * v[1] +
+                                (sumw[block_size] - sumw[i2]) * v[2] * v[2];
+                }
+            }
             for (int i2 = i1; i2 <= block_size; ++i2) {
-                for (int s = 1; s >= -1; s -= 2) {
-                    const float *v = s == 1 ? x_p : x_m;
-                    const float sumqx = (sumx[i1] - sumx[0]) * v[0] + (sumx[i2] - sumx[i1]) * v[1] +
-                                        (sumx[block_size] - sumx[i2]) * v[2];
-                    const float sumq2 = (sumw[i1] - sumw[0]) * v[0] * v[0] +
-                                        (sumw[i2] - sumw[i1]) * v[1] * v[1] +
-                                        (sumw[block_size] - sumw[i2]) * v[2] * v[2];
-                    if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
-                        scale = sumqx / sumq2;
-                        best_score = scale * sumqx;
+                for (int s = 0; s < 2; ++s) {
+                    if (q2[s][i2] > 0 && qx[s][i2] * qx[s][i2] > best_score * q2[s][i2]) {
+                        scale = qx[s][i2] / q2[s][i2];
+                        best_score = scale * qx[s][i2];
                         besti1 = i1;
                         besti2 = i2;
-                        best_shift = s;
+                        best_shift = s == 0 ? 1 : -1;
                     }
                 }
             }
@@ -197,7 +203,7 @@ static int iq1_s_block(const KilnGrid *g, const float *xbl, const float *qwbl, u
 
 /* quantize_row_iq1_m_impl, one block (qwbl NULL: no importance matrix): 0, or -1 where
  * ggml aborts. */
-static int iq1_m_block(const KilnGrid *g, const float *xbl, const float *qwbl, uint8_t *y) {
+static VECTOR_CLONES int iq1_m_block(const KilnGrid *g, const float *xbl, const float *qwbl, uint8_t *y) {
     enum { block_size = 16 };
     static const uint8_t masks[4] = {0x00, 0x80, 0x08, 0x88};
     float scales[16], weight_bl[256];
@@ -247,8 +253,10 @@ static int iq1_m_block(const KilnGrid *g, const float *xbl, const float *qwbl, u
         const float cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
         const float cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
         for (int i1 = 0; i1 <= block_size; ++i1) {
+            /* every i2's scores first (vector lanes), then compared in ggml's order */
+            float sumqx[4][block_size + 1], sumq2[4][block_size + 1];
             for (int i2 = i1; i2 <= block_size; ++i2) {
-                float qx_p[2], qx_m[2], q2_p[2], q2_m[2], sumqx[4], sumq2[4];
+                float qx_p[2], qx_m[2], q2_p[2], q2_m[2];
                 for (int h = 0; h < 2; ++h) {
                     const float sx = px[h][i1] + px[h][i2];
                     qx_p[h] = txs[h] * p2 - sx;
@@ -256,18 +264,20 @@ static int iq1_m_block(const KilnGrid *g, const float *xbl, const float *qwbl, u
                     q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
                     q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
                 }
-                sumqx[0] = qx_p[0] + qx_p[1];
-                sumqx[1] = qx_p[0] + qx_m[1];
-                sumqx[2] = qx_m[0] + qx_p[1];
-                sumqx[3] = qx_m[0] + qx_m[1];
-                sumq2[0] = q2_p[0] + q2_p[1];
-                sumq2[1] = q2_p[0] + q2_m[1];
-                sumq2[2] = q2_m[0] + q2_p[1];
-                sumq2[3] = q2_m[0] + q2_m[1];
+                sumqx[0][i2] = qx_p[0] + qx_p[1];
+                sumqx[1][i2] = qx_p[0] + qx_m[1];
+                sumqx[2][i2] = qx_m[0] + qx_p[1];
+                sumqx[3][i2] = qx_m[0] + qx_m[1];
+                sumq2[0][i2] = q2_p[0] + q2_p[1];
+                sumq2[1][i2] = q2_p[0] + q2_m[1];
+                sumq2[2][i2] = q2_m[0] + q2_p[1];
+                sumq2[3][i2] = q2_m[0] + q2_m[1];
+            }
+            for (int i2 = i1; i2 <= block_size; ++i2) {
                 for (int k = 0; k < 4; ++k) {
-                    if (sumq2[k] > 0 && sumqx[k] * sumqx[k] > best_score * sumq2[k]) {
-                        scale = sumqx[k] / sumq2[k];
-                        best_score = scale * sumqx[k];
+                    if (sumq2[k][i2] > 0 && sumqx[k][i2] * sumqx[k][i2] > best_score * sumq2[k][i2]) {
+                        scale = sumqx[k][i2] / sumq2[k][i2];
+                        best_score = scale * sumqx[k][i2];
                         besti1 = i1;
                         besti2 = i2;
                         best_k = k;
