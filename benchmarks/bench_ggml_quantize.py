@@ -114,9 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     every = list(WEIGHTED if args.imatrix else ENCODERS)
     names = [n.upper() for n in args.types.split(",") if n] or every
-    rows = [
-        measure(n, args.elements_mi << 20, args.rounds, args.ggml, args.imatrix) for n in names
-    ]
+    rows = [measure(n, args.elements_mi << 20, args.rounds, args.ggml, args.imatrix) for n in names]
     print(describe_machine(), f"cpu pressure (avg60): {cpu_pressure()}")
     header = ["type", "time", "/ np.copy", "target", "ggml C / np.copy", "speedup over ggml"]
     print(markdown_table([*header, "speedup over gguf-py"], rows))

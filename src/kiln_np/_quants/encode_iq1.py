@@ -30,9 +30,10 @@ spread over the scales' top bits.
 in whatever order the C library's ``qsort`` leaves them.  glibc (2.36 here, as
 llama.cpp's builds on Linux) sorts arrays this small with a merge sort, which is
 stable: equal values keep their order.  So do these encoders (``np.argsort``,
-``kind="stable"``) and the compiled ones; a ``qsort`` that is not stable (musl's,
-glibc 2.37 and later's introsort on larger arrays, other systems') can order
-ties otherwise and give other bytes for blocks with equal values.
+``kind="stable"``) and the compiled ones; a ``qsort`` that is not stable (musl's
+smoothsort, for one) can order ties otherwise and give other bytes for blocks
+with equal values (``tests/quants/test_ggml_quantize_iq1.py`` shows golden rows
+that change).
 
 Where ggml aborts, the encoder raises :class:`GGMLAbortError` for the first such
 block: a scale that ends as a NaN (``GGML_ASSERT(scale >= 0)``), or a group
