@@ -68,6 +68,9 @@ setup(
                     "ggml_iq.c",
                     "ggml_quant_basic.c",
                     "ggml_quant_fp4.c",
+                    "ggml_quant_grid.c",
+                    "ggml_quant_iq1.c",
+                    "ggml_quant_iq2.c",
                     "ggml_quant_iq3.c",
                     "ggml_quant_iq4.c",
                     "ggml_quant_k_min.c",
@@ -83,6 +86,7 @@ setup(
             depends=[
                 KERNELS + "ggml.h",
                 KERNELS + "ggml_grids.h",
+                KERNELS + "ggml_quant_grid.h",
                 KERNELS + "moments.h",
                 KERNELS + "differences.h",
                 KERNELS + "fp4.h",

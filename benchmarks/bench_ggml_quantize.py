@@ -7,7 +7,7 @@ Run from the repository root::
     python benchmarks/bench_ggml_quantize.py --ggml /tmp/ggml-build/src/libggml-base.so
     python benchmarks/bench_ggml_quantize.py --imatrix --ggml LIB   # with importance weights
     KILN_NP_PURE=1 python benchmarks/bench_ggml_quantize.py --elements-mi 1   # numpy
-    python benchmarks/bench_ggml_quantize.py --imatrix --ggml LIB   # with importance weights
+    python benchmarks/bench_ggml_quantize.py --imatrix --types IQ2_XXS,IQ1_S --ggml LIB
 
 For each type: ``kiln_np.gguf.quantize`` of ``--elements-mi`` Mi float32
 elements (normal, one scale per row of 4096, as in a weight matrix), over

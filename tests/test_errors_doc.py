@@ -728,6 +728,7 @@ MX: list[Entry] = [
     ("gguf.quantize", "imatrix= not float32", lambda: kg.quantize(np.zeros((1, 32), np.float32), "q8_0", imatrix=np.ones(32))),
     ("gguf.quantize", "imatrix= of another row length", lambda: kg.quantize(np.zeros((1, 32), np.float32), "q8_0", imatrix=np.ones(64, np.float32))),
     ("gguf.quantize", "imatrix= with an infinity", lambda: kg.quantize(np.zeros((1, 32), np.float32), "q8_0", imatrix=np.full(32, np.inf, np.float32))),
+    ("gguf.quantize", "a block ggml's quantizer aborts on", lambda: kg.quantize(np.full((1, 256), 3e38, np.float32), "iq1_m")),
     ("mx.from_ggml", "not a ggml.mxfp4/ggml.nvfp4 payload", lambda: mx.from_ggml(kiln_np.from_numpy(_f4(1)))),
     ("mx.from_ggml", "payload of shape ()", lambda: mx.from_ggml(kiln_np.Payload(0x4727, memoryview(bytes(17)), (), Layout("ggml.mxfp4", 17)))),
     ("mx.to_ggml", "unknown layout", lambda: mx.to_ggml(_E2M1_32, _E8M0_1, layout="ggml.q4_0")),

@@ -179,14 +179,17 @@ def expected_row(name: str) -> list[str]:
 def quantize_reference(name: str) -> str:
     """The docs table's "quantize" cell: ggml's function kiln_np writes the bytes of,
     and what it does with an importance matrix: takes one (and the function whose
-    bytes it then writes) or ignores it."""
+    bytes it then writes), needs one or ignores it."""
     lower = name.lower().replace("_k", "_K")
+    if name in NEEDS_IMATRIX:
+        assert name in WEIGHTED_KERNELS
+        return f"ggml `quantize_{lower}`; needs an imatrix (`quantize_row_{lower}_impl`)"
     if name == "IQ4_NL":  # its _ref tries no scales; the chunk quantizer seven
         cell = "ggml `ggml_quantize_chunk` (`quantize_iq4_nl`, not its `_ref`)"
+    elif name == "IQ1_M":  # ggml has no quantize_row_iq1_m_ref
+        cell = "ggml `ggml_quantize_chunk` (`quantize_iq1_m`)"
     elif name in ENCODERS:
         cell = f"ggml `quantize_row_{lower}_ref`"
-    elif name in NEEDS_IMATRIX:
-        return "TYPE: needs an importance matrix"
     else:
         return "TYPE: ggml never stores it"
     if name in WEIGHTED_KERNELS:  # IQ4_XS's quantizer is IQ4_NL's with 8 sub-blocks

@@ -121,10 +121,10 @@ def test_the_default_may_stand_anywhere() -> None:
         ("*=", r"^policy entry 1 \('\*='\): expected a type .*; found ''$"),
         (
             "*=iq2_xxs",
-            r"found 'iq2_xxs': IQ2_XXS is quantized with an importance matrix \(llama-quantize "
-            r"refuses IQ1 and IQ2 types without one\), which kiln_np does not take$",
+            r"found 'iq2_xxs': IQ2_XXS is quantized only with an importance matrix \(ggml "
+            r"asserts one; llama-quantize needs --imatrix for IQ2_XXS\)$",
         ),
-        ("*=IQ1_m", r"found 'IQ1_m': IQ1_M is quantized with an importance matrix"),
+        ("*=IQ1_s", r"found 'IQ1_s': IQ1_S is quantized only with an importance matrix"),
         ("q8_k", r"found 'q8_k': Q8_K is an intermediate type of ggml's dot products"),
         (
             "q8_0,f16",
@@ -176,8 +176,8 @@ def test_types_not_yet_quantized_say_so() -> None:
         (([("a", "f32"), ("a", "f16")],), r"expected each pattern once"),
         (((), 8), r"^expected the default type as a str or None, found "),
         (
-            ([("*", "iq2_s")],),
-            r"^policy rule .*: expected a type to quantize to.*IQ2_S is quantized",
+            ([("*", "iq2_xs")],),
+            r"^policy rule .*: expected a type to quantize to.*IQ2_XS is quantized only",
         ),
     ],
 )

@@ -163,12 +163,11 @@ def ggml_encode(row: Kernel) -> Case:
 
 
 def ggml_encode_weighted(row: Kernel) -> Case:
-    """Three rows of two blocks and their weight row, a NaN in the third row's first
-    block: the blocks of the rows before it, and where it is."""
+    """Three rows of two blocks with one log-normal weight row, a NaN in block 4."""
     block = BLOCKS[row.name.split(".", 1)[1]]
+    weights = np.exp(_rng().normal(0, 2, 2 * block.elements)).astype(np.float32)
     src = _rng().standard_normal(6 * block.elements).astype(np.float32)
     src[4 * block.elements + 7] = np.nan
-    weights = np.exp(_rng().standard_normal(2 * block.elements)).astype(np.float32)
     return (src, weights, np.zeros(6 * block.bytes, np.uint8)), (
         lambda result, args: (
             _bytes(args[2][: 4 * block.bytes]) + repr(min(r for r in result if r >= 0)).encode()
@@ -208,10 +207,11 @@ def test_every_row_has_a_twin_and_a_case() -> None:
     assert {"unpack", "moments", "differences", "scaled_pairs"} <= set(KERNELS)
     assert {f"ggml_to_float32.{n}" for n in _decode.DECODERS} <= set(KERNELS)
     assert {f"ggml_from_float32.{n}" for n in _quantize.ENCODERS} <= set(KERNELS)
+    assert {f"ggml_from_float32_weighted.{n}" for n in _quantize.WEIGHTED} <= set(KERNELS)
     for name, row in KERNELS.items():
         assert callable(row.numpy), f"{name} has no numpy twin"
         assert _sample(row) is not None, f"{name} has no case in SAMPLES"
-        if backend.BUILT and not name.startswith(("ggml_to_float32.", "ggml_from_float32.")):
+        if backend.BUILT and not name.startswith(("ggml_to_float32.", "ggml_from_float32")):
             assert row.compiled is not None, f"{name}: the extension is built, the row has none"
 
 

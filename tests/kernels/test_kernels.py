@@ -497,14 +497,16 @@ def every_kernel(kernels: Any) -> list[bytes]:
         out.append(floats.tobytes())
     golden = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "quantize.npz")
     x = np.ascontiguousarray(golden["input"]).reshape(-1)
-    for type_id, elements, nbytes, _ in kernels.ggml_quant_types():
+    for type_id, elements, nbytes, plain, _ in kernels.ggml_quant_types():
+        if not plain:  # quantized only with an importance matrix
+            continue
         count = x.size // elements
         encoded = np.zeros(count * nbytes, np.uint8)
         out += [str(kernels.ggml_from_float32(type_id, x, encoded, 0, count)).encode()]
         out.append(encoded.tobytes())
     # The weighted encoders on the long golden rows, each with its importance weights.
     rows = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "quantize_imatrix_rows.npz")
-    for type_id, elements, nbytes, weighted in kernels.ggml_quant_types():
+    for type_id, elements, nbytes, _, weighted in kernels.ggml_quant_types():
         for row, weights in zip(rows["input"], rows["weights"], strict=True) if weighted else ():
             count = row.size // elements
             encoded = np.zeros(count * nbytes, np.uint8)

@@ -129,12 +129,13 @@ def test_every_compiled_encoder_has_a_numpy_twin_of_its_size() -> None:
 
     by_id = {b.type_id: b for b in BLOCKS.values()}
     compiled = native.ggml_quant_types()
-    for type_id, elements, nbytes, _ in compiled:
+    for type_id, elements, nbytes, plain, with_weights in compiled:
         block = by_id[type_id]
         assert (elements, nbytes) == (block.elements, block.bytes)
-        assert block.name in _quantize.ENCODERS
-    assert {by_id[t].name for t, _, _, _ in compiled} == set(QUANTIZED)
-    weighted = {by_id[t].name for t, _, _, w in compiled if w}
+        assert (block.name in _quantize.ENCODERS) == bool(plain)
+        assert (block.name in _quantize.WEIGHTED_KERNELS) == bool(with_weights)
+    assert {by_id[t].name for t, _, _, plain, _ in compiled if plain} == set(QUANTIZED)
+    weighted = {by_id[t].name for t, _, _, _, w in compiled if w}
     assert weighted == set(_quantize.WEIGHTED_KERNELS)  # WEIGHTED and ROW_WEIGHTED
     assert not weighted & set(_quantize.IGNORES_IMATRIX)
 

@@ -83,6 +83,8 @@ typedef struct {
     int type_id;        /* enum ggml_type */
     int block_elements; /* float32 values read per block */
     int block_bytes;    /* bytes written per block */
+    /* NULL where ggml quantizes the type only with an importance matrix (IQ2_XXS, IQ2_XS,
+     * IQ1_S: ggml_quantize_requires_imatrix) */
     ggml_encode_fn encode;
     /* ggml_quantize_chunk's bytes with quant_weights; NULL where the type has no
      * compiled weighted path (kiln_np._quants.quantize says which types ignore them) */
@@ -94,6 +96,8 @@ typedef struct {
 
 extern const GGMLEncoder kiln_ggml_enc_basic[]; /* ggml_quant_basic.c */
 extern const GGMLEncoder kiln_ggml_enc_fp4[];   /* ggml_quant_fp4.c */
+extern const GGMLEncoder kiln_ggml_enc_iq1[];   /* ggml_quant_iq1.c */
+extern const GGMLEncoder kiln_ggml_enc_iq2[];   /* ggml_quant_iq2.c */
 extern const GGMLEncoder kiln_ggml_enc_iq3[];   /* ggml_quant_iq3.c */
 extern const GGMLEncoder kiln_ggml_enc_iq4[];   /* ggml_quant_iq4.c */
 extern const GGMLEncoder kiln_ggml_enc_k_min[]; /* ggml_quant_k_min.c */

@@ -37,12 +37,16 @@ DECODE_TYPES: frozenset[int] = (
 """The GGML type ids the compiled kernels decode."""
 
 QUANT_TYPES: frozenset[int] = (
-    frozenset(t for t, _, _, _ in native.ggml_quant_types()) if backend.BUILT else frozenset()
+    frozenset(t for t, _, _, plain, _ in native.ggml_quant_types() if plain)
+    if backend.BUILT
+    else frozenset()
 )
-"""The GGML type ids the compiled kernels quantize."""
+"""The GGML type ids the compiled kernels quantize without importance weights."""
 
 WEIGHTED_TYPES: frozenset[int] = (
-    frozenset(t for t, _, _, w in native.ggml_quant_types() if w) if backend.BUILT else frozenset()
+    frozenset(t for t, _, _, _, w in native.ggml_quant_types() if w)
+    if backend.BUILT
+    else frozenset()
 )
 """The GGML type ids the compiled kernels quantize with importance weights."""
 

@@ -979,7 +979,7 @@ static PyObject *ggml_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg
 /* ---- GGML block encoders (ggml.h; the loops are in ggml_quant_*.c) --------------- */
 
 static const GGMLEncoder *const GGML_ENCODER_FAMILIES[] = {
-    kiln_ggml_enc_basic, kiln_ggml_enc_fp4,   kiln_ggml_enc_iq3,
+    kiln_ggml_enc_basic, kiln_ggml_enc_fp4, kiln_ggml_enc_iq1, kiln_ggml_enc_iq2, kiln_ggml_enc_iq3,
     kiln_ggml_enc_iq4,   kiln_ggml_enc_k_min, kiln_ggml_enc_k_sym};
 
 static const GGMLEncoder *ggml_encoder(Py_ssize_t type_id) {
@@ -1047,7 +1047,7 @@ static PyObject *ggml_from_float32(PyObject *Py_UNUSED(module), PyObject *const 
         return NULL;
     }
     const GGMLEncoder *e = ggml_encoder(type_id);
-    if (e == NULL) {
+    if (e == NULL || e->encode == NULL) {
         PyErr_Format(PyExc_ValueError, "no compiled encoder for GGML type %zd", type_id);
         return NULL;
     }
@@ -1179,15 +1179,16 @@ static PyObject *ggml_from_float32_weighted(PyObject *Py_UNUSED(module),
 PyDoc_STRVAR(ggml_quant_types_doc,
     "ggml_quant_types()\n--\n\n"
     "The GGML types with a compiled encoder: a tuple of (type_id, block_elements,\n"
-    "block_bytes, weighted), weighted 1 where it has a compiled weighted encoder.");
+    "block_bytes, plain, weighted), plain 1 where it has one without an importance\n"
+    "matrix, weighted 1 where it has one with importance weights.");
 
 static PyObject *ggml_quant_types(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
     PyObject *list = PyList_New(0);
     const size_t families = sizeof GGML_ENCODER_FAMILIES / sizeof GGML_ENCODER_FAMILIES[0];
     for (size_t f = 0; list != NULL && f < families; f++) {
         for (const GGMLEncoder *e = GGML_ENCODER_FAMILIES[f]; e->type_id >= 0; e++) {
-            PyObject *row = Py_BuildValue("(iiii)", e->type_id, e->block_elements,
-                                          e->block_bytes,
+            PyObject *row = Py_BuildValue("(iiiii)", e->type_id, e->block_elements,
+                                          e->block_bytes, e->encode != NULL,
                                           e->encode_weighted != NULL ||
                                               e->encode_row_weighted != NULL);
             if (row == NULL || PyList_Append(list, row) < 0) {

@@ -26,7 +26,16 @@ from kiln_np._core.errors import KilnError
 from kiln_np._kernels import ggml, pool
 from kiln_np._kernels.dispatch import Kernel, register
 
-from . import encode_basic, encode_fp4, encode_iq3, encode_iq4, encode_k_min, encode_k_sym
+from . import (
+    encode_basic,
+    encode_fp4,
+    encode_iq1,
+    encode_iq2,
+    encode_iq3,
+    encode_iq4,
+    encode_k_min,
+    encode_k_sym,
+)
 from .blocks import BLOCKS, Block
 from .encoder import Encoder, GGMLAbortError, RowWeightedEncoder, WeightedEncoder
 
@@ -46,13 +55,29 @@ ENCODERS: Mapping[str, Encoder] = MappingProxyType(
     {
         name: found
         for name in BLOCKS  # in type-id order
-        for family in (encode_basic, encode_fp4, encode_iq3, encode_iq4, encode_k_min, encode_k_sym)
+        for family in (
+            encode_basic,
+            encode_fp4,
+            encode_iq1,
+            encode_iq2,
+            encode_iq3,
+            encode_iq4,
+            encode_k_min,
+            encode_k_sym,
+        )
         if (found := family.ENCODERS.get(name)) is not None
     }
 )
 """Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
 
-_WEIGHTED_FAMILIES: tuple[Any, ...] = (encode_iq3, encode_iq4, encode_k_min, encode_k_sym)
+_WEIGHTED_FAMILIES: tuple[Any, ...] = (
+    encode_iq1,
+    encode_iq2,
+    encode_iq3,
+    encode_iq4,
+    encode_k_min,
+    encode_k_sym,
+)
 
 WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
     {
@@ -73,9 +98,9 @@ name.  :data:`WEIGHTED_KERNELS` holds both kinds."""
 IGNORES_IMATRIX = ("Q1_0", "Q2_0", "Q8_0", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0")
 """The types whose ggml quantizers take no notice of an importance matrix."""
 
-NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S", "IQ1_M")
-"""The IQ1 and IQ2 grid types, whose ggml quantizers are meant to run with an
-importance matrix (llama-quantize refuses them without one)."""
+NEEDS_IMATRIX = ("IQ2_XXS", "IQ2_XS", "IQ1_S")
+"""The types ggml quantizes only with an importance matrix
+(``ggml_quantize_requires_imatrix``: ``ggml_quantize_chunk`` asserts one)."""
 
 _NOT_STORED = ("Q8_1", "Q8_K")
 
@@ -104,11 +129,14 @@ def refusal(name: str) -> str:
 
     >>> print(refusal("Q8_K"))
     Q8_K is an intermediate type of ggml's dot products, not one it stores
+    >>> print(refusal("IQ2_XXS"))
+    IQ2_XXS is quantized only with an importance matrix (ggml asserts one;
+    llama-quantize needs --imatrix for IQ2_XXS)
     """
     if name in NEEDS_IMATRIX:
         return (
-            f"{name} is quantized with an importance matrix (llama-quantize refuses IQ1 and "
-            "IQ2 types without one), which kiln_np does not take"
+            f"{name} is quantized only with an importance matrix (ggml asserts one; "
+            f"llama-quantize needs --imatrix for {name})"
         )
     if name in _NOT_STORED:
         return f"{name} is an intermediate type of ggml's dot products, not one it stores"

@@ -73,8 +73,8 @@ def quantize(array: object, type: object, *, imatrix: object = None) -> Payload:
     """Quantize a float array to GGML blocks, byte for byte as llama.cpp does.
 
     The bytes are those ``ggml_quantize_chunk`` writes (what ``llama-quantize``
-    writes): with no importance matrix, for every type but IQ4_NL ggml's
-    ``quantize_row_<type>_ref``; with ``imatrix``, its ``quant_weights``
+    writes): with no importance matrix, for every type but IQ4_NL and IQ1_M
+    ggml's ``quantize_row_<type>_ref``; with ``imatrix``, its ``quant_weights``
     quantizers, each expert of a 3-D array with its own row of weights, as
     ``llama-quantize --imatrix`` quantizes a tensor with its entry.  Each block
     is encoded on its own, on the compiled kernels over the thread pool (the
@@ -91,10 +91,12 @@ def quantize(array: object, type: object, *, imatrix: object = None) -> Payload:
     type : str, int or GGMLType
         A GGML type of :data:`TYPES` by name in any case (``"q4_k"``), by id
         (12) or by row: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
-        Q6_K, IQ3_XXS, IQ4_NL, IQ3_S, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 or Q2_0
-        (those kiln_np has encoders for: ``kiln_np._quants.quantize.ENCODERS``);
-        with ``imatrix``, a type ggml quantizes with one (Q8_0, Q1_0, Q2_0,
-        TQ1_0, TQ2_0, MXFP4 and NVFP4 ignore it, as ggml's quantizers do).
+        Q6_K, IQ3_XXS, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4,
+        NVFP4, Q1_0 or Q2_0 (those kiln_np has encoders for:
+        ``kiln_np._quants.quantize.ENCODERS``); with ``imatrix``, also IQ2_XXS,
+        IQ2_XS and IQ1_S, which ggml quantizes only with one, and every type ggml
+        quantizes with one (Q8_0, Q1_0, Q2_0, TQ1_0, TQ2_0, MXFP4 and NVFP4
+        ignore it, as ggml's quantizers do).
     imatrix : array_like of float32, optional
         Importance weights (``kiln_np.gguf.read_imatrix``'s entries hold
         them): one finite float32 per column, shape ``(row length,)`` for every
@@ -111,13 +113,12 @@ def quantize(array: object, type: object, *, imatrix: object = None) -> Payload:
     Raises
     ------
     KilnError
-        TYPE for another type (IQ2_XXS, IQ2_XS and IQ1_S need ``imatrix``; with
-        it, a type kiln_np has no weighted quantizer of), an input that is not
-        float, or a NaN or infinity (naming the first: ggml's result on them is
-        undefined), or a block ggml's quantizer aborts on (IQ3_XXS, IQ3_S: values
-        so large that their search overflows float32; exactly where ggml's
-        GGML_ASSERT fires), an ``imatrix`` that is not float32 or holds a NaN or
-        infinity;
+        TYPE for another type (IQ2_XXS, IQ2_XS and IQ1_S need ``imatrix``), an
+        input that is not float, or a NaN or infinity (naming the first: ggml's
+        result on them is undefined), or a block ggml's quantizer aborts on
+        (IQ3_XXS, IQ3_S and the IQ2 and IQ1 types: values so large that their
+        search overflows float32; exactly where ggml's GGML_ASSERT fires), an
+        ``imatrix`` that is not float32 or holds a NaN or infinity;
         SHAPE for a 0-d array, rows that are not a whole number of blocks, an
         ``imatrix`` of another shape.
 
