@@ -8,11 +8,8 @@ kept, an ``--imatrix`` argument past 127 bytes, ``--pure`` runs,
 ``imatrix=`` the path as llama-quantize was given it, and compared by SHA-256
 with ``imatrix_files.json`` (``make_quant_files.py`` with the real build).
 
-A case whose tensors take a GGML type kiln_np has no importance-weighted
-quantizer of yet is refused, naming the type (never written without its
-weights); every other is byte-identical.  :data:`COVERED` lists the cases
-written, so one more encoder registered, or one missing, fails
-:func:`test_the_cases_covered` (and only it): update the list then.
+Every case is byte-identical; the two llama-quantize refuses (an entry
+missing for a type that needs one, none kept) are refused alike.
 """
 
 from __future__ import annotations
@@ -28,44 +25,10 @@ from _helpers import needs
 
 import kiln_np
 from kiln_np import KilnError, QuantizePolicy
-from kiln_np._quants.quantize import WEIGHTED_KERNELS
-from kiln_np.formats import plan_weights
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMATRIX_DIR = FIXTURES / "imatrix"
 DATA = json.loads((FIXTURES / "llama_quant" / "imatrix_files.json").read_text())
-NO_WEIGHTED = "that takes an importance matrix"  # the refusal of a type with no weighted encoder
-
-COVERED = [
-    "tiny-llama Q4_K_M --imatrix llama.imatrix.gguf",
-    "tiny-llama Q3_K_S --imatrix llama.imatrix.gguf",
-    "tiny-llama IQ4_XS --imatrix llama.imatrix.gguf",
-    "tiny-llama IQ3_M --imatrix llama.imatrix.gguf",
-    "tiny-llama Q2_K_S --imatrix llama.imatrix.gguf",
-    "tiny-moe Q4_K_M --imatrix moe.imatrix.gguf",
-    "tiny-moe Q3_K_S --imatrix moe.imatrix.gguf",
-    "tiny-moe IQ4_XS --imatrix moe.imatrix.gguf",
-    "tiny-moe IQ3_M --imatrix moe.imatrix.gguf",
-    "tiny-moe Q2_K_S --imatrix moe.imatrix.gguf",
-    "tiny-llama Q4_K_M --imatrix llama.imatrix.dat",
-    "tiny-llama Q4_K_M --imatrix llama.imatrix.gguf"
-    " --include-weights attn_v --include-weights blk.1.ffn",
-    "tiny-moe IQ4_XS --imatrix moe.imatrix.gguf --exclude-weights ffn_up",
-    "tiny-llama IQ3_M --imatrix llama.imatrix.gguf --include-weights nothing",
-    "tiny-llama Q4_K_M --imatrix "
-    + "./" * 60
-    + "llama.imatrix.gguf --override-kv general.name=str:tiny",
-    "tiny-llama Q4_0 --imatrix llama.imatrix.gguf"
-    " --pure --output-tensor-type q8_0 --token-embedding-type q8_0",
-    "tiny-llama IQ4_NL --imatrix llama.imatrix.gguf"
-    " --pure --output-tensor-type q8_0 --token-embedding-type q8_0",
-    "tiny-moe Q5_K_M --imatrix moe.imatrix.gguf --prune-layers 0",
-]
-"""The cases kiln_np writes with the encoders registered (``WEIGHTED_KERNELS``:
-Q4_0 ... Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S), each
-byte-identical; the others (IQ2_XXS, IQ2_M, IQ1_S: their weighted i-quants are
-not registered yet) are refused, naming the type, and join this list as they
-land; the cases llama-quantize refuses are refused alike."""
 
 
 def _generator() -> Any:
@@ -110,22 +73,6 @@ def _id(case: dict[str, Any]) -> str:
     return " ".join([case["model"], case["ftype"], *case["flags"]])
 
 
-def _covered(case: dict[str, Any], source: Path, out: Path) -> bool:
-    """Whether kiln_np plans the case (False: a type it has no weighted encoder
-    of); a refusal llama-quantize makes too raises."""
-    with kiln_np.open_weights(source) as given:
-        policy = _policy(case["ftype"], case["flags"])
-        try:
-            plan_weights(out, given, format="gguf", metadata=given.metadata, quantize=policy)
-        except KilnError as exc:
-            if NO_WEIGHTED not in exc.message:
-                raise
-            found = exc.message.split(" gives it ")[1].split()[0]
-            assert found not in WEIGHTED_KERNELS  # refused for want of its encoder only
-            return False
-    return True
-
-
 @needs("gguf")  # the generator imports gguf-py
 def test_every_file_type_of_issue_39_is_a_case() -> None:
     make = _generator()
@@ -139,20 +86,6 @@ def test_every_file_type_of_issue_39_is_a_case() -> None:
         "Missing importance matrix for tensor blk.0.ffn_down.weight in a very low-bit quantization",
         "this quantization requires an imatrix!",
     ]
-
-
-@needs("gguf")
-def test_the_cases_covered(
-    inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(IMATRIX_DIR)  # --imatrix as llama-quantize was given it
-    covered = []
-    for case in DATA["cases"]:
-        if "error" in case:
-            continue
-        if _covered(case, inputs[case["model"]], tmp_path / "out.gguf"):
-            covered.append(_id(case))
-    assert covered == COVERED
 
 
 @needs("gguf")
@@ -179,11 +112,7 @@ def test_the_file_is_llama_quantize_s(
         assert "blk.0." in refused.message
         assert not out.exists()
         return
-    if refused is not None:  # only a type whose weighted encoder is not registered yet
-        assert NO_WEIGHTED in refused.message, refused.message
-        assert refused.message.split(" gives it ")[1].split()[0] not in WEIGHTED_KERNELS
-        assert not out.exists()
-        return
+    assert refused is None, refused
     body = out.read_bytes()
     assert len(body) == case["bytes"]
     assert hashlib.sha256(body).hexdigest() == case["sha256"]

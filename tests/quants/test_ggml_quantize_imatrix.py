@@ -39,6 +39,9 @@ def _at(where: str) -> Callable[[int], str]:
 def test_the_golden_file_covers_every_weighted_type() -> None:
     assert set(WEIGHTED) <= set(GOLDEN.files)
     assert not set(WEIGHTED) & set(_quantize.IGNORES_IMATRIX)
+    # Every type ggml quantizes with weights is quantized with them: the others ignore them.
+    every = set(_quantize.ENCODERS) | set(_quantize.WEIGHTED_KERNELS)
+    assert every - set(_quantize.WEIGHTED_KERNELS) == set(_quantize.IGNORES_IMATRIX)
 
 
 @pytest.mark.parametrize("name", WEIGHTED)

@@ -200,8 +200,8 @@ class QuantizePolicy:
     Raises
     ------
     KilnError
-        TYPE for a type it cannot write (an unknown name, an IQ1 or IQ2 type,
-        which needs an importance matrix), an empty or malformed pattern, a
+        TYPE for a type it cannot write (an unknown name; without ``imatrix``,
+        IQ2_XXS, IQ2_XS or IQ1_S, which need an importance matrix), an empty or malformed pattern, a
         pattern given twice, a rule that is not a pair of strings, a flag
         without a file type, a flag's malformed type or pattern, an ``imatrix``
         that is neither a path nor an :class:`Imatrix` (or one with a non-finite
@@ -683,10 +683,10 @@ def mix_decisions(
         What :func:`~kiln_np._quants.mix.choose_types` refuses (an importance
         matrix or an entry needed, an entry of the wrong size, a requantization,
         hostile metadata), and TYPE for a type the mix chooses that kiln_np cannot
-        write (an IQ1, IQ2 or IQ3_XXS type a flag gives the token embeddings or
-        the output without an entry, which llama.cpp exempts from the importance
-        matrix; a type kiln_np has no importance-weighted quantizer of), and for a
-        policy whose importance matrix is still a path (unread), naming the tensor.
+        write (IQ2_XXS, IQ2_XS or IQ1_S, which ggml quantizes only with weights,
+        given by a flag to the token embeddings or the output without an entry,
+        which llama.cpp exempts from the importance matrix), and for a policy
+        whose importance matrix is still a path (unread), naming the tensor.
 
     >>> from kiln_np import payload_info
     >>> ts = [("blk.0.ffn_down.weight", payload_info("f16", (256, 1408))),
@@ -776,16 +776,10 @@ def _target(
     if c.type_name.lower() in FLOAT_TARGETS:
         return FLOAT_TARGETS[c.type_name.lower()]
     if c.type_name not in (WEIGHTED_KERNELS if weighted else ENCODERS):
-        why = (
-            f"kiln_np has no quantizer of {c.type_name} that takes an importance matrix"
-            if weighted
-            else refusal(c.type_name)
-        )
-        with_weights = " with importance weights" if weighted else ""
         raise KilnError(
             "TYPE",
-            f"tensor {name!r}: {c.rule} gives it {c.type_name}{with_weights}, which kiln_np "
-            f"cannot write: {why}",
+            f"tensor {name!r}: {c.rule} gives it {c.type_name}, which kiln_np cannot write: "
+            f"{refusal(c.type_name)}",
         )
     return BLOCKS[c.type_name]
 

@@ -49,9 +49,7 @@ def quantize_type(type: object, *, weighted: bool = False) -> Block:
     if row is not None and row.name in known:
         return BLOCKS[row.name]
     why = (
-        f"kiln_np has no quantizer of {row.name} that takes an importance matrix"
-        if weighted and row is not None and row.name in ENCODERS
-        else refusal(row.name)
+        refusal(row.name)
         if row is not None and row.name in BLOCKS
         else f"{row.name} is not a quantized type"
         if row is not None
