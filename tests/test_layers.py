@@ -282,3 +282,33 @@ def test_the_architecture_doc_shows_these_floors() -> None:
 @pytest.mark.parametrize("unit", sorted(u for u in FLOORS if u))
 def test_every_unit_exists(unit: str) -> None:
     assert (SRC / unit).is_dir() or (SRC / f"{unit}.py").is_file()
+
+
+def _imports_native(node: ast.AST) -> bool:
+    """Whether ``node`` imports the compiled module (``kiln_np._kernels.native``)."""
+    if isinstance(node, ast.Import):
+        return any("native" in a.name.split(".") for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        module = (node.module or "").split(".")
+        return "native" in module or any(a.name == "native" for a in node.names)
+    return False
+
+
+def test_only_the_kernels_import_the_compiled_module() -> None:
+    # Issue 34: a kernel is a row of _kernels' table; callers ask for the kernel,
+    # never for the compiled module.
+    found = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] != "_kernels"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _imports_native(node)
+    ]
+    assert found == []
+    assert _imports_native(ast.parse("from kiln_np._kernels import native").body[0])
+
+
+def test_the_format_table_stays_a_table() -> None:
+    # Issue 34: formats.py is the table of rows and the doors that walk it (at most
+    # 300 lines); what a door needs beyond walking the rows lives in a unit below.
+    assert len((SRC / "formats.py").read_text().splitlines()) <= 300

@@ -21,13 +21,8 @@ A directory no row takes (a Hugging Face model folder) opens as the one weight f
 it holds (a suffix of a row that is a file; a GGUF split set counts once); several
 are TYPE naming them.  A torch pickle is TYPE saying so (kiln_np never unpickles);
 anything else is TYPE showing the first bytes.  Only the order of safetensors and
-ONNX matters for a file, and of ``kiln`` and a checkpoint for a directory.
-
-A URL goes to the rows that read URLs (``reads_urls``: safetensors and GGUF): a
-file by its suffix (``.safetensors`` and a safetensors index, ``.gguf``), else by
-its first 16 bytes (one more range request); a directory (a URL ending ``/``,
-or an S3 prefix) by its listing, as a local folder: one safetensors index, else
-the one file of those rows' suffixes (a GGUF split set counting once).
+ONNX matters for a file, and of ``kiln`` and a checkpoint for a directory.  A URL
+goes to the rows that read URLs (safetensors and GGUF: ``kiln_np._convert.urls``).
 """
 
 from __future__ import annotations
@@ -40,10 +35,11 @@ from kiln_np._convert.plan import Plan, execute, plan_conversion
 from kiln_np._convert.policy import QuantizePolicy
 from kiln_np._convert.row import WeightFormat
 from kiln_np._convert.sources import Dequantize, KeptTensor, Progress, quantize_kept
+from kiln_np._convert.urls import open_url
 from kiln_np._core.checks import check_path, set_module, show_value, written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._files.io import open_regular_raw
-from kiln_np._weights.remote import RemoteFile, is_url, list_url
+from kiln_np._weights.remote import is_url
 from kiln_np._weights.unknown import HEAD, START, one_weight_file, unrecognised
 from kiln_np._weights.weights import Weights
 from kiln_np.gguf._format import FORMAT as GGUF
@@ -85,9 +81,8 @@ def open_weights(
     path : str or os.PathLike
         A file or directory of a format of :data:`FORMATS` (the module docstring
         gives the order they are tried in), or a directory holding one weight
-        file.  A URL (``https://``, ``s3://``, a chained ``simplecache::https://``,
-        ...: safetensors and GGUF, the module docstring says how one is
-        recognised) is read with range requests (docs/big-files.md).
+        file.  A URL (``https://``, ``s3://``, ``simplecache::https://``, ...:
+        safetensors and GGUF) is read with range requests (docs/big-files.md).
     storage_options : mapping, optional
         For a URL: the options of its fsspec file system, and the deadline
         of each request (``kiln_np_deadline``, ``kiln_np_min_rate``: read by
@@ -129,7 +124,8 @@ def open_weights(
     if isinstance(verify, bool) is False:
         raise KilnError("TYPE", f"expected verify to be a bool, found {show_value(verify)}")
     if is_url(path):
-        return _open_url(str(path), storage_options)
+        rows, index = [r for r in FORMATS if r.reads_urls], (INDEX_SUFFIX, SAFETENSORS)
+        return open_url(str(path), storage_options, rows, index=index, later_split=later_split)
     name = os.path.realpath(check_path(path))
     if os.path.isdir(name):
         for row in FORMATS:
@@ -148,42 +144,6 @@ def open_weights(
         if target is not None:
             return row.open(target, verify=verify)
     raise unrecognised(name, start, size)
-
-
-def _open_url(url: str, options: Mapping[str, Any] | None) -> Weights:
-    """A URL, by the rows that read URLs (the module docstring)."""
-    rows = [r for r in FORMATS if r.reads_urls]
-    suffixes = tuple(s for r in rows for s in r.suffixes)
-    readers = f"{', '.join(r.name for r in rows[:-1])} and {rows[-1].name}"
-    names = list_url(url, options)
-    if names is not None:
-        found = [n for n in names if n.endswith(INDEX_SUFFIX)]
-        if not found:
-            found = [n for n in names if n.endswith(suffixes) and not later_split(n)]
-        if len(found) == 1:
-            return _open_url((url if url.endswith("/") else url + "/") + found[0], options)
-        held = ", ".join(map(repr, (found or names)[:4])) + (", ..." * (len(found or names) > 4))
-        raise KilnError(
-            "TYPE",
-            f"{url!r}: expected a directory holding one *{INDEX_SUFFIX} or one weight file "
-            f"(*{', *'.join(suffixes)}: {readers} are read from URLs, other formats from "
-            f"local paths), found {held or 'nothing'}",
-        )
-    row = SAFETENSORS if url.endswith(INDEX_SUFFIX) else None
-    row = row or next((r for r in rows if url.endswith(r.suffixes)), None)
-    if row is None:  # named otherwise: its first bytes say
-        file = RemoteFile.open(url, options)
-        head = file.read(0, HEAD)
-        row = next((r for r in rows if r.recognise(url, head, file.size) is not None), None)
-        if row is None:
-            shown = f"the bytes {head.hex(' ')}{' ...' * (file.size > HEAD)}" if head else "nothing"
-            raise KilnError(
-                "TYPE",
-                f"{url!r}: expected a weight file of a format read from URLs ({readers}; "
-                f"other formats from local paths), found {shown}",
-                found=head,
-            )
-    return row.open(url, storage_options=options)
 
 
 def _writer(format: object) -> WeightFormat:
