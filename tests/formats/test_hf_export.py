@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -188,8 +190,11 @@ def test_blocks_need_dequantize_naming_the_option(
     assert os.listdir(tmp_path) == []
 
 
-def test_bf16_from_q8_0_is_the_f32_rounded_to_nearest_even(tmp_path: Path) -> None:
-    with kiln_np.open_weights(HF / "qwen2-q8_0.gguf") as w:
+@pytest.mark.parametrize("stem", ["qwen2-q8_0", "llama_256-q4_k_m", "gemma3_256-iq4_xs"])
+def test_bf16_from_blocks_is_the_f32_rounded_to_nearest_even(stem: str, tmp_path: Path) -> None:
+    # decoded straight to bfloat16 bits (llama's q/k permuted as bits), or through
+    # float32 (gemma3's norms, minus 1 first)
+    with kiln_np.open_weights(HF / f"{stem}.gguf") as w:
         kiln_np.save_weights(tmp_path / "f32", w, format="hf", dequantize="f32")
         kiln_np.save_weights(tmp_path / "bf16", w, format="hf", dequantize="bf16")
     f32, bf16 = _bits(tmp_path / "f32"), _bits(tmp_path / "bf16")
@@ -200,6 +205,29 @@ def test_bf16_from_q8_0_is_the_f32_rounded_to_nearest_even(tmp_path: Path) -> No
         assert bf16[n][0] == "BF16"
         assert bf16[n][1:] == (shape, values.tobytes()), n
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_an_export_to_bf16_never_imports_ml_dtypes(tmp_path: Path) -> None:
+    # ml_dtypes takes most of a second to import; bfloat16 is written as its bits
+    code = (
+        "import sys\n"
+        "from kiln_np._kernels import backend\n"
+        "from kiln_np.cli import main\n"
+        "status = main(sys.argv[1:])\n"
+        "print(status, backend.COMPILED, 'ml_dtypes' in sys.modules)\n"
+    )
+    for stem in ("llama_256-q4_k_m", "gemma3"):
+        args = [str(HF / f"{stem}.gguf"), str(tmp_path / stem), "--to", "hf"]
+        args += ["--dequantize", "bf16"] if "-" in stem else []
+        done = subprocess.run(
+            [sys.executable, "-c", code, "convert", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(Path(kiln_np.__file__).parents[1])},
+        )
+        status, compiled, imported = done.stdout.split("\n")[-2].split()
+        assert (status, imported) == ("0", "False" if compiled == "True" else "True")
 
 
 def test_past_the_shard_size_shards_and_an_index(
