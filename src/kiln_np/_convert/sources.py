@@ -13,8 +13,9 @@ Dequantizing on the way: ``tensor_sources(tensors, dequantize="f32")`` (or
 float tensor of its element shape, so a writer checks, names and sizes the float
 tensor it will write; :meth:`TensorSource.write_to` then reads the blocks a bounded
 chunk at a time (never mapping them), decodes each chunk into one reused buffer
-(ggml's float32, rounded to nearest even for bf16 and f16) and writes it.  Memory is
-that fixed buffer, however large the tensor.
+(ggml's float32, rounded to nearest even for bf16 and f16; to bf16 in the cache,
+straight into its bits) and writes it.  Memory is that fixed buffer, however large
+the tensor.
 
 Quantizing on the way: ``tensor_sources(tensors, quantize=policy)`` (a
 :class:`~kiln_np._convert.policy.QuantizePolicy` or its string) describes each
@@ -68,7 +69,7 @@ from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
 from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import Block
-from kiln_np._quants.decode import dequantize_into
+from kiln_np._quants.decode import dequantize_bfloat16_into, dequantize_into
 from kiln_np._quants.elements import element_of
 from kiln_np._quants.quantize import quantize_into, unquantizable
 from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
@@ -245,16 +246,21 @@ class TensorSource(NamedTuple):
         block, blocks = how.block, how.blocks
         count = blocks.byte_length // block.bytes
         step = max(1, min(count, _DEQUANTIZE_CHUNK // block.elements))
-        values = np.empty(step * block.elements, np.float32)
-        out = values if self.info.dtype == np.float32 else np.empty(values.size, self.info.dtype)
+        code = self.info.code
+        bf16 = code == Code.BF16  # decoded straight to its bits, in the cache: no ml_dtypes
+        size = step * block.elements
+        out = np.empty(size, np.uint16 if bf16 else self.info.dtype)
+        values = out if code == Code.F32 else np.empty(0 if bf16 else size, np.float32)
         for _, chunk in self._byte_runs(blocks, step * block.bytes, "dequantized"):
-            n = chunk.size // block.bytes
-            part = values[: n * block.elements]
-            dequantize_into(block.name, chunk, part)
-            written = out[: part.size]
-            if out is not values:
-                with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
-                    written[...] = part  # rounded to nearest even
+            written = out[: chunk.size // block.bytes * block.elements]
+            if bf16:
+                dequantize_bfloat16_into(block.name, chunk, written)
+            else:
+                part = values[: written.size]
+                dequantize_into(block.name, chunk, part)
+                if values is not out:
+                    with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
+                        written[...] = part  # rounded to nearest even
             write_all(fd, written.view(U8).data)
             if progress is not None:
                 progress(written.nbytes)
