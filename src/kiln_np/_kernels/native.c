@@ -937,21 +937,12 @@ static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *a
     return result;
 }
 
-/* float32 bits -> bfloat16 bits, to nearest even; a NaN to the quiet NaN 0x7fc0 of its
- * sign: ml_dtypes' astype (ggml's own GGML_FP32_TO_BF16 keeps a NaN's top payload bits
- * instead).  Selects only, so the loop over it vectorizes. */
-static ALWAYS_INLINE uint16_t bf16_bits(uint32_t x) {
-    const uint32_t nan = ((x >> 16) & 0x8000u) | 0x7FC0u;
-    const uint32_t r = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)((x & 0x7FFFFFFFu) > 0x7F800000u ? nan : r);
-}
-
 VECTOR_CLONES
 static void bf16_loop(const float *restrict s, uint16_t *restrict d, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t x;
         memcpy(&x, s + i, sizeof x);
-        d[i] = bf16_bits(x);
+        d[i] = kiln_bf16_bits(x);
     }
 }
 
