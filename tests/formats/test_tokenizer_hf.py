@@ -111,6 +111,13 @@ def test_every_test_string_encodes_to_llama_cpps_ids(
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
     config = json.loads(files["tokenizer_config.json"])
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    listed = sorted(int(i) for i in config["added_tokens_decoder"])
+    types = meta["tokenizer.ggml.token_type"]
+    added = [i for i, t in enumerate(types) if t in (3, 4)]
+    if spm:  # only what the converter took from the checkpoint's added tokens
+        added = [i for i in added if meta["tokenizer.ggml.scores"][i] == -1000]
+    assert listed == added
+    assert len(listed) == {"llama-spm": 0, "phi-3": 14}.get(name, len(listed))
     assert ("chat_template" in config) == ("tokenizer.chat_template" in meta)
     if "tokenizer.chat_template" in meta:
         assert tok.chat_template == meta["tokenizer.chat_template"]

@@ -26,10 +26,13 @@ Both also get ``tokenizer_config.json`` (``tokenizer_class``
 ``PreTrainedTokenizerFast``, so transformers takes ``tokenizer.json`` as it is
 rather than rebuilding a pre-tokenizer of its own, the special tokens,
 ``add_bos_token``/``add_eos_token``, ``chat_template``, the added tokens) and
-``special_tokens_map.json``.  Tokens of type CONTROL (and SentencePiece's
-UNKNOWN) are added tokens marked special, USER_DEFINED ones added tokens not
-special; a GPT-2 vocabulary's UNUSED tokens (the ``[PAD<id>]`` the converter
-fills holes with) are left out, as the checkpoint never had them.  A BOS or EOS
+``special_tokens_map.json``.  Tokens of type CONTROL (and the unknown token)
+are added tokens marked special, USER_DEFINED ones added tokens not special; a
+GPT-2 vocabulary's UNUSED tokens (the ``[PAD<id>]`` the converter fills holes
+with) are left out, as the checkpoint never had them.  A SentencePiece
+vocabulary's ``tokenizer_config.json`` lists only the added tokens the converter
+took from a checkpoint's (its mark: the score -1000), so that the converter
+gives each token back its score and type from ``tokenizer.model``.  A BOS or EOS
 the tokenizer adds (``add_bos_token``, ``add_eos_token``: llama.cpp's defaults
 when absent) is in ``tokenizer.json``'s post-processor.
 
@@ -375,6 +378,20 @@ def _added(vocab: Vocabulary) -> list[int]:
     return np.flatnonzero(mask).tolist()
 
 
+def _checkpoint_added(vocab: Vocabulary) -> list[int]:
+    """The added tokens ``tokenizer_config.json`` lists: a GPT-2 BPE's all; a
+    SentencePiece vocabulary's those the converter took from the checkpoint's
+    added tokens, which it marks with the score -1000 (its own
+    ``_create_vocab_sentencepiece``): the others are ``tokenizer.model``'s, and
+    listed they would come back to GGUF with that score."""
+    added = _added(vocab)
+    if vocab.pre is not None:
+        return added
+    marked = vocab.scores[added] == np.float32(-1000.0)
+    keep = marked & np.isin(vocab.types[added], (CONTROL, USER_DEFINED))
+    return [i for i, k in zip(added, keep.tolist(), strict=True) if k]
+
+
 def _spm_merges(vocab: Vocabulary, ids: Mapping[str, int]) -> list[tuple[str, str]]:
     """SentencePiece's BPE as merges: every split of a NORMAL piece into two
     pieces of the vocabulary, ranked by the merged piece's score (highest
@@ -498,7 +515,7 @@ def tokenizer_config(vocab: Vocabulary) -> dict[str, Any]:
                 "single_word": False,
                 "special": int(vocab.types[i]) != USER_DEFINED,
             }
-            for i in _added(vocab)
+            for i in _checkpoint_added(vocab)
         },
     }
     if vocab.chat_template is not None:
