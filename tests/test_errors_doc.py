@@ -1968,6 +1968,16 @@ TOKENIZER: list[Entry] = [
         "a SentencePiece model without an unknown token",
         lambda: _tok(spm=True),
     ),
+    (
+        "save_weights(format='hf')",
+        "a score that is not finite",
+        lambda: _tok(spm=True, scores=np.array([0, np.nan], np.float32)),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a SentencePiece piece longer than any trainer makes",
+        lambda: _tok(spm=True, tokens=["<s>", "a" * 513], unknown_token_id=0),
+    ),
 ]
 
 

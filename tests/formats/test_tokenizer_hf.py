@@ -263,6 +263,8 @@ def _spm(keys: Mapping[str, Any]) -> dict[str, Any]:
             "TYPE",
             "expected a token of type UNKNOWN (2) or tokenizer.ggml.unknown_token_id",
         ),
+        (_spm({"scores": np.array([0, 0, np.inf, 0, 0])}), "TYPE", "scores[2]: expected a finite"),
+        (_spm({"tokens": ["<unk>", "<s>", "▁", "a", "a" * 513]}), "TYPE", "at most 512 characters"),
         (_gpt2({}, template=3), "TYPE", "tokenizer.chat_template: expected a string, found int 3"),
     ],
 )

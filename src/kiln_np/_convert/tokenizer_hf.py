@@ -57,6 +57,7 @@ from kiln_np._core.checks import show_value
 from kiln_np._core.errors import KilnError
 
 __all__ = [
+    "LONGEST_PIECE",
     "PRE_TOKENIZERS",
     "PreTokenizer",
     "Vocabulary",
@@ -72,6 +73,10 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 _SPECIAL = {"bos": "bos_token", "eos": "eos_token", "unknown": "unk_token",
             "padding": "pad_token", "seperator": "sep_token", "mask": "mask_token"}  # fmt: skip
 """``tokenizer.ggml.<key>_token_id`` (gguf-py spells it ``seperator``) -> transformers' name."""
+
+LONGEST_PIECE = 512
+"""The longest NORMAL piece of a SentencePiece vocabulary split into merges (the
+longest SentencePiece's trainer makes, ``max_sentencepiece_length``, is 512)."""
 
 _CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
 
@@ -186,6 +191,11 @@ def vocabulary(metadata: Mapping[str, Any]) -> Vocabulary | None:
     n = len(tokens)
     scores = _numbers(metadata.get("tokenizer.ggml.scores"), n, "scores", np.float32)
     types = _numbers(metadata.get("tokenizer.ggml.token_type"), n, "token_type", np.int32)
+    if scores is not None and not np.all(np.isfinite(scores)):
+        at = int(np.flatnonzero(~np.isfinite(scores))[0])
+        raise KilnError(
+            "TYPE", f"tokenizer.ggml.scores[{at}]: expected a finite score, found {scores[at]}"
+        )
     if types is None:
         types = np.full(n, NORMAL, np.int32)
     bad = np.flatnonzero((types < NORMAL) | (types > BYTE))
@@ -401,6 +411,12 @@ def _spm_merges(vocab: Vocabulary, ids: Mapping[str, int]) -> list[tuple[str, st
     scores = vocab.scores.tolist()
     for i in normal:
         piece = vocab.tokens[i]
+        if len(piece) > LONGEST_PIECE:  # each split is a slice: quadratic in the length
+            raise KilnError(
+                "TYPE",
+                f"tokenizer.ggml.tokens[{i}]: expected a SentencePiece piece of at most "
+                f"{LONGEST_PIECE} characters, found {len(piece)}",
+            )
         for cut in range(1, len(piece)):
             left, right = ids.get(piece[:cut]), ids.get(piece[cut:])
             if left is not None and right is not None:
