@@ -1968,6 +1968,12 @@ TOKENIZER: list[Entry] = [
         "a SentencePiece model without an unknown token",
         lambda: _tok(spm=True),
     ),
+    ("save_weights(format='hf')", "no tokens", lambda: _tok(tokens=[])),
+    (
+        "save_weights(format='hf')",
+        "a merge of tokens not in the vocabulary",
+        lambda: _tok(merges=["a c"]),
+    ),
     (
         "save_weights(format='hf')",
         "a score that is not finite",

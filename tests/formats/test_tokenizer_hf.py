@@ -265,6 +265,9 @@ def _spm(keys: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (_spm({"scores": np.array([0, 0, np.inf, 0, 0])}), "TYPE", "scores[2]: expected a finite"),
         (_spm({"tokens": ["<unk>", "<s>", "▁", "a", "a" * 513]}), "TYPE", "at most 512 characters"),
+        (_gpt2({"tokens": []}), "TYPE", "tokens: expected the tokens, found none"),
+        (_gpt2({"merges": ["a <s>"]}), "TYPE", "found 'a <s>', whose 'a<s>' is not one"),
+        (_gpt2({"token_type": np.array([1, 1, 1, 2**32 + 1])}), "TYPE", "found 4294967297"),
         (_gpt2({}, template=3), "TYPE", "tokenizer.chat_template: expected a string, found int 3"),
     ],
 )

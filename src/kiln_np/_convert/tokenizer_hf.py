@@ -188,23 +188,28 @@ def vocabulary(metadata: Mapping[str, Any]) -> Vocabulary | None:
                 "TYPE", f"tokenizer.ggml.pre: expected one of {known}, found {show_value(name)}"
             )
     tokens = _strings(metadata.get("tokenizer.ggml.tokens"), "tokens")
+    if not tokens:
+        raise KilnError("TYPE", "tokenizer.ggml.tokens: expected the tokens, found none")
     n = len(tokens)
-    scores = _numbers(metadata.get("tokenizer.ggml.scores"), n, "scores", np.float32)
-    types = _numbers(metadata.get("tokenizer.ggml.token_type"), n, "token_type", np.int32)
+    scores = _numbers(metadata.get("tokenizer.ggml.scores"), n, "scores")
+    if scores is not None:
+        scores = scores.astype(np.float32)  # as GGUF holds them; past float32: inf
+    found = _numbers(metadata.get("tokenizer.ggml.token_type"), n, "token_type")
     if scores is not None and not np.all(np.isfinite(scores)):
         at = int(np.flatnonzero(~np.isfinite(scores))[0])
         raise KilnError(
             "TYPE", f"tokenizer.ggml.scores[{at}]: expected a finite score, found {scores[at]}"
         )
-    if types is None:
-        types = np.full(n, NORMAL, np.int32)
-    bad = np.flatnonzero((types < NORMAL) | (types > BYTE))
+    if found is None:
+        found = np.full(n, NORMAL, np.int32)
+    bad = np.flatnonzero((found < NORMAL) | (found > BYTE))
     if bad.size:
         raise KilnError(
             "TYPE",
             f"tokenizer.ggml.token_type[{bad[0]}]: expected a token type 1..6, "
-            f"found {types[bad[0]]}",
+            f"found {found[bad[0]]}",
         )
+    types = found.astype(np.int32)
     merges = _strings(metadata.get("tokenizer.ggml.merges"), "merges")
     pairs = [_merge(m, i) for i, m in enumerate(merges)]
     if model == "gpt2" and not pairs:
@@ -258,8 +263,8 @@ def _strings(value: object, key: str) -> list[str]:
     return out
 
 
-def _numbers(value: object, n: int, key: str, dtype: type[np.generic]) -> np.ndarray | None:
-    """``tokenizer.ggml.<key>``, ``n`` numbers as ``dtype`` (None when absent)."""
+def _numbers(value: object, n: int, key: str) -> np.ndarray | None:
+    """``tokenizer.ggml.<key>``, ``n`` numbers (None when absent)."""
     if value is None:
         return None
     array = np.asarray(value) if isinstance(value, (np.ndarray, Sequence)) else None
@@ -274,7 +279,7 @@ def _numbers(value: object, n: int, key: str, dtype: type[np.generic]) -> np.nda
             expected=n,
             found=array.size,
         )
-    return array.astype(dtype)
+    return array
 
 
 def _merge(merge: str, index: int) -> tuple[str, str]:
@@ -354,7 +359,7 @@ def tokenizer_json(vocab: Vocabulary) -> dict[str, Any]:
         }
         for i in _added(vocab)
     ]
-    merges = _spm_merges(vocab, ids) if spm else vocab.merges
+    merges = _spm_merges(vocab, ids) if spm else _bpe_merges(vocab, ids)
     model: dict[str, Any] = {
         "type": "BPE",
         "dropout": None,
@@ -423,6 +428,20 @@ def _spm_merges(vocab: Vocabulary, ids: Mapping[str, int]) -> list[tuple[str, st
                 ranked.append((-scores[i], i, left, right, piece[:cut], piece[cut:]))
     ranked.sort()
     return [(r[4], r[5]) for r in ranked]
+
+
+def _bpe_merges(vocab: Vocabulary, ids: Mapping[str, int]) -> list[tuple[str, str]]:
+    """The GGUF's merges, each of two tokens of the vocabulary that make a third,
+    which a BPE needs to load."""
+    for i, (a, b) in enumerate(vocab.merges):
+        if a not in ids or b not in ids or a + b not in ids:
+            missing = next(t for t in (a, b, a + b) if t not in ids)
+            raise KilnError(
+                "TYPE",
+                f"tokenizer.ggml.merges[{i}]: expected tokens of the vocabulary, found "
+                f"{a + ' ' + b!r}, whose {missing!r} is not one",
+            )
+    return vocab.merges
 
 
 def _byte_fallback(vocab: Vocabulary) -> bool:
