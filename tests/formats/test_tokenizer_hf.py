@@ -358,7 +358,7 @@ def test_a_trained_sentencepiece_model_comes_back(prefix: bool, tmp_path: Path) 
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.tokens": [sp.id_to_piece(i) for i in range(n)],
         "tokenizer.ggml.scores": np.array([sp.get_score(i) for i in range(n)], dtype=np.float32),
-        "tokenizer.ggml.token_type": np.int32(kinds),
+        "tokenizer.ggml.token_type": np.array(kinds, dtype=np.int32),
         "tokenizer.ggml.unknown_token_id": sp.unk_id(),
         "tokenizer.ggml.bos_token_id": sp.bos_id(),
         "tokenizer.ggml.eos_token_id": sp.eos_id(),
