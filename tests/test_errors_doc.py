@@ -1914,6 +1914,79 @@ MODEL_MAP: list[Entry] = [
 ]
 
 
+_TOKENIZER = {
+    "tokenizer.ggml.model": "gpt2",
+    "tokenizer.ggml.pre": "gpt-2",
+    "tokenizer.ggml.tokens": ["a", "b", "ab"],
+    "tokenizer.ggml.merges": ["a b"],
+}
+_SPM = {
+    "tokenizer.ggml.model": "llama",
+    "tokenizer.ggml.tokens": ["<s>", "a"],
+    "tokenizer.ggml.token_type": np.array([3, 1], np.int32),
+}
+
+
+def _tok(**keys: Any) -> Any:
+    """``save_weights(format='hf')`` of a GGUF whose tokenizer has ``keys``
+    (``tokenizer.ggml.*`` without the prefix; ``spm``: the SentencePiece one)."""
+    base = _SPM if keys.pop("spm", False) else _TOKENIZER
+    tokenizer = {**base, **{f"tokenizer.ggml.{k}": v for k, v in keys.items()}}
+    return _hf(_EMBD, {**_LLAMA, **tokenizer})
+
+
+TOKENIZER: list[Entry] = [
+    ("save_weights(format='hf')", "a tokenizer model not covered", lambda: _tok(model="bert")),
+    ("save_weights(format='hf')", "a pre-tokenizer not covered", lambda: _tok(pre="falcon")),
+    ("save_weights(format='hf')", "tokens that are not an array", lambda: _tok(tokens="ab")),
+    ("save_weights(format='hf')", "a token that is not a string", lambda: _tok(tokens=["a", 2])),
+    ("save_weights(format='hf')", "scores that are not numbers", lambda: _tok(scores=["x"] * 3)),
+    ("save_weights(format='hf')", "a type per token, short", lambda: _tok(token_type=[1, 1])),
+    ("save_weights(format='hf')", "a token type out of 1..6", lambda: _tok(token_type=[1, 9, 1])),
+    ("save_weights(format='hf')", "a merge without its space", lambda: _tok(merges=["ab"])),
+    ("save_weights(format='hf')", "a GPT-2 BPE without merges", lambda: _tok(merges=[])),
+    ("save_weights(format='hf')", "a token id that is not one", lambda: _tok(unknown_token_id="a")),
+    ("save_weights(format='hf')", "a token id past the tokens", lambda: _tok(eos_token_id=3)),
+    ("save_weights(format='hf')", "a flag that is not a bool", lambda: _tok(add_bos_token=1)),
+    (
+        "save_weights(format='hf')",
+        "remove_extra_whitespaces, which no normalizer is written for",
+        lambda: _tok(remove_extra_whitespaces=True),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a chat template that is not a string",
+        lambda: _hf(_EMBD, {**_LLAMA, **_TOKENIZER, "tokenizer.chat_template": 1}),
+    ),
+    (
+        "save_weights(format='hf')",
+        "two tokens of one spelling",
+        lambda: _tok(tokens=["a", "b", "a"]),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a SentencePiece model without an unknown token",
+        lambda: _tok(spm=True),
+    ),
+    ("save_weights(format='hf')", "no tokens", lambda: _tok(tokens=[])),
+    (
+        "save_weights(format='hf')",
+        "a merge of tokens not in the vocabulary",
+        lambda: _tok(merges=["a c"]),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a score that is not finite",
+        lambda: _tok(spm=True, scores=np.array([0, np.nan], np.float32)),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a SentencePiece piece longer than any trainer makes",
+        lambda: _tok(spm=True, tokens=["<s>", "a" * 513], unknown_token_id=0),
+    ),
+]
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -1925,6 +1998,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
     ("The model map (`save_weights(format='hf')`, `kiln-np convert --to hf`)", MODEL_MAP),
+    ("Tokenizers to Hugging Face files (`--to hf`)", TOKENIZER),
     ("Remote sources (HTTP, S3 and other fsspec URLs)", REMOTE),
     ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Quantization schemes: FP8 (DeepSeek block-scaled, compressed-tensors, ModelOpt)", FP8),

@@ -36,6 +36,8 @@ from kiln_np._convert.models import Pair, to_gguf, to_hf
 from kiln_np.formats import plan_weights
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
+TOKENIZER = ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+"""The files of the tiny models' GPT-2-style tokenizer (tests/formats/test_tokenizer_hf.py)."""
 LOADED = {
     **{f"{n}-q8_0": v for n, v in json.loads((HF / "transformers_q8_0.json").read_text()).items()},
     **json.loads((HF / "transformers_quants.json").read_text()),
@@ -86,7 +88,9 @@ def test_every_parameter_comes_back_bit_for_bit(
         }
     assert said.startswith(f"{out}: ")
     assert " gguf -> hf" in said
-    assert sorted(os.listdir(out)) == ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(os.listdir(out)) == sorted(
+        ["config.json", "generation_config.json", "model.safetensors", *TOKENIZER]
+    )
     original, back = _bits(HF / name), _bits(out)
     assert sorted(back) == sorted(original)
     lost = []
@@ -247,6 +251,7 @@ def test_past_the_shard_size_shards_and_an_index(
         "model-00002-of-00003.safetensors",
         "model-00003-of-00003.safetensors",
         "model.safetensors.index.json",
+        *TOKENIZER,
     ]
     assert _bits(out) == _bits(HF / "llama")
     # a size the checkpoint fits in: one model.safetensors, as transformers writes it
@@ -274,6 +279,9 @@ def test_the_dry_run_names_each_source_and_transform(capsys: pytest.CaptureFixtu
         "never/model.safetensors",
         "never/config.json",
         "never/generation_config.json",
+        "never/tokenizer.json",
+        "never/tokenizer_config.json",
+        "never/special_tokens_map.json",
     ]
     assert not os.path.exists("never")
     status, out, _ = run_main(

@@ -459,6 +459,7 @@ def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: Weig
             distributed=args.scheduler is not None,
             force=args.force,
             folder=_folder_out(args, row),
+            tokenizer=not args.no_tokenizer,
         )
     except OptionsError as exc:
         raise CliError(exc.cli_kind, exc.usage) from None
@@ -814,6 +815,14 @@ def add_convert(sub: Any) -> None:
         type=parse_size,
         help="write shards (safetensors: DST is a directory with an index) or GGUF splits "
         "of at most SIZE data bytes: 5GB (5*10**9), 500MB, 2GiB (2*2**30), 4096",
+    )
+    parser.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="--to hf: leave the GGUF's tokenizer out (by default its tokenizer.ggml.* keys are "
+        "written as tokenizer.json, tokenizer_config.json, special_tokens_map.json and, for "
+        "SentencePiece, tokenizer.model; a tokenizer model or pre-tokenizer not covered is "
+        "refused)",
     )
     parser.add_argument(
         "--dry-run",
