@@ -188,6 +188,8 @@ def save_weights(
     progress: Progress | None = None,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
+    names: str = "map",
+    outtype: str | None = None,
 ) -> list[str]:
     """Write named tensors as safetensors, GGUF, a Kiln payload directory or a Zarr
     v3 group, or a GGUF's as the Hugging Face directory it was converted from
@@ -238,6 +240,16 @@ def save_weights(
         :func:`~kiln_np.formats.quantize_kept` and the plan.  A policy's
         importance matrix (``imatrix=``) given as a path is read here, with
         :func:`kiln_np.gguf.read_imatrix`.
+    names : {"map", "raw"}
+        ``"map"`` (the default): a Hugging Face checkpoint directory (opened
+        with :func:`open_weights`) of an architecture of the model map written
+        as GGUF is what llama.cpp's ``convert_hf_to_gguf.py`` writes of it:
+        GGUF names and transforms, its tensor order, types and keys
+        (docs/weights.md); ``"raw"``: its tensors under their own names, with
+        no llama.cpp keys.
+    outtype : {"f32", "f16", "bf16", "q8_0", "auto"}, optional
+        With ``names="map"``, the converter's ``--outtype`` (its default,
+        ``"f16"``, when None).
 
     Returns
     -------
@@ -277,6 +289,8 @@ def save_weights(
         max_shard_size=max_shard_size,
         dequantize=dequantize,
         quantize=quantize,
+        names=names,
+        outtype=outtype,
     )
     return execute(plan, progress=progress)
 

@@ -58,6 +58,7 @@ from .hf import HF_SHARD_SIZE, first_blocks, hf_view
 from .imatrix import Imatrix, imatrix_keys
 from .policy import QuantizePolicy, as_policy, generic_rules
 from .row import Sharded, WeightFormat
+from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
 from .sources import (
     Dequantize,
     Progress,
@@ -241,6 +242,8 @@ def plan_conversion(
     distributed: bool = False,
     force: bool = False,
     folder: bool = False,
+    names: str = "map",
+    outtype: str | None = None,
 ) -> Plan:
     """The plan of writing ``tensors`` to ``target`` (absolute) in the format of ``row``
     (``distributed``: a shard per task, as ``kiln_np.dask`` executes it; ``force``:
@@ -250,7 +253,11 @@ def plan_conversion(
     new splits, an older split set of DST's name; ``folder``: ``target`` is a
     directory to write the format's folder layout into, as a checkpoint directory
     converted to a DST without a suffix is: ``model.safetensors`` (or shards and
-    their index) and ``config.json`` inside, as transformers writes them).
+    their index) and ``config.json`` inside, as transformers writes them;
+    ``names``: ``"map"`` writes a Hugging Face checkpoint directory of an
+    architecture of the model map to GGUF as llama.cpp's converter does, under
+    ``outtype`` (``kiln_np._convert.to_gguf``; its default ``"f16"`` is the
+    converter's), ``"raw"`` under its own names with no llama.cpp keys).
 
     Raises
     ------
@@ -292,8 +299,15 @@ def plan_conversion(
     if hf is not None:
         tensors, max_shard_size = hf.tensors, hf.max_shard_size
         metadata, folder = {"format": "pt"}, True
+    gguf_notes: tuple[str, ...] = ()
+    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling)
+    if isinstance(mapped, tuple):
+        tensors, metadata, gguf_notes = mapped
+        model = metadata
+    elif mapped:
+        gguf_notes = (mapped,)
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
-    notes: tuple[str, ...] = () if hf is None else hf.notes
+    notes: tuple[str, ...] = gguf_notes if hf is None else hf.notes
     if policy is not None and policy.file_type is not None:
         generic = generic_rules((s.name for s in sources), model)
         notes = (generic,) if generic else ()
@@ -374,6 +388,58 @@ def _refuse_options(
             "TYPE",
             f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
         )
+
+
+def _gguf_tensors(
+    tensors: Mapping[str, Any],
+    row: WeightFormat,
+    names: str,
+    outtype: str | None,
+    policy: QuantizePolicy | None,
+    code: object,
+    spelling: Spelling,
+) -> tuple[Mapping[str, Any], KeyValues, tuple[str, ...]] | str:
+    """For a Hugging Face checkpoint directory of an architecture of the model
+    map written as GGUF (``names="map"``): its tensors and keys as llama.cpp's
+    converter writes them (``kiln_np._convert.to_gguf``), and the notes; else
+    what the output says of it (``""``: nothing).  Refusals of the options:
+    ``outtype`` where no converter's file is written, ``quantize`` or
+    ``dequantize`` with the map."""
+    if names not in ("map", "raw"):
+        raise OptionsError(
+            f"expected names 'map' or 'raw', found {show_value(names)}",
+            f"--names takes map or raw, found {names!r}",
+        )
+    arch, why = checkpoint_architecture(tensors)
+    applies = row.name == "gguf" and names == "map" and arch is not None
+    if outtype is not None and not applies:
+        found = why or ("names='raw'" if names == "raw" else f"format {row.name!r}")
+        raise OptionsError(
+            f"expected outtype only for a Hugging Face checkpoint of the model map written as "
+            f"GGUF through the map, found {found}",
+            f"--outtype writes what llama.cpp's converter writes of a Hugging Face checkpoint "
+            f"directory as GGUF (without --names raw), found {found}",
+        )
+    if not applies:
+        raw = row.name == "gguf" and names == "map" and isinstance(tensors, Weights)
+        has_config = isinstance(tensors, Weights) and tensors.config is not None
+        return (
+            f"{why}: written under its own names, no llama.cpp keys" if raw and has_config else ""
+        )
+    if policy is not None or code is not None:
+        option = spelling.quantize if policy is not None else spelling.dequantize
+        raise OptionsError(
+            f"expected no {option} for a Hugging Face checkpoint written to GGUF through the "
+            "model map: outtype (f32, f16, bf16, q8_0, auto) chooses its types; pass "
+            "names='raw' to write the checkpoint's tensors as they are named",
+            f"{option} is not taken for a Hugging Face checkpoint converted through the model "
+            f"map: --outtype {{{','.join(OUTTYPES)}}} chooses its types, or pass --names raw",
+        )
+    assert isinstance(tensors, Weights)  # checkpoint_architecture found its config
+    view = gguf_view(tensors, "f16" if outtype is None else outtype)
+    values = {key: value for key, _, value in view.keys}
+    types = {key: kind for key, kind, _ in view.keys}
+    return view.tensors, KeyValues(values, types), view.notes
 
 
 class HfPlan(NamedTuple):

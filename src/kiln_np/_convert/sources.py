@@ -77,6 +77,7 @@ from kiln_np._weights.tensors import WeightTensor, mapped_file
 
 from .hf import MappedTensor
 from .policy import Decision, QuantizePolicy, Target, as_policy, decide, mix_decisions
+from .to_gguf import GgufTensor
 
 __all__ = [
     "DEQUANTIZE_TYPES",
@@ -153,7 +154,9 @@ class TensorSource(NamedTuple):
     describes the float tensor to write, decoded from the parts a bounded run
     of rows at a time.  With ``mapped`` (a Hugging Face tensor the model map
     makes of a GGUF tensor), ``info`` describes it, read and transformed a
-    bounded run of rows at a time (:meth:`MappedTensor.chunks`).
+    bounded run of rows at a time (:meth:`MappedTensor.chunks`); or a GGUF
+    tensor llama.cpp's converter makes of Hugging Face tensors
+    (:class:`~kiln_np._convert.to_gguf.GgufTensor`), the same way.
     """
 
     name: str
@@ -167,7 +170,7 @@ class TensorSource(NamedTuple):
     logical: LogicalTensor | None = None
     rule: str | None = None
     split: int | None = None
-    mapped: MappedTensor | None = None
+    mapped: MappedTensor | GgufTensor | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -708,7 +711,7 @@ def _logical_refused(t: LogicalTensor, name: str) -> KilnError:
 
 def _source(name: str, value: object) -> TensorSource:
     where = f"tensor {name!r}: "
-    if isinstance(value, MappedTensor):
+    if isinstance(value, (MappedTensor, GgufTensor)):
         held = mapped_file(value.source)
         memory = value.source.payload().data if held is None else None
         return TensorSource(name, value.info, memory, held, None, mapped=value)

@@ -1,0 +1,895 @@
+"""A Hugging Face checkpoint as the GGUF llama.cpp's converter writes of it: the
+model map (:mod:`kiln_np._convert.models`) the other way, a rule the conversion
+plan asks when a checkpoint directory of a mapped architecture is written as
+GGUF (``convert_hf_to_gguf.py --outtype T``, llama.cpp vendored by
+llama-cpp-python 0.3.36).
+
+:func:`gguf_view` says, before a byte is read, what the converter writes:
+
+- **tensors** (:class:`GgufTensor`), in its order: the tensors it generates
+  from the config first (llama 3's ``rope_freqs``, phi3's
+  ``rope_factors_long``/``short``), then the checkpoint's, file by file (file
+  names sorted) and name by name within a file (sorted), each under its GGUF
+  name, with the map's transform (llama's Q/K rows in rope order, gemma's norm
+  ``+ 1`` in the tensor's float type, gemma's embedding rows cut to the
+  tokenizer's count) and a layer's experts stacked into ``*_exps`` where the
+  last of them comes (down, gate, up);
+- **types**, the converter's rule: float32 for 1-D tensors, ``*_norm.weight``,
+  biases and the MoE router (``ffn_gate_inp``); the others ``T`` (``auto``:
+  bf16 for a bf16 checkpoint, f16 otherwise, as the first matrix says), Q8_0
+  falling back to f16 for rows not a multiple of 32;
+- **keys** (``(key, type, value)``) in its order: ``general.architecture``,
+  what the converter sets while it makes tensors (phi3's
+  ``rope.scaling.attn_factor``), ``general.type``, the sampling keys of
+  ``generation_config.json``, ``general.name`` and the name's parts (from
+  ``config.json``'s ``_name_or_path``, then the directory's name),
+  ``general.size_label`` (from the written tensors' counts), the ``<arch>.*``
+  hyper-parameters with ``general.file_type`` where each architecture's
+  ``set_gguf_parameters`` puts them (a key set twice keeps its first place),
+  ``general.quantization_version``, then the tokenizer's keys, which the
+  caller hands in (:func:`gguf_view`'s ``tokenizer``).
+
+:meth:`GgufTensor.chunks` reads the checkpoint a bounded run of whole rows
+(whole heads of a permuted tensor) at a time, widens it to float32 (float16 for
+a float16 norm gemma shifts), applies the transform and rounds or quantizes it
+to the written type (to nearest even; Q8_0 as ggml does).
+
+Not read, and so possibly different from the converter's file (docs/weights.md):
+a ``README.md`` model card (license, tags, base models...), ``--metadata`` and
+``--model-name`` overrides; the converter's ``general.name`` comes from the
+path as typed, kiln_np's from the directory's own name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from kiln_np._core.checks import U8, show_value
+from kiln_np._core.errors import KilnError
+from kiln_np._core.payload import PayloadInfo, payload_info
+from kiln_np._core.jsontext import parse_json
+from kiln_np._core.table import Code, Layout
+from kiln_np._kernels.pool import cast_into
+from kiln_np._quants.blocks import BLOCKS, Block
+from kiln_np._quants.quantize import quantize_into, unquantizable
+from kiln_np._weights.tensors import WeightTensor, mapped_file
+from kiln_np._weights.weights import Weights
+
+from .hf import MappedTensor, readable
+from .models import Architecture, Pair, architecture_of, gguf_name, to_gguf
+
+__all__ = ["OUTTYPES", "GgufTensor", "GgufView", "checkpoint_architecture", "gguf_view"]
+
+OUTTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "auto")
+"""The converter's ``--outtype`` choices kiln_np writes (not ``tq1_0``, ``tq2_0``)."""
+
+_FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7}
+"""``general.file_type`` of each outtype (llama.cpp's ``LlamaFileType``)."""
+_FLOATS = {"f32": Code.F32, "f16": Code.F16, "bf16": Code.BF16}
+_Q8_0 = BLOCKS["Q8_0"]
+_RUN = 1 << 21
+"""Elements read and written at a time: an 8 MiB float32 buffer."""
+_QUANTIZATION_VERSION = 2
+_SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")
+_MULTIMODAL_PREFIXES = ("mlp", "vit.", "vpm.", "siglip2.", "conformer.", "merger.", "resampler.")
+_MULTIMODAL_PARTS = (
+    "visual.", "vision.", "audio.", "vision_", "audio_", "projector.", "pre_mm_projector_norm",
+    "image_newline", "patch_embed", "patch_merger.", "model.connector.",
+)  # fmt: skip
+_F32_ROLES = (".ffn_gate_inp.weight",)
+"""Matrices the converter keeps float32 among the mapped architectures' (the router)."""
+
+Key = tuple[str, str, Any]
+"""One key as written: ``(key, GGUF type spelled as kiln_np.gguf spells it, value)``."""
+
+
+class GgufTensor:
+    """One tensor of the converter's GGUF: its ``name``, the checkpoint tensors
+    it is made of (``parts``: one, or a layer's experts in order), the
+    transform (``"permute"`` with ``head_rows``, ``"offset"``, or ``""``),
+    ``rows`` (the first rows kept; None: all) and the written type
+    (``target``: a float :class:`Code` or the Q8_0 block).
+
+    >>> import numpy as np
+    >>> src = _weight("model.norm.weight", np.float32([0.5, -0.25]))
+    >>> t = GgufTensor("output_norm.weight", [src], Code.F32, "offset")
+    >>> t.shape, [c.view(np.float32).tolist() for c in t.chunks()]
+    ((2,), [[1.5, 0.75]])
+    """
+
+    __slots__ = (
+        "head_rows",
+        "name",
+        "parts",
+        "rows",
+        "shape",
+        "start",
+        "stop",
+        "target",
+        "transform",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        parts: Sequence[WeightTensor],
+        target: Code | Block,
+        transform: str = "",
+        head_rows: int = 0,
+        rows: int | None = None,
+    ) -> None:
+        for part in parts:
+            if not readable(part) or part.info.layout is not None:
+                raise KilnError(
+                    "TYPE",
+                    f"tensor {part.name!r}: expected float values (f32, f16, bf16) in a "
+                    f"checkpoint to convert to GGUF, found {part.info.element.name}",
+                )
+        self.name, self.parts, self.target = name, tuple(parts), target
+        self.transform, self.head_rows, self.rows = transform, head_rows, rows
+        first = parts[0].shape
+        kept = first if rows is None or not first else (min(rows, first[0]), *first[1:])
+        self.shape = kept if len(parts) == 1 else (len(parts), *first)
+        self.start, self.stop = 0, sum(p.info.byte_length for p in parts)
+
+    @property
+    def source(self) -> WeightTensor:
+        """The (first) checkpoint tensor it is made of."""
+        return self.parts[0]
+
+    @property
+    def info(self) -> PayloadInfo:
+        """The description of the tensor written."""
+        if isinstance(self.target, Code):
+            return payload_info(self.target, self.shape)
+        block = self.target
+        blocks = (*self.shape[:-1], self.shape[-1] // block.elements)
+        return payload_info(block.code, blocks, Layout(block.layout_name, block.bytes))
+
+    @property
+    def copied(self) -> bool:
+        """Whether its bytes are the checkpoint's as they are."""
+        src = self.parts[0].info
+        same = isinstance(self.target, Code) and src.code == self.target
+        return same and len(self.parts) == 1 and not self.transform and self.rows is None
+
+    def reason(self) -> str:
+        """What the conversion does to it, for the plan."""
+        names = self.parts[0].name
+        if len(self.parts) > 1:
+            names = f"{len(self.parts)} experts stacked ({names}, ...)"
+        kind = self.parts[0].info.element.name
+        out = self.target.name.lower() if isinstance(self.target, Code) else "q8_0"
+        how = {
+            "permute": ", rows in llama.cpp's rope order",
+            "offset": ", norm plus gemma's 1",
+        }.get(self.transform, "")
+        cut = "" if self.rows is None else f", the tokenizer's first {self.rows} rows"
+        return f"from {names} ({kind}{'' if kind == out else ' -> ' + out}){how}{cut}"
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The bytes to write, in order, a bounded run of whole rows at a time:
+        arrays, each valid until the next is asked for."""
+        for part in self.parts:
+            yield from self._part_chunks(part)
+
+    def _part_chunks(self, part: WeightTensor) -> Iterator[np.ndarray]:
+        shape = part.shape
+        per_row = math.prod(shape[1:]) if len(shape) > 1 else 1
+        group = self.head_rows if self.transform == "permute" else 1
+        elements = max(1, _RUN // (group * per_row)) * group * per_row
+        shifted = self.transform == "offset"
+        wide = Code.F16 if shifted and part.info.code == Code.F16 else Code.F32
+        reader = MappedTensor(Pair(part.name, part.name), part, wide)
+        left = shape[0] if self.rows is None or not shape else min(self.rows, shape[0])
+        for values in reader.chunks(elements):
+            if left <= 0 and shape:
+                return
+            n = values.size // per_row
+            if shape and n > left:
+                values, n = values[: left * per_row], left
+            left -= n
+            if self.transform == "permute":
+                how = Pair(part.name, self.name, None, "permute", self.head_rows)
+                values = to_gguf(how, values.reshape(n, *shape[1:])).reshape(-1)
+            elif shifted:
+                values = np.add(values, values.dtype.type(1), dtype=values.dtype)
+            yield self._encoded(values)
+
+    def _encoded(self, values: np.ndarray) -> np.ndarray:
+        """``values`` as the written type: rounded to nearest even, or Q8_0 blocks."""
+        target = self.target
+        if isinstance(target, Code):
+            dtype = payload_info(target, (1,)).dtype
+            if values.dtype == dtype:
+                return values
+            out = np.empty(values.size, dtype)
+            cast_into(out, values)
+            return out
+        f32 = np.ascontiguousarray(values, np.float32)
+        blocks = np.empty(f32.size // target.elements * target.bytes, U8)
+        bad = quantize_into(target.name, f32, blocks)
+        if bad >= 0:
+            raise unquantizable(target.name, self.shape, bad, f32[bad]).prefixed(
+                f"tensor {self.name!r}: "
+            )
+        return blocks
+
+
+def _weight(name: str, value: np.ndarray) -> WeightTensor:
+    """An array as a weight tensor in memory (doctests)."""
+    from kiln_np._codec import from_numpy
+
+    payload = from_numpy(np.asarray(value))
+    info = payload_info(payload.code, payload.shape)
+    return WeightTensor(name, info, None, "", data=memoryview(payload.data).cast("B"))
+
+
+class GgufView(NamedTuple):
+    """A checkpoint as the converter's GGUF: the tensors by GGUF name in its
+    order, the keys in its order, what the output should say."""
+
+    tensors: dict[str, GgufTensor]
+    keys: list[Key]
+    notes: tuple[str, ...]
+
+
+def checkpoint_architecture(weights: object) -> tuple[Architecture | None, str]:
+    """The architecture of the model map a checkpoint directory's
+    ``config.json`` names (``model_type``), or None and why not.
+
+    >>> checkpoint_architecture({"w": 1})
+    (None, 'not a Hugging Face checkpoint directory (no config.json)')
+    """
+    config = weights.config if isinstance(weights, Weights) else None
+    if not isinstance(config, Mapping):
+        return None, "not a Hugging Face checkpoint directory (no config.json)"
+    model_type = config.get("model_type")
+    try:
+        return architecture_of(model_type), ""
+    except KilnError:
+        return None, (
+            f"config.json's model_type {show_value(model_type)} is no architecture of the "
+            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3)"
+        )
+
+
+def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[Key] = ()) -> GgufView:
+    """What ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes of the checkpoint
+    directory ``weights`` (opened by ``open_weights``), its ``tokenizer`` keys
+    (``(key, type, value)``, as the converter's ``set_vocab`` writes them) put
+    where the converter puts them: last.
+
+    Raises
+    ------
+    KilnError
+        TYPE for a directory of no mapped architecture, quantized tensors (a
+        ``quantization_config``: FP8, GPTQ, compressed-tensors... are not
+        converted yet), a tensor the map has no GGUF name for, an outtype not
+        in :data:`OUTTYPES`, a config the converter would refuse.
+    """
+    arch, why = checkpoint_architecture(weights)
+    if arch is None:
+        raise KilnError("TYPE", f"expected a checkpoint of the model map: {why}")
+    if outtype not in OUTTYPES:
+        raise KilnError(
+            "TYPE", f"expected an outtype among {', '.join(OUTTYPES)}, found {show_value(outtype)}"
+        )
+    config = dict(weights.config or {})
+    folder = os.path.dirname(weights.config_path or "")
+    _refuse_quantized(weights, config)
+    h = (
+        {**config, **config["text_config"]}
+        if isinstance(config.get("text_config"), dict)
+        else config
+    )
+    rope = _rope_parameters(h)
+    ordered = _converter_order(weights)
+    chosen = outtype if outtype != "auto" else _guessed(ordered)
+    kv: dict[str, tuple[str, Any]] = {"general.architecture": ("string", arch.gguf)}
+    generated = _generated(arch, h, rope, kv)
+    tensors = generated + _mapped(arch, h, ordered, folder, chosen)
+    kv["general.type"] = ("string", "model")
+    kv.update(_sampling(weights.generation_config))
+    _names(kv, h, folder, tensors)
+    _hyper_parameters(arch, h, rope, kv, _FILE_TYPES[chosen])
+    kv["general.quantization_version"] = ("uint32", _QUANTIZATION_VERSION)
+    keys = [(key, kind, value) for key, (kind, value) in kv.items()]
+    keys += [(key, kind, value) for key, value, kind in tokenizer]  # set_vocab's, last
+    notes = []
+    if os.path.isfile(os.path.join(folder, "README.md")):
+        notes.append(
+            "README.md's model card is not read: llama.cpp's converter takes general.* keys "
+            "from its front matter (license, tags, base models...)"
+        )
+    return GgufView({t.name: t for t in tensors}, keys, tuple(notes))
+
+
+def _refuse_quantized(weights: Weights, config: Mapping[str, Any]) -> None:
+    scheme = config.get("quantization_config")
+    if scheme is not None or weights.quantization:
+        method = scheme.get("quant_method") if isinstance(scheme, Mapping) else None
+        raise KilnError(
+            "TYPE",
+            "expected a checkpoint of float tensors to convert to GGUF, found quantized ones "
+            f"(quantization_config {show_value(method or scheme)}): FP8, GPTQ, "
+            "compressed-tensors... sources are not converted yet; pass names='raw' "
+            "(--names raw) to write the tensors under their own names",
+        )
+
+
+def _find(h: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    """The converter's ``find_hparam(keys, optional=True)``: the first key present."""
+    return next((h[k] for k in keys if k in h), None)
+
+
+def _rope_parameters(h: Mapping[str, Any]) -> dict[str, Any]:
+    """``TextModel.rope_parameters``: the config's, with the global keys mirrored."""
+    rope = dict(h.get("rope_parameters", h.get("rope_scaling")) or {})
+    if "full_attention" in rope or "sliding_attention" in rope:
+        return rope
+    local = _find(h, ("local_rope_theta", "rope_local_theta", "rope_theta_local",
+                      "swa_rope_theta", "rope_local_base_freq"))  # fmt: skip
+    theta = _find(h, ("global_rope_theta", "rope_global_theta", "rope_theta_global",
+                      "rope_theta", "rotary_emb_base"))  # fmt: skip
+    partial = _find(h, ("partial_rotary_factor", "rope_pct", "rope_percent"))
+    original = h.get("original_max_position_embeddings")
+    if local is not None:
+        rope["sliding_attention"] = {"rope_theta": local}
+    if "rope_theta" not in rope and theta is not None:
+        rope["rope_theta"] = theta
+    if "rope_type" not in rope and rope.get("type") is not None:
+        rope["rope_type"] = rope["type"]
+    if "partial_rotary_factor" not in rope and partial is not None:
+        rope["partial_rotary_factor"] = partial
+    if "original_max_position_embeddings" not in rope and original is not None:
+        rope["original_max_position_embeddings"] = original
+    return rope
+
+
+def _converter_order(weights: Weights) -> list[WeightTensor]:
+    """The checkpoint's tensors as the converter walks them: files by name, each
+    file's tensors by name."""
+
+    def key(t: WeightTensor) -> tuple[str, str]:
+        file = mapped_file(t)
+        return ("" if file is None else os.path.basename(file.path), t.name)
+
+    return sorted((weights[name] for name in weights), key=key)
+
+
+def _guessed(ordered: Sequence[WeightTensor]) -> str:
+    """``--outtype auto``: bf16 or f16 as the first matrix is, else f16."""
+    first = next((t for t in ordered if len(t.shape) >= 2), None)
+    return "bf16" if first is not None and first.info.code == Code.BF16 else "f16"
+
+
+def _generated(
+    arch: Architecture, h: Mapping[str, Any], rope: Mapping[str, Any], kv: dict[str, Any]
+) -> list[GgufTensor]:
+    """``generate_extra_tensors``: llama 3's ``rope_freqs``, phi3's long-rope
+    factors (and the key phi3 sets then)."""
+    made: list[tuple[str, np.ndarray]] = []
+    params = rope.get("full_attention", rope)
+    if arch.gguf == "llama" and params and str(params.get("rope_type", "")).lower() == "llama3":
+        made.append(("rope_freqs.weight", _llama3_freqs(h, params)))
+    if arch.gguf == "phi3" and rope.get("long_factor"):
+        made += _phi3_factors(h, rope, kv)
+    return [GgufTensor(name, [_weight(name, v)], Code.F32) for name, v in made]
+
+
+def _llama3_freqs(h: Mapping[str, Any], params: Mapping[str, Any]) -> np.ndarray:
+    """llama 3's rope factors, in float32 arithmetic as the converter's torch does."""
+    base = float(params.get("rope_theta", 10000.0))
+    dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
+    factor = float(params.get("factor", 8.0))
+    low = float(params.get("low_freq_factor", 1.0))
+    high = float(params.get("high_freq_factor", 4.0))
+    context = float(params.get("original_max_position_embeddings", 8192))
+    f32 = np.float32
+    freqs = f32(1.0) / np.power(f32(base), np.arange(0, dim, 2, dtype=f32) / f32(dim))
+    wavelen = f32(2 * math.pi) / freqs
+    smooth = (f32(context) / wavelen - f32(low)) / f32(high - low)
+    medium = f32(1) / ((f32(1) - smooth) / f32(factor) + smooth)
+    out = np.where(wavelen > context / low, f32(factor), medium)
+    return np.where(wavelen < context / high, f32(1), out).astype(f32)
+
+
+def _phi3_factors(
+    h: Mapping[str, Any], rope: Mapping[str, Any], kv: dict[str, Any]
+) -> list[tuple[str, np.ndarray]]:
+    """phi3's long-rope factors and ``rope.scaling.attn_factor``."""
+    embd, heads = _find(h, ("hidden_size", "n_embd")), _find(h, ("num_attention_heads", "n_head"))
+    context = _find(h, ("n_positions", "max_position_embeddings"))
+    original = rope["original_max_position_embeddings"]
+    dims = int(rope.get("partial_rotary_factor", 1.0) * embd) // heads
+    scale = context / original
+    kind = str(rope.get("rope_type", "")).lower()
+    if kind in ("su", "longrope"):
+        attn = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+    elif kind == "yarn":
+        attn = 0.1 * math.log(scale) + 1.0 if scale > 1.0 else 1.0
+    else:
+        raise KilnError(
+            "TYPE", f"expected phi3's rope_type su, longrope or yarn, found {show_value(kind)}"
+        )
+    kv["phi3.rope.scaling.attn_factor"] = ("float32", attn)
+    long, short = rope.get("long_factor"), rope.get("short_factor")
+    if not isinstance(short, list) or len(long) != len(short) or len(long) * 2 != dims:
+        raise KilnError(
+            "TYPE",
+            f"expected phi3's long_factor and short_factor of {dims // 2} values each, found "
+            f"{show_value(long)} and {show_value(short)}",
+        )
+    return [
+        ("rope_factors_long.weight", np.asarray(long, np.float32)),
+        ("rope_factors_short.weight", np.asarray(short, np.float32)),
+    ]
+
+
+def _mapped(
+    arch: Architecture,
+    h: Mapping[str, Any],
+    ordered: Sequence[WeightTensor],
+    folder: str,
+    outtype: str,
+) -> list[GgufTensor]:
+    """The checkpoint's tensors as the converter's ``modify_tensors`` makes them."""
+    made: list[GgufTensor] = []
+    experts: dict[int, dict[str, WeightTensor]] = {}
+    n_experts = _find(h, ("num_local_experts", "num_experts"))
+    for t in ordered:
+        name = t.name.replace("language_model.", "")
+        if _multimodal(name) or name.endswith(_SKIPPED):
+            continue
+        bid = next((int(p) for p in name.split(".") if p.isdecimal()), None)
+        if arch.gguf == "qwen3moe" and "experts" in name and bid is not None:
+            layer = experts.setdefault(bid, {})
+            layer[name] = t
+            if len(layer) >= int(n_experts or 0) * 3:
+                for role in ("down_proj", "gate_proj", "up_proj"):
+                    parts = [layer.pop(f"model.layers.{bid}.mlp.experts.{x}.{role}.weight", None)
+                             for x in range(int(n_experts))]  # fmt: skip
+                    first = f"model.layers.{bid}.mlp.experts.0.{role}.weight"
+                    made.append(_tensor(arch, h, first, parts, outtype, folder))
+            continue
+        made.append(_tensor(arch, h, name, [t], outtype, folder))
+    left = [n for layer in experts.values() for n in layer]
+    if left:
+        raise KilnError(
+            "TYPE",
+            f"expected {n_experts} experts of 3 tensors in each layer, found tensors no "
+            f"layer completes: {left[:3]}",
+        )
+    return made
+
+
+def _multimodal(name: str) -> bool:
+    """``TextModel.filter_tensors``: the tensors of another modality."""
+    return name.startswith(_MULTIMODAL_PREFIXES) or any(p in name for p in _MULTIMODAL_PARTS)
+
+
+def _tensor(
+    arch: Architecture,
+    h: Mapping[str, Any],
+    hf: str,
+    parts: Sequence[WeightTensor | None],
+    outtype: str,
+    folder: str,
+) -> GgufTensor:
+    """One written tensor: its GGUF name, transform and type."""
+    found = gguf_name(arch, hf)
+    if found is None or any(p is None for p in parts):
+        raise KilnError(
+            "TYPE",
+            f"tensor {hf!r}: expected a tensor the model map names in GGUF ({arch.gguf}), "
+            "found none (convert with names='raw', --names raw, to keep the checkpoint's names)",
+        )
+    name = found[0]
+    given = [p for p in parts if p is not None]
+    transform, head_rows, rows = "", 0, None
+    if arch.permuted and hf.endswith(
+        ("q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias")
+    ):
+        heads = _find(h, ("n_heads", "num_attention_heads"))
+        if hf.split(".")[-2] == "k_proj":
+            heads = _find(h, ("n_kv_heads", "num_key_value_heads"))
+        transform, head_rows = "permute", given[0].shape[0] // int(heads)
+    elif arch.norm_offset and hf.endswith("norm.weight"):
+        transform = "offset"
+    if arch.gguf == "gemma3" and "embed_tokens.weight" in hf:
+        rows = _vocabulary_rows(h, folder)
+    dims = len(given[0].shape) + (1 if len(given) > 1 else 0)
+    last = given[0].shape[-1] if given[0].shape else 1
+    target: Code | Block
+    if dims <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+        target = Code.F32
+    elif name.endswith(_F32_ROLES):
+        target = Code.F32
+    elif outtype == "q8_0":
+        target = _Q8_0 if last % _Q8_0.elements == 0 else Code.F16  # the converter's fallback
+    else:
+        target = _FLOATS[outtype]
+    return GgufTensor(name, given, target, transform, head_rows, rows)
+
+
+def _vocabulary_rows(h: Mapping[str, Any], folder: str) -> int:
+    """gemma3's embedding rows the converter keeps: the SentencePiece
+    vocabulary's size (the config's ``vocab_size``), else ``tokenizer.json``'s
+    entries and added tokens."""
+    if os.path.isfile(os.path.join(folder, "tokenizer.model")):
+        size = _find(h, ("vocab_size_per_layer_input", "vocab_size"))
+        if isinstance(size, int) and size > 0:
+            return size
+        raise KilnError(
+            "TYPE", f"expected config.json's vocab_size beside tokenizer.model, found {size!r}"
+        )
+    path = os.path.join(folder, "tokenizer.json")
+    try:
+        with open(path, "rb") as f:
+            data = parse_json(f.read(), f"{path!r}: ")
+    except OSError as exc:
+        raise KilnError(
+            "TYPE",
+            f"expected gemma3's tokenizer.json or tokenizer.model in {folder!r} (the converter "
+            f"keeps as many embedding rows as they hold tokens), found neither: {exc}",
+        ) from None
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    added = data.get("added_tokens") if isinstance(data, dict) else None
+    if not isinstance(vocab, (dict, list)) or not isinstance(added, list):
+        raise KilnError(
+            "TYPE",
+            f"{path!r}: expected a model.vocab and an added_tokens list, found "
+            f"{show_value(vocab)} and {show_value(added)}",
+        )
+    return len(vocab) + len(added)
+
+
+_SAMPLING: tuple[tuple[str, str, str], ...] = (
+    # (generation_config.json key, general.sampling.*, type): Metadata.load
+    ("sequence", "sequence", "string"),
+    ("top_k", "top_k", "int32"),
+    ("top_p", "top_p", "float32"),
+    ("min_p", "min_p", "float32"),
+    ("xtc_probability", "xtc_probability", "float32"),
+    ("xtc_threshold", "xtc_threshold", "float32"),
+    ("temperature", "temp", "float32"),
+    ("penalty_last_n", "penalty_last_n", "int32"),
+    ("penalty_repeat", "penalty_repeat", "float32"),
+    ("mirostat", "mirostat", "int32"),
+    ("mirostat_tau", "mirostat_tau", "float32"),
+    ("mirostat_eta", "mirostat_eta", "float32"),
+)
+
+
+def _sampling(generation: Mapping[str, Any] | None) -> dict[str, tuple[str, Any]]:
+    """The ``general.sampling.*`` keys of ``generation_config.json``.
+
+    >>> _sampling({"temperature": 0.6, "top_p": 0.9, "repetition_penalty": 1.1})
+    {'general.sampling.top_p': ('float32', 0.9), 'general.sampling.temp': ('float32', 0.6), 'general.sampling.penalty_repeat': ('float32', 1.1)}
+    """  # noqa: E501
+    given = dict(generation or {})
+    if "penalty_repeat" not in given and "repetition_penalty" in given:
+        given["penalty_repeat"] = given["repetition_penalty"]
+    return {
+        f"general.sampling.{key}": (kind, given[hf])
+        for hf, key, kind in _SAMPLING
+        if given.get(hf) is not None
+    }
+
+
+def _names(
+    kv: dict[str, tuple[str, Any]],
+    h: Mapping[str, Any],
+    folder: str,
+    tensors: Sequence[GgufTensor],
+) -> None:
+    """``general.name`` and its parts, then ``general.size_label``."""
+    total, shared, expert, count = _parameter_counts(tensors)
+    found: dict[str, str | None] = dict.fromkeys(
+        ("name", "organization", "basename", "finetune", "version", "size_label")
+    )
+    source = h.get("_name_or_path")
+    ids = [source] if isinstance(source, str) and source.count("/") <= 1 else []
+    for model_id in [*ids, os.path.basename(os.path.abspath(folder))]:
+        parts = _id_components(model_id, total)
+        for field, value in zip(found, parts, strict=True):
+            if found[field] is None and value is not None:
+                found[field] = _title(value) if field in ("name", "organization") else value
+    if found["name"] is None:
+        found["name"] = os.path.basename(folder)
+    if found["size_label"] is None and total > 0:
+        found["size_label"] = _size_label(total, shared, expert, count)
+    for field in ("name", "version", "organization", "finetune", "basename", "size_label"):
+        if found[field] is not None:
+            kv[f"general.{field}"] = ("string", found[field])
+
+
+def _parameter_counts(tensors: Sequence[GgufTensor]) -> tuple[int, int, int, int]:
+    """``GGUFWriter.get_total_parameter_count``: all, shared, per expert, experts."""
+    total = shared = expert = expert_sum = stacked = 0
+    for t in tensors:
+        size = math.prod(t.shape)
+        if "_exps." in t.name and len(t.shape) >= 3:
+            n = t.shape[-2 if ".bias" in t.name else -3]
+            expert += size // n
+            expert_sum += n
+            stacked += 1
+        else:
+            shared += size
+        total += size
+    return total, shared, expert, expert_sum // stacked if stacked else 0
+
+
+def _rounded(n: int) -> str:
+    """gguf-py's ``model_weight_count_rounded_notation`` (two digits at least).
+
+    >>> _rounded(111_000), _rounded(1_234_567_890)
+    ('111K', '1.2B')
+    """
+    for limit, scale, suffix in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
+        if n > limit:
+            scaled = n * scale
+            break
+    else:
+        scaled, suffix = n * 1e-3, "K"
+    digits = max(2 - len(str(round(scaled)).lstrip("0")), 0)
+    return f"{scaled:.{digits}f}{suffix}"
+
+
+def _size_label(total: int, shared: int, expert: int, count: int) -> str:
+    return f"{count}x{_rounded(shared + expert)}" if count > 0 else _rounded(total)
+
+
+def _title(text: str) -> str:
+    """gguf-py's ``Metadata.id_to_title``.
+
+    >>> _title("qwen3_moe"), _title("llama-3.2-1b")
+    ('Qwen3_Moe', 'Llama 3.2 1b')
+    """
+    words = text.strip().replace("-", " ").split()
+    version = re.compile(r"^(v\d+(?:\.\d+)*|\d.*)$")
+    return " ".join(w.title() if w.islower() and not version.match(w) else w for w in words)
+
+
+_SIZE = re.compile(r"(([A]|\d+[x])?\d+([._]\d+)?[KMBT][\d]?|small|mini|medium|large|x?xl)", re.I)
+
+
+def _id_components(model_id: str, total: int) -> tuple[str | None, ...]:
+    """gguf-py's ``Metadata.get_model_id_components``: ``(name, organization,
+    basename, finetune, version, size_label)`` of a model id or a directory name.
+
+    >>> _id_components("Mistral-7B-Instruct-v0.2", 7_000_000_000)
+    ('Mistral-7B-Instruct-v0.2', None, 'Mistral', 'Instruct', 'v0.2', '7B')
+    """
+    if " " in model_id:
+        return model_id, None, None, None, None, None
+    org, full = model_id.split("/", 1) if "/" in model_id else (None, model_id)
+    if org is not None and org.startswith("."):
+        org = None
+    parts = [p for p in full.split("-") if p]
+    kinds: list[set[str]] = [set() for _ in parts]
+    for i, part in enumerate(parts):
+        if re.fullmatch(r"(v|iter)?\d+([.]\d+)*", part, re.I):
+            kinds[i].add("version")
+        elif re.fullmatch(r"i?q\d(_\w)*|b?fp?(16|32)", part, re.I):
+            kinds[i].add("type")
+            parts[i] = part.upper()
+        elif i > 0 and _SIZE.fullmatch(part):
+            parts[i] = _size_part(part, total, kinds[i])
+        elif i > 0 and re.fullmatch(r"chat|instruct|vision|lora", part, re.I):
+            kinds[i].add("finetune")
+    if any(c.isdecimal() for p, k in zip(parts, kinds) if "size_label" in k for c in p):
+        for p, k in zip(parts, kinds):
+            if "size_label" in k and all(c.isalpha() for c in p):
+                k.remove("size_label")
+    at_start = True
+    for p, k in zip(parts, kinds):
+        if at_start and ((not k and p[0].isalpha()) or "version" in k):
+            k.add("basename")
+        else:
+            at_start = False
+            if not k:
+                k.add("finetune")
+    for k in reversed(kinds):
+        if "basename" in k and len(k) > 1:
+            k.remove("basename")
+        else:
+            break
+
+    def joined(kind: str, exclude: str = "") -> str | None:
+        picked = [p for p, k in zip(parts, kinds) if kind in k and exclude not in k]
+        return "-".join(dict.fromkeys(picked) if kind == "size_label" else picked) or None
+
+    basename, size = joined("basename"), joined("size_label")
+    finetune, version = joined("finetune"), joined("version", "basename")
+    if size is None and finetune is None and version is None:
+        basename = None
+    return full, org, basename, finetune, version, size
+
+
+def _size_part(part: str, total: int, kind: set[str]) -> str:
+    """A size-looking part of a model id, normalized, marked a size label or
+    (a context length, far from the model's size) a finetune."""
+    part = part.replace("_", ".")
+    if part[-1].isdecimal():  # bloom-7b1
+        part = part[:-2] + "." + part[-1] + part[-2]
+    if len(part) > 1 and part[-2].isdecimal() and part[-1] in "kmbt":
+        part = part[:-1] + part[-1].upper()
+    if total != 0:
+        try:
+            label = float(part[:-1]) * pow(1000, " KMBT".find(part[-1]))
+        except ValueError:
+            label = None
+        if label is not None and (
+            (total < 0 and label < abs(total) // 8)
+            or (total > 0 and abs(label - total) > 7 * total // 8)
+        ):
+            kind.add("finetune")
+            part = part[:-1] + part[-1].lower()
+    if not kind:
+        kind.add("size_label")
+    return part
+
+
+def _hyper_parameters(
+    arch: Architecture,
+    h: Mapping[str, Any],
+    rope: Mapping[str, Any],
+    kv: dict[str, tuple[str, Any]],
+    file_type: int,
+) -> None:
+    """Each architecture's ``set_gguf_parameters``, in its order."""
+    a = arch.gguf
+
+    def put(key: str, kind: str, value: Any) -> None:
+        kv[f"{a}.{key}"] = (kind, value)
+
+    if a == "phi3":  # Phi3MiniModel's own, without TextModel's
+        embd, heads = (
+            _find(h, ("hidden_size", "n_embd")),
+            _find(h, ("num_attention_heads", "n_head")),
+        )
+        put("context_length", "uint32", _find(h, ("n_positions", "max_position_embeddings")))
+        put(
+            "rope.scaling.original_context_length",
+            "uint32",
+            rope["original_max_position_embeddings"],
+        )
+        put("embedding_length", "uint32", embd)
+        put("feed_forward_length", "uint32", _find(h, ("intermediate_size",)))
+        put("block_count", "uint32", _block_count(h))
+        put("attention.head_count", "uint32", heads)
+        put("attention.head_count_kv", "uint32", _find(h, ("num_key_value_heads", "n_head_kv")))
+        put("attention.layer_norm_rms_epsilon", "float32", _find(h, ("rms_norm_eps",)))
+        put(
+            "rope.dimension_count",
+            "uint32",
+            int(rope.get("partial_rotary_factor", 1.0) * embd) // heads,
+        )
+        put("rope.freq_base", "float32", rope.get("full_attention", rope)["rope_theta"])
+        kv["general.file_type"] = ("uint32", file_type)
+        put("attention.sliding_window", "uint32", h.get("sliding_window") or 0)
+        return
+    _text_parameters(h, rope, put)
+    kv["general.file_type"] = ("uint32", file_type)
+    if a == "llama":
+        put("vocab_size", "uint32", h["vocab_size"])
+        put(
+            "rope.dimension_count",
+            "uint32",
+            h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"],
+        )
+    elif a == "qwen3moe":
+        if h.get("moe_intermediate_size") is not None:
+            put("expert_feed_forward_length", "uint32", h["moe_intermediate_size"])
+        if h.get("shared_expert_intermediate_size") is not None:
+            put("expert_shared_feed_forward_length", "uint32", h["shared_expert_intermediate_size"])
+    elif a == "gemma3":  # Gemma3Model: defaults, some keys set again in place
+        put("context_length", "uint32", h.get("max_position_embeddings", 131072))
+        put("attention.head_count", "uint32", h.get("num_attention_heads", 8))
+        put("attention.layer_norm_rms_epsilon", "float32", h.get("rms_norm_eps", 1e-6))
+        put("attention.key_length", "uint32", h.get("head_dim", 256))
+        put("attention.value_length", "uint32", h.get("head_dim", 256))
+        put("rope.freq_base", "float32", rope.get("full_attention", rope).get("rope_theta", 1e6))
+        if h.get("attn_logit_softcapping") is not None:
+            raise KilnError("TYPE", "expected no attn_logit_softcapping in a gemma3 config")
+        if h.get("final_logit_softcapping"):
+            put("final_logit_softcapping", "float32", h["final_logit_softcapping"])
+        if h.get("sliding_window_pattern") != 1:
+            put("attention.sliding_window", "uint32", h["sliding_window"])
+        put("attention.head_count_kv", "uint32", h.get("num_key_value_heads", 4))
+
+
+def _block_count(h: Mapping[str, Any]) -> Any:
+    count = _find(h, ("n_layers", "num_hidden_layers", "n_layer", "num_layers"))
+    if not isinstance(count, int) or count < 0:
+        raise KilnError(
+            "TYPE", f"expected config.json's num_hidden_layers, a count, found {show_value(count)}"
+        )
+    return count
+
+
+_TEXT: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    # TextModel.set_gguf_parameters, before the rope keys
+    ("context_length", ("max_position_embeddings", "n_ctx", "n_positions", "max_length",
+                        "max_sequence_length", "model_max_length"), "uint32"),
+    ("embedding_length", ("hidden_size", "n_embd", "dim"), "uint32"),
+    ("feed_forward_length", ("prefix_dense_intermediate_size", "dense_intermediate_size",
+                             "intermediate_size", "n_inner", "hidden_dim"), "uint32"),
+    ("attention.head_count", ("num_attention_heads", "n_head", "n_heads"), "uint32"),
+    ("attention.head_count_kv", ("num_key_value_heads", "n_kv_heads"), "uint32"),
+)  # fmt: skip
+_AFTER_ROPE: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("attention.layer_norm_rms_epsilon", ("rms_norm_eps", "norm_eps"), "float32"),
+    ("attention.layer_norm_epsilon", ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
+     "float32"),
+    ("expert_count", ("num_local_experts", "num_experts", "n_routed_experts"), "uint32"),
+    ("expert_used_count", ("num_experts_per_tok", "num_experts_per_token", "top_k_experts"),
+     "uint32"),
+    ("expert_group_count", ("n_group",), "uint32"),
+    ("expert_group_used_count", ("topk_group",), "uint32"),
+)  # fmt: skip
+_YARN = (
+    ("extrapolation_factor", "yarn_ext_factor"),
+    ("attention_factor", "yarn_attn_factor"),
+    ("beta_fast", "yarn_beta_fast"),
+    ("beta_slow", "yarn_beta_slow"),
+)
+
+
+def _text_parameters(h: Mapping[str, Any], rope: Mapping[str, Any], put: Any) -> None:
+    """``TextModel.set_gguf_parameters`` up to ``general.file_type``."""
+    put("block_count", "uint32", _block_count(h))
+    for key, names, kind in _TEXT:
+        if (value := _find(h, names)) is not None:
+            put(key, kind, value)
+    if h.get("is_causal") is False:
+        put("attention.causal", "bool", False)
+    params = rope.get("full_attention", rope)
+    kind, factor = params.get("rope_type"), params.get("factor")
+    if kind in ("linear", "yarn") and factor is not None:
+        put("rope.scaling.type", "string", kind)
+        put("rope.scaling.factor", "float32", factor)
+        if kind == "yarn":
+            put(
+                "rope.scaling.original_context_length",
+                "uint32",
+                params["original_max_position_embeddings"],
+            )
+            attention = params.get("attention_factor", params.get("attn_factor"))
+            for hf, key in _YARN:
+                value = attention if hf == "attention_factor" else params.get(hf)
+                if value is not None:
+                    put(f"rope.scaling.{key}", "float32", value)
+    elif kind in ("su", "longrope"):
+        put("rope.scaling.type", "string", "longrope")
+    if "mrope_section" in rope:
+        raise KilnError("TYPE", "expected no mrope_section in the config of a text model")
+    if (theta := params.get("rope_theta")) is not None:
+        put("rope.freq_base", "float32", theta)
+    sliding = rope.get("sliding_attention")
+    if isinstance(sliding, Mapping) and sliding.get("rope_theta") is not None:
+        put("rope.freq_base_swa", "float32", sliding["rope_theta"])
+    for key, names, kind in _AFTER_ROPE:
+        if (value := _find(h, names)) is not None:
+            put(key, kind, value)
+    gating = _find(h, ("score_function", "scoring_func", "score_func", "moe_router_activation",
+                       "moe_router_activation_func", "expert_selection_fn"))  # fmt: skip
+    if gating is not None:
+        functions = {"softmax": 1, "sigmoid": 2, "sqrtsoftplus": 4}
+        if gating not in functions:
+            raise KilnError(
+                "TYPE", f"expected an expert gating function {list(functions)}, found {gating!r}"
+            )
+        put("expert_gating_func", "uint32", functions[gating])
+    if (head_dim := h.get("head_dim")) is not None:
+        put("attention.key_length", "uint32", head_dim)
+        put("attention.value_length", "uint32", head_dim)
