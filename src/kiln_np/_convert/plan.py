@@ -58,7 +58,6 @@ from .hf import HF_SHARD_SIZE, first_blocks, hf_view
 from .imatrix import Imatrix, imatrix_keys
 from .policy import QuantizePolicy, as_policy, generic_rules
 from .row import Sharded, WeightFormat
-from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
 from .sources import (
     Dequantize,
     Progress,
@@ -67,6 +66,7 @@ from .sources import (
     dequantize_code,
     tensor_sources,
 )
+from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
 
 __all__ = [
     "CLI",
@@ -299,13 +299,9 @@ def plan_conversion(
     if hf is not None:
         tensors, max_shard_size = hf.tensors, hf.max_shard_size
         metadata, folder = {"format": "pt"}, True
-    gguf_notes: tuple[str, ...] = ()
-    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling)
-    if isinstance(mapped, tuple):
-        tensors, metadata, gguf_notes = mapped
-        model = metadata
-    elif mapped:
-        gguf_notes = (mapped,)
+    tensors, metadata, model, gguf_notes = _through_map(
+        tensors, metadata, model, row, names, outtype, policy, code, spelling
+    )
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
     notes: tuple[str, ...] = gguf_notes if hf is None else hf.notes
     if policy is not None and policy.file_type is not None:
@@ -390,6 +386,26 @@ def _refuse_options(
         )
 
 
+def _through_map(
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    model: Mapping[str, Any] | None,
+    row: WeightFormat,
+    names: str,
+    outtype: str | None,
+    policy: QuantizePolicy | None,
+    code: object,
+    spelling: Spelling,
+) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[str, ...]]:
+    """``(tensors, metadata, model, notes)`` after :func:`_gguf_tensors`: the
+    converter's tensors and keys (the model's too), or the given ones."""
+    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling)
+    if isinstance(mapped, tuple):
+        made, keys, notes = mapped
+        return made, keys, keys, notes
+    return tensors, metadata, model, (mapped,) if mapped else ()
+
+
 def _gguf_tensors(
     tensors: Mapping[str, Any],
     row: WeightFormat,
@@ -426,17 +442,27 @@ def _gguf_tensors(
         return (
             f"{why}: written under its own names, no llama.cpp keys" if raw and has_config else ""
         )
-    if policy is not None or code is not None:
+    mixed = policy is not None and policy.file_type is not None
+    if (policy is not None and not mixed) or code is not None:
         option = spelling.quantize if policy is not None else spelling.dequantize
         raise OptionsError(
             f"expected no {option} for a Hugging Face checkpoint written to GGUF through the "
-            "model map: outtype (f32, f16, bf16, q8_0, auto) chooses its types; pass "
-            "names='raw' to write the checkpoint's tensors as they are named",
+            "model map but a llama-quantize file type (q4_k_m, iq4_xs...): outtype (f32, f16, "
+            "bf16, q8_0, auto) chooses its types; pass names='raw' to write the checkpoint's "
+            "tensors as they are named",
             f"{option} is not taken for a Hugging Face checkpoint converted through the model "
-            f"map: --outtype {{{','.join(OUTTYPES)}}} chooses its types, or pass --names raw",
+            f"map, but for --quantize a llama-quantize file type: --outtype "
+            f"{{{','.join(OUTTYPES)}}} chooses its types, or pass --names raw",
+        )
+    if mixed and outtype not in (None, "f32"):
+        raise OptionsError(
+            f"expected no outtype but f32 with a llama-quantize file type (the converter's "
+            f"--outtype f32, then llama-quantize), found {outtype!r}",
+            f"--quantize FTYPE of a Hugging Face checkpoint is the converter's --outtype f32 "
+            f"followed by llama-quantize FTYPE: drop --outtype {outtype}",
         )
     assert isinstance(tensors, Weights)  # checkpoint_architecture found its config
-    view = gguf_view(tensors, "f16" if outtype is None else outtype)
+    view = gguf_view(tensors, "f32" if mixed else "f16" if outtype is None else outtype)
     values = {key: value for key, _, value in view.keys}
     types = {key: kind for key, kind, _ in view.keys}
     return view.tensors, KeyValues(values, types), view.notes
@@ -717,7 +743,7 @@ def _rule(policy: QuantizePolicy, name: str) -> str:
 def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     info = s.info
     target_type = info.element.name
-    if s.mapped is not None:
+    if s.mapped is not None and s.quantized is None:
         m = s.mapped
         source = m.source.info
         decoded = element_of(source.code, source.layout).kind == "ggml"

@@ -189,6 +189,9 @@ class TensorSource(NamedTuple):
         if self.logical is not None:
             self._write_logical(fd, self.logical, progress)
             return
+        if self.mapped is not None and self.quantized is not None:
+            self._write_mapped_quantized(fd, self.mapped, self.quantized, progress)
+            return
         if self.mapped is not None:
             for chunk in self.mapped.chunks():
                 write_all(fd, chunk.reshape(-1).view(U8).data)
@@ -297,6 +300,33 @@ class TensorSource(NamedTuple):
                         f"tensor {self.name!r}: "
                     )
             write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
+
+    def _write_mapped_quantized(
+        self,
+        fd: int,
+        mapped: MappedTensor | GgufTensor,
+        how: Quantized,
+        progress: Progress | None,
+    ) -> None:
+        """Quantize (or round to a float type) the float32 values a mapped tensor
+        makes, each run of whole rows as it comes (a llama-quantize file type's mix
+        over a Hugging Face checkpoint's GGUF tensors)."""
+        block, lo = how.block, 0
+        for chunk in mapped.chunks():
+            part = np.ascontiguousarray(chunk.reshape(-1), np.float32)
+            if block is None:
+                written = self._floats(part, part, lo, np.empty(part.size, self.info.dtype))
+            else:
+                written = np.empty(part.size // block.elements * block.bytes, U8)
+                bad = _quantize_rows(block, part, written, lo, how.values.shape, how.weights)
+                if bad >= 0:
+                    raise unquantizable(block.name, how.values.shape, lo + bad, part[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
+            write_all(fd, written.view(U8).data)
+            lo += part.size
             if progress is not None:
                 progress(written.nbytes)
 

@@ -52,8 +52,8 @@ import numpy as np
 
 from kiln_np._core.checks import U8, show_value
 from kiln_np._core.errors import KilnError
-from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.jsontext import parse_json
+from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, Layout
 from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import BLOCKS, Block
@@ -187,20 +187,26 @@ class GgufTensor:
         shifted = self.transform == "offset"
         wide = Code.F16 if shifted and part.info.code == Code.F16 else Code.F32
         reader = MappedTensor(Pair(part.name, part.name), part, wide)
-        left = shape[0] if self.rows is None or not shape else min(self.rows, shape[0])
-        for values in reader.chunks(elements):
-            if left <= 0 and shape:
+        total = shape[0] if shape else 1
+        left = total if self.rows is None else min(self.rows, total)
+        for run in reader.chunks(elements):
+            if left <= 0:
                 return
-            n = values.size // per_row
-            if shape and n > left:
-                values, n = values[: left * per_row], left
+            n = min(run.size // per_row, left)
             left -= n
-            if self.transform == "permute":
-                how = Pair(part.name, self.name, None, "permute", self.head_rows)
-                values = to_gguf(how, values.reshape(n, *shape[1:])).reshape(-1)
-            elif shifted:
-                values = np.add(values, values.dtype.type(1), dtype=values.dtype)
-            yield self._encoded(values)
+            yield self._encoded(self._transformed(part, run[: n * per_row], n, shifted))
+
+    def _transformed(
+        self, part: WeightTensor, run: np.ndarray, n: int, shifted: bool
+    ) -> np.ndarray:
+        """``n`` rows of ``part`` with the transform applied."""
+        if self.transform == "permute":
+            how = Pair(part.name, self.name, None, "permute", self.head_rows)
+            return to_gguf(how, run.reshape(n, *part.shape[1:])).reshape(-1)
+        if shifted:
+            plus_one: np.ndarray = np.add(run, run.dtype.type(1), dtype=run.dtype)
+            return plus_one
+        return run
 
     def _encoded(self, values: np.ndarray) -> np.ndarray:
         """``values`` as the written type: rounded to nearest even, or Q8_0 blocks."""
@@ -255,7 +261,7 @@ def checkpoint_architecture(weights: object) -> tuple[Architecture | None, str]:
         return architecture_of(model_type), ""
     except KilnError:
         return None, (
-            f"config.json's model_type {show_value(model_type)} is no architecture of the "
+            f"config.json's model_type {model_type!r} is no architecture of the "
             "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3)"
         )
 
@@ -275,8 +281,7 @@ def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[Key] = ()) -> 
         in :data:`OUTTYPES`, a config the converter would refuse.
     """
     arch, why = checkpoint_architecture(weights)
-    if arch is None:
-        raise KilnError("TYPE", f"expected a checkpoint of the model map: {why}")
+    assert arch is not None, why  # the plan asks checkpoint_architecture first
     if outtype not in OUTTYPES:
         raise KilnError(
             "TYPE", f"expected an outtype among {', '.join(OUTTYPES)}, found {show_value(outtype)}"
@@ -284,11 +289,38 @@ def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[Key] = ()) -> 
     config = dict(weights.config or {})
     folder = os.path.dirname(weights.config_path or "")
     _refuse_quantized(weights, config)
-    h = (
-        {**config, **config["text_config"]}
-        if isinstance(config.get("text_config"), dict)
-        else config
-    )
+    try:
+        tensors, kv = _made(arch, weights, config, folder, outtype)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        if isinstance(exc, KilnError):
+            raise
+        raise KilnError(
+            "TYPE",
+            f"{os.path.join(folder, 'config.json')!r}: expected the {arch.gguf} "
+            f"hyper-parameters llama.cpp's converter reads, found {type(exc).__name__}: {exc}",
+        ) from None
+    keys = [(key, kind, value) for key, (kind, value) in kv.items()]
+    keys += [(key, kind, value) for key, value, kind in tokenizer]  # set_vocab's, last
+    notes = []
+    if not tokenizer:
+        notes.append(
+            "no tokenizer.ggml.* keys are written (the tokenizer's conversion, issue 41, is "
+            "not joined yet): llama.cpp needs them to load the file"
+        )
+    if os.path.isfile(os.path.join(folder, "README.md")):
+        notes.append(
+            "README.md's model card is not read: llama.cpp's converter takes general.* keys "
+            "from its front matter (license, tags, base models...)"
+        )
+    return GgufView({t.name: t for t in tensors}, keys, tuple(notes))
+
+
+def _made(
+    arch: Architecture, weights: Weights, config: dict[str, Any], folder: str, outtype: str
+) -> tuple[list[GgufTensor], dict[str, tuple[str, Any]]]:
+    """The converter's tensors and its keys up to ``general.quantization_version``."""
+    text = config.get("text_config")
+    h = {**config, **text} if isinstance(text, dict) else config
     rope = _rope_parameters(h)
     ordered = _converter_order(weights)
     chosen = outtype if outtype != "auto" else _guessed(ordered)
@@ -300,28 +332,23 @@ def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[Key] = ()) -> 
     _names(kv, h, folder, tensors)
     _hyper_parameters(arch, h, rope, kv, _FILE_TYPES[chosen])
     kv["general.quantization_version"] = ("uint32", _QUANTIZATION_VERSION)
-    keys = [(key, kind, value) for key, (kind, value) in kv.items()]
-    keys += [(key, kind, value) for key, value, kind in tokenizer]  # set_vocab's, last
-    notes = []
-    if os.path.isfile(os.path.join(folder, "README.md")):
-        notes.append(
-            "README.md's model card is not read: llama.cpp's converter takes general.* keys "
-            "from its front matter (license, tags, base models...)"
-        )
-    return GgufView({t.name: t for t in tensors}, keys, tuple(notes))
+    return tensors, kv
 
 
 def _refuse_quantized(weights: Weights, config: Mapping[str, Any]) -> None:
+    """TYPE for a checkpoint of quantized tensors (item 3 of issue 42: later)."""
     scheme = config.get("quantization_config")
-    if scheme is not None or weights.quantization:
-        method = scheme.get("quant_method") if isinstance(scheme, Mapping) else None
-        raise KilnError(
-            "TYPE",
-            "expected a checkpoint of float tensors to convert to GGUF, found quantized ones "
-            f"(quantization_config {show_value(method or scheme)}): FP8, GPTQ, "
-            "compressed-tensors... sources are not converted yet; pass names='raw' "
-            "(--names raw) to write the tensors under their own names",
-        )
+    if scheme is None and not weights.quantization:
+        return
+    method = scheme.get("quant_method") if isinstance(scheme, Mapping) else None
+    shown = repr(method) if isinstance(method, str) else show_value(scheme)
+    raise KilnError(
+        "TYPE",
+        "expected a checkpoint of float tensors to convert to GGUF, found quantized ones "
+        f"(quantization_config {shown}): FP8, GPTQ, compressed-tensors... sources are not "
+        "converted yet; pass names='raw' (--names raw) to write the tensors under their "
+        "own names",
+    )
 
 
 def _find(h: Mapping[str, Any], keys: Sequence[str]) -> Any:
@@ -420,7 +447,7 @@ def _phi3_factors(
             "TYPE", f"expected phi3's rope_type su, longrope or yarn, found {show_value(kind)}"
         )
     kv["phi3.rope.scaling.attn_factor"] = ("float32", attn)
-    long, short = rope.get("long_factor"), rope.get("short_factor")
+    long, short = list(rope["long_factor"]), rope.get("short_factor")
     if not isinstance(short, list) or len(long) != len(short) or len(long) * 2 != dims:
         raise KilnError(
             "TYPE",
@@ -508,9 +535,8 @@ def _tensor(
     dims = len(given[0].shape) + (1 if len(given) > 1 else 0)
     last = given[0].shape[-1] if given[0].shape else 1
     target: Code | Block
-    if dims <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
-        target = Code.F32
-    elif name.endswith(_F32_ROLES):
+    kept = name.endswith(("_norm.weight", *_F32_ROLES)) or not name.endswith(".weight")
+    if dims <= 1 or kept:  # the converter's float32 tensors
         target = Code.F32
     elif outtype == "q8_0":
         target = _Q8_0 if last % _Q8_0.elements == 0 else Code.F16  # the converter's fallback
@@ -634,12 +660,9 @@ def _rounded(n: int) -> str:
     >>> _rounded(111_000), _rounded(1_234_567_890)
     ('111K', '1.2B')
     """
-    for limit, scale, suffix in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
-        if n > limit:
-            scaled = n * scale
-            break
-    else:
-        scaled, suffix = n * 1e-3, "K"
+    steps = ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M"), (-math.inf, 1e-3, "K"))
+    scale, suffix = next((scale, suffix) for limit, scale, suffix in steps if n > limit)
+    scaled = n * scale
     digits = max(2 - len(str(round(scaled)).lstrip("0")), 0)
     return f"{scaled:.{digits}f}{suffix}"
 
@@ -686,12 +709,13 @@ def _id_components(model_id: str, total: int) -> tuple[str | None, ...]:
             parts[i] = _size_part(part, total, kinds[i])
         elif i > 0 and re.fullmatch(r"chat|instruct|vision|lora", part, re.I):
             kinds[i].add("finetune")
-    if any(c.isdecimal() for p, k in zip(parts, kinds) if "size_label" in k for c in p):
-        for p, k in zip(parts, kinds):
+    sizes = [p for p, k in zip(parts, kinds, strict=True) if "size_label" in k]
+    if any(c.isdecimal() for p in sizes for c in p):
+        for p, k in zip(parts, kinds, strict=True):
             if "size_label" in k and all(c.isalpha() for c in p):
                 k.remove("size_label")
     at_start = True
-    for p, k in zip(parts, kinds):
+    for p, k in zip(parts, kinds, strict=True):
         if at_start and ((not k and p[0].isalpha()) or "version" in k):
             k.add("basename")
         else:
@@ -705,7 +729,7 @@ def _id_components(model_id: str, total: int) -> tuple[str | None, ...]:
             break
 
     def joined(kind: str, exclude: str = "") -> str | None:
-        picked = [p for p, k in zip(parts, kinds) if kind in k and exclude not in k]
+        picked = [p for p, k in zip(parts, kinds, strict=True) if kind in k and exclude not in k]
         return "-".join(dict.fromkeys(picked) if kind == "size_label" else picked) or None
 
     basename, size = joined("basename"), joined("size_label")
@@ -799,8 +823,6 @@ def _hyper_parameters(
         put("attention.key_length", "uint32", h.get("head_dim", 256))
         put("attention.value_length", "uint32", h.get("head_dim", 256))
         put("rope.freq_base", "float32", rope.get("full_attention", rope).get("rope_theta", 1e6))
-        if h.get("attn_logit_softcapping") is not None:
-            raise KilnError("TYPE", "expected no attn_logit_softcapping in a gemma3 config")
         if h.get("final_logit_softcapping"):
             put("final_logit_softcapping", "float32", h["final_logit_softcapping"])
         if h.get("sliding_window_pattern") != 1:
@@ -871,8 +893,6 @@ def _text_parameters(h: Mapping[str, Any], rope: Mapping[str, Any], put: Any) ->
                     put(f"rope.scaling.{key}", "float32", value)
     elif kind in ("su", "longrope"):
         put("rope.scaling.type", "string", "longrope")
-    if "mrope_section" in rope:
-        raise KilnError("TYPE", "expected no mrope_section in the config of a text model")
     if (theta := params.get("rope_theta")) is not None:
         put("rope.freq_base", "float32", theta)
     sliding = rope.get("sliding_attention")
