@@ -240,16 +240,9 @@ def save_weights(
         :func:`~kiln_np.formats.quantize_kept` and the plan.  A policy's
         importance matrix (``imatrix=``) given as a path is read here, with
         :func:`kiln_np.gguf.read_imatrix`.
-    names : {"map", "raw"}
-        ``"map"`` (the default): a Hugging Face checkpoint directory (opened
-        with :func:`open_weights`) of an architecture of the model map written
-        as GGUF is what llama.cpp's ``convert_hf_to_gguf.py`` writes of it:
-        GGUF names and transforms, its tensor order, types and keys
-        (docs/weights.md); ``"raw"``: its tensors under their own names, with
-        no llama.cpp keys.
-    outtype : {"f32", "f16", "bf16", "q8_0", "auto"}, optional
-        With ``names="map"``, the converter's ``--outtype`` (its default,
-        ``"f16"``, when None).
+    names, outtype
+        A Hugging Face checkpoint directory to GGUF as llama.cpp's converter
+        writes it, or by its own names (docs/weights.md).
 
     Returns
     -------
@@ -281,18 +274,9 @@ def save_weights(
     (True, mappingproxy({'format': 'pt'}))
     >>> import shutil; shutil.rmtree(d)
     """
-    plan = plan_weights(
-        path,
-        tensors,
-        format=format,
-        metadata=metadata,
-        max_shard_size=max_shard_size,
-        dequantize=dequantize,
-        quantize=quantize,
-        names=names,
-        outtype=outtype,
-    )
-    return execute(plan, progress=progress)
+    given: dict[str, Any] = {"metadata": metadata, "max_shard_size": max_shard_size}
+    given |= {"dequantize": dequantize, "quantize": quantize, "names": names, "outtype": outtype}
+    return execute(plan_weights(path, tensors, format=format, **given), progress=progress)
 
 
 def save_weights_paths(

@@ -121,7 +121,7 @@ def test_quantize_is_the_converter_then_llama_quantize(
     ftype, _, weighted = kind.partition("+")
     monkeypatch.chdir(HF)  # quantize.imatrix.file is the path as llama-quantize was given it
     policy = kiln_np.QuantizePolicy.parse(
-        ftype.lower(), imatrix=f"{name}.imatrix.gguf" if weighted else None
+        ftype.lower(), imatrix=f"imatrix/{name}.gguf" if weighted else None
     )
     out = tmp_path / "q.gguf"
     with kiln_np.open_weights(HF / name) as w:

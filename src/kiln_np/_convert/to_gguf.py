@@ -50,11 +50,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from kiln_np._codec import from_numpy
 from kiln_np._core.checks import U8, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.jsontext import parse_json
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, Layout
+from kiln_np._files.io import open_regular
 from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import BLOCKS, Block
 from kiln_np._quants.quantize import quantize_into, unquantizable
@@ -229,9 +231,7 @@ class GgufTensor:
 
 
 def _weight(name: str, value: np.ndarray) -> WeightTensor:
-    """An array as a weight tensor in memory (doctests)."""
-    from kiln_np._codec import from_numpy
-
+    """An array as a weight tensor in memory (the generated tensors)."""
     payload = from_numpy(np.asarray(value))
     info = payload_info(payload.code, payload.shape)
     return WeightTensor(name, info, None, "", data=memoryview(payload.data).cast("B"))
@@ -558,7 +558,7 @@ def _vocabulary_rows(h: Mapping[str, Any], folder: str) -> int:
         )
     path = os.path.join(folder, "tokenizer.json")
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = parse_json(f.read(), f"{path!r}: ")
     except OSError as exc:
         raise KilnError(
