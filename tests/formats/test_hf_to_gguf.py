@@ -32,9 +32,9 @@ from test_model_map import FIXTURES
 import kiln_np
 from kiln_np import KilnError
 from kiln_np._convert.plan import OptionsError
-from kiln_np._convert.to_gguf import _id_components, _rounded
+from kiln_np._convert.to_gguf import _id_components, _rounded, gguf_view
 from kiln_np.formats import plan_weights
-from kiln_np.gguf import GGUFMetadata
+from kiln_np.gguf import GGUFMetadata, save_gguf
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
 RECORDS = json.loads((HF / "converter_outtypes.json").read_text())
@@ -137,6 +137,33 @@ def test_quantize_takes_a_file_type_and_no_other_outtype(tmp_path: Path) -> None
         plan = plan_weights(tmp_path / "o.gguf", w, format="gguf", quantize="q4_k_m")
     step = next(s for s in plan.steps if s.name == "blk.0.attn_q.weight")
     assert (step.action, step.source_type) == ("quantize", "f32")
+
+
+def _tokenizer_keys(path: Path) -> list[tuple[str, Any, str]]:
+    """The converter's ``tokenizer.*`` keys of a GGUF, as ``(key, value, type)``: what
+    the tokenizer's conversion (issue 41) is to return for its checkpoint."""
+    with kiln_np.open_weights(path) as w:
+        meta = w.metadata
+        assert isinstance(meta, GGUFMetadata)
+        return [(k, v, meta.types[k]) for k, v in meta.items() if k.startswith("tokenizer.")]
+
+
+@pytest.mark.parametrize(
+    ("name", "suffix"), [(n, "") for n in FIXTURES] + [(n, "-q8_0") for n in Q8_0]
+)
+def test_with_the_tokenizer_keys_the_whole_file_is_the_converters(
+    name: str, suffix: str, tmp_path: Path
+) -> None:
+    """The one place the tokenizer's keys go: given the converter's, every byte is its."""
+    theirs = HF / f"{name}{suffix}.gguf"
+    outtype = "q8_0" if suffix else _dtype(name)
+    with kiln_np.open_weights(HF / name) as w:
+        view = gguf_view(w, outtype, _tokenizer_keys(theirs))
+        types = {key: kind for key, kind, _ in view.keys}
+        values = {key: value for key, _, value in view.keys}
+        save_gguf(tmp_path / "o.gguf", view.tensors, values, metadata_types=types)
+    assert (tmp_path / "o.gguf").read_bytes() == theirs.read_bytes()
+    assert not any("tokenizer" in note for note in view.notes)
 
 
 def test_the_command_line_writes_the_same_file(
