@@ -1944,6 +1944,15 @@ def _to_gguf(
         return kiln_np.save_weights(folder.parent / "o.gguf", w, format="gguf", **options)
 
 
+def _odd_expert() -> dict[str, Any]:
+    """The tiny qwen3_moe's tensors, its first expert's down_proj one column short."""
+    with kiln_np.open_weights(_FIXTURES_HF / "qwen3_moe") as w:
+        tensors = {name: np.asarray(t).copy() for name, t in w.items()}
+    name = "model.layers.0.mlp.experts.0.down_proj.weight"
+    tensors[name] = tensors[name][:, :-1].copy()
+    return tensors
+
+
 _PHI3_ROPE = json.loads((_FIXTURES_HF / "phi3" / "config.json").read_text())["rope_parameters"]
 
 HF_TO_GGUF: list[Entry] = [
@@ -1976,6 +1985,16 @@ HF_TO_GGUF: list[Entry] = [
         "save_weights(format='gguf')",
         "a tensor of integers",
         lambda: _to_gguf(tensors={"model.norm.weight": np.zeros(64, np.int32)}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a head count that does not split llama's Q rows into heads of two halves",
+        lambda: _to_gguf(config={"num_attention_heads": 3}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "experts of different shapes to stack",
+        lambda: _to_gguf("qwen3_moe", tensors=_odd_expert()),
     ),
     (
         "save_weights(format='gguf')",

@@ -133,6 +133,17 @@ class GgufTensor:
                     f"tensor {part.name!r}: expected float values (f32, f16, bf16) in a "
                     f"checkpoint to convert to GGUF, found {part.info.element.name}",
                 )
+        first_info = parts[0].info
+        odd = next(
+            (p for p in parts if (p.shape, p.info.code) != (parts[0].shape, first_info.code)), None
+        )
+        if odd is not None:
+            raise KilnError(
+                "TYPE",
+                f"tensor {odd.name!r}: expected the shape and type of {parts[0].name!r} "
+                f"({parts[0].shape}, {first_info.element.name}) to stack it into {name!r}, "
+                f"found {odd.shape}, {odd.info.element.name}",
+            )
         self.name, self.parts, self.target = name, tuple(parts), target
         self.transform, self.head_rows, self.rows = transform, head_rows, rows
         first = parts[0].shape
@@ -527,7 +538,14 @@ def _tensor(
         heads = _find(h, ("n_heads", "num_attention_heads"))
         if hf.split(".")[-2] == "k_proj":
             heads = _find(h, ("n_kv_heads", "num_key_value_heads"))
-        transform, head_rows = "permute", given[0].shape[0] // int(heads)
+        rows_count = given[0].shape[0] if given[0].shape else 0
+        if not isinstance(heads, int) or heads <= 0 or rows_count % (2 * heads):
+            raise KilnError(
+                "TYPE",
+                f"tensor {hf!r}: expected config.json's head count to split its {rows_count} "
+                f"rows into heads of two halves (llama.cpp's rope order), found {heads!r}",
+            )
+        transform, head_rows = "permute", rows_count // heads
     elif arch.norm_offset and hf.endswith("norm.weight"):
         transform = "offset"
     if arch.gguf == "gemma3" and "embed_tokens.weight" in hf:
