@@ -31,8 +31,9 @@ from test_model_map import FIXTURES
 
 import kiln_np
 from kiln_np import KilnError
+from kiln_np._convert.gguf_keys import id_components, rounded
 from kiln_np._convert.plan import OptionsError
-from kiln_np._convert.to_gguf import _id_components, _rounded, gguf_view
+from kiln_np._convert.to_gguf import gguf_view
 from kiln_np.formats import plan_weights
 from kiln_np.gguf import GGUFMetadata, save_gguf
 
@@ -266,10 +267,10 @@ def test_options_the_map_does_not_take(tmp_path: Path) -> None:
 def test_name_parts_as_gguf_py_finds_them(
     model_id: str, total: int, parts: tuple[str | None, ...]
 ) -> None:
-    assert _id_components(model_id, total) == parts
+    assert id_components(model_id, total) == parts
 
 
 def test_size_labels() -> None:
-    assert [_rounded(n) for n in (111_232, 4_020_000_000, 999, 1_500_000)] == [
+    assert [rounded(n) for n in (111_232, 4_020_000_000, 999, 1_500_000)] == [
         "111K", "4.0B", "1.0K", "1.5M",
     ]  # fmt: skip
