@@ -418,9 +418,11 @@ def _gguf_tensors(
     """For a Hugging Face checkpoint directory of an architecture of the model
     map written as GGUF (``names="map"``): its tensors and keys as llama.cpp's
     converter writes them (``kiln_np._convert.to_gguf``), and the notes; else
-    what the output says of it (``""``: nothing).  Refusals of the options:
-    ``outtype`` where no converter's file is written, ``quantize`` or
-    ``dequantize`` with the map."""
+    what the output says of it (``""``: nothing).  A ``quantize`` policy of a
+    llama-quantize file type takes the converter's f32 file (its mix then runs
+    over these tensors and keys, as llama-quantize over that file).  Refusals of
+    the options: ``outtype`` where no converter's file is written, or other than
+    f32 with a file type; ``dequantize`` or a policy of patterns with the map."""
     if names not in ("map", "raw"):
         raise OptionsError(
             f"expected names 'map' or 'raw', found {show_value(names)}",

@@ -67,7 +67,15 @@ from .gguf_keys import find_hparam, hyper_parameters, name_keys, rope_parameters
 from .hf import MappedTensor, readable
 from .models import Architecture, Pair, architecture_of, gguf_name, to_gguf
 
-__all__ = ["OUTTYPES", "GgufTensor", "GgufView", "checkpoint_architecture", "gguf_view"]
+__all__ = [
+    "OUTTYPES",
+    "GgufTensor",
+    "GgufView",
+    "Key",
+    "TokenizerKey",
+    "checkpoint_architecture",
+    "gguf_view",
+]
 
 OUTTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "auto")
 """The converter's ``--outtype`` choices kiln_np writes (not ``tq1_0``, ``tq2_0``)."""
@@ -90,6 +98,8 @@ _F32_ROLES = (".ffn_gate_inp.weight",)
 
 Key = tuple[str, str, Any]
 """One key as written: ``(key, GGUF type spelled as kiln_np.gguf spells it, value)``."""
+TokenizerKey = tuple[str, Any, str]
+"""One key as the tokenizer's conversion returns it: ``(key, value, type)``."""
 
 
 class GgufTensor:
@@ -278,11 +288,12 @@ def checkpoint_architecture(weights: object) -> tuple[Architecture | None, str]:
         )
 
 
-def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[Key] = ()) -> GgufView:
+def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[TokenizerKey] = ()) -> GgufView:
     """What ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes of the checkpoint
     directory ``weights`` (opened by ``open_weights``), its ``tokenizer`` keys
-    (``(key, type, value)``, as the converter's ``set_vocab`` writes them) put
-    where the converter puts them: last.
+    (``(key, value, type)`` in the order the converter's ``set_vocab`` writes
+    them, as ``kiln_np._convert.tokenizer_gguf`` is to return them) put where the
+    converter puts them: last, after ``general.quantization_version``.
 
     Raises
     ------
