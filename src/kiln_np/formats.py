@@ -189,6 +189,8 @@ def save_weights(
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
     tokenizer: bool = True,
+    names: str = "map",
+    outtype: str | None = None,
 ) -> list[str]:
     """Write named tensors as safetensors, GGUF, a Kiln payload directory, a Zarr v3
     group, or a GGUF's as its Hugging Face directory (``"hf"``): the conversion
@@ -238,6 +240,9 @@ def save_weights(
         ``imatrix=`` path is read here (:func:`kiln_np.gguf.read_imatrix`).
     tokenizer : bool, default True
         ``"hf"``: write the tokenizer's files (TYPE for one not covered); False: none.
+    names, outtype
+        A Hugging Face checkpoint directory to GGUF as llama.cpp's converter
+        writes it, or by its own names (docs/weights.md).
 
     Returns
     -------
@@ -269,17 +274,10 @@ def save_weights(
     (True, mappingproxy({'format': 'pt'}))
     >>> import shutil; shutil.rmtree(d)
     """
-    plan = plan_weights(
-        path,
-        tensors,
-        format=format,
-        metadata=metadata,
-        max_shard_size=max_shard_size,
-        dequantize=dequantize,
-        quantize=quantize,
-        tokenizer=tokenizer,
-    )
-    return execute(plan, progress=progress)
+    given: dict[str, Any] = {"metadata": metadata, "max_shard_size": max_shard_size}
+    given |= {"dequantize": dequantize, "quantize": quantize, "names": names, "outtype": outtype}
+    given["tokenizer"] = tokenizer
+    return execute(plan_weights(path, tensors, format=format, **given), progress=progress)
 
 
 def save_weights_paths(

@@ -67,6 +67,7 @@ from .sources import (
     tensor_sources,
 )
 from .tokenizer_hf import tokenizer_files
+from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
 
 __all__ = [
     "CLI",
@@ -244,6 +245,8 @@ def plan_conversion(
     force: bool = False,
     folder: bool = False,
     tokenizer: bool = True,
+    names: str = "map",
+    outtype: str | None = None,
 ) -> Plan:
     """The plan of writing ``tensors`` to ``target`` (absolute) in the format of ``row``
     (``distributed``: a shard per task, as ``kiln_np.dask`` executes it; ``force``:
@@ -256,7 +259,11 @@ def plan_conversion(
     their index) and ``config.json`` inside, as transformers writes them;
     ``tokenizer``: for Hugging Face names, write the GGUF's tokenizer as
     transformers' files, refusing one :mod:`~kiln_np._convert.tokenizer_hf` does
-    not cover; False writes the model without them).
+    not cover; False writes the model without them; ``names``: ``"map"`` writes a
+    Hugging Face checkpoint directory of an architecture of the model map to GGUF
+    as llama.cpp's converter does, under ``outtype`` (``kiln_np._convert.to_gguf``;
+    its default ``"f16"`` is the converter's), ``"raw"`` under its own names with
+    no llama.cpp keys).
 
     Raises
     ------
@@ -298,8 +305,11 @@ def plan_conversion(
     if hf is not None:
         tensors, max_shard_size = hf.tensors, hf.max_shard_size
         metadata, folder = {"format": "pt"}, True
+    tensors, metadata, model, gguf_notes = _through_map(
+        tensors, metadata, model, row, names, outtype, policy, code, spelling
+    )
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
-    notes: tuple[str, ...] = () if hf is None else hf.notes
+    notes: tuple[str, ...] = gguf_notes if hf is None else hf.notes
     if policy is not None and policy.file_type is not None:
         generic = generic_rules((s.name for s in sources), model)
         notes = (generic,) if generic else ()
@@ -380,6 +390,90 @@ def _refuse_options(
             "TYPE",
             f"expected max_shard_size only for safetensors or GGUF, found it for {row.name!r}",
         )
+
+
+def _through_map(
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    model: Mapping[str, Any] | None,
+    row: WeightFormat,
+    names: str,
+    outtype: str | None,
+    policy: QuantizePolicy | None,
+    code: object,
+    spelling: Spelling,
+) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[str, ...]]:
+    """``(tensors, metadata, model, notes)`` after :func:`_gguf_tensors`: the
+    converter's tensors and keys (the model's too), or the given ones."""
+    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling)
+    if isinstance(mapped, tuple):
+        made, keys, notes = mapped
+        return made, keys, keys, notes
+    return tensors, metadata, model, (mapped,) if mapped else ()
+
+
+def _gguf_tensors(
+    tensors: Mapping[str, Any],
+    row: WeightFormat,
+    names: str,
+    outtype: str | None,
+    policy: QuantizePolicy | None,
+    code: object,
+    spelling: Spelling,
+) -> tuple[Mapping[str, Any], KeyValues, tuple[str, ...]] | str:
+    """For a Hugging Face checkpoint directory of an architecture of the model
+    map written as GGUF (``names="map"``): its tensors and keys as llama.cpp's
+    converter writes them (``kiln_np._convert.to_gguf``), and the notes; else
+    what the output says of it (``""``: nothing).  A ``quantize`` policy of a
+    llama-quantize file type takes the converter's f32 file (its mix then runs
+    over these tensors and keys, as llama-quantize over that file).  Refusals of
+    the options: ``outtype`` where no converter's file is written, or other than
+    f32 with a file type; ``dequantize`` or a policy of patterns with the map."""
+    if names not in ("map", "raw"):
+        raise OptionsError(
+            f"expected names 'map' or 'raw', found {show_value(names)}",
+            f"--names takes map or raw, found {names!r}",
+        )
+    arch, why = checkpoint_architecture(tensors)
+    applies = row.name == "gguf" and names == "map" and arch is not None
+    if outtype is not None and not applies:
+        found = why or ("names='raw'" if names == "raw" else f"format {row.name!r}")
+        raise OptionsError(
+            f"expected outtype only for a Hugging Face checkpoint of the model map written as "
+            f"GGUF through the map, found {found}",
+            f"--outtype writes what llama.cpp's converter writes of a Hugging Face checkpoint "
+            f"directory as GGUF (without --names raw), found {found}",
+        )
+    if not applies:
+        raw = row.name == "gguf" and names == "map" and isinstance(tensors, Weights)
+        has_config = isinstance(tensors, Weights) and tensors.config is not None
+        return (
+            f"{why}: written under its own names, no llama.cpp keys" if raw and has_config else ""
+        )
+    mixed = policy is not None and policy.file_type is not None
+    if (policy is not None and not mixed) or code is not None:
+        option = spelling.quantize if policy is not None else spelling.dequantize
+        raise OptionsError(
+            f"expected no {option} for a Hugging Face checkpoint written to GGUF through the "
+            "model map but a llama-quantize file type (q4_k_m, iq4_xs...): outtype (f32, f16, "
+            "bf16, q8_0, auto) chooses its types; pass names='raw' to write the checkpoint's "
+            "tensors as they are named",
+            f"{option} is not taken for a Hugging Face checkpoint converted through the model "
+            f"map, but for --quantize a llama-quantize file type: --outtype "
+            f"{{{','.join(OUTTYPES)}}} chooses its types, or pass --names raw",
+        )
+    if mixed and outtype not in (None, "f32"):
+        raise OptionsError(
+            f"expected no outtype but f32 with a llama-quantize file type (the converter's "
+            f"--outtype f32, then llama-quantize), found {outtype!r}",
+            f"--quantize FTYPE of a Hugging Face checkpoint is the converter's --outtype f32 "
+            f"followed by llama-quantize FTYPE: drop --outtype {outtype}",
+        )
+    assert isinstance(tensors, Weights)  # checkpoint_architecture found its config
+    view = gguf_view(tensors, "f32" if mixed else "f16" if outtype is None else outtype)
+    values = {key: value for key, _, value in view.keys}
+    types = {key: kind for key, kind, _ in view.keys}
+    return view.tensors, KeyValues(values, types), view.notes
 
 
 class HfPlan(NamedTuple):
@@ -679,7 +773,7 @@ def _rule(policy: QuantizePolicy, name: str) -> str:
 def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     info = s.info
     target_type = info.element.name
-    if s.mapped is not None:
+    if s.mapped is not None and s.quantized is None:
         m = s.mapped
         source = m.source.info
         decoded = element_of(source.code, source.layout).kind == "ggml"

@@ -78,6 +78,7 @@ from kiln_np._weights.tensors import WeightTensor, mapped_file
 
 from .hf import MappedTensor
 from .policy import Decision, QuantizePolicy, Target, as_policy, decide, mix_decisions
+from .to_gguf import GgufTensor
 
 __all__ = [
     "DEQUANTIZE_TYPES",
@@ -154,7 +155,9 @@ class TensorSource(NamedTuple):
     describes the float tensor to write, decoded from the parts a bounded run
     of rows at a time.  With ``mapped`` (a Hugging Face tensor the model map
     makes of a GGUF tensor), ``info`` describes it, read and transformed a
-    bounded run of rows at a time (:meth:`MappedTensor.chunks`).
+    bounded run of rows at a time (:meth:`MappedTensor.chunks`); or a GGUF
+    tensor llama.cpp's converter makes of Hugging Face tensors
+    (:class:`~kiln_np._convert.to_gguf.GgufTensor`), the same way.
     """
 
     name: str
@@ -168,7 +171,7 @@ class TensorSource(NamedTuple):
     logical: LogicalTensor | None = None
     rule: str | None = None
     split: int | None = None
-    mapped: MappedTensor | None = None
+    mapped: MappedTensor | GgufTensor | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -186,6 +189,9 @@ class TensorSource(NamedTuple):
         """
         if self.logical is not None:
             self._write_logical(fd, self.logical, progress)
+            return
+        if self.mapped is not None and self.quantized is not None:
+            self._write_mapped_quantized(fd, self.mapped, self.quantized, progress)
             return
         if self.mapped is not None:
             for chunk in self.mapped.chunks():
@@ -300,6 +306,33 @@ class TensorSource(NamedTuple):
                         f"tensor {self.name!r}: "
                     )
             write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
+
+    def _write_mapped_quantized(
+        self,
+        fd: int,
+        mapped: MappedTensor | GgufTensor,
+        how: Quantized,
+        progress: Progress | None,
+    ) -> None:
+        """Quantize (or round to a float type) the float32 values a mapped tensor
+        makes, each run of whole rows as it comes (a llama-quantize file type's mix
+        over a Hugging Face checkpoint's GGUF tensors)."""
+        block, lo = how.block, 0
+        for chunk in mapped.chunks():
+            part = np.ascontiguousarray(chunk.reshape(-1), np.float32)
+            if block is None:
+                written = self._floats(part, part, lo, np.empty(part.size, self.info.dtype))
+            else:
+                written = np.empty(part.size // block.elements * block.bytes, U8)
+                bad = _quantize_rows(block, part, written, lo, how.values.shape, how.weights)
+                if bad >= 0:
+                    raise unquantizable(block.name, how.values.shape, lo + bad, part[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
+            write_all(fd, written.view(U8).data)
+            lo += part.size
             if progress is not None:
                 progress(written.nbytes)
 
@@ -714,7 +747,7 @@ def _logical_refused(t: LogicalTensor, name: str) -> KilnError:
 
 def _source(name: str, value: object) -> TensorSource:
     where = f"tensor {name!r}: "
-    if isinstance(value, MappedTensor):
+    if isinstance(value, (MappedTensor, GgufTensor)):
         held = mapped_file(value.source)
         memory = value.source.payload().data if held is None else None
         return TensorSource(name, value.info, memory, held, None, mapped=value)
