@@ -66,8 +66,8 @@ from .sources import (
     dequantize_code,
     tensor_sources,
 )
-from .tokenizer_hf import tokenizer_files
 from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
+from .tokenizer_hf import tokenizer_files
 
 __all__ = [
     "CLI",
