@@ -41,13 +41,20 @@ def _interrupt(cwd: Path, *argv: str, signal_number: int = signal.SIGINT) -> tup
     """Run ``kiln-np argv`` in ``cwd``, send ``signal_number`` once its first
     temporary output appears, and return (status, stdout, stderr)."""
     before = set(os.listdir(cwd))
-    proc = subprocess.Popen(
-        [*kiln_np_exe(), *argv],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # As a terminal starts it, with SIGINT at its default: a suite run in the
+    # background (`nohup ... &`) would pass it on ignored, and Python keeps ignoring
+    # it.  A handler of the parent's own becomes the default in the child.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [*kiln_np_exe(), *argv],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 60
         while not any(".kiln-np-" in n for n in set(os.listdir(cwd)) - before):
