@@ -54,7 +54,9 @@ OPTIONAL = {
     "s3fs": "the remote extra",
     "safetensors": "a test-only oracle of the test extra",
     "selenium": "a test-only browser driver of the test extra",
+    "tokenizers": "the hf extra",
     "torch": "the torch extra",
+    "transformers": "a test-only oracle of the test extra",
     "zarr": "the zarr extra",
 }
 """The packages outside the runtime dependencies (numpy, ml_dtypes) that tests use,

@@ -21,7 +21,9 @@ from _helpers import needs
 
 from kiln_np import KilnError
 from kiln_np._convert.spm_model import read_pieces
-from kiln_np._convert.tokenizer_gguf import MAX_VOCAB, hashed_ids, tokenizer_keys
+from kiln_np._convert.tokenizer_bpe import hashed_ids
+from kiln_np._convert.tokenizer_files import MAX_VOCAB
+from kiln_np._convert.tokenizer_gguf import tokenizer_keys
 from kiln_np._convert.tokenizer_pre import CHKTXT, PRE_BY_HASH
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers"
@@ -119,7 +121,6 @@ def test_values_are_typed_as_gguf_reads_them(tmp_path: Path) -> None:
     assert tokens[402] == "<extra_0>"
 
 
-@needs("tokenizers")
 def test_the_saved_keys_read_back(tmp_path: Path) -> None:
     """The keys go through save_gguf's metadata_types and read back equal."""
     import kiln_np.gguf as kg

@@ -33,13 +33,10 @@ from typing import Any
 import numpy as np
 
 from kiln_np._core.errors import KilnError
-from kiln_np._core.jsontext import parse_json
-from kiln_np._files.io import open_regular
 
-__all__ = ["ID_KEYS", "KeyWriter", "SpecialVocab", "json_file", "text_file"]
+from .tokenizer_files import Checkpoint, KeyWriter, json_file, text_file
 
-MAX_FILE_BYTES = 1 << 30
-"""The largest tokenizer file read (a 256,000-token ``tokenizer.json`` is about 30 MB)."""
+__all__ = ["ID_KEYS", "SpecialVocab", "write_llama_vocab"]
 
 ID_KEYS = {
     "bos": "tokenizer.ggml.bos_token_id",
@@ -55,51 +52,6 @@ ID_KEYS = {
 _ADD_KEYS = {t: f"tokenizer.ggml.add_{t}_token" for t in ("bos", "eos", "sep")}
 _TYPES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
 _NAME_CHARS = frozenset(string.ascii_letters + string.digits)
-
-
-class KeyWriter:
-    """Keys in the order they are first written; writing a key again replaces its
-    value in place (gguf-py's writer keeps them in a dict)."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, tuple[Any, str]] = {}
-
-    def add(self, key: str, value: Any, kind: str) -> None:
-        self.keys[key] = (value, kind)
-
-    def add_list(self, key: str, value: Any, kind: str) -> None:
-        """An array key; an empty one is not written (gguf-py's ``add_array``)."""
-        if len(value):
-            self.add(key, value, kind)
-
-
-def text_file(path: str, where: str) -> str:
-    """A UTF-8 text file of at most :data:`MAX_FILE_BYTES`."""
-    with open_regular(path) as f:
-        raw = f.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise KilnError(
-            "LENGTH",
-            f"{where}expected at most {MAX_FILE_BYTES} bytes, found more",
-            expected=MAX_FILE_BYTES,
-        )
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise KilnError("TYPE", f"{where}expected UTF-8 text, found: {exc}") from None
-
-
-def json_file(path: str, kind: type = dict) -> Any:
-    """The JSON document of a file, which must be of ``kind``; None when it does not exist."""
-    if not os.path.isfile(path):
-        return None
-    where = f"{path}: "
-    value = parse_json(text_file(path, where), where, serde=False, constants=True)
-    if not isinstance(value, kind):
-        raise KilnError(
-            "TYPE", f"{where}expected a JSON {kind.__name__}, found {type(value).__name__}"
-        )
-    return value
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -154,7 +106,9 @@ class SpecialVocab:
             return
         if not 0 <= tid < 1 << 32:
             raise KilnError(
-                "TYPE", f"expected a special token id from 0 to 2**32-1 for {typ}, found {tid}"
+                "TYPE",
+                f"{self.directory}: expected a special token id from 0 to 2**32-1 for {typ}, "
+                f"found {tid}",
             )
         if (self.n_vocab is None or tid < self.n_vocab) and typ not in self.ids:
             self.ids[typ] = int(tid)
@@ -183,7 +137,8 @@ class SpecialVocab:
         else:
             raise KilnError(
                 "TYPE",
-                "expected tokenizer.json's model.merges as strings or pairs of strings, "
+                f"{self._path('tokenizer.json')}: expected model.merges as strings or pairs "
+                "of strings, "
                 f"found {type(merges[0]).__name__} first",
             )
 
@@ -368,3 +323,16 @@ def _write_chat_template(out: KeyWriter, template: Any) -> None:
         out.add("tokenizer.chat_templates", sorted(set(names)), "array[string]")
     if default is not None:
         out.add("tokenizer.chat_template", default, "string")
+
+
+def write_llama_vocab(
+    ckpt: Checkpoint, out: KeyWriter, tokens: list[str], scores: np.ndarray, types: np.ndarray
+) -> None:
+    """The keys of a SentencePiece-style vocabulary (``_set_vocab_sentencepiece``
+    after its vocabulary), its special tokens after them."""
+    out.add("tokenizer.ggml.model", "llama", "string")
+    out.add("tokenizer.ggml.pre", "default", "string")
+    out.add_list("tokenizer.ggml.tokens", tokens, "array[string]")
+    out.add_list("tokenizer.ggml.scores", scores, "array[float32]")
+    out.add_list("tokenizer.ggml.token_type", types, "array[int32]")
+    SpecialVocab(ckpt.directory, n_vocab=len(tokens)).write(out)
