@@ -149,6 +149,8 @@ _CLASSES = (
     "LlamaTokenizer",
     "GPT2Tokenizer",
     "Qwen2Tokenizer",
+    "GPT2TokenizerFast",
+    "Qwen2TokenizerFast",
 )
 _VARIANTS = (
     [

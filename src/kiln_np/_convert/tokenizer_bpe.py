@@ -59,6 +59,8 @@ _REBUILT: dict[str, dict[str, str]] = {
         "unk_token": "<|endoftext|>",
     },
 }
+_FAST_NAMES = {"GPT2TokenizerFast": "GPT2Tokenizer", "Qwen2TokenizerFast": "Qwen2Tokenizer"}
+"""transformers 5 loads these names as the class they name without ``Fast``."""
 _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -106,6 +108,7 @@ def _load(ckpt: Checkpoint) -> _Loaded:
     tj = json_file(ckpt.path("tokenizer.json"))
     config = json_file(ckpt.path("tokenizer_config.json")) or {}
     cls = config.get("tokenizer_class")
+    cls = _FAST_NAMES.get(cls, cls) if isinstance(cls, str) else cls
     if cls not in _LOADED_AS_IS and cls not in _REBUILT:
         raise refusal(
             f"{ckpt.where('tokenizer_config.json')}expected tokenizer_class one of "

@@ -31,8 +31,9 @@ MAX_FILE_BYTES = 1 << 30
 """The largest tokenizer file read (``tokenizer.json``, ``tokenizer.model``, ...: a
 256,000-token ``tokenizer.json`` is about 30 MB)."""
 
-MAX_VOCAB = 1 << 24
-"""The largest vocabulary (``config.json``'s ``vocab_size``) a conversion builds."""
+MAX_VOCAB = 1 << 22
+"""The largest vocabulary (``config.json``'s ``vocab_size``) a conversion builds:
+4,194,304 tokens, 16 times gemma's."""
 
 _JSON_NAMES = {
     list: "an array",
