@@ -41,7 +41,7 @@ import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 import kiln_np.zarr
 from kiln_np import Code, KilnError, Layout, mx
-from kiln_np._convert.tokenizer_files import MAX_FILE_BYTES
+from kiln_np._convert.tokenizer_files import MAX_FILE_BYTES, Checkpoint
 from kiln_np._convert.tokenizer_gguf import tokenizer_keys
 from kiln_np._convert.tokenizer_special import SpecialVocab
 from kiln_np._explore import heatmap_figure
@@ -1989,7 +1989,7 @@ TOKENIZERS: list[Entry] = [
         "SpecialVocab (tokenizer_keys' merges)",
         "merges neither strings nor pairs",
         lambda: SpecialVocab(
-            _tokenizer_dir(tokenizer='{"model": {"merges": [1]}}'), load_merges=True
+            Checkpoint(_tokenizer_dir(tokenizer='{"model": {"merges": [1]}}'), {}), load_merges=True
         ),
     ),
 ]

@@ -105,7 +105,7 @@ def _load(ckpt: Checkpoint) -> _Loaded:
     )
 
     text = text_file(ckpt.path("tokenizer.json"), ckpt.where("tokenizer.json"))
-    tj = json_file(ckpt.path("tokenizer.json"))
+    tj = ckpt.tokenizer_json()
     config = json_file(ckpt.path("tokenizer_config.json")) or {}
     cls = config.get("tokenizer_class")
     cls = _FAST_NAMES.get(cls, cls) if isinstance(cls, str) else cls
@@ -244,12 +244,12 @@ def gpt2_vocab(ckpt: Checkpoint, out: KeyWriter) -> None:
     out.add("tokenizer.ggml.pre", pre, "string")
     out.add_list("tokenizer.ggml.tokens", tokens, "array[string]")
     out.add_list("tokenizer.ggml.token_type", types, "array[int32]")
-    SpecialVocab(ckpt.directory, load_merges=True).write(out)
+    SpecialVocab(ckpt, load_merges=True).write(out)
 
 
 def llama_hf_vocab(ckpt: Checkpoint, out: KeyWriter) -> None:
     """gguf-py's ``LlamaHfVocab``: a SentencePiece-style BPE ``tokenizer.json``."""
-    tj = json_file(ckpt.path("tokenizer.json"))
+    tj = ckpt.tokenizer_json()
     if tj is None:
         raise FallbackError
     model, decoder = tj.get("model"), tj.get("decoder")

@@ -7,7 +7,7 @@ converter's ``does_token_look_special``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kiln_np._core.errors import KilnError
@@ -76,9 +76,18 @@ class Checkpoint:
 
     directory: str
     hparams: dict[str, Any]
+    _tokenizer_json: Any = field(default=None, init=False, repr=False)
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
+
+    def tokenizer_json(self) -> Any:
+        """``tokenizer.json`` as a dict (None without one), parsed once: it is large
+        and no reader changes it (``tokenizer_config.json`` is read afresh each time,
+        as gguf-py's special-token reading edits its copy)."""
+        if self._tokenizer_json is None:
+            self._tokenizer_json = json_file(self.path("tokenizer.json"))
+        return self._tokenizer_json
 
     def where(self, name: str) -> str:
         return f"{self.path(name)}: "

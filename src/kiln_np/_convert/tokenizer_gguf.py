@@ -160,9 +160,7 @@ def _llama(ckpt: Checkpoint, out: KeyWriter) -> None:
             gpt2_vocab(ckpt, out)
     vocab_size = ckpt.hparams.get("vocab_size", 32000)
     if vocab_size == 32016:  # CodeLlama: only the EOT id has a GGUF key of the four
-        special = SpecialVocab(
-            ckpt.directory, special_token_types=("prefix", "suffix", "middle", "eot")
-        )
+        special = SpecialVocab(ckpt, special_token_types=("prefix", "suffix", "middle", "eot"))
         for typ, tid in (("prefix", 32007), ("suffix", 32008), ("middle", 32009), ("eot", 32010)):
             special.set_id(typ, tid)
         special.write(out)
@@ -220,7 +218,7 @@ def _phi3(ckpt: Checkpoint, out: KeyWriter) -> None:
         _set(tokens, scores, types, added["id"], added["content"], USER_DEFINED, strict=False)
         if added.get("special"):
             types[added["id"]] = CONTROL
-    tokenizer = json_file(ckpt.path("tokenizer.json"))
+    tokenizer = ckpt.tokenizer_json()
     for added in _added_list(ckpt, tokenizer):
         _set(tokens, scores, types, added["id"], added["content"], USER_DEFINED, strict=False)
         if added.get("special"):

@@ -63,26 +63,28 @@ def _special_id(entry: Any) -> Any:
 
 
 class SpecialVocab:
-    """gguf-py's ``SpecialVocab(directory, load_merges, special_token_types, n_vocab)``.
+    """gguf-py's ``SpecialVocab(directory, load_merges, special_token_types, n_vocab)``,
+    of a :class:`Checkpoint`'s directory.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     with open(f"{tmp}/config.json", "w") as f:
     ...         _ = f.write('{"bos_token_id": 1, "eos_token_id": 2}')
     ...     out = KeyWriter()
-    ...     SpecialVocab(tmp).write(out)
+    ...     SpecialVocab(Checkpoint(tmp, {})).write(out)
     >>> list(out.keys)
     ['tokenizer.ggml.bos_token_id', 'tokenizer.ggml.eos_token_id']
     """
 
     def __init__(
         self,
-        directory: str,
+        checkpoint: Checkpoint,
         load_merges: bool = False,
         special_token_types: Iterable[str] | None = None,
         n_vocab: int | None = None,
     ) -> None:
-        self.directory = directory
+        self.checkpoint = checkpoint
+        self.directory = checkpoint.directory
         self.n_vocab = n_vocab
         self.load_merges = load_merges
         self.types: tuple[str, ...] = tuple(special_token_types or _TYPES)
@@ -158,7 +160,7 @@ class SpecialVocab:
                 self._normalizer(inner)
 
     def _from_tokenizer_json(self) -> None:
-        tokenizer = json_file(self._path("tokenizer.json"))
+        tokenizer = self.checkpoint.tokenizer_json()
         added: list[Any] = []
         if tokenizer is not None:
             if self.load_merges:
@@ -335,4 +337,4 @@ def write_llama_vocab(
     out.add_list("tokenizer.ggml.tokens", tokens, "array[string]")
     out.add_list("tokenizer.ggml.scores", scores, "array[float32]")
     out.add_list("tokenizer.ggml.token_type", types, "array[int32]")
-    SpecialVocab(ckpt.directory, n_vocab=len(tokens)).write(out)
+    SpecialVocab(ckpt, n_vocab=len(tokens)).write(out)
