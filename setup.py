@@ -87,6 +87,7 @@ setup(
                 KERNELS + "ggml.h",
                 KERNELS + "ggml_grids.h",
                 KERNELS + "ggml_quant_grid.h",
+                KERNELS + "ggml_quant_qkx.h",
                 KERNELS + "moments.h",
                 KERNELS + "differences.h",
                 KERNELS + "fp4.h",

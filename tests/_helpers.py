@@ -54,9 +54,10 @@ OPTIONAL = {
     "s3fs": "the remote extra",
     "safetensors": "a test-only oracle of the test extra",
     "selenium": "a test-only browser driver of the test extra",
+    "sentencepiece": "the hf extra",
     "tokenizers": "the hf extra",
     "torch": "the torch extra",
-    "transformers": "a test-only oracle of the test extra",
+    "transformers": "a test-only oracle of the test extra (loads the hf files)",
     "zarr": "the zarr extra",
 }
 """The packages outside the runtime dependencies (numpy, ml_dtypes) that tests use,

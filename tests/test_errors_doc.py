@@ -1994,6 +1994,201 @@ TOKENIZERS: list[Entry] = [
     ),
 ]
 
+_TOKENIZER = {
+    "tokenizer.ggml.model": "gpt2",
+    "tokenizer.ggml.pre": "gpt-2",
+    "tokenizer.ggml.tokens": ["a", "b", "ab"],
+    "tokenizer.ggml.merges": ["a b"],
+}
+_SPM = {
+    "tokenizer.ggml.model": "llama",
+    "tokenizer.ggml.tokens": ["<s>", "a"],
+    "tokenizer.ggml.token_type": np.array([3, 1], np.int32),
+}
+
+
+def _tok(**keys: Any) -> Any:
+    """``save_weights(format='hf')`` of a GGUF whose tokenizer has ``keys``
+    (``tokenizer.ggml.*`` without the prefix; ``spm``: the SentencePiece one)."""
+    base = _SPM if keys.pop("spm", False) else _TOKENIZER
+    tokenizer = {**base, **{f"tokenizer.ggml.{k}": v for k, v in keys.items()}}
+    return _hf(_EMBD, {**_LLAMA, **tokenizer})
+
+
+TOKENIZER: list[Entry] = [
+    ("save_weights(format='hf')", "a tokenizer model not covered", lambda: _tok(model="bert")),
+    ("save_weights(format='hf')", "a pre-tokenizer not covered", lambda: _tok(pre="falcon")),
+    ("save_weights(format='hf')", "tokens that are not an array", lambda: _tok(tokens="ab")),
+    ("save_weights(format='hf')", "a token that is not a string", lambda: _tok(tokens=["a", 2])),
+    ("save_weights(format='hf')", "scores that are not numbers", lambda: _tok(scores=["x"] * 3)),
+    ("save_weights(format='hf')", "a type per token, short", lambda: _tok(token_type=[1, 1])),
+    ("save_weights(format='hf')", "a token type out of 1..6", lambda: _tok(token_type=[1, 9, 1])),
+    ("save_weights(format='hf')", "a merge without its space", lambda: _tok(merges=["ab"])),
+    ("save_weights(format='hf')", "a GPT-2 BPE without merges", lambda: _tok(merges=[])),
+    ("save_weights(format='hf')", "a token id that is not one", lambda: _tok(unknown_token_id="a")),
+    ("save_weights(format='hf')", "a token id past the tokens", lambda: _tok(eos_token_id=3)),
+    ("save_weights(format='hf')", "a flag that is not a bool", lambda: _tok(add_bos_token=1)),
+    (
+        "save_weights(format='hf')",
+        "remove_extra_whitespaces, which no normalizer is written for",
+        lambda: _tok(remove_extra_whitespaces=True),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a chat template that is not a string",
+        lambda: _hf(_EMBD, {**_LLAMA, **_TOKENIZER, "tokenizer.chat_template": 1}),
+    ),
+    (
+        "save_weights(format='hf')",
+        "two tokens of one spelling",
+        lambda: _tok(tokens=["a", "b", "a"]),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a SentencePiece model without an unknown token",
+        lambda: _tok(spm=True),
+    ),
+    ("save_weights(format='hf')", "no tokens", lambda: _tok(tokens=[])),
+    (
+        "save_weights(format='hf')",
+        "a merge of tokens not in the vocabulary",
+        lambda: _tok(merges=["a c"]),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a score that is not finite",
+        lambda: _tok(spm=True, scores=np.array([0, np.nan], np.float32)),
+    ),
+    (
+        "save_weights(format='hf')",
+        "a SentencePiece piece longer than any trainer makes",
+        lambda: _tok(spm=True, tokens=["<s>", "a" * 513], unknown_token_id=0),
+    ),
+]
+
+
+_FIXTURES_HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+def _to_gguf(
+    model: str = "llama",
+    config: dict[str, Any] | None = None,
+    tensors: dict[str, Any] | None = None,
+    files: dict[str, bytes | None] | None = None,
+    **options: Any,
+) -> Any:
+    """``save_weights(out.gguf, open_weights(DIR), format="gguf")`` of a copy of the
+    tiny checkpoint ``model`` with its config updated (a None value removed), its
+    tensors replaced by ``tensors``, and ``files`` written (None: removed)."""
+    folder = _scratch() / model
+    shutil.copytree(_FIXTURES_HF / model, folder)
+    given = json.loads((folder / "config.json").read_text())
+    given.update(config or {})
+    kept = {k: v for k, v in given.items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(kept))
+    if tensors is not None:
+        kiln_np.save_weights(folder / "model.safetensors", tensors, format="safetensors")
+    for name, data in (files or {}).items():
+        if data is None:
+            (folder / name).unlink()
+        else:
+            (folder / name).write_bytes(data)
+    with kiln_np.open_weights(folder) as w:
+        return kiln_np.save_weights(folder.parent / "o.gguf", w, format="gguf", **options)
+
+
+def _odd_expert() -> dict[str, Any]:
+    """The tiny qwen3_moe's tensors, its first expert's down_proj one column short."""
+    with kiln_np.open_weights(_FIXTURES_HF / "qwen3_moe") as w:
+        tensors = {name: np.asarray(t).copy() for name, t in w.items()}
+    name = "model.layers.0.mlp.experts.0.down_proj.weight"
+    tensors[name] = tensors[name][:, :-1].copy()
+    return tensors
+
+
+_PHI3_ROPE = json.loads((_FIXTURES_HF / "phi3" / "config.json").read_text())["rope_parameters"]
+
+HF_TO_GGUF: list[Entry] = [
+    (
+        "save_weights(format='gguf', outtype=...)",
+        "an outtype the converter's choices do not hold",
+        lambda: _to_gguf(outtype="tq1_0"),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a checkpoint of quantized tensors (quantization_config)",
+        lambda: _to_gguf(config={"quantization_config": {"quant_method": "fp8"}}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a config without a hyper-parameter the converter reads",
+        lambda: _to_gguf(config={"vocab_size": None}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a layer count that is not a count",
+        lambda: _to_gguf(config={"num_hidden_layers": "two"}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a tensor the model map has no GGUF name for",
+        lambda: _to_gguf(tensors={"model.foo.weight": np.zeros((2, 32), np.float32)}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a tensor of integers",
+        lambda: _to_gguf(tensors={"model.norm.weight": np.zeros(64, np.int32)}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a head count that does not split llama's Q rows into heads of two halves",
+        lambda: _to_gguf(config={"num_attention_heads": 3}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "experts of different shapes to stack",
+        lambda: _to_gguf("qwen3_moe", tensors=_odd_expert()),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "a layer whose experts are not all there",
+        lambda: _to_gguf("qwen3_moe", config={"num_local_experts": 5}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "an expert gating function the converter does not know",
+        lambda: _to_gguf("qwen3_moe", config={"scoring_func": "relu"}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "phi3 long-rope factors with a rope type the converter does not take",
+        lambda: _to_gguf(
+            "phi3", config={"rope_parameters": {**_PHI3_ROPE, "rope_type": "dynamic"}}
+        ),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "phi3 long and short rope factors of other lengths than half the rotary dims",
+        lambda: _to_gguf("phi3", config={"rope_parameters": {**_PHI3_ROPE, "short_factor": [1.0]}}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "gemma3 without tokenizer.json or tokenizer.model (its embedding rows)",
+        lambda: _to_gguf("gemma3", files={"tokenizer.json": None}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "gemma3's tokenizer.json without model.vocab and added_tokens",
+        lambda: _to_gguf("gemma3", files={"tokenizer.json": b'{"model": {}}'}),
+    ),
+    (
+        "save_weights(format='gguf')",
+        "gemma3's tokenizer.model without config.json's vocab_size",
+        lambda: _to_gguf("gemma3", config={"vocab_size": None}, files={"tokenizer.model": b""}),
+    ),
+]
+
+
 SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Core: decoding, encoding, codes, nibbles", CORE),
     ("Payload files and dask", FILES),
@@ -2005,6 +2200,11 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("Block-scaled weights (`kiln_np.mx`)", MX),
     ("Weight files (`kiln_np.open_weights`, `save_weights`, `kiln_np.safetensors`)", WEIGHTS),
     ("The model map (`save_weights(format='hf')`, `kiln-np convert --to hf`)", MODEL_MAP),
+    ("Tokenizers to Hugging Face files (`--to hf`)", TOKENIZER),
+    (
+        "Hugging Face checkpoints to GGUF (`save_weights(format='gguf')` of a checkpoint)",
+        HF_TO_GGUF,
+    ),
     ("Remote sources (HTTP, S3 and other fsspec URLs)", REMOTE),
     ("Quantized checkpoints (`Weights.logical()`)", LOGICAL),
     ("Quantization schemes: FP8 (DeepSeek block-scaled, compressed-tensors, ModelOpt)", FP8),

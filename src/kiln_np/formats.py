@@ -161,7 +161,7 @@ def plan_weights(
 ) -> Plan:
     """The plan of ``save_weights`` with these arguments: ``plan_conversion`` of
     ``tensors`` to ``path`` in ``format`` (``options``: ``metadata``,
-    ``max_shard_size``, ``dequantize``, ``quantize``, and the command line's
+    ``max_shard_size``, ``dequantize``, ``quantize``, ``tokenizer``, the command line's
     ``spelling``, ``distributed``, ``force``, ``folder``): every tensor's action,
     the output paths, every refusal; nothing is written but a ``quantize``
     policy's importance matrix given by path is read.
@@ -188,10 +188,13 @@ def save_weights(
     progress: Progress | None = None,
     dequantize: Dequantize = None,
     quantize: QuantizePolicy | str | None = None,
+    tokenizer: bool = True,
+    names: str = "map",
+    outtype: str | None = None,
 ) -> list[str]:
-    """Write named tensors as safetensors, GGUF, a Kiln payload directory or a Zarr
-    v3 group, or a GGUF's as the Hugging Face directory it was converted from
-    (``"hf"``): the conversion :func:`plan_weights` plans, executed.
+    """Write named tensors as safetensors, GGUF, a Kiln payload directory, a Zarr v3
+    group, or a GGUF's as its Hugging Face directory (``"hf"``): the conversion
+    :func:`plan_weights` plans, executed.
 
     Every tensor is checked against what the format can hold before anything is
     written; data is streamed a bounded chunk at a time, bit for bit; the result
@@ -209,11 +212,9 @@ def save_weights(
         within a width).  A :class:`Weights` is such a mapping: pass one to
         convert a file.
     format : {"safetensors", "gguf", "kiln", "zarr", "hf"}
-        ``"hf"``: the tensors of a GGUF of an architecture of the model map
-        (llama, qwen2, qwen3, qwen3moe, gemma3, phi3), with its ``metadata``
-        (a :class:`Weights`' own when None), written under transformers'
-        names into the directory ``path`` with ``config.json`` and
-        ``generation_config.json`` (docs/weights.md).
+        ``"hf"``: a GGUF of a model map architecture (llama, qwen2, qwen3, qwen3moe,
+        gemma3, phi3; its ``metadata``, a :class:`Weights`' own when None) as
+        transformers' directory ``path``: tensors, configs, tokenizer files (docs/weights.md).
     metadata : Mapping, optional
         safetensors: str to str (``{"format": "pt"}``).  GGUF: key/values
         (types from ``metadata.types`` when it has them).  kiln, zarr: any
@@ -236,8 +237,12 @@ def save_weights(
         bytes; each tensor that keeps its type (1-D, integer, rows not whole
         blocks, GGML blocks) is listed with the reason by
         :func:`~kiln_np.formats.quantize_kept` and the plan.  A policy's
-        importance matrix (``imatrix=``) given as a path is read here, with
-        :func:`kiln_np.gguf.read_imatrix`.
+        ``imatrix=`` path is read here (:func:`kiln_np.gguf.read_imatrix`).
+    tokenizer : bool, default True
+        ``"hf"``: write the tokenizer's files (TYPE for one not covered); False: none.
+    names, outtype
+        A Hugging Face checkpoint directory to GGUF as llama.cpp's converter
+        writes it, or by its own names (docs/weights.md).
 
     Returns
     -------
@@ -269,16 +274,10 @@ def save_weights(
     (True, mappingproxy({'format': 'pt'}))
     >>> import shutil; shutil.rmtree(d)
     """
-    plan = plan_weights(
-        path,
-        tensors,
-        format=format,
-        metadata=metadata,
-        max_shard_size=max_shard_size,
-        dequantize=dequantize,
-        quantize=quantize,
-    )
-    return execute(plan, progress=progress)
+    given: dict[str, Any] = {"metadata": metadata, "max_shard_size": max_shard_size}
+    given |= {"dequantize": dequantize, "quantize": quantize, "names": names, "outtype": outtype}
+    given["tokenizer"] = tokenizer
+    return execute(plan_weights(path, tensors, format=format, **given), progress=progress)
 
 
 def save_weights_paths(

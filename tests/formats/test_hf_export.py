@@ -6,9 +6,11 @@ beside them (``tests/fixtures/hf/make_hf_models.py``).  Every parameter comes ba
 bit for bit, in the checkpoint's dtype, under transformers' name, with the
 config transformers needs to load it; what cannot come back is what the
 converter dropped (gemma3_f32: the embedding rows past the tokenizer's, and its
-float32 norms' ``(w + 1) - 1`` round-off).  Q8_0 GGUFs dequantized to f32 are
-transformers' own GGUF loading, bit for bit, where that loader loads them
-(``transformers_q8_0.json``, recorded by the same script).
+float32 norms' ``(w + 1) - 1`` round-off).  Q8_0 GGUFs, and llama-quantize's
+Q4_K_M and IQ4_XS files of the wider models (rows of 256 elements: Q4_K, Q6_K and
+IQ4_XS blocks), dequantized to f32 are transformers' own GGUF loading, bit for
+bit, where that loader loads them (``transformers_q8_0.json`` and
+``transformers_quants.json``, recorded by the same script).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,16 @@ from kiln_np._convert.models import Pair, to_gguf, to_hf
 from kiln_np.formats import plan_weights
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
-LOADED = json.loads((HF / "transformers_q8_0.json").read_text())
+TOKENIZER = ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+"""The files of the tiny models' GPT-2-style tokenizer (tests/formats/test_tokenizer_hf.py)."""
+LOADED = {
+    **{f"{n}-q8_0": v for n, v in json.loads((HF / "transformers_q8_0.json").read_text()).items()},
+    **json.loads((HF / "transformers_quants.json").read_text()),
+}
+"""What transformers' ``from_pretrained(gguf_file=)`` gives, by the GGUF's file stem."""
+QUANTS = {"q8_0": {"Q8_0"}, "q4_k_m": {"Q4_K", "Q6_K"}, "iq4_xs": {"IQ4_XS", "Q6_K"}}
+"""The GGML block types each file type's GGUFs hold (llama-quantize's mixes: Q6_K
+for the output, and for some layers' ``attn_v`` and ``ffn_down`` in Q4_K_M)."""
 
 
 def _only_notes(err: str) -> list[str]:
@@ -75,7 +88,9 @@ def test_every_parameter_comes_back_bit_for_bit(
         }
     assert said.startswith(f"{out}: ")
     assert " gguf -> hf" in said
-    assert sorted(os.listdir(out)) == ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(os.listdir(out)) == sorted(
+        ["config.json", "generation_config.json", "model.safetensors", *TOKENIZER]
+    )
     original, back = _bits(HF / name), _bits(out)
     assert sorted(back) == sorted(original)
     lost = []
@@ -136,20 +151,23 @@ def test_save_weights_and_the_command_line_write_the_same_bytes(
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
 
 
-@pytest.mark.parametrize("name", sorted(LOADED))
-def test_q8_0_dequantized_to_f32_is_transformers_own_gguf_loading(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("stem", sorted(LOADED))
+def test_blocks_dequantized_to_f32_are_transformers_own_gguf_loading(
+    stem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    gguf = HF / f"{name}-q8_0.gguf"
+    gguf = HF / f"{stem}.gguf"
+    with kiln_np.open_weights(gguf) as w:
+        blocks = {t.format_dtype for t in w.values() if t.layout is not None}
+    assert blocks == QUANTS[stem.split("-")[1]]
     status, _, err = run_main(
         capsys, "convert", str(gguf), str(tmp_path / "o"), "--to", "hf", "--dequantize", "f32"
     )
     assert status == 0
     _only_notes(err)
     ours = _bits(tmp_path / "o")
-    theirs = LOADED[name]
+    theirs = LOADED[stem]
     if "error" in theirs:  # transformers' loader fails here; kiln_np's directory loads
-        assert name in ("qwen3", "qwen3_moe", "phi3")
+        assert stem in ("qwen3-q8_0", "qwen3_moe-q8_0", "phi3-q8_0")
         return
     tensors = theirs["tensors"]
     # transformers keeps a tied lm_head in its state dict; a checkpoint has none
@@ -176,8 +194,11 @@ def test_blocks_need_dequantize_naming_the_option(
     assert os.listdir(tmp_path) == []
 
 
-def test_bf16_from_q8_0_is_the_f32_rounded_to_nearest_even(tmp_path: Path) -> None:
-    with kiln_np.open_weights(HF / "qwen2-q8_0.gguf") as w:
+@pytest.mark.parametrize("stem", ["qwen2-q8_0", "llama_256-q4_k_m", "gemma3_256-iq4_xs"])
+def test_bf16_from_blocks_is_the_f32_rounded_to_nearest_even(stem: str, tmp_path: Path) -> None:
+    # decoded straight to bfloat16 bits (llama's q/k permuted as bits), or through
+    # float32 (gemma3's norms, minus 1 first)
+    with kiln_np.open_weights(HF / f"{stem}.gguf") as w:
         kiln_np.save_weights(tmp_path / "f32", w, format="hf", dequantize="f32")
         kiln_np.save_weights(tmp_path / "bf16", w, format="hf", dequantize="bf16")
     f32, bf16 = _bits(tmp_path / "f32"), _bits(tmp_path / "bf16")
@@ -188,6 +209,29 @@ def test_bf16_from_q8_0_is_the_f32_rounded_to_nearest_even(tmp_path: Path) -> No
         assert bf16[n][0] == "BF16"
         assert bf16[n][1:] == (shape, values.tobytes()), n
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_an_export_to_bf16_never_imports_ml_dtypes(tmp_path: Path) -> None:
+    # ml_dtypes takes most of a second to import; bfloat16 is written as its bits
+    code = (
+        "import sys\n"
+        "from kiln_np._kernels import backend\n"
+        "from kiln_np.cli import main\n"
+        "status = main(sys.argv[1:])\n"
+        "print(status, backend.COMPILED, 'ml_dtypes' in sys.modules)\n"
+    )
+    for stem in ("llama_256-q4_k_m", "gemma3"):
+        args = [str(HF / f"{stem}.gguf"), str(tmp_path / stem), "--to", "hf"]
+        args += ["--dequantize", "bf16"] if "-" in stem else []
+        done = subprocess.run(
+            [sys.executable, "-c", code, "convert", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(Path(kiln_np.__file__).parents[1])},
+        )
+        status, compiled, imported = done.stdout.split("\n")[-2].split()
+        assert (status, imported) == ("0", "False" if compiled == "True" else "True")
 
 
 def test_past_the_shard_size_shards_and_an_index(
@@ -207,6 +251,7 @@ def test_past_the_shard_size_shards_and_an_index(
         "model-00002-of-00003.safetensors",
         "model-00003-of-00003.safetensors",
         "model.safetensors.index.json",
+        *TOKENIZER,
     ]
     assert _bits(out) == _bits(HF / "llama")
     # a size the checkpoint fits in: one model.safetensors, as transformers writes it
@@ -234,6 +279,9 @@ def test_the_dry_run_names_each_source_and_transform(capsys: pytest.CaptureFixtu
         "never/model.safetensors",
         "never/config.json",
         "never/generation_config.json",
+        "never/tokenizer.json",
+        "never/tokenizer_config.json",
+        "never/special_tokens_map.json",
     ]
     assert not os.path.exists("never")
     status, out, _ = run_main(

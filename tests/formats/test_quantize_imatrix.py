@@ -246,18 +246,9 @@ def test_a_type_that_ignores_the_weights_writes_the_same_bytes(tmp_path: Path) -
     assert [s.imatrix for s in plan.steps] == ["ignored"]
 
 
-def test_a_type_without_a_weighted_encoder_is_refused_never_written_without(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_tensor_without_an_entry_is_quantized_as_without_an_importance_matrix(
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(policy_module, "WEIGHTED_KERNELS", {})
-    monkeypatch.setattr(gguf_quantize, "_WEIGHTED", ["Q8_0"])
-    policy = QuantizePolicy.parse("q4_0", pure=True, imatrix=_imatrix({NAME: _weights()}))
-    with pytest.raises(KilnError, match="no quantizer of Q4_0 that takes an importance matrix"):
-        kiln_np.save_weights(tmp_path / "m.gguf", {NAME: _values()}, format="gguf", quantize=policy)
-    assert not (tmp_path / "m.gguf").exists()
-    with pytest.raises(KilnError, match="no quantizer of Q4_0 that takes an importance matrix"):
-        quantize(_values(), "q4_0", imatrix=_weights())
-    # a tensor without an entry is quantized as without an importance matrix
     other = QuantizePolicy.parse("q4_0", pure=True, imatrix=_imatrix({"x": _weights()}))
     kiln_np.save_weights(tmp_path / "m.gguf", {NAME: _values()}, format="gguf", quantize=other)
     assert _tensor_bytes(tmp_path / "m.gguf", NAME) == bytes(quantize(_values(), "q4_0").data)

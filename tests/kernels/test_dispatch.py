@@ -151,6 +151,20 @@ def ggml_decode(row: Kernel) -> Case:
     return (raw, np.zeros(9 * block.elements, np.float32)), _out(1)
 
 
+def ggml_decode_bfloat16(row: Kernel) -> Case:
+    block = BLOCKS[row.name.split(".", 1)[1]]
+    raw = _u8(9 * block.bytes)
+    return (raw, np.zeros(9 * block.elements, np.uint16)), _out(1)
+
+
+def float32_to_bfloat16() -> Case:
+    # Every bit pattern is a case: NaNs of both signs and any payload, infinities,
+    # subnormals, ties (bit 15 set, the lower bits zero) of both parities.
+    src = _rng().integers(0, 2**32, 5003, dtype=np.uint64).astype(np.uint32)
+    src[:6] = [0x7F800001, 0xFFFFFFFF, 0x7F7FFFFF, 0x3F808000, 0x3F818000, 0x00008000]
+    return (np.zeros(src.size, np.uint16), src.view(np.float32)), _out(0)
+
+
 def ggml_encode(row: Kernel) -> Case:
     block = BLOCKS[row.name.split(".", 1)[1]]
     src = _rng().standard_normal(5 * block.elements).astype(np.float32)
@@ -193,6 +207,8 @@ SAMPLES: dict[str, Callable[..., Case]] = {
     "repack": repack,
     "scaled_pairs": scaled_pairs,
     "ggml_to_float32": ggml_decode,
+    "ggml_to_bfloat16": ggml_decode_bfloat16,
+    "float32_to_bfloat16": float32_to_bfloat16,
     "ggml_from_float32": ggml_encode,
     "ggml_from_float32_weighted": ggml_encode_weighted,
 }
@@ -206,12 +222,14 @@ def _sample(row: Kernel) -> Callable[..., Case] | None:
 def test_every_row_has_a_twin_and_a_case() -> None:
     assert {"unpack", "moments", "differences", "scaled_pairs"} <= set(KERNELS)
     assert {f"ggml_to_float32.{n}" for n in _decode.DECODERS} <= set(KERNELS)
+    assert {f"ggml_to_bfloat16.{n}" for n in _decode.DECODERS} <= set(KERNELS)
     assert {f"ggml_from_float32.{n}" for n in _quantize.ENCODERS} <= set(KERNELS)
     assert {f"ggml_from_float32_weighted.{n}" for n in _quantize.WEIGHTED} <= set(KERNELS)
     for name, row in KERNELS.items():
         assert callable(row.numpy), f"{name} has no numpy twin"
         assert _sample(row) is not None, f"{name} has no case in SAMPLES"
-        if backend.BUILT and not name.startswith(("ggml_to_float32.", "ggml_from_float32")):
+        ggml = ("ggml_to_float32.", "ggml_to_bfloat16.", "ggml_from_float32")
+        if backend.BUILT and not name.startswith(ggml):
             assert row.compiled is not None, f"{name}: the extension is built, the row has none"
 
 

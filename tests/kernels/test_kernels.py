@@ -494,7 +494,13 @@ def every_kernel(kernels: Any) -> list[bytes]:
         blocks = rng.integers(0, 256, 97 * nbytes, np.uint8)
         floats = np.zeros(97 * elements, np.float32)
         kernels.ggml_to_float32(type_id, blocks, floats, 0, 97)
-        out.append(floats.tobytes())
+        bits = np.zeros(97 * elements, np.uint16)
+        kernels.ggml_to_bfloat16(type_id, blocks, bits, 0, 97)
+        out += [floats.tobytes(), bits.tobytes()]
+    wide = rng.integers(0, 2**32, 4001, np.uint64).astype(np.uint32).view(np.float32)
+    bits = np.zeros(wide.size, np.uint16)
+    kernels.float32_to_bfloat16(wide, bits, 3, wide.size)  # a tail after the vector steps
+    out.append(bits.tobytes())
     golden = np.load(Path(__file__).parents[1] / "fixtures" / "ggml" / "quantize.npz")
     x = np.ascontiguousarray(golden["input"]).reshape(-1)
     for type_id, elements, nbytes, plain, _ in kernels.ggml_quant_types():

@@ -63,6 +63,26 @@ def test_driver_is_ggml_on_both_backends(name: str, monkeypatch: pytest.MonkeyPa
         agree(out, GOLDEN[f"{name}.values"])
 
 
+@pytest.mark.parametrize("name", [n for n in GOLDEN_TYPES if n in _decode.DECODERS])
+def test_bfloat16_is_ggml_rounded_on_both_backends(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Straight to bfloat16 bits: ggml's float32 rounded as ml_dtypes rounds."""
+    import ml_dtypes
+
+    blocks, values = GOLDEN[f"{name}.blocks"], GOLDEN[f"{name}.values"].reshape(-1)
+    with np.errstate(all="ignore"):
+        want = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    for compiled in (True, False) if _backend.COMPILED else (False,):
+        monkeypatch.setattr(_backend, "COMPILED", compiled)
+        out = np.empty(values.size, np.uint16)
+        _decode.dequantize_bfloat16_into(name, blocks.reshape(-1), out)
+        wide = [(b.astype(np.uint32) << 16).view(np.float32) for b in (out, want)]
+        agree(*wide)
+        nan = np.isnan(wide[1])
+        assert set(out[nan].tolist()) <= {0x7FC0, 0xFFC0}  # the quiet NaN of its sign
+
+
 @pytest.mark.skipif(
     not _backend.COMPILED,
     reason="the compiled kernels are not running (not built, or KILN_NP_PURE=1)",

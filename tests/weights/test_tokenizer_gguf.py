@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 from _helpers import needs
 
+import kiln_np
 from kiln_np import KilnError
 from kiln_np._convert.spm_model import read_pieces
 from kiln_np._convert.tokenizer_bpe import hashed_ids
 from kiln_np._convert.tokenizer_files import MAX_VOCAB
 from kiln_np._convert.tokenizer_gguf import tokenizer_keys
+from kiln_np._convert.tokenizer_hf import tokenizer_files
 from kiln_np._convert.tokenizer_pre import CHKTXT, PRE_BY_HASH
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers"
@@ -40,14 +42,26 @@ REFUSALS = {
 
 
 def tokenizer_dir(name: str, tmp: Path, config: dict[str, Any] | None = None) -> Path:
-    """The committed tokenizer ``name`` (``tokenizer.json`` decompressed) in ``tmp``."""
-    out = tmp / name
+    """The committed tokenizer ``name`` (``tokenizer.json`` decompressed) in ``tmp``;
+    ``vocab:NAME``: the files kiln_np's ``--to hf`` writes of llama.cpp's vocab file."""
+    out = tmp / name.replace(":", "-")
     out.mkdir()
-    for f in (FIXTURES / name).iterdir():
-        if f.name == "tokenizer.json.xz":
-            (out / "tokenizer.json").write_bytes(lzma.decompress(f.read_bytes()))
-        else:
-            shutil.copy(f, out / f.name)
+    if name.startswith("vocab:"):
+        gguf = tmp / "vocab.gguf"
+        xz = FIXTURES.parent / "vocab" / f"{name.removeprefix('vocab:')}.gguf.xz"
+        gguf.write_bytes(lzma.decompress(xz.read_bytes()))
+        with kiln_np.open_weights(gguf) as w:
+            keys = {k: v for k, v in w.metadata.items() if k.startswith("tokenizer.")}
+        files = tokenizer_files(keys)
+        assert files is not None
+        for file, body in files.items():
+            (out / file).write_bytes(body)
+    else:
+        for f in (FIXTURES / name).iterdir():
+            if f.name == "tokenizer.json.xz":
+                (out / "tokenizer.json").write_bytes(lzma.decompress(f.read_bytes()))
+            else:
+                shutil.copy(f, out / f.name)
     if config is not None:
         (out / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return out
@@ -77,7 +91,8 @@ def gguf_bytes(value: Any, spelling: str) -> bytes:
 
 
 def _case(case: str) -> Any:
-    marks = [needs("tokenizers")] if RECORD[case]["tokenizer"] in _BPE_DIRS else []
+    source = RECORD[case]["tokenizer"]
+    marks = [needs("tokenizers")] if source in _BPE_DIRS or source.startswith("vocab:") else []
     return pytest.param(case, marks=marks, id=case)
 
 

@@ -11,8 +11,12 @@ of a stacked one) a bounded run of whole rows at a time with ``readinto``, never
 mapped, decodes GGML blocks to ggml's float32 (or widens a float type), applies
 the map's transform to the run (a run is whole heads of a permuted tensor) and
 rounds it to the checkpoint's type, to nearest even.  A tensor whose type is the
-checkpoint's and that the map does not change is copied as it is.  Memory is one
-run's buffers, however large the model.
+checkpoint's and that the map does not change is copied as it is; one the map
+only reorders (the rope permutation) is reordered as it is, and GGML blocks
+written as bfloat16 are decoded straight to it (ggml's float32 rounded in the
+cache), with no float32 pass.  bfloat16 is handled as its bits throughout, so a
+conversion never imports ml_dtypes (most of a second).  Memory is one run's
+buffers, however large the model.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import PayloadInfo, payload_info
 from kiln_np._core.table import Code, code_label
 from kiln_np._files.io import read_all
+from kiln_np._kernels.bfloat16 import round_bfloat16_into, widen_bfloat16_into
 from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import Block
-from kiln_np._quants.decode import dequantize_into
+from kiln_np._quants.decode import dequantize_bfloat16_into, dequantize_into
 from kiln_np._quants.elements import element_of
 from kiln_np._weights.summary import natural_key
 from kiln_np._weights.tensors import WeightTensor, mapped_file
@@ -59,6 +64,13 @@ _RUN = 1 << 21
 """Elements read, decoded and written at a time: an 8 MiB float32 buffer."""
 
 _FLOATS = (Code.F32, Code.F16, Code.BF16, Code.F64)
+_BITS: dict[int, np.dtype[Any]] = {
+    Code.F32: np.dtype(np.float32),
+    Code.F16: np.dtype(np.float16),
+    Code.BF16: np.dtype(np.uint16),
+    Code.F64: np.dtype(np.float64),
+}
+"""Each float type's values as numpy holds them without ml_dtypes (bfloat16: its bits)."""
 _TORCH = {Code.F32: "float32", Code.F16: "float16", Code.BF16: "bfloat16"}
 _FILE_TYPES = {0: Code.F32, 1: Code.F16, 32: Code.BF16}
 """llama.cpp's float file types (``general.file_type``): ALL_F32, MOSTLY_F16, MOSTLY_BF16."""
@@ -73,8 +85,8 @@ class MappedTensor:
     >>> from kiln_np._convert.models import Pair
     >>> src = _weight("blk.0.attn_norm.weight", np.float32([1.5, 0.75]))
     >>> t = MappedTensor(Pair("n.weight", src.name, None, "offset"), src, Code.BF16)
-    >>> t.shape, [c.astype(np.float32).tolist() for c in t.chunks()]
-    ((2,), [[0.5, -0.25]])
+    >>> t.shape, [c.tolist() for c in t.chunks()]  # bfloat16 bits: 0.5, -0.25
+    ((2,), [[16128, 48768]])
     """
 
     __slots__ = (
@@ -139,32 +151,68 @@ class MappedTensor:
     def chunks(self, elements: int | None = None) -> Iterator[np.ndarray]:
         """The values to write, in order, a run of whole rows (whole heads of a
         permuted tensor) of about ``elements`` values (:data:`_RUN` when None)
-        at a time: arrays of the written type, each valid until the next is
+        at a time: arrays of the written type's bits (bfloat16 as ``uint16``, so
+        that writing never imports ml_dtypes), each valid until the next is
         asked for."""
         elements = _RUN if elements is None else elements
         per_row = math.prod(self.shape) // self._rows
         group = permute_group(self.pair)
         rows_per_run = max(group, (max(1, elements // max(per_row, 1)) // group) * group)
-        out_dtype = self.info.dtype
+        runs = self._runs(rows_per_run * self._row_bytes)
         if self.copied:
-            for raw in self._runs(rows_per_run * self._row_bytes):
-                yield raw.view(out_dtype)
-            return
-        f32 = np.empty(rows_per_run * per_row, np.float32)
-        out = f32 if out_dtype == np.float32 else np.empty(f32.size, out_dtype)
-        for raw in self._runs(rows_per_run * self._row_bytes):
+            yield from (raw.view(_BITS[self.code]) for raw in runs)
+        elif self.pair.transform != "offset" and (
+            self.source.info.code == self.code
+            or (self._block is not None and self.code == Code.BF16)
+        ):  # the written type's values with no float32 pass: rows reordered as bits
+            yield from self._as_bits(runs, rows_per_run, per_row)
+        else:
+            yield from self._through_float32(runs, rows_per_run, per_row)
+
+    def _as_bits(
+        self, runs: Iterator[np.ndarray], rows_per_run: int, per_row: int
+    ) -> Iterator[np.ndarray]:
+        """Each run's values in the written type (the source's own, or GGML blocks
+        decoded straight to bfloat16), the map's reordering applied to the bits."""
+        block = self._block
+        out = np.empty(0 if block is None else rows_per_run * per_row, _BITS[self.code])
+        for raw in runs:
+            rows = raw.size // self._row_bytes
+            if block is None:
+                values = raw.view(_BITS[self.code])
+            else:
+                values = out[: rows * per_row]
+                dequantize_bfloat16_into(block.name, raw, values)
+            yield to_hf(self.pair, self._shaped(values, rows)).reshape(-1)
+
+    def _through_float32(
+        self, runs: Iterator[np.ndarray], rows_per_run: int, per_row: int
+    ) -> Iterator[np.ndarray]:
+        """Each run's values as float32 (ggml's, or a float type widened), the map's
+        transform applied, rounded to the written type."""
+        out = np.empty(rows_per_run * per_row, _BITS[self.code])
+        f32 = out if self.code == Code.F32 else np.empty(out.size, np.float32)
+        src = int(self.source.info.code)
+        for raw in runs:
             rows = raw.size // self._row_bytes
             values = f32[: rows * per_row]
             if self._block is not None:
                 dequantize_into(self._block.name, raw, values)
+            elif src == Code.BF16:
+                widen_bfloat16_into(values, raw.view(np.uint16))
             else:
-                values[...] = raw.view(self.source.info.dtype)  # exact, but f64: rounded
-            shaped = values.reshape(self.shape if self._rows == 1 else (rows, *self.shape[1:]))
-            mapped = to_hf(self.pair, shaped).reshape(-1)
+                cast_into(values, raw.view(_BITS[src]))  # exact, but f64: rounded
+            mapped = to_hf(self.pair, self._shaped(values, rows)).reshape(-1)
             written = out[: mapped.size]
-            if not np.may_share_memory(written, mapped):  # float32 as it is: in place
+            if self.code == Code.BF16:
+                round_bfloat16_into(written, mapped)
+            elif not np.may_share_memory(written, mapped):  # float32 as it is: in place
                 cast_into(written, mapped)  # to nearest even, over the pool; past: inf
             yield written
+
+    def _shaped(self, values: np.ndarray, rows: int) -> np.ndarray:
+        """A run's flat ``values`` (``rows`` rows) in the written shape."""
+        return values.reshape(self.shape if self._rows == 1 else (rows, *self.shape[1:]))
 
     def _runs(self, run: int) -> Iterator[np.ndarray]:
         """The bytes of the source's slice, ``run`` bytes at a time: read

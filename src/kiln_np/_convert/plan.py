@@ -66,6 +66,8 @@ from .sources import (
     dequantize_code,
     tensor_sources,
 )
+from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
+from .tokenizer_hf import tokenizer_files
 
 __all__ = [
     "CLI",
@@ -100,10 +102,11 @@ class Spelling(NamedTuple):
 
     dequantize: str
     quantize: str
+    no_tokenizer: str
 
 
-PYTHON = Spelling("dequantize", "quantize")
-CLI = Spelling("--dequantize", "--quantize")
+PYTHON = Spelling("dequantize", "quantize", "tokenizer=False")
+CLI = Spelling("--dequantize", "--quantize", "--no-tokenizer")
 
 
 class OptionsError(KilnError):
@@ -241,6 +244,9 @@ def plan_conversion(
     distributed: bool = False,
     force: bool = False,
     folder: bool = False,
+    tokenizer: bool = True,
+    names: str = "map",
+    outtype: str | None = None,
 ) -> Plan:
     """The plan of writing ``tensors`` to ``target`` (absolute) in the format of ``row``
     (``distributed``: a shard per task, as ``kiln_np.dask`` executes it; ``force``:
@@ -250,7 +256,14 @@ def plan_conversion(
     new splits, an older split set of DST's name; ``folder``: ``target`` is a
     directory to write the format's folder layout into, as a checkpoint directory
     converted to a DST without a suffix is: ``model.safetensors`` (or shards and
-    their index) and ``config.json`` inside, as transformers writes them).
+    their index) and ``config.json`` inside, as transformers writes them;
+    ``tokenizer``: for Hugging Face names, write the GGUF's tokenizer as
+    transformers' files, refusing one :mod:`~kiln_np._convert.tokenizer_hf` does
+    not cover; False writes the model without them; ``names``: ``"map"`` writes a
+    Hugging Face checkpoint directory of an architecture of the model map to GGUF
+    as llama.cpp's converter does, under ``outtype`` (``kiln_np._convert.to_gguf``;
+    its default ``"f16"`` is the converter's), ``"raw"`` under its own names with
+    no llama.cpp keys).
 
     Raises
     ------
@@ -288,12 +301,15 @@ def plan_conversion(
     if policy is not None and policy.override_kv:  # llama.cpp's loader reads them too
         model = {**(model or {}), **{key: value for key, _, value in policy.override_kv}}
     # the model map: a GGUF's tensors under transformers' names, in a directory
-    hf = _hf_tensors(tensors, metadata, code, row, spelling, target, max_shard_size)
+    hf = _hf_tensors(tensors, metadata, code, row, spelling, target, max_shard_size, tokenizer)
     if hf is not None:
         tensors, max_shard_size = hf.tensors, hf.max_shard_size
         metadata, folder = {"format": "pt"}, True
+    tensors, metadata, model, gguf_notes = _through_map(
+        tensors, metadata, model, row, names, outtype, policy, code, spelling
+    )
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
-    notes: tuple[str, ...] = () if hf is None else hf.notes
+    notes: tuple[str, ...] = gguf_notes if hf is None else hf.notes
     if policy is not None and policy.file_type is not None:
         generic = generic_rules((s.name for s in sources), model)
         notes = (generic,) if generic else ()
@@ -376,6 +392,90 @@ def _refuse_options(
         )
 
 
+def _through_map(
+    tensors: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    model: Mapping[str, Any] | None,
+    row: WeightFormat,
+    names: str,
+    outtype: str | None,
+    policy: QuantizePolicy | None,
+    code: object,
+    spelling: Spelling,
+) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[str, ...]]:
+    """``(tensors, metadata, model, notes)`` after :func:`_gguf_tensors`: the
+    converter's tensors and keys (the model's too), or the given ones."""
+    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling)
+    if isinstance(mapped, tuple):
+        made, keys, notes = mapped
+        return made, keys, keys, notes
+    return tensors, metadata, model, (mapped,) if mapped else ()
+
+
+def _gguf_tensors(
+    tensors: Mapping[str, Any],
+    row: WeightFormat,
+    names: str,
+    outtype: str | None,
+    policy: QuantizePolicy | None,
+    code: object,
+    spelling: Spelling,
+) -> tuple[Mapping[str, Any], KeyValues, tuple[str, ...]] | str:
+    """For a Hugging Face checkpoint directory of an architecture of the model
+    map written as GGUF (``names="map"``): its tensors and keys as llama.cpp's
+    converter writes them (``kiln_np._convert.to_gguf``), and the notes; else
+    what the output says of it (``""``: nothing).  A ``quantize`` policy of a
+    llama-quantize file type takes the converter's f32 file (its mix then runs
+    over these tensors and keys, as llama-quantize over that file).  Refusals of
+    the options: ``outtype`` where no converter's file is written, or other than
+    f32 with a file type; ``dequantize`` or a policy of patterns with the map."""
+    if names not in ("map", "raw"):
+        raise OptionsError(
+            f"expected names 'map' or 'raw', found {show_value(names)}",
+            f"--names takes map or raw, found {names!r}",
+        )
+    arch, why = checkpoint_architecture(tensors)
+    applies = row.name == "gguf" and names == "map" and arch is not None
+    if outtype is not None and not applies:
+        found = why or ("names='raw'" if names == "raw" else f"format {row.name!r}")
+        raise OptionsError(
+            f"expected outtype only for a Hugging Face checkpoint of the model map written as "
+            f"GGUF through the map, found {found}",
+            f"--outtype writes what llama.cpp's converter writes of a Hugging Face checkpoint "
+            f"directory as GGUF (without --names raw), found {found}",
+        )
+    if not applies:
+        raw = row.name == "gguf" and names == "map" and isinstance(tensors, Weights)
+        has_config = isinstance(tensors, Weights) and tensors.config is not None
+        return (
+            f"{why}: written under its own names, no llama.cpp keys" if raw and has_config else ""
+        )
+    mixed = policy is not None and policy.file_type is not None
+    if (policy is not None and not mixed) or code is not None:
+        option = spelling.quantize if policy is not None else spelling.dequantize
+        raise OptionsError(
+            f"expected no {option} for a Hugging Face checkpoint written to GGUF through the "
+            "model map but a llama-quantize file type (q4_k_m, iq4_xs...): outtype (f32, f16, "
+            "bf16, q8_0, auto) chooses its types; pass names='raw' to write the checkpoint's "
+            "tensors as they are named",
+            f"{option} is not taken for a Hugging Face checkpoint converted through the model "
+            f"map, but for --quantize a llama-quantize file type: --outtype "
+            f"{{{','.join(OUTTYPES)}}} chooses its types, or pass --names raw",
+        )
+    if mixed and outtype not in (None, "f32"):
+        raise OptionsError(
+            f"expected no outtype but f32 with a llama-quantize file type (the converter's "
+            f"--outtype f32, then llama-quantize), found {outtype!r}",
+            f"--quantize FTYPE of a Hugging Face checkpoint is the converter's --outtype f32 "
+            f"followed by llama-quantize FTYPE: drop --outtype {outtype}",
+        )
+    assert isinstance(tensors, Weights)  # checkpoint_architecture found its config
+    view = gguf_view(tensors, "f32" if mixed else "f16" if outtype is None else outtype)
+    values = {key: value for key, _, value in view.keys}
+    types = {key: kind for key, kind, _ in view.keys}
+    return view.tensors, KeyValues(values, types), view.notes
+
+
 class HfPlan(NamedTuple):
     """What the model map makes of a conversion to Hugging Face names: the
     tensors, the configs written beside them, the shard size, the notes."""
@@ -394,13 +494,16 @@ def _hf_tensors(
     spelling: Spelling,
     target: str,
     max_shard_size: int | None,
+    tokenizer: bool,
 ) -> HfPlan | None:
     """For a format that names its tensors as transformers does (``row.naming``;
     None for the others): the Hugging Face checkpoint of the GGUF ``tensors``
     (the model map), the configs written inside ``target`` (a directory), and
     the shard size: None (one ``model.safetensors``) up to ``max_shard_size``
     bytes, transformers' default :data:`~kiln_np._convert.hf.HF_SHARD_SIZE`
-    when it is not given.  GGML blocks need ``dequantize`` (TYPE naming it)."""
+    when it is not given, and the tokenizer's files (``tokenizer``: TYPE naming
+    the option for a tokenizer they cannot be written for).  GGML blocks need
+    ``dequantize`` (TYPE naming it)."""
     if row.naming != "hf":
         return None
     quantized = first_blocks(tensors)
@@ -408,6 +511,8 @@ def _hf_tensors(
         refused = blocks_refused(*quantized, row.name, spelling.dequantize)
         assert refused is not None  # first_blocks found GGML blocks
         raise refused
+    if metadata is None:
+        metadata = tensors.metadata if isinstance(tensors, Weights) else {}
     view = hf_view(tensors, metadata, code)
     limit = HF_SHARD_SIZE if max_shard_size is None else max_shard_size
     total = sum(t.info.byte_length for t in view.tensors.values())
@@ -417,12 +522,29 @@ def _hf_tensors(
         for name, value in configs
         if value is not None
     ]
+    files = _tokenizer_files(metadata, spelling) if tokenizer else None
+    extras += [(os.path.join(target, name), body) for name, body in (files or {}).items()]
     notes = tuple(
         f"{name} was generated by llama.cpp's converter from the rope scaling, "
         "which config.json holds"
         for name in view.generated
     )
     return HfPlan(view.tensors, extras, limit if total > limit else None, notes)
+
+
+def _tokenizer_files(metadata: Mapping[str, Any], spelling: Spelling) -> dict[str, bytes] | None:
+    """The GGUF's tokenizer as transformers' files, or None when it has none; a
+    refusal names the option that leaves them out."""
+    try:
+        return tokenizer_files(metadata)
+    except KilnError as exc:
+        raise KilnError(
+            exc.kind,
+            f"the GGUF's tokenizer: {exc.message} ({spelling.no_tokenizer} writes the model "
+            "without its tokenizer)",
+            expected=exc.expected,
+            found=exc.found,
+        ) from None
 
 
 def _json_file(value: Mapping[str, Any]) -> bytes:
@@ -651,7 +773,7 @@ def _rule(policy: QuantizePolicy, name: str) -> str:
 def _step(s: TensorSource, policy: QuantizePolicy | None) -> Step:
     info = s.info
     target_type = info.element.name
-    if s.mapped is not None:
+    if s.mapped is not None and s.quantized is None:
         m = s.mapped
         source = m.source.info
         decoded = element_of(source.code, source.layout).kind == "ggml"

@@ -13,8 +13,9 @@ Dequantizing on the way: ``tensor_sources(tensors, dequantize="f32")`` (or
 float tensor of its element shape, so a writer checks, names and sizes the float
 tensor it will write; :meth:`TensorSource.write_to` then reads the blocks a bounded
 chunk at a time (never mapping them), decodes each chunk into one reused buffer
-(ggml's float32, rounded to nearest even for bf16 and f16) and writes it.  Memory is
-that fixed buffer, however large the tensor.
+(ggml's float32, rounded to nearest even for bf16 and f16; to bf16 in the cache,
+straight into its bits) and writes it.  Memory is that fixed buffer, however large
+the tensor.
 
 Quantizing on the way: ``tensor_sources(tensors, quantize=policy)`` (a
 :class:`~kiln_np._convert.policy.QuantizePolicy` or its string) describes each
@@ -68,7 +69,7 @@ from kiln_np._files.io import open_regular_raw, write_all
 from kiln_np._files.payload import LazyPayload
 from kiln_np._kernels.pool import cast_into
 from kiln_np._quants.blocks import Block
-from kiln_np._quants.decode import dequantize_into
+from kiln_np._quants.decode import dequantize_bfloat16_into, dequantize_into
 from kiln_np._quants.elements import element_of
 from kiln_np._quants.quantize import quantize_into, unquantizable
 from kiln_np._weights.logical import LogicalTensor, read_part, row_chunks
@@ -77,6 +78,7 @@ from kiln_np._weights.tensors import WeightTensor, mapped_file
 
 from .hf import MappedTensor
 from .policy import Decision, QuantizePolicy, Target, as_policy, decide, mix_decisions
+from .to_gguf import GgufTensor
 
 __all__ = [
     "DEQUANTIZE_TYPES",
@@ -153,7 +155,9 @@ class TensorSource(NamedTuple):
     describes the float tensor to write, decoded from the parts a bounded run
     of rows at a time.  With ``mapped`` (a Hugging Face tensor the model map
     makes of a GGUF tensor), ``info`` describes it, read and transformed a
-    bounded run of rows at a time (:meth:`MappedTensor.chunks`).
+    bounded run of rows at a time (:meth:`MappedTensor.chunks`); or a GGUF
+    tensor llama.cpp's converter makes of Hugging Face tensors
+    (:class:`~kiln_np._convert.to_gguf.GgufTensor`), the same way.
     """
 
     name: str
@@ -167,7 +171,7 @@ class TensorSource(NamedTuple):
     logical: LogicalTensor | None = None
     rule: str | None = None
     split: int | None = None
-    mapped: MappedTensor | None = None
+    mapped: MappedTensor | GgufTensor | None = None
 
     def write_to(self, fd: int, *, progress: Progress | None = None) -> None:
         """Append the payload to the open file descriptor ``fd``.
@@ -185,6 +189,9 @@ class TensorSource(NamedTuple):
         """
         if self.logical is not None:
             self._write_logical(fd, self.logical, progress)
+            return
+        if self.mapped is not None and self.quantized is not None:
+            self._write_mapped_quantized(fd, self.mapped, self.quantized, progress)
             return
         if self.mapped is not None:
             for chunk in self.mapped.chunks():
@@ -245,16 +252,21 @@ class TensorSource(NamedTuple):
         block, blocks = how.block, how.blocks
         count = blocks.byte_length // block.bytes
         step = max(1, min(count, _DEQUANTIZE_CHUNK // block.elements))
-        values = np.empty(step * block.elements, np.float32)
-        out = values if self.info.dtype == np.float32 else np.empty(values.size, self.info.dtype)
+        code = self.info.code
+        bf16 = code == Code.BF16  # decoded straight to its bits, in the cache: no ml_dtypes
+        size = step * block.elements
+        out = np.empty(size, np.uint16 if bf16 else self.info.dtype)
+        values = out if code == Code.F32 else np.empty(0 if bf16 else size, np.float32)
         for _, chunk in self._byte_runs(blocks, step * block.bytes, "dequantized"):
-            n = chunk.size // block.bytes
-            part = values[: n * block.elements]
-            dequantize_into(block.name, chunk, part)
-            written = out[: part.size]
-            if out is not values:
-                with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
-                    written[...] = part  # rounded to nearest even
+            written = out[: chunk.size // block.bytes * block.elements]
+            if bf16:
+                dequantize_bfloat16_into(block.name, chunk, written)
+            else:
+                part = values[: written.size]
+                dequantize_into(block.name, chunk, part)
+                if values is not out:
+                    with np.errstate(over="ignore"):  # past the type's range: inf, as IEEE says
+                        written[...] = part  # rounded to nearest even
             write_all(fd, written.view(U8).data)
             if progress is not None:
                 progress(written.nbytes)
@@ -294,6 +306,33 @@ class TensorSource(NamedTuple):
                         f"tensor {self.name!r}: "
                     )
             write_all(fd, written.view(U8).data)
+            if progress is not None:
+                progress(written.nbytes)
+
+    def _write_mapped_quantized(
+        self,
+        fd: int,
+        mapped: MappedTensor | GgufTensor,
+        how: Quantized,
+        progress: Progress | None,
+    ) -> None:
+        """Quantize (or round to a float type) the float32 values a mapped tensor
+        makes, each run of whole rows as it comes (a llama-quantize file type's mix
+        over a Hugging Face checkpoint's GGUF tensors)."""
+        block, lo = how.block, 0
+        for chunk in mapped.chunks():
+            part = np.ascontiguousarray(chunk.reshape(-1), np.float32)
+            if block is None:
+                written = self._floats(part, part, lo, np.empty(part.size, self.info.dtype))
+            else:
+                written = np.empty(part.size // block.elements * block.bytes, U8)
+                bad = _quantize_rows(block, part, written, lo, how.values.shape, how.weights)
+                if bad >= 0:
+                    raise unquantizable(block.name, how.values.shape, lo + bad, part[bad]).prefixed(
+                        f"tensor {self.name!r}: "
+                    )
+            write_all(fd, written.view(U8).data)
+            lo += part.size
             if progress is not None:
                 progress(written.nbytes)
 
@@ -708,7 +747,7 @@ def _logical_refused(t: LogicalTensor, name: str) -> KilnError:
 
 def _source(name: str, value: object) -> TensorSource:
     where = f"tensor {name!r}: "
-    if isinstance(value, MappedTensor):
+    if isinstance(value, (MappedTensor, GgufTensor)):
         held = mapped_file(value.source)
         memory = value.source.payload().data if held is None else None
         return TensorSource(name, value.info, memory, held, None, mapped=value)

@@ -8,13 +8,7 @@
 #include "ggml.h"
 
 /* To nearest even; a NaN to 0x7fc0 with its sign (ml_dtypes' bits for a quiet NaN). */
-static inline uint16_t bnb_f32_to_bf16(float f) {
-    const uint32_t x = ggml_f32_bits(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u) {
-        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7FC0u);
-    }
-    return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-}
+static inline uint16_t bnb_f32_to_bf16(float f) { return kiln_bf16_bits(ggml_f32_bits(f)); }
 
 /* One loop per output type: the type is fixed inside it, so nothing branches per element.
  * A block's 16 possible outputs are computed first (the same product and rounding as

@@ -10,6 +10,7 @@
  * (for blocks at least TABLE_WIDTH columns wide, so the tables stay small).
  */
 #include "fp8.h"
+#include "ggml.h" /* ALWAYS_INLINE, kiln_bf16_bits */
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +22,6 @@ static inline uint32_t bits_of(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-static inline uint16_t to_bf16(uint32_t x) {
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
-    }
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 static inline uint16_t to_f16(uint32_t x) {
@@ -58,7 +52,7 @@ static inline uint16_t to_f16(uint32_t x) {
 
 static inline uint32_t rounded(int kind, float v) {
     const uint32_t x = bits_of(v);
-    return kind == KILN_FP8_F32 ? x : kind == KILN_FP8_BF16 ? to_bf16(x) : to_f16(x);
+    return kind == KILN_FP8_F32 ? x : kind == KILN_FP8_BF16 ? kiln_bf16_bits(x) : to_f16(x);
 }
 
 /* The 256 results of one scale. */

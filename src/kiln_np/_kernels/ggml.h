@@ -141,6 +141,19 @@ static inline uint32_t ggml_f32_bits(float f) {
 }
 
 /* fabsf, inline (so that loops vectorise): -0.0 gives +0.0, as ggml's MAX(amax, fabsf(v)) needs. */
+/* float32 bits -> bfloat16 bits, to nearest even; a NaN to the quiet NaN 0x7fc0 of its
+ * sign: ml_dtypes' astype (ggml's own GGML_FP32_TO_BF16 keeps a NaN's top payload bits
+ * instead).  Selects only, so the loops over it vectorize.  Every kernel writing bf16
+ * rounds with it. */
+static ALWAYS_INLINE uint16_t kiln_bf16_bits(uint32_t x) {
+    const uint32_t nan = ((x >> 16) & 0x8000u) | 0x7FC0u;
+    const uint32_t r = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+    /* A mask, not a branch, from a signed comparison (the masked bits fit): x86-64's
+     * vectors compare signed only. */
+    const uint32_t is_nan = 0u - (uint32_t)((int32_t)(x & 0x7FFFFFFFu) > 0x7F800000);
+    return (uint16_t)(r ^ ((nan ^ r) & is_nan));
+}
+
 static inline float ggml_fabsf(float x) { return ggml_bits_f32(ggml_f32_bits(x) & 0x7FFFFFFFu); }
 
 /* a where take (0 or 1), else b, as a select of bits: loops of these vectorise, where GCC

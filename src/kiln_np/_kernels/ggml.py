@@ -23,6 +23,7 @@ __all__ = [
     "QUANT_TYPES",
     "THRESHOLD",
     "WEIGHTED_TYPES",
+    "bfloat16_decoder",
     "decoder",
     "encoder",
     "weighted_encoder",
@@ -64,6 +65,29 @@ def decoder(type_id: int, elements: int) -> Callable[[np.ndarray, np.ndarray], N
     def run(blocks: np.ndarray, out: np.ndarray) -> None:
         pool.run_blocks(
             lambda b0, b1: native.ggml_to_float32(type_id, blocks, out, b0, b1),
+            out.size // elements,
+            elements,
+        )
+
+    return run
+
+
+def bfloat16_decoder(
+    type_id: int, elements: int
+) -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """The compiled driver ``(blocks, out)`` decoding whole blocks of ``type_id``
+    into ``out``'s bfloat16 bits (uint16): ggml's float32 values rounded as
+    ml_dtypes rounds, in the cache; None where it is not built.
+
+    >>> bfloat16_decoder(-1, 32) is None
+    True
+    """
+    if type_id not in DECODE_TYPES:
+        return None
+
+    def run(blocks: np.ndarray, out: np.ndarray) -> None:
+        pool.run_blocks(
+            lambda b0, b1: native.ggml_to_bfloat16(type_id, blocks, out, b0, b1),
             out.size // elements,
             elements,
         )

@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include "ggml.h"
+#include "ggml_quant_qkx.h"
 
 /* The float32 bits of x as an int32 key that orders as the floats do (-0.0 below +0.0);
  * its own inverse. */
@@ -452,102 +453,17 @@ static ALWAYS_INLINE void qx_quants(const float xt[32][LANES], const float wt[32
     }
 }
 
-/* MAX(0, MIN(nmax, nearest_int(v))), for any float (ggml's trick's bits outside its
- * range: a candidate's min may leave x - min far outside the range it was fitted to). */
-static ALWAYS_INLINE int clamp_level(float v, int nmax) {
-    const int l = ggml_nearest_int(v);
-    const int m = nmax < l ? nmax : l;
-    return 0 > m ? 0 : m;
-}
-
 /* make_qkx3_quants(32, nmax, x, w, L, &the_min, Laux, -0.9f, 0.05f, 36, false) of the
- * LANES blocks (ggml's make_qkx2_quants with these weights): scale[k], min[k] (ggml's
- * min, -the_min) and the levels Lt[j][k].  A lane remembers the iscale and min its best
- * levels came from and computes them once at the end, bit for bit the same. */
+ * LANES blocks (ggml's make_qkx2_quants with these weights: ggml_quant_qkx.h): scale[k],
+ * min[k] (ggml's min, -the_min) and the levels Lt[j][k]. */
 static ALWAYS_INLINE void qkx3_quants(const float xt[32][LANES], const float wt[32][LANES],
                                       int nmax, float scale[LANES], float min[LANES],
                                       uint8_t Lt[32][LANES]) {
-    float hi[LANES], min0[LANES], sum_w[LANES], sum_x[LANES], best[LANES], is[LANES];
-    float lo[LANES], iscale[LANES], sum_l[LANES], sum_l2[LANES], sum_xl[LANES];
-    float cur[LANES], det[LANES], this_scale[LANES], this_min[LANES];
-    float la[32][LANES];
-    const float top = (float)nmax;
+    float the_min[LANES], is[LANES], lo[LANES];
+    qkx2_search(&xt[0][0], &wt[0][0], 32, LANES, nmax, -0.9f, 0.05f, 36, 0, scale, the_min, is,
+                lo);
     ACROSS for (int k = 0; k < LANES; k++) {
-        min[k] = hi[k] = xt[0][k];
-        sum_w[k] = wt[0][k];
-        sum_x[k] = sum_w[k] * xt[0][k];
-    }
-    for (int j = 1; j < 32; j++) {
-        ACROSS for (int k = 0; k < LANES; k++) { /* the first of equals: a zero's sign */
-            const float v = xt[j][k], w = wt[j][k];
-            min[k] = v < min[k] ? v : min[k];
-            hi[k] = v > hi[k] ? v : hi[k];
-            sum_w[k] += w;
-            sum_x[k] += w * v;
-        }
-    }
-    ACROSS for (int k = 0; k < LANES; k++) {
-        min[k] = min[k] > 0 ? 0.0f : min[k];
-        min0[k] = min[k];
-        is[k] = top / (hi[k] - min[k]);
-        scale[k] = 1 / is[k];
-        lo[k] = min[k];
-        best[k] = 0;
-    }
-    for (int j = 0; j < 32; j++) {
-        ACROSS for (int k = 0; k < LANES; k++) {
-            const float v = xt[j][k];
-            const float l = (float)clamp_level(is[k] * (v - min[k]), nmax);
-            const float diff = scale[k] * l + min[k] - v;
-            best[k] += wt[j][k] * (diff * diff);
-        }
-    }
-    for (int step = 0; step <= 36; step++) {
-        const float factor = -0.9f + 0.05f * (float)step + top;
-        ACROSS for (int k = 0; k < LANES; k++) {
-            iscale[k] = factor / (hi[k] - min[k]);
-            sum_l[k] = sum_l2[k] = sum_xl[k] = 0;
-        }
-        for (int j = 0; j < 32; j++) {
-            ACROSS for (int k = 0; k < LANES; k++) {
-                const float v = xt[j][k], w = wt[j][k];
-                const float l = (float)clamp_level(iscale[k] * (v - min[k]), nmax);
-                const float wl = w * l;
-                la[j][k] = l;
-                sum_l[k] += wl;
-                sum_l2[k] += wl * l;
-                sum_xl[k] += wl * v;
-            }
-        }
-        ACROSS for (int k = 0; k < LANES; k++) {
-            det[k] = sum_w[k] * sum_l2[k] - sum_l[k] * sum_l[k];
-            const float s = (sum_w[k] * sum_xl[k] - sum_x[k] * sum_l[k]) / det[k];
-            const float m = (sum_l2[k] * sum_x[k] - sum_l[k] * sum_xl[k]) / det[k];
-            this_min[k] = m > 0 ? 0.0f : m;
-            this_scale[k] = m > 0 ? sum_xl[k] / sum_l2[k] : s;
-            cur[k] = 0;
-        }
-        for (int j = 0; j < 32; j++) {
-            ACROSS for (int k = 0; k < LANES; k++) {
-                const float diff = this_scale[k] * la[j][k] + this_min[k] - xt[j][k];
-                cur[k] += wt[j][k] * (diff * diff);
-            }
-        }
-        ACROSS for (int k = 0; k < LANES; k++) {
-            const int better = det[k] > 0 && cur[k] < best[k];
-            best[k] = better ? cur[k] : best[k];
-            scale[k] = better ? this_scale[k] : scale[k];
-            is[k] = better ? iscale[k] : is[k];
-            lo[k] = better ? min[k] : lo[k];
-            min[k] = better ? this_min[k] : min[k];
-        }
-    }
-    ACROSS for (int k = 0; k < LANES; k++) {
-        const int flat = hi[k] <= min0[k];
-        scale[k] = flat ? 0.0f : scale[k];
-        min[k] = flat ? min0[k] : min[k];
-        is[k] = flat ? 0.0f : is[k];
-        lo[k] = flat ? 0.0f : lo[k];
+        min[k] = -the_min[k];
     }
     for (int j = 0; j < 32; j++) {
         ACROSS for (int k = 0; k < LANES; k++) {

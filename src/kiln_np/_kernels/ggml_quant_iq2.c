@@ -46,6 +46,18 @@ static int iq2_snap(const KilnGrid *g, int u, const float *xval, const float *wa
     return 0;
 }
 
+/* A group of 8 placed at id (levels 0 .. top), then moved to its best neighbour at scale
+ * where it is off the grid: 1 on the grid, 0 moved, -1 where no neighbour is found (ggml
+ * aborts). */
+static int iq2_place(const KilnGrid *g, float id, float scale, int top, const float *xval,
+                     const float *waux, int8_t *L) {
+    for (int i = 0; i < 8; ++i) {
+        L[i] = (int8_t)kiln_grid_level(id, xval[i], top);
+    }
+    const int u = kiln_grid_u(L);
+    return g->kmap[u] >= 0 ? 1 : iq2_snap(g, u, xval, waux, scale, L);
+}
+
 /* ggml's u of 8 int8_t levels (as its `uint16_t u |= L << 2 i` computes it) -> grid index,
  * or -1 off the grid (and past the map, which ggml reads out of bounds). */
 static int grid_index(const KilnGrid *g, const int8_t *L) {
@@ -218,12 +230,8 @@ static int iq2_xxs_block(const KilnGrid *g, const float *xbl, const float *qwbl,
             const float id = (2 * kMaxQ - 1 + is * 0.1f) / eff_max;
             const float this_scale = 1 / id;
             for (int k = 0; k < 4; ++k) {
-                for (int i = 0; i < 8; ++i) {
-                    Laux[8 * k + i] = (int8_t)kiln_grid_level(id, xval[8 * k + i], kMaxQ - 1);
-                }
-                const int u = kiln_grid_u(Laux + 8 * k);
-                if (g->kmap[u] < 0 &&
-                    iq2_snap(g, u, xval + 8 * k, waux + 8 * k, this_scale, Laux + 8 * k) < 0) {
+                if (iq2_place(g, id, this_scale, kMaxQ - 1, xval + 8 * k, waux + 8 * k,
+                              Laux + 8 * k) < 0) {
                     return -1;
                 }
             }
@@ -238,12 +246,7 @@ static int iq2_xxs_block(const KilnGrid *g, const float *xbl, const float *qwbl,
         if (scale > 0) {
             const float id = 1 / scale;
             for (int k = 0; k < 4; ++k) {
-                for (int i = 0; i < 8; ++i) {
-                    L[8 * k + i] = (int8_t)kiln_grid_level(id, xval[8 * k + i], kMaxQ - 1);
-                }
-                const int u = kiln_grid_u(L + 8 * k);
-                if (g->kmap[u] < 0 &&
-                    iq2_snap(g, u, xval + 8 * k, waux + 8 * k, scale, L + 8 * k) < 0) {
+                if (iq2_place(g, id, scale, kMaxQ - 1, xval + 8 * k, waux + 8 * k, L + 8 * k) < 0) {
                     return -1;
                 }
             }
@@ -325,15 +328,12 @@ static int iq2_16_block(const KilnGrid *g, const float *xbl, const float *qwbl, 
             const float id = (2 * kMaxQ - 1 + is * 0.1f) / max;
             const float this_scale = 1 / id;
             for (int k = 0; k < 2; ++k) {
-                for (int i = 0; i < 8; ++i) {
-                    Laux[8 * k + i] = (int8_t)kiln_grid_level(id, xval[8 * k + i], kMaxQ - 1);
-                }
-                const int u = kiln_grid_u(Laux + 8 * k);
-                is_on_grid_aux[k] = g->kmap[u] >= 0;
-                if (!is_on_grid_aux[k] &&
-                    iq2_snap(g, u, xval + 8 * k, waux + 8 * k, this_scale, Laux + 8 * k) < 0) {
+                const int on = iq2_place(g, id, this_scale, kMaxQ - 1, xval + 8 * k, waux + 8 * k,
+                                         Laux + 8 * k);
+                if (on < 0) {
                     return -1;
                 }
+                is_on_grid_aux[k] = on;
             }
             float sumqx, sumq2;
             fit(16, weight, xval, Laux, &sumqx, &sumq2);
@@ -348,15 +348,8 @@ static int iq2_16_block(const KilnGrid *g, const float *xbl, const float *qwbl, 
         if ((!is_on_grid[0] || !is_on_grid[1]) && scale > 0) {
             const float id = 1 / scale;
             for (int k = 0; k < 2; ++k) {
-                if (is_on_grid[k]) {
-                    continue;
-                }
-                for (int i = 0; i < 8; ++i) {
-                    L[8 * k + i] = (int8_t)kiln_grid_level(id, xval[8 * k + i], kMaxQ - 1);
-                }
-                const int u = kiln_grid_u(L + 8 * k);
-                if (g->kmap[u] < 0 &&
-                    iq2_snap(g, u, xval + 8 * k, waux + 8 * k, scale, L + 8 * k) < 0) {
+                if (!is_on_grid[k] && iq2_place(g, id, scale, kMaxQ - 1, xval + 8 * k,
+                                                waux + 8 * k, L + 8 * k) < 0) {
                     return -1;
                 }
             }

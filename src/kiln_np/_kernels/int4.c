@@ -32,14 +32,6 @@ static uint32_t f32_bits(float f) {
 /* The conversions below are branch-free (selects only), so the loops over a row's
  * table entries vectorize. */
 
-/* float32 bits -> bfloat16, nearest even; a NaN keeps its sign, its payload the
- * quiet NaN's (ml_dtypes' astype). */
-static ALWAYS_INLINE uint32_t to_bf16(uint32_t x) {
-    const uint32_t nan = ((x >> 16) & 0x8000u) | 0x7FC0u;
-    const uint32_t r = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
-    return (x & 0x7FFFFFFFu) > 0x7F800000u ? nan : r;
-}
-
 /* For |x| below 2^-14 (bits ax): its significand shifted right, rounding to nearest
  * even, by the distance to a multiple of 2^-24 (126 - exponent; from 25 on every
  * such value rounds to 0), as an integer count of 2^-24 and, `in_place`, as that
@@ -111,20 +103,20 @@ static void fill_table(const float *restrict s, const int32_t *restrict z, ptrdi
         if (okind == KILN_INT4_F16) {
             EACH_ENTRY(p[e] = to_f16(p[e]))
         } else if (okind == KILN_INT4_BF16) {
-            EACH_ENTRY(p[e] = to_bf16(round_f16(p[e])))
+            EACH_ENTRY(p[e] = (uint32_t)kiln_bf16_bits(round_f16(p[e])))
         } else {
             EACH_ENTRY(p[e] = round_f16(p[e]))
         }
     } else if (native == KILN_INT4_BF16) {
         if (okind == KILN_INT4_BF16) {
-            EACH_ENTRY(p[e] = to_bf16(p[e]))
+            EACH_ENTRY(p[e] = (uint32_t)kiln_bf16_bits(p[e]))
         } else if (okind == KILN_INT4_F16) {
-            EACH_ENTRY(p[e] = to_f16(to_bf16(p[e]) << 16))
+            EACH_ENTRY(p[e] = to_f16((uint32_t)kiln_bf16_bits(p[e]) << 16))
         } else {
-            EACH_ENTRY(p[e] = to_bf16(p[e]) << 16)
+            EACH_ENTRY(p[e] = (uint32_t)kiln_bf16_bits(p[e]) << 16)
         }
     } else if (okind == KILN_INT4_BF16) {
-        EACH_ENTRY(p[e] = to_bf16(p[e]))
+        EACH_ENTRY(p[e] = (uint32_t)kiln_bf16_bits(p[e]))
     } else if (okind == KILN_INT4_F16) {
         EACH_ENTRY(p[e] = to_f16(p[e]))
     }

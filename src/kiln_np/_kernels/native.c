@@ -937,6 +937,99 @@ static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *a
     return result;
 }
 
+VECTOR_CLONES
+static void bf16_loop(const float *restrict s, uint16_t *restrict d, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t x;
+        memcpy(&x, s + i, sizeof x);
+        d[i] = kiln_bf16_bits(x);
+    }
+}
+
+/* Float32 values a decode to bfloat16 holds at a time: 16 KiB, in L1 beside the blocks
+ * read, so the float32 values never reach memory. */
+#define DECODE_SCRATCH 4096
+
+static void ggml_bf16_loop(const GGMLDecoder *d, const uint8_t *s, uint16_t *o,
+                           Py_ssize_t blocks) {
+    float scratch[DECODE_SCRATCH];
+    const Py_ssize_t step = DECODE_SCRATCH / d->block_elements; /* 16 blocks of 256 */
+    for (Py_ssize_t b = 0; b < blocks; b += step) {
+        const Py_ssize_t n = blocks - b < step ? blocks - b : step;
+        d->decode(s + b * d->block_bytes, scratch, n);
+        bf16_loop(scratch, o + b * d->block_elements, n * d->block_elements);
+    }
+}
+
+PyDoc_STRVAR(ggml_to_bfloat16_doc,
+    "ggml_to_bfloat16(type_id, src, dst, lo, hi)\n--\n\n"
+    "As ggml_to_float32, each float32 value then rounded to bfloat16 as ml_dtypes rounds\n"
+    "(to nearest even; a NaN to the quiet NaN 0x7fc0 of its sign) into dst, a buffer of\n"
+    "2-byte bfloat16 bits (host order), without the float32 values leaving the cache.");
+
+static PyObject *ggml_to_bfloat16(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                  Py_ssize_t nargs) {
+    Py_ssize_t type_id, lo, hi;
+    if (block_call("ggml_to_bfloat16", args, nargs, &type_id, &lo, &hi) < 0) {
+        return NULL;
+    }
+    const GGMLDecoder *d = ggml_decoder(type_id);
+    if (d == NULL) {
+        PyErr_Format(PyExc_ValueError, "no compiled decoder for GGML type %zd", type_id);
+        return NULL;
+    }
+    if (block_count_fits(lo, hi, d->block_elements) < 0) {
+        return NULL;
+    }
+    Py_buffer views[2]; /* src, dst */
+    if (get_buffers(args + 1, 2, (const int[]){0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("src", hi * d->block_bytes, views[0].len) == 0 &&
+        check_fits("dst", 2 * hi * d->block_elements, views[1].len) == 0) {
+        const uint8_t *s = (const uint8_t *)views[0].buf + lo * d->block_bytes;
+        uint16_t *o = (uint16_t *)views[1].buf + lo * d->block_elements;
+        RUN_LOOP((hi - lo) * d->block_bytes, ggml_bf16_loop(d, s, o, hi - lo));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 2);
+    return result;
+}
+
+PyDoc_STRVAR(float32_to_bfloat16_doc,
+    "float32_to_bfloat16(src, dst, lo, hi)\n--\n\n"
+    "Elements [lo, hi) of the float32 buffer src rounded to bfloat16 as ml_dtypes rounds\n"
+    "(to nearest even; a NaN to the quiet NaN 0x7fc0 of its sign) into the same\n"
+    "elements of dst, a buffer of 2-byte bfloat16 bits (host order).");
+
+static PyObject *float32_to_bfloat16(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                     Py_ssize_t nargs) {
+    Py_ssize_t lo, hi;
+    if (check_nargs("float32_to_bfloat16", nargs, 4) < 0 || get_index(args[2], &lo) < 0 ||
+        get_index(args[3], &hi) < 0 || check_range(lo, hi, 0) < 0) {
+        return NULL;
+    }
+    if (hi > PY_SSIZE_T_MAX / 4) {
+        PyErr_Format(PyExc_ValueError, "bad range [%zd, %zd)", lo, hi);
+        return NULL;
+    }
+    Py_buffer views[2]; /* src, dst */
+    if (get_buffers(args, 2, (const int[]){0, 1}, views) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_fits("src", 4 * hi, views[0].len) == 0 &&
+        check_fits("dst", 2 * hi, views[1].len) == 0) {
+        const float *s = (const float *)views[0].buf + lo;
+        uint16_t *o = (uint16_t *)views[1].buf + lo;
+        RUN_LOOP(4 * (hi - lo), bf16_loop(s, o, hi - lo));
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(views, 2);
+    return result;
+}
+
 PyDoc_STRVAR(ggml_types_doc,
     "ggml_types()\n--\n\n"
     "The GGML types with a compiled decoder: a tuple of (type_id, block_elements,\n"
@@ -1537,6 +1630,10 @@ static PyMethodDef methods[] = {
     {"pack6", (PyCFunction)(void (*)(void))pack6, METH_FASTCALL, pack6_doc},
     {"ggml_to_float32", (PyCFunction)(void (*)(void))ggml_to_float32, METH_FASTCALL,
      ggml_to_float32_doc},
+    {"ggml_to_bfloat16", (PyCFunction)(void (*)(void))ggml_to_bfloat16, METH_FASTCALL,
+     ggml_to_bfloat16_doc},
+    {"float32_to_bfloat16", (PyCFunction)(void (*)(void))float32_to_bfloat16, METH_FASTCALL,
+     float32_to_bfloat16_doc},
     {"ggml_types", ggml_types, METH_NOARGS, ggml_types_doc},
     {"ggml_from_float32", (PyCFunction)(void (*)(void))ggml_from_float32, METH_FASTCALL,
      ggml_from_float32_doc},

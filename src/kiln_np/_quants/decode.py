@@ -3,7 +3,9 @@ on the numpy decoders otherwise, split over the thread pool by whole blocks.
 
 Both give ggml's float32 bits for every block (``tests/quants/test_ggml.py``
 holds them to ggml's own output and to each other); other output types are the
-float32 values rounded once, to nearest even.
+float32 values rounded once, to nearest even.  To bfloat16 the compiled kernels
+round each block's values while they are in the cache
+(:func:`dequantize_bfloat16_into`, into the bits: no ml_dtypes needed).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kiln_np._core.errors import KilnError
 from kiln_np._core.payload import check_representable
 from kiln_np._core.table import Layout, as_dtype
 from kiln_np._kernels import ggml, pool
+from kiln_np._kernels.bfloat16 import FLOAT32_TO_BFLOAT16
 from kiln_np._kernels.dispatch import Kernel, register
 
 from . import basic, iquants, kquants
@@ -32,6 +35,7 @@ __all__ = [
     "OUTPUT_DTYPES",
     "block_of",
     "decoder",
+    "dequantize_bfloat16_into",
     "dequantize_blocks",
     "dequantize_into",
     "output_dtype",
@@ -131,6 +135,49 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
 """Each decodable type's row in the kernel table: ``(blocks, out)``."""
 
 
+def _numpy_bfloat16(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
+    """The numpy twin of the compiled bfloat16 driver: float32 a run of blocks at a
+    time, rounded by ml_dtypes."""
+    block = BLOCKS[name]
+    step = max(1, _CHUNK_ELEMENTS // block.elements)
+    scratch = np.empty(step * block.elements, np.float32)
+    for b0 in range(0, out.size // block.elements, step):
+        part = out[b0 * block.elements : (b0 + step) * block.elements]
+        values = scratch[: part.size]
+        _numpy_blocks(name, blocks[b0 * block.bytes : (b0 + step) * block.bytes], values)
+        FLOAT32_TO_BFLOAT16.numpy(part, values)
+
+
+BFLOAT16_KERNELS: Mapping[str, Kernel] = MappingProxyType(
+    {
+        name: register(
+            Kernel(
+                f"ggml_to_bfloat16.{name}",
+                ggml.bfloat16_decoder(BLOCKS[name].type_id, BLOCKS[name].elements),
+                partial(_numpy_bfloat16, name),
+                ggml.THRESHOLD,
+            )
+        )
+        for name in DECODERS
+    }
+)
+"""Each decodable type's row to bfloat16 bits: ``(blocks, out)``, ``out`` uint16."""
+
+
+def dequantize_bfloat16_into(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
+    """Decode the flat uint8 ``blocks`` (whole blocks of GGML type ``name``) into
+    the C-contiguous uint16 ``out`` of as many elements: the bits of ggml's
+    float32 values rounded to bfloat16 as ml_dtypes rounds (to nearest even; a
+    NaN to the quiet NaN of its sign); the two do not overlap.
+
+    >>> out = np.empty(32, np.uint16)
+    >>> dequantize_bfloat16_into("Q8_0", np.array([0, 0x40] + [3] * 32, np.uint8), out)
+    >>> hex(out[0])  # 6.0
+    '0x40c0'
+    """
+    BFLOAT16_KERNELS[name].pick()(blocks, out)
+
+
 def output_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
     """The output dtype named by ``dtype``, one of :data:`OUTPUT_DTYPES`, or TYPE.
 
@@ -178,6 +225,9 @@ def dequantize_blocks(
         dequantize_into(name, blocks, out.reshape(-1))
         return out
     flat = out.reshape(-1)
+    if out_dtype.name == "bfloat16":
+        dequantize_bfloat16_into(name, blocks, flat.view(np.uint16))
+        return out
     step = max(1, _CHUNK_ELEMENTS // block.elements)
     scratch = np.empty(step * block.elements, np.float32)
     for b0 in range(0, count, step):

@@ -56,6 +56,7 @@ from types import MappingProxyType
 import numpy as np
 
 from .encoder import Encoder, RowWeightedEncoder
+from .qkx import make_qkx
 from .rounding import c_int, f16_bits, le16, nearest_int, roundf
 
 __all__ = ["ENCODERS", "ROW_WEIGHTED", "row_sigma2"]
@@ -391,47 +392,8 @@ def _make_qkx3_quants(
     >>> scale.tolist(), low.tolist(), levels[0, :4].tolist()
     ([0.20000000298023224], [0.0], [0, 5, 10, 15])
     """
-    low = _first_min(x)  # ggml's min is x[0], then x[i] < min: the first zero's sign
-    lo = np.where(low > 0, _F32(0), low)
-    x, w = x.T, w.T  # element-major: each sum is a cumsum along axis 0, across all blocks
-    top = _F32(nmax)
-    hi = x.max(axis=0)
-    sum_w = np.cumsum(w, axis=0, dtype=np.float32)[-1]  # sum_w = w[0]; sum_w += w[i]
-    sum_x = np.cumsum(w * x, axis=0, dtype=np.float32)[-1]  # from sum_w * x[0]
-    flat = hi <= lo
-    flat_lo = lo
-
-    def error(scale: np.ndarray, the_min: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        diff = scale * levels + the_min - x
-        total: np.ndarray = np.cumsum(w * (diff * diff), axis=0, dtype=np.float32)[-1]
-        return total + _F32(0)  # from 0: a total of -0.0 is +0.0
-
-    iscale = top / (hi - lo)
-    scale = _F32(1) / iscale
-    levels = np.clip(nearest_int(iscale * (x - lo)), 0, nmax).astype(np.float32)
-    best = error(scale, lo, levels)
-    for step in range(37):
-        iscale = (_F32(-0.9) + _F32(0.05) * _F32(step) + top) / (hi - lo)
-        trial = np.clip(nearest_int(iscale * (x - lo)), 0, nmax).astype(np.float32)
-        wl = w * trial
-        sums = np.cumsum(np.stack([wl, wl * trial, wl * x]), axis=1, dtype=np.float32)
-        sum_l, sum_l2, sum_xl = sums[:, -1] + _F32(0)
-        det = sum_w * sum_l2 - sum_l * sum_l
-        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
-        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
-        positive = this_min > 0
-        this_min = np.where(positive, _F32(0), this_min)
-        this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
-        current = error(this_scale, this_min, trial)
-        better = (det > 0) & (current < best)
-        levels = np.where(better, trial, levels)
-        best = np.where(better, current, best)
-        scale = np.where(better, this_scale, scale)
-        lo = np.where(better, this_min, lo)
-    levels = np.where(flat, _F32(0), levels)
-    scale = np.where(flat, _F32(0), scale)
-    lo = np.where(flat, flat_lo, lo)
-    return scale, lo, np.ascontiguousarray(levels.T).astype(np.uint8)
+    levels, scale, the_min = make_qkx(x.T, w.T, nmax, -0.9, 0.05, 36, False)
+    return scale, -the_min, np.ascontiguousarray(levels.T).astype(np.uint8)
 
 
 def _q4_0_weighted(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ import numpy as np
 
 from .blocks import f16_to_f32
 from .encoder import Encoder, WeightedEncoder
+from .qkx import make_qkx, total
 from .rounding import f16_bits, le16, nearest_int
 
 __all__ = ["ENCODERS", "WEIGHTED"]
@@ -42,73 +43,6 @@ __all__ = ["ENCODERS", "WEIGHTED"]
 _F0 = np.float32(0)
 _GROUP_MAX_EPS = np.float32(1e-15)
 _QP_TRIES = np.array([-4, -3, -2, -1, 1, 2, 3, 4], np.float32)  # make_qp_quants' is
-
-
-def _total(terms: np.ndarray) -> np.ndarray:
-    """``s = terms[0]; s += terms[1]; ...`` along the element axis (the one before last)."""
-    result: np.ndarray = np.cumsum(terms, axis=-2, dtype=np.float32)[..., -1, :]
-    return result
-
-
-def _qkx2(
-    x: np.ndarray,
-    w: np.ndarray,
-    nmax: int,
-    rmin: float,
-    rdelta: float,
-    nstep: int,
-    use_mad: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ggml's ``make_qkx2_quants`` on sub-blocks laid out ``(elements, sub-blocks)``:
-    levels (int32, same layout), scale and ``the_min`` (float32 per sub-block).
-
-    >>> x = np.array([[-1.0], [0.0], [1.0], [2.0]], np.float32)
-    >>> levels, scale, the_min = _qkx2(x, np.abs(x), 3, -0.5, 0.1, 15, True)
-    >>> levels[:, 0].tolist(), scale.tolist(), the_min.tolist()
-    ([0, 1, 2, 3], [1.0], [1.0])
-    """
-    top = np.float32(nmax)
-    lo = x.min(axis=0)
-    hi = x.max(axis=0)
-    sum_w = _total(w)  # sum_w = w[0]; sum_w += w[i]
-    sum_x = _total(w * x)  # sum_x = sum_w * x[0]; sum_x += w[i] * x[i]
-    lo = np.where(lo > 0, _F0, lo)
-    flat = hi == lo
-    lo_flat = lo
-
-    def error(scale: np.ndarray, the_min: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        diff = scale * levels + the_min - x
-        diff = np.abs(diff) if use_mad else diff * diff
-        total: np.ndarray = _total(w * diff) + _F0  # from 0: a total of -0.0 is +0.0
-        return total
-
-    iscale = top / (hi - lo)
-    scale = np.float32(1) / iscale
-    levels = np.clip(nearest_int(iscale * (x - lo)), 0, nmax)
-    best = error(scale, lo, levels.astype(np.float32))
-    for step in range(nstep + 1):
-        factor = np.float32(rmin) + np.float32(rdelta) * np.float32(step) + top
-        iscale = factor / (hi - lo)
-        trial = np.clip(nearest_int(iscale * (x - lo)), 0, nmax)
-        t = trial.astype(np.float32)
-        wl = w * t
-        sum_l, sum_l2, sum_xl = _total(np.stack([wl, wl * t, wl * x])) + _F0
-        det = sum_w * sum_l2 - sum_l * sum_l
-        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
-        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
-        positive = this_min > 0
-        this_min = np.where(positive, _F0, this_min)
-        this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
-        current = error(this_scale, this_min, t)
-        better = (det > 0) & (current < best)
-        levels = np.where(better, trial, levels)
-        best = np.where(better, current, best)
-        scale = np.where(better, this_scale, scale)
-        lo = np.where(better, this_min, lo)
-    levels = np.where(flat, 0, levels)
-    scale = np.where(flat, _F0, scale)
-    lo = np.where(flat, lo_flat, lo)
-    return levels, scale, -lo
 
 
 def _largest(values: np.ndarray) -> np.ndarray:
@@ -215,11 +149,11 @@ def _weigh(
     ``qw * sqrt(sigma2 + x * x)`` element-major (as :func:`_sub_blocks`), and each
     sub-block's sum of weights ``(n, 256 // size)``; ``sigma2`` the block's sum of
     squares (twice it with ``two``) over 256."""
-    total = _row_total(x * x)
-    sigma2 = (np.float32(2) * total if two else total) / np.float32(256)
+    squares = _row_total(x * x)
+    sigma2 = (np.float32(2) * squares if two else squares) / np.float32(256)
     w = qw * np.sqrt(sigma2[:, None] + x * x)
     wt = _sub_blocks(w, size)
-    sw = (_total(wt) + _F0).reshape(len(x), -1)
+    sw = (total(wt) + _F0).reshape(len(x), -1)
     return _sub_blocks(x, size), wt, sw
 
 
@@ -252,7 +186,7 @@ def _q2_k(x: np.ndarray) -> np.ndarray:
     """
     n = len(x)
     xt = _sub_blocks(x, 16)
-    levels, scales, mins = _qkx2(xt, np.abs(xt), 3, -0.5, 0.1, 15, True)
+    levels, scales, mins = make_qkx(xt, np.abs(xt), 3, -0.5, 0.1, 15, True)
     scales, mins = scales.reshape(n, 16), mins.reshape(n, 16)
     max_scale, max_min = _largest(scales), _largest(mins)
     q4 = np.float32(15)
@@ -277,7 +211,7 @@ def _q2_k_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     """
     n = len(x)
     xt, wt, sw = _weigh(x, qw, False, 16)
-    levels, scales, mins = _qkx2(xt, wt, 3, -0.9, 0.05, 36, False)
+    levels, scales, mins = make_qkx(xt, wt, 3, -0.9, 0.05, 36, False)
     d, ls = _qp(scales.reshape(n, 16), sw, 15)
     m, lm = _qp(mins.reshape(n, 16), sw, 15)
     sc = (ls | (lm << 4)) & 0xFF
@@ -316,8 +250,8 @@ def _k6(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np.ndarray, 
     """Q4_K and Q5_K: levels ``(n, 256)`` and the 16 header bytes (d, dmin, scales)."""
     n = len(x)
     xt = _sub_blocks(x, 32)
-    av_x = np.sqrt((_total(xt * xt) + _F0) / np.float32(32))
-    levels, scales, mins = _qkx2(xt, av_x + np.abs(xt), nmax, rmin, 0.1, nstep, False)
+    av_x = np.sqrt((total(xt * xt) + _F0) / np.float32(32))
+    levels, scales, mins = make_qkx(xt, av_x + np.abs(xt), nmax, rmin, 0.1, nstep, False)
     scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
     max_scale, max_min = _largest(scales), _largest(mins)
     q6 = np.float32(63)
@@ -335,7 +269,7 @@ def _k6_weighted(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray, 
     them at 63, Q4_K stores them as they come."""
     n = len(x)
     xt, wt, sw = _weigh(x, qw, True, 32)
-    levels, scales, mins = _qkx2(xt, wt, nmax, -0.9, 0.05, 36, False)
+    levels, scales, mins = make_qkx(xt, wt, nmax, -0.9, 0.05, 36, False)
     d, ls = _qp(scales.reshape(n, 8), sw, 63)
     m, lm = _qp(mins.reshape(n, 8), sw, 63)
     if nmax == 31:

@@ -51,26 +51,9 @@ __all__ = [
     "unquantizable",
 ]
 
-ENCODERS: Mapping[str, Encoder] = MappingProxyType(
-    {
-        name: found
-        for name in BLOCKS  # in type-id order
-        for family in (
-            encode_basic,
-            encode_fp4,
-            encode_iq1,
-            encode_iq2,
-            encode_iq3,
-            encode_iq4,
-            encode_k_min,
-            encode_k_sym,
-        )
-        if (found := family.ENCODERS.get(name)) is not None
-    }
-)
-"""Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
-
-_WEIGHTED_FAMILIES: tuple[Any, ...] = (
+_FAMILIES: tuple[Any, ...] = (
+    encode_basic,
+    encode_fp4,
     encode_iq1,
     encode_iq2,
     encode_iq3,
@@ -78,15 +61,26 @@ _WEIGHTED_FAMILIES: tuple[Any, ...] = (
     encode_k_min,
     encode_k_sym,
 )
+"""The encoder modules: each has ``ENCODERS`` and (but those weighing by row or
+not at all) ``WEIGHTED``, by GGML name."""
 
-WEIGHTED: Mapping[str, WeightedEncoder] = MappingProxyType(
-    {
-        name: found
-        for name in BLOCKS  # in type-id order
-        for family in _WEIGHTED_FAMILIES
-        if (found := family.WEIGHTED.get(name)) is not None
-    }
-)
+
+def _by_type(table: str) -> Mapping[str, Any]:
+    """The families' ``table`` merged, in type-id order."""
+    return MappingProxyType(
+        {
+            name: found
+            for name in BLOCKS
+            for family in _FAMILIES
+            if (found := getattr(family, table, {}).get(name)) is not None
+        }
+    )
+
+
+ENCODERS: Mapping[str, Encoder] = _by_type("ENCODERS")
+"""Every GGML block type kiln_np quantizes: its numpy encoder, by GGML name."""
+
+WEIGHTED: Mapping[str, WeightedEncoder] = _by_type("WEIGHTED")
 """Every GGML block type kiln_np quantizes with an importance matrix from each
 block's own values and weights: its numpy encoder, by GGML name."""
 

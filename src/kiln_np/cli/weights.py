@@ -28,6 +28,7 @@ from kiln_np._convert.plan import (
 )
 from kiln_np._convert.row import WeightFormat
 from kiln_np._convert.sources import DEQUANTIZE_TYPES
+from kiln_np._convert.to_gguf import OUTTYPES
 from kiln_np._core.checks import written_path
 from kiln_np._core.errors import KilnError
 from kiln_np._explore.report import input_files
@@ -459,6 +460,9 @@ def _plan(args: argparse.Namespace, chosen: Weights, weights: Weights, row: Weig
             distributed=args.scheduler is not None,
             force=args.force,
             folder=_folder_out(args, row),
+            tokenizer=not args.no_tokenizer,
+            names=args.names,
+            outtype=args.outtype,
         )
     except OptionsError as exc:
         raise CliError(exc.cli_kind, exc.usage) from None
@@ -777,8 +781,11 @@ def add_convert(sub: Any) -> None:
         " tensors are quantized to GGML blocks by a policy of name patterns, and each tensor "
         "that keeps its type is listed on stderr with the reason.  Metadata goes along when "
         "the target can hold it.  With --include or --exclude, only the tensors they select "
-        "are written.  --dry-run prints the plan and writes nothing.  An existing DST is "
-        "replaced only with --force.",
+        "are written.  A Hugging Face checkpoint directory of an architecture of the model "
+        "map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3) written as GGUF is what "
+        "llama.cpp's convert_hf_to_gguf.py writes of it (GGUF names, transforms, order, types "
+        "by --outtype, llama.cpp's keys), unless --names raw.  --dry-run prints the plan and "
+        "writes nothing.  An existing DST is replaced only with --force.",
         [
             "kiln-np convert model.safetensors weights/ --to kiln",
             "kiln-np convert model.safetensors model.zarr",
@@ -789,6 +796,7 @@ def add_convert(sub: Any) -> None:
             "--quantize 'q4_k,*.ffn_down.*=q6_k,*norm*=f32'",
             "kiln-np convert big.safetensors ckpt/ --to safetensors --max-shard-size 5000000000",
             "kiln-np convert model.gguf blk0.safetensors --include 'blk.0.*' --dequantize f32",
+            "kiln-np convert Qwen3-0.6B/ qwen3.gguf --outtype bf16",
         ],
     )
     parser.add_argument("src", metavar="SRC")
@@ -809,11 +817,33 @@ def add_convert(sub: Any) -> None:
     )
     add_mix_flags(parser)
     parser.add_argument(
+        "--outtype",
+        choices=OUTTYPES,
+        help="a Hugging Face checkpoint directory to GGUF: llama.cpp's converter's --outtype "
+        "(default f16, as its): f32, f16, bf16 or q8_0 for the matrices (norms, biases, 1-D "
+        "and router tensors stay f32), auto: bf16 for a bf16 checkpoint, else f16",
+    )
+    parser.add_argument(
+        "--names",
+        choices=("map", "raw"),
+        default="map",
+        help="a Hugging Face checkpoint directory to GGUF: map (default: llama.cpp's names, "
+        "transforms and keys, through the model map) or raw (its own names, no llama.cpp keys)",
+    )
+    parser.add_argument(
         "--max-shard-size",
         metavar="SIZE",
         type=parse_size,
         help="write shards (safetensors: DST is a directory with an index) or GGUF splits "
         "of at most SIZE data bytes: 5GB (5*10**9), 500MB, 2GiB (2*2**30), 4096",
+    )
+    parser.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="--to hf: leave the GGUF's tokenizer out (by default its tokenizer.ggml.* keys are "
+        "written as tokenizer.json, tokenizer_config.json, special_tokens_map.json and, for "
+        "SentencePiece, tokenizer.model; a tokenizer model or pre-tokenizer not covered is "
+        "refused)",
     )
     parser.add_argument(
         "--dry-run",

@@ -142,7 +142,7 @@ def save_gguf(
     target = written_path(check_path(path))
     plan = plan_conversion(
         tensors, target, FORMAT, max_shard_size=max_shard_size, dequantize=dequantize,
-        quantize=with_imatrix_read(quantize),
+        quantize=with_imatrix_read(quantize), names="raw",  # the tensors as given
     )  # fmt: skip
     return write_gguf(
         target,
