@@ -41,6 +41,9 @@ import kiln_np.onnx as ko
 import kiln_np.safetensors as kst
 import kiln_np.zarr
 from kiln_np import Code, KilnError, Layout, mx
+from kiln_np._convert.tokenizer_files import MAX_FILE_BYTES, Checkpoint
+from kiln_np._convert.tokenizer_gguf import tokenizer_keys
+from kiln_np._convert.tokenizer_special import SpecialVocab
 from kiln_np._explore import heatmap_figure
 from kiln_np._quants.mix import choose_types
 from kiln_np._schemes.bnb import NF4
@@ -1914,6 +1917,83 @@ MODEL_MAP: list[Entry] = [
 ]
 
 
+def _tokenizer_dir(**files: bytes | str) -> str:
+    """A directory of tokenizer files (``tokenizer_config`` for ``tokenizer_config.json``)."""
+    directory = _scratch()
+    for name, data in files.items():
+        path = directory / (name if name.endswith((".model", ".jinja")) else f"{name}.json")
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return str(directory)
+
+
+def _tokenizer_too_large() -> str:
+    directory = _tokenizer_dir()
+    with open(os.path.join(directory, "tokenizer.model"), "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written, nothing read
+    return directory
+
+
+def _piece(text: bytes, kind: int) -> bytes:
+    body = b"\x0a" + bytes([len(text)]) + text + b"\x15\x00\x00\x00\x00\x18" + bytes([kind])
+    return b"\x0a" + bytes([len(body)]) + body
+
+
+_UNK = _piece(b"<unk>", 2)
+
+TOKENIZERS: list[Entry] = [
+    ("tokenizer_keys", "no tokenizer files", lambda: tokenizer_keys(_scratch(), "llama", {})),
+    (
+        "tokenizer_keys",
+        "tokenizer.model larger than 1 GiB",
+        lambda: tokenizer_keys(_tokenizer_too_large(), "llama", {}),
+    ),
+    (
+        "tokenizer_keys",
+        "tokenizer.model cut inside a field",
+        lambda: tokenizer_keys(_tokenizer_dir(**{"tokenizer.model": _UNK[:-1]}), "llama", {}),
+    ),
+    (
+        "tokenizer_keys",
+        "tokenizer.model cut inside a varint",
+        lambda: tokenizer_keys(_tokenizer_dir(**{"tokenizer.model": b"\x0a"}), "llama", {}),
+    ),
+    (
+        "tokenizer_keys",
+        "tokenizer.model with a group wire type",
+        lambda: tokenizer_keys(_tokenizer_dir(**{"tokenizer.model": b"\x0b"}), "llama", {}),
+    ),
+    (
+        "tokenizer_keys",
+        "tokenizer_config.json not UTF-8",
+        lambda: tokenizer_keys(
+            _tokenizer_dir(**{"tokenizer.model": _UNK, "tokenizer_config": b"\xff"}), "llama", {}
+        ),
+    ),
+    (
+        "tokenizer_keys",
+        "tokenizer_config.json not an object",
+        lambda: tokenizer_keys(
+            _tokenizer_dir(**{"tokenizer.model": _UNK, "tokenizer_config": b"[]"}), "llama", {}
+        ),
+    ),
+    (
+        "tokenizer_keys",
+        "a negative special token id in config.json",
+        lambda: tokenizer_keys(
+            _tokenizer_dir(**{"tokenizer.model": _UNK, "config": b'{"bos_token_id": -1}'}),
+            "llama",
+            {},
+        ),
+    ),
+    (
+        "SpecialVocab (tokenizer_keys' merges)",
+        "merges neither strings nor pairs",
+        lambda: SpecialVocab(
+            Checkpoint(_tokenizer_dir(tokenizer='{"model": {"merges": [1]}}'), {}), load_merges=True
+        ),
+    ),
+]
+
 _TOKENIZER = {
     "tokenizer.ggml.model": "gpt2",
     "tokenizer.ggml.pre": "gpt-2",
@@ -2134,6 +2214,7 @@ SECTIONS: list[tuple[str, list[Entry]]] = [
     ("torch (`kiln_np.torch`, and torch tensors at every door)", TORCH),
     ("Zarr v3 (`kiln_np.zarr`)", ZARR),
     ("llama-quantize's file types (`kiln_np._quants.mix`, not public yet)", MIX),
+    ("Tokenizers to GGUF keys (`kiln_np._convert.tokenizer_gguf`, not public yet)", TOKENIZERS),
 ]
 CATALOGUE: list[Entry] = [entry for _, entries in SECTIONS for entry in entries]
 

@@ -58,7 +58,18 @@ FLOORS: dict[str, int] = {
 """Unit (the first name below ``kiln_np``) -> floor, bottom up."""
 
 LAZY_THIRD_PARTY = frozenset(
-    {"onnx", "google", "matplotlib", "dask", "distributed", "torch", "zarr", "fsspec", "aiohttp"}
+    {
+        "onnx",
+        "google",
+        "matplotlib",
+        "dask",
+        "distributed",
+        "torch",
+        "zarr",
+        "fsspec",
+        "aiohttp",
+        "tokenizers",
+    }
 )
 TOP_THIRD_PARTY = frozenset({"numpy"})
 DOORS: dict[str, frozenset[str]] = {
