@@ -2093,6 +2093,7 @@ def _to_gguf(
             (folder / name).unlink()
         else:
             (folder / name).write_bytes(data)
+    options.setdefault("tokenizer", False)  # the tiny models' tokenizer is refused
     with kiln_np.open_weights(folder) as w:
         return kiln_np.save_weights(folder.parent / "o.gguf", w, format="gguf", **options)
 
@@ -2109,6 +2110,11 @@ def _odd_expert() -> dict[str, Any]:
 _PHI3_ROPE = json.loads((_FIXTURES_HF / "phi3" / "config.json").read_text())["rope_parameters"]
 
 HF_TO_GGUF: list[Entry] = [
+    (
+        "save_weights(format='gguf')",
+        "a tokenizer the converter refuses (a BPE pre-tokenizer of unknown hash)",
+        lambda: _to_gguf(tokenizer=True),
+    ),
     (
         "save_weights(format='gguf', outtype=...)",
         "an outtype the converter's choices do not hold",

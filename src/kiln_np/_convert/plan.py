@@ -66,7 +66,8 @@ from .sources import (
     dequantize_code,
     tensor_sources,
 )
-from .to_gguf import OUTTYPES, checkpoint_architecture, gguf_view
+from .to_gguf import OUTTYPES, TokenizerKey, checkpoint_architecture, gguf_view
+from .tokenizer_gguf import tokenizer_keys
 from .tokenizer_hf import tokenizer_files
 
 __all__ = [
@@ -259,7 +260,9 @@ def plan_conversion(
     their index) and ``config.json`` inside, as transformers writes them;
     ``tokenizer``: for Hugging Face names, write the GGUF's tokenizer as
     transformers' files, refusing one :mod:`~kiln_np._convert.tokenizer_hf` does
-    not cover; False writes the model without them; ``names``: ``"map"`` writes a
+    not cover, and for a checkpoint converted to GGUF through the map its
+    ``tokenizer.ggml.*`` keys (:mod:`~kiln_np._convert.tokenizer_gguf`), refusing
+    one the converter refuses; False writes the model without them; ``names``: ``"map"`` writes a
     Hugging Face checkpoint directory of an architecture of the model map to GGUF
     as llama.cpp's converter does, under ``outtype`` (``kiln_np._convert.to_gguf``;
     its default ``"f16"`` is the converter's), ``"raw"`` under its own names with
@@ -306,7 +309,7 @@ def plan_conversion(
         tensors, max_shard_size = hf.tensors, hf.max_shard_size
         metadata, folder = {"format": "pt"}, True
     tensors, metadata, model, gguf_notes = _through_map(
-        tensors, metadata, model, row, names, outtype, policy, code, spelling
+        tensors, metadata, model, row, names, outtype, policy, code, spelling, tokenizer
     )
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
     notes: tuple[str, ...] = gguf_notes if hf is None else hf.notes
@@ -402,10 +405,11 @@ def _through_map(
     policy: QuantizePolicy | None,
     code: object,
     spelling: Spelling,
+    tokenizer: bool,
 ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[str, ...]]:
     """``(tensors, metadata, model, notes)`` after :func:`_gguf_tensors`: the
     converter's tensors and keys (the model's too), or the given ones."""
-    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling)
+    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling, tokenizer)
     if isinstance(mapped, tuple):
         made, keys, notes = mapped
         return made, keys, keys, notes
@@ -420,6 +424,7 @@ def _gguf_tensors(
     policy: QuantizePolicy | None,
     code: object,
     spelling: Spelling,
+    tokenizer: bool,
 ) -> tuple[Mapping[str, Any], KeyValues, tuple[str, ...]] | str:
     """For a Hugging Face checkpoint directory of an architecture of the model
     map written as GGUF (``names="map"``): its tensors and keys as llama.cpp's
@@ -428,7 +433,9 @@ def _gguf_tensors(
     llama-quantize file type takes the converter's f32 file (its mix then runs
     over these tensors and keys, as llama-quantize over that file).  Refusals of
     the options: ``outtype`` where no converter's file is written, or other than
-    f32 with a file type; ``dequantize`` or a policy of patterns with the map."""
+    f32 with a file type; ``dequantize`` or a policy of patterns with the map.
+    ``tokenizer``: with the checkpoint's ``tokenizer.ggml.*`` keys
+    (``kiln_np._convert.tokenizer_gguf``), the last keys, as the converter's."""
     if names not in ("map", "raw"):
         raise OptionsError(
             f"expected names 'map' or 'raw', found {show_value(names)}",
@@ -470,7 +477,9 @@ def _gguf_tensors(
             f"followed by llama-quantize FTYPE: drop --outtype {outtype}",
         )
     assert isinstance(tensors, Weights)  # checkpoint_architecture found its config
-    view = gguf_view(tensors, "f32" if mixed else "f16" if outtype is None else outtype)
+    assert arch is not None  # applies
+    keys = _tokenizer_keys(tensors, arch.gguf, spelling) if tokenizer else []
+    view = gguf_view(tensors, "f32" if mixed else "f16" if outtype is None else outtype, keys)
     values = {key: value for key, _, value in view.keys}
     types = {key: kind for key, kind, _ in view.keys}
     return view.tensors, KeyValues(values, types), view.notes
@@ -530,6 +539,22 @@ def _hf_tensors(
         for name in view.generated
     )
     return HfPlan(view.tensors, extras, limit if total > limit else None, notes)
+
+
+def _tokenizer_keys(weights: Weights, arch: str, spelling: Spelling) -> Sequence[TokenizerKey]:
+    """The checkpoint's tokenizer as the converter's ``tokenizer.ggml.*`` keys; a
+    refusal names the option that leaves them out."""
+    folder = os.path.dirname(weights.config_path or "")
+    try:
+        return tokenizer_keys(folder, arch, dict(weights.config or {}))
+    except KilnError as exc:
+        raise KilnError(
+            exc.kind,
+            f"the checkpoint's tokenizer: {exc.message} ({spelling.no_tokenizer} writes the "
+            "GGUF without its tokenizer keys, which llama.cpp needs to load it)",
+            expected=exc.expected,
+            found=exc.found,
+        ) from None
 
 
 def _tokenizer_files(metadata: Mapping[str, Any], spelling: Spelling) -> dict[str, bytes] | None:

@@ -292,7 +292,7 @@ def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[TokenizerKey] 
     """What ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes of the checkpoint
     directory ``weights`` (opened by ``open_weights``), its ``tokenizer`` keys
     (``(key, value, type)`` in the order the converter's ``set_vocab`` writes
-    them, as ``kiln_np._convert.tokenizer_gguf`` is to return them) put where the
+    them, as ``kiln_np._convert.tokenizer_gguf`` returns them) put where the
     converter puts them: last, after ``general.quantization_version``.
 
     Raises
@@ -327,8 +327,8 @@ def gguf_view(weights: Weights, outtype: str, tokenizer: Sequence[TokenizerKey] 
     notes = []
     if not tokenizer:
         notes.append(
-            "no tokenizer.ggml.* keys are written (the tokenizer's conversion, issue 41, is "
-            "not joined yet): llama.cpp needs them to load the file"
+            "no tokenizer.ggml.* keys are written (the tokenizer left out): llama.cpp needs "
+            "them to load the file"
         )
     if os.path.isfile(os.path.join(folder, "README.md")):
         notes.append(
