@@ -23,7 +23,6 @@ __all__ = [
     "QUANT_TYPES",
     "THRESHOLD",
     "WEIGHTED_TYPES",
-    "bfloat16_decoder",
     "decoder",
     "encoder",
     "weighted_encoder",
@@ -52,44 +51,24 @@ WEIGHTED_TYPES: frozenset[int] = (
 """The GGML type ids the compiled kernels quantize with importance weights."""
 
 
-def decoder(type_id: int, elements: int) -> Callable[[np.ndarray, np.ndarray], None] | None:
-    """The compiled driver ``(blocks, out)`` decoding whole blocks of ``type_id``
-    (``elements`` each) into float32, or None where it is not built.
-
-    >>> decoder(-1, 32) is None
-    True
-    """
-    if type_id not in DECODE_TYPES:
-        return None
-
-    def run(blocks: np.ndarray, out: np.ndarray) -> None:
-        pool.run_blocks(
-            lambda b0, b1: native.ggml_to_float32(type_id, blocks, out, b0, b1),
-            out.size // elements,
-            elements,
-        )
-
-    return run
-
-
-def bfloat16_decoder(
-    type_id: int, elements: int
+def decoder(
+    type_id: int, elements: int, *, bfloat16: bool = False
 ) -> Callable[[np.ndarray, np.ndarray], None] | None:
     """The compiled driver ``(blocks, out)`` decoding whole blocks of ``type_id``
-    into ``out``'s bfloat16 bits (uint16): ggml's float32 values rounded as
-    ml_dtypes rounds, in the cache; None where it is not built.
+    (``elements`` each) into float32, or with ``bfloat16`` into ``out``'s
+    bfloat16 bits (uint16: ggml's float32 values rounded as ml_dtypes rounds, in
+    the cache); None where it is not built.
 
-    >>> bfloat16_decoder(-1, 32) is None
-    True
+    >>> decoder(-1, 32) is None, decoder(-1, 32, bfloat16=True) is None
+    (True, True)
     """
     if type_id not in DECODE_TYPES:
         return None
+    entry = native.ggml_to_bfloat16 if bfloat16 else native.ggml_to_float32
 
     def run(blocks: np.ndarray, out: np.ndarray) -> None:
         pool.run_blocks(
-            lambda b0, b1: native.ggml_to_bfloat16(type_id, blocks, out, b0, b1),
-            out.size // elements,
-            elements,
+            lambda b0, b1: entry(type_id, blocks, out, b0, b1), out.size // elements, elements
         )
 
     return run

@@ -907,36 +907,6 @@ PyDoc_STRVAR(ggml_to_float32_doc,
     "dequantize_row_* computes them.  ValueError for a type without a compiled decoder\n"
     "or a range the buffers do not hold; the buffers must not overlap.");
 
-static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
-                                 Py_ssize_t nargs) {
-    Py_ssize_t type_id, lo, hi;
-    if (block_call("ggml_to_float32", args, nargs, &type_id, &lo, &hi) < 0) {
-        return NULL;
-    }
-    const GGMLDecoder *d = ggml_decoder(type_id);
-    if (d == NULL) {
-        PyErr_Format(PyExc_ValueError, "no compiled decoder for GGML type %zd", type_id);
-        return NULL;
-    }
-    if (block_count_fits(lo, hi, d->block_elements) < 0) {
-        return NULL;
-    }
-    Py_buffer views[2]; /* src, dst */
-    if (get_buffers(args + 1, 2, (const int[]){0, 1}, views) < 0) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (check_fits("src", hi * d->block_bytes, views[0].len) == 0 &&
-        check_fits("dst", 4 * hi * d->block_elements, views[1].len) == 0) {
-        const uint8_t *s = (const uint8_t *)views[0].buf + lo * d->block_bytes;
-        float *o = (float *)views[1].buf + lo * d->block_elements;
-        RUN_LOOP((hi - lo) * d->block_bytes, d->decode(s, o, hi - lo));
-        result = Py_NewRef(Py_None);
-    }
-    release_buffers(views, 2);
-    return result;
-}
-
 VECTOR_CLONES
 static void bf16_loop(const float *restrict s, uint16_t *restrict d, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -967,10 +937,11 @@ PyDoc_STRVAR(ggml_to_bfloat16_doc,
     "(to nearest even; a NaN to the quiet NaN 0x7fc0 of its sign) into dst, a buffer of\n"
     "2-byte bfloat16 bits (host order), without the float32 values leaving the cache.");
 
-static PyObject *ggml_to_bfloat16(PyObject *Py_UNUSED(module), PyObject *const *args,
-                                  Py_ssize_t nargs) {
+/* ggml_to_float32 (bf16 = 0) and ggml_to_bfloat16 (1): one checked call, two outputs. */
+static PyObject *ggml_decode_call(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                                  int bf16) {
     Py_ssize_t type_id, lo, hi;
-    if (block_call("ggml_to_bfloat16", args, nargs, &type_id, &lo, &hi) < 0) {
+    if (block_call(name, args, nargs, &type_id, &lo, &hi) < 0) {
         return NULL;
     }
     const GGMLDecoder *d = ggml_decoder(type_id);
@@ -987,14 +958,29 @@ static PyObject *ggml_to_bfloat16(PyObject *Py_UNUSED(module), PyObject *const *
     }
     PyObject *result = NULL;
     if (check_fits("src", hi * d->block_bytes, views[0].len) == 0 &&
-        check_fits("dst", 2 * hi * d->block_elements, views[1].len) == 0) {
+        check_fits("dst", (bf16 ? 2 : 4) * hi * d->block_elements, views[1].len) == 0) {
         const uint8_t *s = (const uint8_t *)views[0].buf + lo * d->block_bytes;
-        uint16_t *o = (uint16_t *)views[1].buf + lo * d->block_elements;
-        RUN_LOOP((hi - lo) * d->block_bytes, ggml_bf16_loop(d, s, o, hi - lo));
+        if (bf16) {
+            uint16_t *o = (uint16_t *)views[1].buf + lo * d->block_elements;
+            RUN_LOOP((hi - lo) * d->block_bytes, ggml_bf16_loop(d, s, o, hi - lo));
+        } else {
+            float *o = (float *)views[1].buf + lo * d->block_elements;
+            RUN_LOOP((hi - lo) * d->block_bytes, d->decode(s, o, hi - lo));
+        }
         result = Py_NewRef(Py_None);
     }
     release_buffers(views, 2);
     return result;
+}
+
+static PyObject *ggml_to_float32(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                 Py_ssize_t nargs) {
+    return ggml_decode_call("ggml_to_float32", args, nargs, 0);
+}
+
+static PyObject *ggml_to_bfloat16(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                  Py_ssize_t nargs) {
+    return ggml_decode_call("ggml_to_bfloat16", args, nargs, 1);
 }
 
 PyDoc_STRVAR(float32_to_bfloat16_doc,

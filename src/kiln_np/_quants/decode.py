@@ -119,19 +119,26 @@ def _numpy_blocks(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
     )
 
 
-KERNELS: Mapping[str, Kernel] = MappingProxyType(
-    {
-        name: register(
-            Kernel(
-                f"ggml_to_float32.{name}",
-                ggml.decoder(BLOCKS[name].type_id, BLOCKS[name].elements),
-                partial(_numpy_blocks, name),
-                ggml.THRESHOLD,
+def _rows(kind: str, twin: Any) -> Mapping[str, Kernel]:
+    """Each decodable type's row of ``kind`` (``"float32"`` or ``"bfloat16"``),
+    registered in the kernel table, its numpy twin ``twin(name, blocks, out)``."""
+    bf16 = kind == "bfloat16"
+    return MappingProxyType(
+        {
+            name: register(
+                Kernel(
+                    f"ggml_to_{kind}.{name}",
+                    ggml.decoder(BLOCKS[name].type_id, BLOCKS[name].elements, bfloat16=bf16),
+                    partial(twin, name),
+                    ggml.THRESHOLD,
+                )
             )
-        )
-        for name in DECODERS
-    }
-)
+            for name in DECODERS
+        }
+    )
+
+
+KERNELS: Mapping[str, Kernel] = _rows("float32", _numpy_blocks)
 """Each decodable type's row in the kernel table: ``(blocks, out)``."""
 
 
@@ -148,19 +155,7 @@ def _numpy_bfloat16(name: str, blocks: np.ndarray, out: np.ndarray) -> None:
         FLOAT32_TO_BFLOAT16.numpy(part, values)
 
 
-BFLOAT16_KERNELS: Mapping[str, Kernel] = MappingProxyType(
-    {
-        name: register(
-            Kernel(
-                f"ggml_to_bfloat16.{name}",
-                ggml.bfloat16_decoder(BLOCKS[name].type_id, BLOCKS[name].elements),
-                partial(_numpy_bfloat16, name),
-                ggml.THRESHOLD,
-            )
-        )
-        for name in DECODERS
-    }
-)
+BFLOAT16_KERNELS: Mapping[str, Kernel] = _rows("bfloat16", _numpy_bfloat16)
 """Each decodable type's row to bfloat16 bits: ``(blocks, out)``, ``out`` uint16."""
 
 
