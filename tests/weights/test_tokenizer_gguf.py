@@ -30,7 +30,6 @@ from kiln_np._convert.tokenizer_pre import CHKTXT, PRE_BY_HASH
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers"
 RECORD: dict[str, Any] = json.loads((FIXTURES / "converter_keys.json").read_text(encoding="utf-8"))
-LLAMA_CPP = Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp")
 _BPE_DIRS = ("llama-spm", "llama-bpe", "qwen2", "phi-3")  # read with the tokenizers package
 
 REFUSALS = {
@@ -237,19 +236,11 @@ def test_pre_tokenizers_of_real_tokenizers(tmp_path: Path) -> None:
     assert found == {"qwen2": "qwen2", "llama-bpe": "smaug-bpe"}
 
 
-@pytest.mark.skipif(
-    not LLAMA_CPP.is_dir(), reason="llama.cpp's tree is not here (the table is generated from it)"
-)
-def test_pre_table_is_the_converters() -> None:
-    import sys
-
-    sys.path.insert(0, str(FIXTURES))
-    try:
-        from make_pre_table import table
-    finally:
-        sys.path.remove(str(FIXTURES))
-    assert table(LLAMA_CPP) == (CHKTXT, PRE_BY_HASH)
+def test_pre_table_names_the_converters_hashes() -> None:
+    """A spot check of the generated table; the whole of it is checked against
+    llama.cpp's tree by ``make_pre_table.py --check`` (by hand: CI has no tree)."""
     assert PRE_BY_HASH["b6dc8df998e1cfbdc4eac8243701a65afe638679230920b50d6f17d81c098166"] == "olmo"
+    assert CHKTXT.startswith("\n \n\n \n\n\n \t \t\t \t\n")
 
 
 # -- hostile input ---------------------------------------------------------------------
