@@ -1290,3 +1290,30 @@ def test_inspect_a_tensor_in_onnx_external_data(work: Path, run: Runner) -> None
         assert (record["file"], record["offset"]) == (str(work / "model.data"), w["big"].offset)
     assert (record["min"], record["max"], record["byte_length"]) == (0, 63, 512)
     run("inspect", path.name, "--tensor", "scale").error("TYPE", "is held in memory, not at")
+
+
+def test_the_commands_table_names_every_option() -> None:
+    """docs/cli.md's table of commands names every option of every command, and
+    every choice of an option that has choices (it had lost ``--to hf``,
+    ``--outtype``, ``--names`` and ``--scheduler``)."""
+    import argparse
+
+    rows: dict[str, str] = {}
+    for cell in re.findall(r"^\| `(\w[\w-]*) ([^`]*)` \|", (DOCS / "cli.md").read_text(), re.M):
+        rows[cell[0]] = rows.get(cell[0], "") + " " + cell[1]
+    top = cli_entry.parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name, sub in commands.choices.items():
+        assert name in rows, f"docs/cli.md's table has no row for {name}"
+        for action in sub._actions:
+            flags = [f for f in action.option_strings if f not in ("-h", "--help")]
+            shown = [f for f in flags if re.search(re.escape(f) + r"(?![\w-])", rows[name])]
+            if flags and not shown:
+                missing.append(f"{name} {flags[-1]}")
+            elif flags and action.choices is not None:
+                # shown as its metavar (``--sort METRIC``) or as every choice
+                want = action.metavar or "{" + ",".join(map(str, action.choices)) + "}"
+                if not re.search(re.escape(f"{shown[0]} {want}"), rows[name]):
+                    missing.append(f"{name} {shown[0]} {want}")
+    assert missing == []
