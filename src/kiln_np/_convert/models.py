@@ -124,7 +124,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
 """Every architecture of the map, by its name."""
 
 _BY_GGUF = {a.gguf: a for a in ARCHITECTURES if a.name == a.gguf}
-_WITH_EXPERTS = {"llama": ARCHITECTURES[-1]}
+_WITH_EXPERTS = {"llama": next(a for a in ARCHITECTURES if a.name == "mixtral")}
 """The architecture a GGUF of this one is when it has experts (mixtral)."""
 _BY_MODEL_TYPE = {a.model_type: a for a in ARCHITECTURES} | {
     "mistral": _BY_GGUF["llama"],  # llama.cpp's converter writes mistral as llama
