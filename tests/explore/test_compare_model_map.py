@@ -15,7 +15,7 @@ import kiln_np
 from kiln_np import KilnError
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
-EXACT = ["llama", "llama_tied_f16", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3"]
+EXACT = ["llama", "llama_tied_f16", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "mixtral"]
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -121,3 +121,17 @@ def test_kiln_np_diff_pairs_through_the_map_unless_names_raw(
     )
     assert status == 1
     assert json.loads(out)["names"] == "raw"
+
+
+def test_kiln_np_diff_pairs_mixtrals_experts_with_the_llama_ggufs_stacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run_main(capsys, "diff", str(HF / "mixtral.gguf"), str(HF / "mixtral"))
+    assert status == 0
+    assert out.splitlines()[-1] == (
+        "equal: 41 tensors in both (0 same bytes, 41 equal values, 0 different), 0 only in A, "
+        "0 only in B, paired through the model map"
+    )
+    r = kiln_np.compare(HF / "mixtral", HF / "mixtral.gguf")
+    roles = {g.name for g in r.by_role()}
+    assert {f"model.layers.*.block_sparse_moe.experts.*.w{i}" for i in (1, 2, 3)} <= roles

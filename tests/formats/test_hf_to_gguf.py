@@ -207,6 +207,16 @@ def test_the_command_line_writes_the_same_file(
     assert status == 0, err
     assert "blk.0.attn_qkv.weight" in said
     assert "from model.layers.0.self_attn.qkv_proj.weight (bf16 -> q8_0)" in said
+    status, said, err = run_main(
+        capsys, "convert", str(HF / "mixtral"), str(out), "--dry-run", "--no-tokenizer"
+    )
+    assert status == 0, err
+    stacked = [line for line in said.splitlines() if "blk.1.ffn_down_exps.weight" in line]
+    assert len(stacked) == 1
+    assert (
+        "4 experts stacked (model.layers.1.block_sparse_moe.experts.0.w2.weight, ...)"
+        in (stacked[0])
+    )
 
 
 def test_the_default_outtype_is_the_converters_f16(tmp_path: Path) -> None:
@@ -236,7 +246,8 @@ def test_an_architecture_outside_the_map_is_written_raw_and_said(tmp_path: Path)
         assert [s.name for s in plan.steps] == list(w)
     assert plan.notes == (
         "config.json's model_type 'gpt2' is no architecture of the model map (llama, mistral, "
-        "qwen2, qwen3, qwen3_moe, gemma3, phi3): written under its own names, no llama.cpp keys",
+        "qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral): written under its own names, no "
+        "llama.cpp keys",
     )
     with kiln_np.open_weights(src) as w, pytest.raises(OptionsError) as caught:
         plan_weights(tmp_path / "o.gguf", w, format="gguf", tokenizer=False, outtype="bf16")

@@ -23,7 +23,15 @@ from hypothesis import strategies as st
 import kiln_np
 from kiln_np import KilnError
 from kiln_np._convert import models
-from kiln_np._convert.models import Pair, architecture_of, gguf_name, pairs, to_gguf, to_hf
+from kiln_np._convert.models import (
+    Pair,
+    architecture_of,
+    gguf_architecture,
+    gguf_name,
+    pairs,
+    to_gguf,
+    to_hf,
+)
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
 GENERATED = {  # the rope scaling, as the converter writes it
@@ -39,6 +47,7 @@ FIXTURES = [
     "gemma3",
     "gemma3_f32",
     "phi3",
+    "mixtral",
 ]
 
 
@@ -52,25 +61,26 @@ def test_every_fixture_is_here_and_every_architecture_has_one() -> None:
     assert sorted(p.name for p in HF.glob("*.gguf") if "-" not in p.name) == sorted(
         f"{n}.gguf" for n in FIXTURES
     )
-    archs = {
-        kiln_np.open_weights(HF / f"{n}.gguf").metadata["general.architecture"] for n in FIXTURES
-    }
-    assert archs == {a.gguf for a in models.ARCHITECTURES}
+    archs = set()
+    for n in FIXTURES:
+        with kiln_np.open_weights(HF / f"{n}.gguf") as w:
+            archs.add(gguf_architecture(w.metadata, w).name)
+    assert archs == {a.name for a in models.ARCHITECTURES}
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_the_names_pair_every_checkpoint_tensor_with_a_gguf_tensor(name: str) -> None:
     checkpoint, gguf, meta = _open(name)
     with checkpoint, gguf:
-        arch = architecture_of(meta["general.architecture"])
         shapes = {n: t.shape for n, t in gguf.items()}
+        arch = gguf_architecture(meta, shapes)
         made, generated, unmapped = pairs(arch, shapes, meta)
         assert unmapped == []
         assert generated == GENERATED.get(name, [])
         assert sorted(p.hf for p in made) == sorted(checkpoint)  # each once, nothing else
         for p in made:
             assert gguf_name(arch, p.hf) == (p.gguf, p.expert)
-        if name == "qwen3_moe":
+        if name in ("qwen3_moe", "mixtral"):
             assert {p.expert for p in made if p.expert is not None} == {0, 1, 2, 3}
 
 
@@ -78,7 +88,7 @@ def test_the_names_pair_every_checkpoint_tensor_with_a_gguf_tensor(name: str) ->
 def test_to_gguf_makes_the_converters_bytes_and_to_hf_undoes_it(name: str) -> None:
     checkpoint, gguf, meta = _open(name)
     with checkpoint, gguf:
-        arch = architecture_of(meta["general.architecture"])
+        arch = gguf_architecture(meta, gguf)
         made, _, _ = pairs(arch, {n: t.shape for n, t in gguf.items()}, meta)
         by_gguf: dict[str, list[Pair]] = {}
         for p in made:
@@ -151,7 +161,7 @@ def test_the_config_keys_are_the_converters_both_ways(name: str) -> None:
     _, gguf, meta = _open(name)
     gguf.close()
     original = json.loads((HF / name / "config.json").read_text())
-    arch = architecture_of(meta["general.architecture"])
+    arch = gguf_architecture(meta, kiln_np.open_weights(HF / f"{name}.gguf"))
     keys = models.gguf_metadata(original)
     own = {k for k in meta if k.startswith(arch.gguf + ".")}
     assert set(keys) - {"general.architecture"} == own  # every key, and only those
@@ -166,6 +176,10 @@ def test_the_config_keys_are_the_converters_both_ways(name: str) -> None:
         flat["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
     if "num_local_experts" in flat:  # transformers 5 saves num_experts under this name
         flat["num_experts"] = flat["num_local_experts"]
+    assert (config["architectures"], config["model_type"]) == (
+        original["architectures"],
+        original["model_type"],
+    )
     if name == "gemma3_f32":
         flat["vocab_size"] = 261  # the converter cut the rows past the tokenizer's
     if "rope_scaling" in config:  # transformers 5 keeps it in rope_parameters
@@ -181,6 +195,11 @@ def test_the_config_keys_are_the_converters_both_ways(name: str) -> None:
 
 def test_architectures_are_named_by_gguf_or_by_model_type() -> None:
     assert architecture_of("mistral").gguf == "llama"
+    assert architecture_of("llama").hf_class == "LlamaForCausalLM"
+    assert (architecture_of("mixtral").gguf, architecture_of("mixtral").name) == (
+        "llama",
+        "mixtral",
+    )
     assert architecture_of("gemma3_text").gguf == architecture_of("gemma3").gguf == "gemma3"
     with pytest.raises(KilnError) as info:
         architecture_of("falcon", "x: ")
@@ -242,3 +261,22 @@ def test_llama3_scaling_comes_back_from_its_rope_freqs(
     }
     ones = np.ones(dim // 2, np.float32)
     assert models.rope_scaling(architecture_of("llama"), meta, {"rope_freqs.weight": ones}) is None
+
+
+@pytest.mark.parametrize(
+    ("count", "names", "hf_class"),
+    [
+        (4, ["blk.0.ffn_gate_exps.weight"], "MixtralForCausalLM"),
+        (4, ["blk.0.ffn_gate.weight"], "LlamaForCausalLM"),  # a count, but no experts
+        (0, ["blk.0.ffn_gate_exps.weight"], "LlamaForCausalLM"),
+        (None, ["blk.0.ffn_up_exps.weight"], "LlamaForCausalLM"),
+        (True, ["blk.0.ffn_up_exps.weight"], "LlamaForCausalLM"),  # not a count
+    ],
+)
+def test_a_llama_gguf_is_mixtral_by_its_experts_and_their_count(
+    count: object, names: list[str], hf_class: str
+) -> None:
+    meta = {"general.architecture": "llama", "llama.expert_count": count}
+    assert gguf_architecture(meta, names).hf_class == hf_class
+    qwen = {"general.architecture": "qwen3moe", "qwen3moe.expert_count": 4}
+    assert gguf_architecture(qwen, names).name == "qwen3moe"  # only llama has a mixtral

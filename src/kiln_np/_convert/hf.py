@@ -45,8 +45,8 @@ from kiln_np._weights.weights import Weights
 
 from .models import (
     Pair,
-    architecture_of,
     generation_config,
+    gguf_architecture,
     hf_config,
     pairs,
     permute_group,
@@ -320,10 +320,8 @@ def hf_view(
     """
     if metadata is None:
         metadata = tensors.metadata if isinstance(tensors, Weights) else {}
-    arch = architecture_of(
-        metadata.get("general.architecture"), "the GGUF's general.architecture: "
-    )
     weights = {name: _weight(name, value) for name, value in tensors.items()}
+    arch = gguf_architecture(metadata, weights, "the GGUF's general.architecture: ")
     shapes = {name: t.shape for name, t in weights.items()}
     made, generated, unmapped = pairs(arch, shapes, metadata)
     if unmapped:

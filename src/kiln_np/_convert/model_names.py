@@ -1,5 +1,5 @@
 """The model map's name table: GGUF tensor names and the Hugging Face names
-transformers saves them under, per GGUF architecture (suffixes ``.weight`` and
+transformers saves them under, per architecture of the map (suffixes ``.weight`` and
 ``.bias`` carry over; ``{bid}`` is a layer, ``{xid}`` an expert of a stacked
 ``*_exps`` tensor), the architecture's transformers model type and class, and
 the tensors llama.cpp's converter generates from the config.
@@ -104,16 +104,33 @@ NAMES: dict[str, tuple[tuple[str, str], ...]] = {
         ("output_norm", "model.norm"),
         ("token_embd", "model.embed_tokens"),
     ),
+    "mixtral": (
+        ("blk.{bid}.attn_k", "model.layers.{bid}.self_attn.k_proj"),
+        ("blk.{bid}.attn_norm", "model.layers.{bid}.input_layernorm"),
+        ("blk.{bid}.attn_output", "model.layers.{bid}.self_attn.o_proj"),
+        ("blk.{bid}.attn_q", "model.layers.{bid}.self_attn.q_proj"),
+        ("blk.{bid}.attn_v", "model.layers.{bid}.self_attn.v_proj"),
+        ("blk.{bid}.ffn_down_exps", "model.layers.{bid}.block_sparse_moe.experts.{xid}.w2"),
+        ("blk.{bid}.ffn_gate_exps", "model.layers.{bid}.block_sparse_moe.experts.{xid}.w1"),
+        ("blk.{bid}.ffn_gate_inp", "model.layers.{bid}.block_sparse_moe.gate"),
+        ("blk.{bid}.ffn_norm", "model.layers.{bid}.post_attention_layernorm"),
+        ("blk.{bid}.ffn_up_exps", "model.layers.{bid}.block_sparse_moe.experts.{xid}.w3"),
+        ("output", "lm_head"),
+        ("output_norm", "model.norm"),
+        ("token_embd", "model.embed_tokens"),
+    ),
 }
-"""``(GGUF name, Hugging Face name)`` per GGUF architecture."""
+"""``(GGUF name, Hugging Face name)`` per architecture of the map."""
 
-ARCHITECTURES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "llama": ("llama", "LlamaForCausalLM", ("rope_freqs",)),
-    "qwen2": ("qwen2", "Qwen2ForCausalLM", ("rope_freqs",)),
-    "qwen3": ("qwen3", "Qwen3ForCausalLM", ("rope_freqs",)),
-    "qwen3moe": ("qwen3_moe", "Qwen3MoeForCausalLM", ()),
-    "gemma3": ("gemma3_text", "Gemma3ForCausalLM", ()),
-    "phi3": ("phi3", "Phi3ForCausalLM", ("rope_factors_long", "rope_factors_short")),
+ARCHITECTURES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "llama": ("llama", "llama", "LlamaForCausalLM", ("rope_freqs",)),
+    "qwen2": ("qwen2", "qwen2", "Qwen2ForCausalLM", ("rope_freqs",)),
+    "qwen3": ("qwen3", "qwen3", "Qwen3ForCausalLM", ("rope_freqs",)),
+    "qwen3moe": ("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", ()),
+    "gemma3": ("gemma3", "gemma3_text", "Gemma3ForCausalLM", ()),
+    "phi3": ("phi3", "phi3", "Phi3ForCausalLM", ("rope_factors_long", "rope_factors_short")),
+    "mixtral": ("llama", "mixtral", "MixtralForCausalLM", ("rope_freqs",)),
 }
-"""Per GGUF architecture: transformers' ``model_type``, the causal-LM class, and
-the tensors the converter generates."""
+"""Per architecture of the map: its GGUF ``general.architecture``, transformers'
+``model_type``, the causal-LM class, and the tensors the converter generates
+(mixtral is llama in GGUF, told apart by its experts)."""

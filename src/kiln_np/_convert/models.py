@@ -3,8 +3,9 @@
 A GGUF made by llama.cpp's converter (``convert_hf_to_gguf.py``) from a
 transformers checkpoint holds the same numbers under other names, some of them
 moved.  For each architecture of :data:`ARCHITECTURES` (llama, which mistral is
-in GGUF, qwen2, qwen3, qwen3moe, gemma3's text model, phi3) this module says,
-as pure functions of names, shapes, values and metadata:
+in GGUF, qwen2, qwen3, qwen3moe, gemma3's text model, phi3, and mixtral, which
+is llama with experts in GGUF: :func:`gguf_architecture`) this module says, as
+pure functions of names, shapes, values and metadata:
 
 - **names** (:func:`pairs`, :func:`gguf_name`): each GGUF tensor's Hugging Face
   name, from the generated table ``model_names`` (gguf-py's ``TensorNameMap``
@@ -15,8 +16,8 @@ as pure functions of names, shapes, values and metadata:
   llama's ``attn_q``/``attn_k``  rows (and biases) in llama.cpp's rope order: the
                                  converter's ``LlamaModel.permute`` per head
                                  (``n_head`` for Q, ``n_head_kv`` for K), a row
-                                 permutation; qwen2, qwen3 and the others are not
-                                 permuted
+                                 permutation (mixtral's too); qwen2, qwen3 and
+                                 the others are not permuted
   ``blk.N.ffn_*_exps``           the experts' tensors stacked on a first axis;
                                  expert ``E`` is the slice ``[E]``
   gemma3's ``*norm.weight``      the scale ``1 + w`` the model applies, added in
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -63,6 +64,7 @@ __all__ = [
     "Pair",
     "architecture_of",
     "generation_config",
+    "gguf_architecture",
     "gguf_metadata",
     "gguf_name",
     "hf_config",
@@ -79,8 +81,10 @@ class Architecture:
 
     Attributes
     ----------
+    name : str
+        Its name in the map: the GGUF architecture, but ``"mixtral"``.
     gguf : str
-        ``general.architecture`` (``"qwen3moe"``).
+        ``general.architecture`` (``"qwen3moe"``; mixtral's ``"llama"``).
     model_type, hf_class : str
         transformers' ``model_type`` and causal-LM class.
     names : tuple of (str, str)
@@ -93,6 +97,7 @@ class Architecture:
         Norm weights stored as ``1 + w`` (gemma's ``norm_shift``).
     """
 
+    name: str
     gguf: str
     model_type: str
     hf_class: str
@@ -102,9 +107,9 @@ class Architecture:
     norm_offset: bool = False
 
 
-def _row(gguf: str, **facts: bool) -> Architecture:
-    model_type, hf_class, generated = _FACTS[gguf]
-    return Architecture(gguf, model_type, hf_class, NAMES[gguf], generated, **facts)
+def _row(name: str, **facts: bool) -> Architecture:
+    gguf, model_type, hf_class, generated = _FACTS[name]
+    return Architecture(name, gguf, model_type, hf_class, NAMES[name], generated, **facts)
 
 
 ARCHITECTURES: tuple[Architecture, ...] = (
@@ -114,10 +119,13 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     _row("qwen3moe"),
     _row("gemma3", norm_offset=True),  # conversion/gemma.py: Gemma3Model.norm_shift
     _row("phi3"),
+    _row("mixtral", permuted=True),  # conversion/llama.py: MixtralForCausalLM is LlamaModel
 )
-"""Every architecture of the map, by GGUF name."""
+"""Every architecture of the map, by its name."""
 
-_BY_GGUF = {a.gguf: a for a in ARCHITECTURES}
+_BY_GGUF = {a.gguf: a for a in ARCHITECTURES if a.name == a.gguf}
+_WITH_EXPERTS = {"llama": next(a for a in ARCHITECTURES if a.name == "mixtral")}
+"""The architecture a GGUF of this one is when it has experts (mixtral)."""
 _BY_MODEL_TYPE = {a.model_type: a for a in ARCHITECTURES} | {
     "mistral": _BY_GGUF["llama"],  # llama.cpp's converter writes mistral as llama
     "gemma3": _BY_GGUF["gemma3"],  # a Gemma3ForConditionalGeneration's text model
@@ -126,20 +134,48 @@ _BY_MODEL_TYPE = {a.model_type: a for a in ARCHITECTURES} | {
 
 def architecture_of(name: object, where: str = "") -> Architecture:
     """The architecture of a GGUF ``general.architecture`` or a transformers
-    ``model_type``; TYPE naming the mapped ones otherwise.
+    ``model_type``; TYPE naming the mapped ones otherwise.  A GGUF's ``"llama"``
+    is llama: :func:`gguf_architecture` tells mixtral's by its experts.
 
     >>> architecture_of("qwen3moe").model_type, architecture_of("mistral").gguf
     ('qwen3_moe', 'llama')
+    >>> architecture_of("mixtral").gguf, architecture_of("llama").hf_class
+    ('llama', 'LlamaForCausalLM')
     """
     found = _BY_GGUF.get(name) or _BY_MODEL_TYPE.get(name) if isinstance(name, str) else None
     if found is None:
-        mapped = ", ".join(a.gguf for a in ARCHITECTURES)
+        mapped = ", ".join(a.name for a in ARCHITECTURES)
         raise KilnError(
             "TYPE",
-            f"{where}expected an architecture of the model map ({mapped}; mistral is llama), "
-            f"found {show_value(name)}",
+            f"{where}expected an architecture of the model map ({mapped}; mistral is llama, "
+            f"mixtral llama with experts), found {show_value(name)}",
         )
     return found
+
+
+def gguf_architecture(
+    metadata: Mapping[str, Any], names: Iterable[str], where: str = ""
+) -> Architecture:
+    """The architecture of a GGUF from its metadata and tensor ``names``: its
+    ``general.architecture``, but a llama with experts (``llama.expert_count``
+    above 0 and ``*_exps`` tensors, as the converter writes mixtral) is mixtral.
+
+    >>> meta = {"general.architecture": "llama", "llama.expert_count": 8}
+    >>> gguf_architecture(meta, ["blk.0.ffn_up_exps.weight"]).hf_class
+    'MixtralForCausalLM'
+    >>> gguf_architecture(meta, ["blk.0.ffn_up.weight"]).hf_class
+    'LlamaForCausalLM'
+    """
+    arch = architecture_of(metadata.get("general.architecture"), where)
+    moe = _WITH_EXPERTS.get(arch.name)
+    count = metadata.get(f"{arch.gguf}.expert_count")
+    counted = isinstance(count, (int, np.integer)) and not isinstance(count, bool) and count > 0
+    if moe is not None and counted and any(_EXPERTS.search(n) for n in names):
+        return moe
+    return arch
+
+
+_EXPERTS = re.compile(r"^blk\.[0-9]+\.ffn_[a-z_]*_exps\.")
 
 
 class Pair(NamedTuple):
@@ -323,7 +359,7 @@ _COMMON: tuple[tuple[str, str, str], ...] = (
     ("attention.layer_norm_rms_epsilon", "rms_norm_eps", "float"),
     ("rope.freq_base", "rope_theta", "float"),
 )
-_EXTRA: dict[str, tuple[tuple[str, str, str], ...]] = {
+_EXTRA: dict[str, tuple[tuple[str, str, str], ...]] = {  # by the map's name
     "qwen3moe": (  # conversion/qwen.py: Qwen2MoeModel
         ("expert_count", "num_experts", "int"),
         ("expert_used_count", "num_experts_per_tok", "int"),
@@ -338,11 +374,15 @@ _EXTRA: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("rope.scaling.original_context_length", "original_max_position_embeddings", "int"),
         ("attention.sliding_window", "sliding_window", "int"),
     ),
+    "mixtral": (  # conversion/base.py: TextModel, its experts
+        ("expert_count", "num_local_experts", "int"),
+        ("expert_used_count", "num_experts_per_tok", "int"),
+    ),
 }
 
 
 def _keys(arch: Architecture) -> tuple[tuple[str, str, str], ...]:
-    return _COMMON + _EXTRA.get(arch.gguf, ())
+    return _COMMON + _EXTRA.get(arch.name, ())
 
 
 def _number(value: object, kind: str, key: str) -> int | float:
@@ -407,8 +447,9 @@ def hf_config(
         )
     config["vocab_size"] = embd[0]
     config["tie_word_embeddings"] = "output.weight" not in shapes
-    # phi3's rope.dimension_count is its rotary part, not the head size
-    dims = None if a == "phi3" else metadata.get(f"{a}.rope.dimension_count")
+    # phi3's rope.dimension_count is its rotary part, not the head size; mixtral's
+    # config has none but hidden / heads when the converter wrote no key_length
+    dims = None if arch.name in ("phi3", "mixtral") else metadata.get(f"{a}.rope.dimension_count")
     head_dim = metadata.get(f"{a}.attention.key_length", dims)
     if head_dim is not None:
         config["head_dim"] = _number(head_dim, "int", f"{a}.attention.key_length")
@@ -436,9 +477,9 @@ def _attention_options(
     arch: Architecture, config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]]
 ) -> None:
     """What the tensors say: biases, and the facts llama.cpp assumes."""
-    if arch.gguf in ("llama", "qwen3", "qwen3moe", "gemma3"):
+    if arch.name in ("llama", "qwen3", "qwen3moe", "gemma3"):
         config["attention_bias"] = "blk.0.attn_q.bias" in shapes
-    if arch.gguf == "llama":
+    if arch.name == "llama":
         config["mlp_bias"] = "blk.0.ffn_up.bias" in shapes
     if arch.gguf == "qwen3moe":
         config["norm_topk_prob"] = True  # llama.cpp's qwen3moe graph normalizes them

@@ -13,7 +13,8 @@ llama-cpp-python 0.3.36).
   name, with the map's transform (llama's Q/K rows in rope order, gemma's norm
   ``+ 1`` in the tensor's float type, gemma's embedding rows cut to the
   tokenizer's count) and a layer's experts stacked into ``*_exps`` where the
-  last of them comes (down, gate, up);
+  last of them comes, in the order of their names (qwen3moe's down, gate, up;
+  mixtral's ``w1``, ``w2``, ``w3``: gate, down, up);
 - **types**, the converter's rule: float32 for 1-D tensors, ``*_norm.weight``,
   biases and the MoE router (``ffn_gate_inp``); the others ``T`` (``auto``:
   bf16 for a bf16 checkpoint, f16 otherwise, as the first matrix says), Q8_0
@@ -284,7 +285,7 @@ def checkpoint_architecture(weights: object) -> tuple[Architecture | None, str]:
     except KilnError:
         return None, (
             f"config.json's model_type {model_type!r} is no architecture of the "
-            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3)"
+            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral)"
         )
 
 
@@ -468,27 +469,30 @@ def _mapped(
     made: list[GgufTensor] = []
     experts: dict[int, dict[str, WeightTensor]] = {}
     n_experts = find_hparam(h, ("num_local_experts", "num_experts"))
+    roles = sorted(hf for _, hf in arch.names if "{xid}" in hf)  # the converter's order
     for t in ordered:
         name = t.name.replace("language_model.", "")
         if _multimodal(name) or name.endswith(_SKIPPED):
             continue
         bid = next((int(p) for p in name.split(".") if p.isdecimal()), None)
-        if arch.gguf == "qwen3moe" and "experts" in name and bid is not None:
+        if roles and ".experts." in name and bid is not None:
             layer = experts.setdefault(bid, {})
             layer[name] = t
-            if len(layer) >= int(n_experts or 0) * 3:
-                for role in ("down_proj", "gate_proj", "up_proj"):
-                    parts = [layer.pop(f"model.layers.{bid}.mlp.experts.{x}.{role}.weight", None)
+            if len(layer) >= int(n_experts or 0) * len(roles):
+                for role in roles:
+                    each = role.replace("{bid}", str(bid)) + ".weight"
+                    parts = [layer.pop(each.replace("{xid}", str(x)), None)
                              for x in range(int(n_experts))]  # fmt: skip
-                    first = f"model.layers.{bid}.mlp.experts.0.{role}.weight"
-                    made.append(_tensor(arch, h, first, parts, outtype, folder))
+                    made.append(
+                        _tensor(arch, h, each.replace("{xid}", "0"), parts, outtype, folder)
+                    )
             continue
         made.append(_tensor(arch, h, name, [t], outtype, folder))
     left = [n for layer in experts.values() for n in layer]
     if left:
         raise KilnError(
             "TYPE",
-            f"expected {n_experts} experts of 3 tensors in each layer, found tensors no "
+            f"expected {n_experts} experts of {len(roles)} tensors in each layer, found tensors no "
             f"layer completes: {left[:3]}",
         )
     return made

@@ -74,7 +74,7 @@ import numpy as np
 
 from kiln_np._codec import to_numpy
 from kiln_np._convert.hf import MappedTensor, readable
-from kiln_np._convert.models import ARCHITECTURES, pairs
+from kiln_np._convert.models import ARCHITECTURES, gguf_architecture, pairs
 from kiln_np._core.checks import printable, set_module, show_value
 from kiln_np._core.errors import KilnError
 from kiln_np._core.table import Code
@@ -444,7 +444,7 @@ def compare(
     stays bounded: a chunk of each side at a time.
 
     ``names="map"`` (the default): when one side is a GGUF of an architecture of
-    the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3) and the other
+    the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, mixtral) and the other
     is not a GGUF, the GGUF's tensors are paired with the checkpoint's through
     the map, each read as the checkpoint holds it (``docs/weights.md``); a GGUF
     tensor the map has no name for is listed on its side alone, and what the
@@ -509,11 +509,11 @@ def _compare(wa: Weights, wb: Weights, names: str) -> Comparison:
 def _through_map(w: Weights) -> Side | None:
     """A GGUF's tensors as the Hugging Face checkpoint's, through the model map
     (float32 values), when it is a GGUF of a mapped architecture; else None."""
-    arch = next(
-        (a for a in ARCHITECTURES if a.gguf == w.metadata.get("general.architecture")), None
-    )
-    if w.format != "gguf" or arch is None:
+    if w.format != "gguf" or not any(
+        a.gguf == w.metadata.get("general.architecture") for a in ARCHITECTURES
+    ):
         return None
+    arch = gguf_architecture(w.metadata, w)
     made, _, unmapped = pairs(arch, {n: t.shape for n, t in w.items()}, w.metadata)
     tensors = {p.hf: MappedTensor(p, w[p.gguf], Code.F32) for p in made if readable(w[p.gguf])}
     # a GGML type with no decoder has no values to compare: on its side alone
