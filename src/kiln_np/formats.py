@@ -213,7 +213,7 @@ def save_weights(
         convert a file.
     format : {"safetensors", "gguf", "kiln", "zarr", "hf"}
         ``"hf"``: a GGUF of a model map architecture (llama, qwen2, qwen3, qwen3moe,
-        gemma3, phi3, mixtral; its ``metadata``, a :class:`Weights`' own when None) as
+        gemma3, phi3, mixtral, gemma2; its ``metadata``, a :class:`Weights`' own when None) as
         transformers' directory ``path``: tensors, configs, tokenizer files (docs/weights.md).
     metadata : Mapping, optional
         safetensors: str to str (``{"format": "pt"}``).  GGUF: key/values

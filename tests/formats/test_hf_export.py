@@ -119,7 +119,7 @@ def test_every_parameter_comes_back_bit_for_bit(
         assert np.abs(expected - w).max() <= 2.0**-24
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "mixtral"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "mixtral", "gemma2"])
 def test_the_config_loads_as_the_originals(name: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     with kiln_np.open_weights(HF / f"{name}.gguf") as w:

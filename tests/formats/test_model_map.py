@@ -48,6 +48,7 @@ FIXTURES = [
     "gemma3_f32",
     "phi3",
     "mixtral",
+    "gemma2",
 ]
 
 
