@@ -25,6 +25,7 @@ EXACT = [
     "phi3",
     "mixtral",
     "gemma2",
+    "qwen2_moe",
 ]
 
 

@@ -315,7 +315,7 @@ def hyper_parameters(
             "uint32",
             h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"],
         )
-    elif a == "qwen3moe":
+    elif a in ("qwen3moe", "qwen2moe"):
         if h.get("moe_intermediate_size") is not None:
             put("expert_feed_forward_length", "uint32", h["moe_intermediate_size"])
         if h.get("shared_expert_intermediate_size") is not None:

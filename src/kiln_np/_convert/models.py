@@ -4,7 +4,8 @@ A GGUF made by llama.cpp's converter (``convert_hf_to_gguf.py``) from a
 transformers checkpoint holds the same numbers under other names, some of them
 moved.  For each architecture of :data:`ARCHITECTURES` (llama, which mistral is
 in GGUF, qwen2, qwen3, qwen3moe, gemma3's text model, phi3, mixtral, which
-is llama with experts in GGUF: :func:`gguf_architecture`, and gemma2) this module says, as
+is llama with experts in GGUF: :func:`gguf_architecture`, gemma2 and qwen2moe)
+this module says, as
 pure functions of names, shapes, values and metadata:
 
 - **names** (:func:`pairs`, :func:`gguf_name`): each GGUF tensor's Hugging Face
@@ -122,6 +123,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     _row("phi3"),
     _row("mixtral", permuted=True),  # conversion/llama.py: MixtralForCausalLM is LlamaModel
     _row("gemma2", norm_offset=True),  # conversion/gemma.py: Gemma2Model.modify_tensors
+    _row("qwen2moe"),  # conversion/qwen.py: Qwen2MoeModel
 )
 """Every architecture of the map, by its name."""
 
@@ -381,6 +383,12 @@ _EXTRA: dict[str, tuple[tuple[str, str, str], ...]] = {  # by the map's name
         ("expert_count", "num_local_experts", "int"),
         ("expert_used_count", "num_experts_per_tok", "int"),
     ),
+    "qwen2moe": (  # conversion/qwen.py: Qwen2MoeModel, with the shared expert
+        ("expert_count", "num_experts", "int"),
+        ("expert_used_count", "num_experts_per_tok", "int"),
+        ("expert_feed_forward_length", "moe_intermediate_size", "int"),
+        ("expert_shared_feed_forward_length", "shared_expert_intermediate_size", "int"),
+    ),
     "gemma2": (  # conversion/gemma.py: Gemma2Model
         ("attn_logit_softcapping", "attn_logit_softcapping", "float"),
         ("final_logit_softcapping", "final_logit_softcapping", "float"),
@@ -425,7 +433,7 @@ def hf_config(
     the checkpoint's torch dtype name.
 
     What the converter writes nowhere is what llama.cpp assumes: qwen3moe's
-    expert weights normalized (``norm_topk_prob``), gemma3's sliding window on
+    expert weights normalized (``norm_topk_prob``), qwen2moe's not, gemma3's sliding window on
     five layers of six, gemma2's on one of two (transformers' default
     ``layer_types``, and its default window 4096 for a GGUF without one, as
     llama.cpp's), the gemmas' attention scale ``1/sqrt(head_dim)`` (the 27B's,
@@ -495,6 +503,9 @@ def _attention_options(
         config["mlp_bias"] = "blk.0.ffn_up.bias" in shapes
     if arch.gguf == "qwen3moe":
         config["norm_topk_prob"] = True  # llama.cpp's qwen3moe graph normalizes them
+    if arch.gguf == "qwen2moe":
+        config["qkv_bias"] = "blk.0.attn_q.bias" in shapes
+        config["norm_topk_prob"] = False  # llama.cpp's qwen2moe graph does not
     if arch.gguf in ("gemma3", "gemma2"):
         layers = config.get("num_hidden_layers", 0)
         if arch.gguf == "gemma3" and "sliding_window" not in config:  # sliding_window_pattern 1
@@ -655,7 +666,7 @@ def gguf_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
         sliding = rope.get("sliding_attention")
         if isinstance(sliding, Mapping):
             flat.setdefault("rope_local_base_freq", sliding.get("rope_theta"))
-    if a == "qwen3moe":
+    if a in ("qwen3moe", "qwen2moe"):
         flat.setdefault("num_experts", config.get("num_local_experts"))
     for key, hf, _ in _keys(arch):
         if flat.get(hf) is not None:

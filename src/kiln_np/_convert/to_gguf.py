@@ -95,8 +95,9 @@ _MULTIMODAL_PARTS = (
     "visual.", "vision.", "audio.", "vision_", "audio_", "projector.", "pre_mm_projector_norm",
     "image_newline", "patch_embed", "patch_merger.", "model.connector.",
 )  # fmt: skip
-_F32_ROLES = (".ffn_gate_inp.weight",)
-"""Matrices the converter keeps float32 among the mapped architectures' (the router)."""
+_F32_ROLES = (".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight")
+"""Matrices the converter keeps float32 among the mapped architectures' (the routers:
+the experts' and qwen2moe's shared expert's gate)."""
 
 Key = tuple[str, str, Any]
 """One key as written: ``(key, GGUF type spelled as kiln_np.gguf spells it, value)``."""
@@ -286,7 +287,8 @@ def checkpoint_architecture(weights: object) -> tuple[Architecture | None, str]:
     except KilnError:
         return None, (
             f"config.json's model_type {model_type!r} is no architecture of the "
-            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2)"
+            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2, "
+            "qwen2_moe)"
         )
 
 

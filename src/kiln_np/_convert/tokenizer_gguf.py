@@ -12,7 +12,7 @@ Which vocabulary each architecture takes (the converter's choice, kept here):
   CodeLlama's vocabulary (32016) adds the EOT id; granite's (49152) sets
   ``add_bos_token`` false;
 - ``qwen2``, ``qwen3``: ``tokenizer.model`` if there is one, else GPT-2-style BPE;
-  ``qwen3moe``: GPT-2-style BPE;
+  ``qwen3moe``, ``qwen2moe``: GPT-2-style BPE;
 - ``gemma3``: ``tokenizer.model`` (then ``add_space_prefix`` false), else BPE;
 - ``gemma2``: ``tokenizer.model`` (then ``add_space_prefix`` false), no other;
 - ``phi3``: GPT-2-style BPE when ``tokenizer_class`` is ``GPT2Tokenizer``, else
@@ -244,6 +244,7 @@ _SET_VOCAB: dict[str, Callable[[Checkpoint, KeyWriter], None]] = {
     "gemma3": _gemma3,
     "phi3": _phi3,
     "gemma2": _gemma2,
+    "qwen2moe": gpt2_vocab,
 }
 
 
