@@ -267,8 +267,8 @@ def test_an_architecture_outside_the_map_is_written_raw_and_said(tmp_path: Path)
         assert [s.name for s in plan.steps] == list(w)
     assert plan.notes == (
         "config.json's model_type 'gpt2' is no architecture of the model map (llama, mistral, "
-        "qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2): written under its own names, "
-        "no llama.cpp keys",
+        "qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2, qwen2_moe): written under its "
+        "own names, no llama.cpp keys",
     )
     with kiln_np.open_weights(src) as w, pytest.raises(OptionsError) as caught:
         plan_weights(tmp_path / "o.gguf", w, format="gguf", tokenizer=False, outtype="bf16")
