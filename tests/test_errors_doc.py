@@ -2192,6 +2192,11 @@ HF_TO_GGUF: list[Entry] = [
         "gemma3's tokenizer.model without config.json's vocab_size",
         lambda: _to_gguf("gemma3", config={"vocab_size": None}, files={"tokenizer.model": b""}),
     ),
+    (
+        "save_weights(format='gguf')",
+        "gemma2's soft-capping or window not a number (its converter writes each as it is)",
+        lambda: _to_gguf("gemma2", config={"attn_logit_softcapping": "fifty"}),
+    ),
 ]
 
 

@@ -212,9 +212,9 @@ def save_weights(
         within a width).  A :class:`Weights` is such a mapping: pass one to
         convert a file.
     format : {"safetensors", "gguf", "kiln", "zarr", "hf"}
-        ``"hf"``: a GGUF of a model map architecture (llama, qwen2, qwen3, qwen3moe,
-        gemma3, phi3, mixtral; its ``metadata``, a :class:`Weights`' own when None) as
-        transformers' directory ``path``: tensors, configs, tokenizer files (docs/weights.md).
+        ``"hf"``: a GGUF of a model map architecture (llama, qwen2, qwen3, qwen3moe, gemma3,
+        phi3, mixtral, gemma2, qwen2moe; its ``metadata``, a :class:`Weights`' own when None)
+        as transformers' directory ``path``: tensors, configs, tokenizer files (docs/weights.md).
     metadata : Mapping, optional
         safetensors: str to str (``{"format": "pt"}``).  GGUF: key/values
         (types from ``metadata.types`` when it has them).  kiln, zarr: any

@@ -15,7 +15,18 @@ import kiln_np
 from kiln_np import KilnError
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
-EXACT = ["llama", "llama_tied_f16", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "mixtral"]
+EXACT = [
+    "llama",
+    "llama_tied_f16",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma3",
+    "phi3",
+    "mixtral",
+    "gemma2",
+    "qwen2_moe",
+]
 
 
 @pytest.mark.parametrize("name", EXACT)

@@ -104,6 +104,27 @@ def test_the_converters_file_but_the_tokenizer(name: str, tmp_path: Path) -> Non
     assert _float32_keys(_record(out)) == _float32_keys(_record(HF / f"{name}.gguf"))
 
 
+def test_gemma2s_lm_head_is_left_out_as_the_converter_leaves_it(tmp_path: Path) -> None:
+    """A gemma2 checkpoint saved with its tied head: the converter's file all the same."""
+    folder = tmp_path / "gemma2"
+    shutil.copytree(HF / "gemma2", folder)
+    data = (folder / "model.safetensors").read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header, body = json.loads(data[8 : 8 + size]), data[8 + size :]
+    embd = header["model.embed_tokens.weight"]
+    start, stop = embd["data_offsets"]
+    header["lm_head.weight"] = {**embd, "data_offsets": [len(body), len(body) + stop - start]}
+    text = json.dumps(header).encode()
+    (folder / "model.safetensors").write_bytes(
+        len(text).to_bytes(8, "little") + text + body + body[start:stop]
+    )
+    out = tmp_path / "o.gguf"
+    with kiln_np.open_weights(folder) as w:
+        assert "lm_head.weight" in w
+        kiln_np.save_weights(out, w, format="gguf", tokenizer=False, outtype="bf16")
+    assert _float32_keys(_record(out)) == _float32_keys(_record(HF / "gemma2.gguf"))
+
+
 @pytest.mark.parametrize("name", Q8_0)
 def test_q8_0_is_the_converters_own(name: str, tmp_path: Path) -> None:
     out = _converted(name, "q8_0", tmp_path)
@@ -246,8 +267,8 @@ def test_an_architecture_outside_the_map_is_written_raw_and_said(tmp_path: Path)
         assert [s.name for s in plan.steps] == list(w)
     assert plan.notes == (
         "config.json's model_type 'gpt2' is no architecture of the model map (llama, mistral, "
-        "qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral): written under its own names, no "
-        "llama.cpp keys",
+        "qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2, qwen2_moe): written under its "
+        "own names, no llama.cpp keys",
     )
     with kiln_np.open_weights(src) as w, pytest.raises(OptionsError) as caught:
         plan_weights(tmp_path / "o.gguf", w, format="gguf", tokenizer=False, outtype="bf16")

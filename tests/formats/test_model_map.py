@@ -48,6 +48,8 @@ FIXTURES = [
     "gemma3_f32",
     "phi3",
     "mixtral",
+    "gemma2",
+    "qwen2_moe",
 ]
 
 
@@ -80,7 +82,7 @@ def test_the_names_pair_every_checkpoint_tensor_with_a_gguf_tensor(name: str) ->
         assert sorted(p.hf for p in made) == sorted(checkpoint)  # each once, nothing else
         for p in made:
             assert gguf_name(arch, p.hf) == (p.gguf, p.expert)
-        if name in ("qwen3_moe", "mixtral"):
+        if name in ("qwen3_moe", "mixtral", "qwen2_moe"):
             assert {p.expert for p in made if p.expert is not None} == {0, 1, 2, 3}
 
 

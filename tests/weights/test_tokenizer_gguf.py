@@ -37,6 +37,7 @@ REFUSALS = {
     "AssertionError": "expected vocab_size above every token id",
     "NotImplementedError: BPE pre-tokenizer": "BPE pre-tokenizer was not recognized",
     "IndexError: list index out of range": "expected added token '<far>' at an id below vocab_size",
+    "FileNotFoundError: File not found": "expected the file (gemma2's vocabulary), found none",
 }
 
 

@@ -303,6 +303,9 @@ def hyper_parameters(
         kv["general.file_type"] = ("uint32", file_type)
         put("attention.sliding_window", "uint32", h.get("sliding_window") or 0)
         return
+    if a == "gemma2":
+        _gemma2_parameters(h, kv, file_type)
+        return
     _text_parameters(h, rope, put)
     kv["general.file_type"] = ("uint32", file_type)
     if a == "llama":
@@ -312,7 +315,7 @@ def hyper_parameters(
             "uint32",
             h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"],
         )
-    elif a == "qwen3moe":
+    elif a in ("qwen3moe", "qwen2moe"):
         if h.get("moe_intermediate_size") is not None:
             put("expert_feed_forward_length", "uint32", h["moe_intermediate_size"])
         if h.get("shared_expert_intermediate_size") is not None:
@@ -329,6 +332,38 @@ def hyper_parameters(
         if h.get("sliding_window_pattern") != 1:
             put("attention.sliding_window", "uint32", h["sliding_window"])
         put("attention.head_count_kv", "uint32", h.get("num_key_value_heads", 4))
+
+
+def _gemma2_parameters(h: Mapping[str, Any], kv: KeyValues, file_type: int) -> None:
+    """``Gemma2Model.set_gguf_parameters``: its own, without TextModel's (no rope base)."""
+
+    def put(key: str, kind: str, value: Any) -> None:
+        kv[f"gemma2.{key}"] = (kind, value)
+
+    heads = h["num_attention_heads"]
+    put("context_length", "uint32", h["max_position_embeddings"])
+    put("embedding_length", "uint32", h["hidden_size"])
+    put("block_count", "uint32", _block_count(h))
+    put("feed_forward_length", "uint32", h["intermediate_size"])
+    put("attention.head_count", "uint32", heads)
+    put("attention.head_count_kv", "uint32", h.get("num_key_value_heads", heads))
+    put("attention.layer_norm_rms_epsilon", "float32", h["rms_norm_eps"])
+    put("attention.key_length", "uint32", h["head_dim"])
+    put("attention.value_length", "uint32", h["head_dim"])
+    kv["general.file_type"] = ("uint32", file_type)
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        put(key, "float32", _required(h, key))
+    put("attention.sliding_window", "uint32", _required(h, "sliding_window"))
+
+
+def _required(h: Mapping[str, Any], key: str) -> Any:
+    """``hparams[key]`` as the converter writes it: a number, not null."""
+    value = h[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise KilnError(
+            "TYPE", f"expected config.json's {key}, a number, found {show_value(value)}"
+        )
+    return value
 
 
 def _block_count(h: Mapping[str, Any]) -> Any:

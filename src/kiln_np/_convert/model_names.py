@@ -119,6 +119,40 @@ NAMES: dict[str, tuple[tuple[str, str], ...]] = {
         ("output_norm", "model.norm"),
         ("token_embd", "model.embed_tokens"),
     ),
+    "gemma2": (
+        ("blk.{bid}.attn_k", "model.layers.{bid}.self_attn.k_proj"),
+        ("blk.{bid}.attn_norm", "model.layers.{bid}.input_layernorm"),
+        ("blk.{bid}.attn_output", "model.layers.{bid}.self_attn.o_proj"),
+        ("blk.{bid}.attn_q", "model.layers.{bid}.self_attn.q_proj"),
+        ("blk.{bid}.attn_v", "model.layers.{bid}.self_attn.v_proj"),
+        ("blk.{bid}.ffn_down", "model.layers.{bid}.mlp.down_proj"),
+        ("blk.{bid}.ffn_gate", "model.layers.{bid}.mlp.gate_proj"),
+        ("blk.{bid}.ffn_norm", "model.layers.{bid}.pre_feedforward_layernorm"),
+        ("blk.{bid}.ffn_up", "model.layers.{bid}.mlp.up_proj"),
+        ("blk.{bid}.post_attention_norm", "model.layers.{bid}.post_attention_layernorm"),
+        ("blk.{bid}.post_ffw_norm", "model.layers.{bid}.post_feedforward_layernorm"),
+        ("output_norm", "model.norm"),
+        ("token_embd", "model.embed_tokens"),
+    ),
+    "qwen2moe": (
+        ("blk.{bid}.attn_k", "model.layers.{bid}.self_attn.k_proj"),
+        ("blk.{bid}.attn_norm", "model.layers.{bid}.input_layernorm"),
+        ("blk.{bid}.attn_output", "model.layers.{bid}.self_attn.o_proj"),
+        ("blk.{bid}.attn_q", "model.layers.{bid}.self_attn.q_proj"),
+        ("blk.{bid}.attn_v", "model.layers.{bid}.self_attn.v_proj"),
+        ("blk.{bid}.ffn_down_exps", "model.layers.{bid}.mlp.experts.{xid}.down_proj"),
+        ("blk.{bid}.ffn_down_shexp", "model.layers.{bid}.mlp.shared_expert.down_proj"),
+        ("blk.{bid}.ffn_gate_exps", "model.layers.{bid}.mlp.experts.{xid}.gate_proj"),
+        ("blk.{bid}.ffn_gate_inp", "model.layers.{bid}.mlp.gate"),
+        ("blk.{bid}.ffn_gate_inp_shexp", "model.layers.{bid}.mlp.shared_expert_gate"),
+        ("blk.{bid}.ffn_gate_shexp", "model.layers.{bid}.mlp.shared_expert.gate_proj"),
+        ("blk.{bid}.ffn_norm", "model.layers.{bid}.post_attention_layernorm"),
+        ("blk.{bid}.ffn_up_exps", "model.layers.{bid}.mlp.experts.{xid}.up_proj"),
+        ("blk.{bid}.ffn_up_shexp", "model.layers.{bid}.mlp.shared_expert.up_proj"),
+        ("output", "lm_head"),
+        ("output_norm", "model.norm"),
+        ("token_embd", "model.embed_tokens"),
+    ),
 }
 """``(GGUF name, Hugging Face name)`` per architecture of the map."""
 
@@ -130,6 +164,8 @@ ARCHITECTURES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "gemma3": ("gemma3", "gemma3_text", "Gemma3ForCausalLM", ()),
     "phi3": ("phi3", "phi3", "Phi3ForCausalLM", ("rope_factors_long", "rope_factors_short")),
     "mixtral": ("llama", "mixtral", "MixtralForCausalLM", ("rope_freqs",)),
+    "gemma2": ("gemma2", "gemma2", "Gemma2ForCausalLM", ()),
+    "qwen2moe": ("qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", ()),
 }
 """Per architecture of the map: its GGUF ``general.architecture``, transformers'
 ``model_type``, the causal-LM class, and the tensors the converter generates

@@ -3,8 +3,9 @@
 A GGUF made by llama.cpp's converter (``convert_hf_to_gguf.py``) from a
 transformers checkpoint holds the same numbers under other names, some of them
 moved.  For each architecture of :data:`ARCHITECTURES` (llama, which mistral is
-in GGUF, qwen2, qwen3, qwen3moe, gemma3's text model, phi3, and mixtral, which
-is llama with experts in GGUF: :func:`gguf_architecture`) this module says, as
+in GGUF, qwen2, qwen3, qwen3moe, gemma3's text model, phi3, mixtral, which
+is llama with experts in GGUF: :func:`gguf_architecture`, gemma2 and qwen2moe)
+this module says, as
 pure functions of names, shapes, values and metadata:
 
 - **names** (:func:`pairs`, :func:`gguf_name`): each GGUF tensor's Hugging Face
@@ -20,7 +21,8 @@ pure functions of names, shapes, values and metadata:
                                  the others are not permuted
   ``blk.N.ffn_*_exps``           the experts' tensors stacked on a first axis;
                                  expert ``E`` is the slice ``[E]``
-  gemma3's ``*norm.weight``      the scale ``1 + w`` the model applies, added in
+  gemma3's, gemma2's             the scale ``1 + w`` the model applies, added in
+  ``*norm.weight``
                                  float32 by the converter: ``w`` is the float32
                                  ``stored - 1``, exact for a bfloat16 ``w`` of at
                                  least about 2**-16 in magnitude
@@ -120,6 +122,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     _row("gemma3", norm_offset=True),  # conversion/gemma.py: Gemma3Model.norm_shift
     _row("phi3"),
     _row("mixtral", permuted=True),  # conversion/llama.py: MixtralForCausalLM is LlamaModel
+    _row("gemma2", norm_offset=True),  # conversion/gemma.py: Gemma2Model.modify_tensors
+    _row("qwen2moe"),  # conversion/qwen.py: Qwen2MoeModel
 )
 """Every architecture of the map, by its name."""
 
@@ -357,8 +361,9 @@ _COMMON: tuple[tuple[str, str, str], ...] = (
     ("attention.head_count", "num_attention_heads", "int"),
     ("attention.head_count_kv", "num_key_value_heads", "int"),
     ("attention.layer_norm_rms_epsilon", "rms_norm_eps", "float"),
-    ("rope.freq_base", "rope_theta", "float"),
 )
+_ROPE_BASE = ("rope.freq_base", "rope_theta", "float")
+"""Written by every architecture's converter but gemma2's (llama.cpp's default, 10000)."""
 _EXTRA: dict[str, tuple[tuple[str, str, str], ...]] = {  # by the map's name
     "qwen3moe": (  # conversion/qwen.py: Qwen2MoeModel
         ("expert_count", "num_experts", "int"),
@@ -378,11 +383,23 @@ _EXTRA: dict[str, tuple[tuple[str, str, str], ...]] = {  # by the map's name
         ("expert_count", "num_local_experts", "int"),
         ("expert_used_count", "num_experts_per_tok", "int"),
     ),
+    "qwen2moe": (  # conversion/qwen.py: Qwen2MoeModel, with the shared expert
+        ("expert_count", "num_experts", "int"),
+        ("expert_used_count", "num_experts_per_tok", "int"),
+        ("expert_feed_forward_length", "moe_intermediate_size", "int"),
+        ("expert_shared_feed_forward_length", "shared_expert_intermediate_size", "int"),
+    ),
+    "gemma2": (  # conversion/gemma.py: Gemma2Model
+        ("attn_logit_softcapping", "attn_logit_softcapping", "float"),
+        ("final_logit_softcapping", "final_logit_softcapping", "float"),
+        ("attention.sliding_window", "sliding_window", "int"),
+    ),
 }
 
 
 def _keys(arch: Architecture) -> tuple[tuple[str, str, str], ...]:
-    return _COMMON + _EXTRA.get(arch.name, ())
+    rope = () if arch.name == "gemma2" else (_ROPE_BASE,)
+    return _COMMON + rope + _EXTRA.get(arch.name, ())
 
 
 def _number(value: object, kind: str, key: str) -> int | float:
@@ -416,9 +433,12 @@ def hf_config(
     the checkpoint's torch dtype name.
 
     What the converter writes nowhere is what llama.cpp assumes: qwen3moe's
-    expert weights normalized (``norm_topk_prob``), gemma3's sliding window on
-    five layers of six and its attention scale ``1/sqrt(head_dim)`` (the 27B's,
-    62 layers, ``hidden_size / num_attention_heads``).
+    expert weights normalized (``norm_topk_prob``), qwen2moe's not, gemma3's sliding window on
+    five layers of six, gemma2's on one of two (transformers' default
+    ``layer_types``, and its default window 4096 for a GGUF without one, as
+    llama.cpp's), the gemmas' attention scale ``1/sqrt(head_dim)`` (the 27B's,
+    62 layers for gemma3, 46 for gemma2, ``hidden_size / num_attention_heads``),
+    gemma2's rope base 10000 (the converter writes none).
 
     Raises
     ------
@@ -477,23 +497,31 @@ def _attention_options(
     arch: Architecture, config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]]
 ) -> None:
     """What the tensors say: biases, and the facts llama.cpp assumes."""
-    if arch.name in ("llama", "qwen3", "qwen3moe", "gemma3"):
+    if arch.name in ("llama", "qwen3", "qwen3moe", "gemma3", "gemma2"):
         config["attention_bias"] = "blk.0.attn_q.bias" in shapes
     if arch.name == "llama":
         config["mlp_bias"] = "blk.0.ffn_up.bias" in shapes
     if arch.gguf == "qwen3moe":
         config["norm_topk_prob"] = True  # llama.cpp's qwen3moe graph normalizes them
-    if arch.gguf == "gemma3":
+    if arch.gguf == "qwen2moe":
+        config["qkv_bias"] = "blk.0.attn_q.bias" in shapes
+        config["norm_topk_prob"] = False  # llama.cpp's qwen2moe graph does not
+    if arch.gguf in ("gemma3", "gemma2"):
         layers = config.get("num_hidden_layers", 0)
-        if "sliding_window" not in config:  # the converter's sliding_window_pattern 1
+        if arch.gguf == "gemma3" and "sliding_window" not in config:  # sliding_window_pattern 1
             config["layer_types"] = ["full_attention"] * layers
         head_dim = config.get("head_dim")
-        big = layers == 62 and "hidden_size" in config and "num_attention_heads" in config
+        sizes = {"hidden_size", "num_attention_heads"} <= set(config)
+        big = layers == _LARGEST[arch.gguf] and sizes
         scalar = config["hidden_size"] // config["num_attention_heads"] if big else head_dim
         if scalar is not None:
             config["query_pre_attn_scalar"] = scalar
     if arch.gguf == "phi3" and config.get("sliding_window") == 0:
         config["sliding_window"] = None
+
+
+_LARGEST = {"gemma3": 62, "gemma2": 46}
+"""The layers of the gemma whose attention scale llama.cpp takes from hidden / heads (27B)."""
 
 
 def _rope(arch: Architecture, config: dict[str, Any], metadata: Mapping[str, Any]) -> None:
@@ -638,7 +666,7 @@ def gguf_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
         sliding = rope.get("sliding_attention")
         if isinstance(sliding, Mapping):
             flat.setdefault("rope_local_base_freq", sliding.get("rope_theta"))
-    if a == "qwen3moe":
+    if a in ("qwen3moe", "qwen2moe"):
         flat.setdefault("num_experts", config.get("num_local_experts"))
     for key, hf, _ in _keys(arch):
         if flat.get(hf) is not None:

@@ -320,9 +320,9 @@ def plan_conversion(
         # input's, each tensor in its split), its two keys last
         if policy.keep_split:
             given = tensors.format if isinstance(tensors, Weights) else None
-            sources = _kept_splits(sources, given, row, max_shard_size)
+            sources = _kept_splits([_ggml_dims(s) for s in sources], given, row, max_shard_size)
         else:
-            sources.sort(key=lambda s: llama_order_key(s.name))
+            sources = sorted(map(_ggml_dims, sources), key=lambda s: llama_order_key(s.name))
         number = policy.file_type.number
         if policy.file_type is COPY:  # the input's, or the loader's guess
             found = file_type_number((model or {}).get("general.file_type"))
@@ -777,6 +777,20 @@ def _refuse_blocks(sources: Sequence[TensorSource], target: str, option: str) ->
             refused = blocks_refused(s.name, s.info, target, option)
             if refused is not None:
                 raise refused
+
+
+def _ggml_dims(source: TensorSource) -> TensorSource:
+    """A tensor as llama-quantize's file describes it: ``ggml_n_dims`` dims, its
+    leading dims of 1 (numpy order; ggml's trailing ones) dropped (qwen2moe's
+    ``ffn_gate_inp_shexp``, ``(1, n_embd)``, is written ``(n_embd,)``)."""
+    info = source.info
+    shape = info.shape
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    if shape == info.shape:
+        return source
+    squeezed = PayloadInfo(info.code, shape, info.layout, offset=info.offset)
+    return source._replace(info=squeezed)
 
 
 def _elements(info: PayloadInfo) -> int:

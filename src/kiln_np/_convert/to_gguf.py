@@ -10,11 +10,12 @@ llama-cpp-python 0.3.36).
   from the config first (llama 3's ``rope_freqs``, phi3's
   ``rope_factors_long``/``short``), then the checkpoint's, file by file (file
   names sorted) and name by name within a file (sorted), each under its GGUF
-  name, with the map's transform (llama's Q/K rows in rope order, gemma's norm
-  ``+ 1`` in the tensor's float type, gemma's embedding rows cut to the
-  tokenizer's count) and a layer's experts stacked into ``*_exps`` where the
-  last of them comes, in the order of their names (qwen3moe's down, gate, up;
-  mixtral's ``w1``, ``w2``, ``w3``: gate, down, up);
+  name, with the map's transform (llama's Q/K rows in rope order, the gemmas'
+  norm ``+ 1`` in the tensor's float type, gemma3's embedding rows cut to the
+  tokenizer's count; gemma2's ``lm_head`` left out) and a layer's experts
+  stacked into ``*_exps`` where the last of them comes, in the order of their
+  names (qwen3moe's down, gate, up; mixtral's ``w1``, ``w2``, ``w3``: gate,
+  down, up);
 - **types**, the converter's rule: float32 for 1-D tensors, ``*_norm.weight``,
   biases and the MoE router (``ffn_gate_inp``); the others ``T`` (``auto``:
   bf16 for a bf16 checkpoint, f16 otherwise, as the first matrix says), Q8_0
@@ -94,8 +95,9 @@ _MULTIMODAL_PARTS = (
     "visual.", "vision.", "audio.", "vision_", "audio_", "projector.", "pre_mm_projector_norm",
     "image_newline", "patch_embed", "patch_merger.", "model.connector.",
 )  # fmt: skip
-_F32_ROLES = (".ffn_gate_inp.weight",)
-"""Matrices the converter keeps float32 among the mapped architectures' (the router)."""
+_F32_ROLES = (".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight")
+"""Matrices the converter keeps float32 among the mapped architectures' (the routers:
+the experts' and qwen2moe's shared expert's gate)."""
 
 Key = tuple[str, str, Any]
 """One key as written: ``(key, GGUF type spelled as kiln_np.gguf spells it, value)``."""
@@ -285,7 +287,8 @@ def checkpoint_architecture(weights: object) -> tuple[Architecture | None, str]:
     except KilnError:
         return None, (
             f"config.json's model_type {model_type!r} is no architecture of the "
-            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral)"
+            "model map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2, "
+            "qwen2_moe)"
         )
 
 
@@ -472,7 +475,7 @@ def _mapped(
     roles = sorted(hf for _, hf in arch.names if "{xid}" in hf)  # the converter's order
     for t in ordered:
         name = t.name.replace("language_model.", "")
-        if _multimodal(name) or name.endswith(_SKIPPED):
+        if _multimodal(name) or name.endswith(_SKIPPED) or _unused(arch, t.name):
             continue
         bid = next((int(p) for p in name.split(".") if p.isdecimal()), None)
         if roles and ".experts." in name and bid is not None:
@@ -496,6 +499,11 @@ def _mapped(
             f"layer completes: {left[:3]}",
         )
     return made
+
+
+def _unused(arch: Architecture, name: str) -> bool:
+    """``Gemma2Model.filter_tensors``: gemma2's ``lm_head`` (llama.cpp ties it)."""
+    return arch.gguf == "gemma2" and name == "lm_head.weight"
 
 
 def _multimodal(name: str) -> bool:

@@ -12,8 +12,9 @@ Which vocabulary each architecture takes (the converter's choice, kept here):
   CodeLlama's vocabulary (32016) adds the EOT id; granite's (49152) sets
   ``add_bos_token`` false;
 - ``qwen2``, ``qwen3``: ``tokenizer.model`` if there is one, else GPT-2-style BPE;
-  ``qwen3moe``: GPT-2-style BPE;
+  ``qwen3moe``, ``qwen2moe``: GPT-2-style BPE;
 - ``gemma3``: ``tokenizer.model`` (then ``add_space_prefix`` false), else BPE;
+- ``gemma2``: ``tokenizer.model`` (then ``add_space_prefix`` false), no other;
 - ``phi3``: GPT-2-style BPE when ``tokenizer_class`` is ``GPT2Tokenizer``, else
   ``tokenizer.model`` by phi3's own reading (added tokens from
   ``tokenizer_config.json`` and ``tokenizer.json``, without the id checks).
@@ -199,6 +200,15 @@ def _gemma3(ckpt: Checkpoint, out: KeyWriter) -> None:
         gpt2_vocab(ckpt, out)
 
 
+def _gemma2(ckpt: Checkpoint, out: KeyWriter) -> None:
+    if not os.path.isfile(ckpt.path("tokenizer.model")):
+        raise refusal(
+            f"{ckpt.where('tokenizer.model')}expected the file (gemma2's vocabulary), found none"
+        )
+    _sentencepiece(ckpt, out)
+    out.add("tokenizer.ggml.add_space_prefix", False, "bool")
+
+
 def _phi3(ckpt: Checkpoint, out: KeyWriter) -> None:
     config = json_file(ckpt.path("tokenizer_config.json"))
     if config is not None:
@@ -233,6 +243,8 @@ _SET_VOCAB: dict[str, Callable[[Checkpoint, KeyWriter], None]] = {
     "qwen3moe": _qwen3moe,
     "gemma3": _gemma3,
     "phi3": _phi3,
+    "gemma2": _gemma2,
+    "qwen2moe": gpt2_vocab,
 }
 
 

@@ -444,9 +444,9 @@ def compare(
     stays bounded: a chunk of each side at a time.
 
     ``names="map"`` (the default): when one side is a GGUF of an architecture of
-    the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, mixtral) and the other
-    is not a GGUF, the GGUF's tensors are paired with the checkpoint's through
-    the map, each read as the checkpoint holds it (``docs/weights.md``); a GGUF
+    the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, mixtral, gemma2,
+    qwen2moe) and the other is not a GGUF, the GGUF's tensors are paired with the
+    checkpoint's through the map, each read as the checkpoint holds it (``docs/weights.md``); a GGUF
     tensor the map has no name for is listed on its side alone, and what the
     converter generated from the config (``rope_freqs``) is left out.
     ``names="raw"``: by the names as they are.

@@ -73,10 +73,10 @@ def add_diff(sub: Any) -> None:
         "similarity, the largest absolute and relative differences and where they are, "
         "saturated MX/NVFP4 elements) and the first differing index, then the same figures "
         "per layer and per role. A Hugging Face checkpoint and a GGUF of an architecture "
-        "of the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, mixtral) pair their "
-        "tensors through the map (the GGUF's read as the checkpoint holds them), unless "
-        "--names raw. Exit status 0 when both hold the same names and every tensor is "
-        "equal, 1 when not, 2 on errors.",
+        "of the model map (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, mixtral, gemma2, "
+        "qwen2moe) pair their tensors through the map (the GGUF's read as the checkpoint "
+        "holds them), unless --names raw. Exit status 0 when both hold the same names and "
+        "every tensor is equal, 1 when not, 2 on errors.",
         [
             "kiln-np diff model.safetensors model.gguf",
             "kiln-np diff hf-checkpoint/ model-Q4_K_M.gguf --sort snr_db",

@@ -782,7 +782,8 @@ def add_convert(sub: Any) -> None:
         "that keeps its type is listed on stderr with the reason.  Metadata goes along when "
         "the target can hold it.  With --include or --exclude, only the tensors they select "
         "are written.  A Hugging Face checkpoint directory of an architecture of the model "
-        "map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral) written as "
+        "map (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3, mixtral, gemma2, "
+        "qwen2_moe) written as "
         "GGUF is what llama.cpp's convert_hf_to_gguf.py writes of it (GGUF names, transforms, "
         "order, types by --outtype, llama.cpp's keys), unless --names raw.  --dry-run prints "
         "the plan and writes nothing.  An existing DST is replaced only with --force.",
