@@ -308,7 +308,7 @@ def plan_conversion(
     if hf is not None:
         tensors, max_shard_size = hf.tensors, hf.max_shard_size
         metadata, folder = {"format": "pt"}, True
-    tensors, metadata, model, gguf_notes = _through_map(
+    tensors, metadata, model, gguf_notes = _gguf_tensors(
         tensors, metadata, model, row, names, outtype, policy, code, spelling, tokenizer
     )
     sources = tensor_sources(tensors, dequantize=dequantize, quantize=policy, metadata=model)
@@ -395,7 +395,7 @@ def _refuse_options(
         )
 
 
-def _through_map(
+def _gguf_tensors(
     tensors: Mapping[str, Any],
     metadata: Mapping[str, Any] | None,
     model: Mapping[str, Any] | None,
@@ -407,29 +407,12 @@ def _through_map(
     spelling: Spelling,
     tokenizer: bool,
 ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[str, ...]]:
-    """``(tensors, metadata, model, notes)`` after :func:`_gguf_tensors`: the
-    converter's tensors and keys (the model's too), or the given ones."""
-    mapped = _gguf_tensors(tensors, row, names, outtype, policy, code, spelling, tokenizer)
-    if isinstance(mapped, tuple):
-        made, keys, notes = mapped
-        return made, keys, keys, notes
-    return tensors, metadata, model, (mapped,) if mapped else ()
-
-
-def _gguf_tensors(
-    tensors: Mapping[str, Any],
-    row: WeightFormat,
-    names: str,
-    outtype: str | None,
-    policy: QuantizePolicy | None,
-    code: object,
-    spelling: Spelling,
-    tokenizer: bool,
-) -> tuple[Mapping[str, Any], KeyValues, tuple[str, ...]] | str:
-    """For a Hugging Face checkpoint directory of an architecture of the model
-    map written as GGUF (``names="map"``): its tensors and keys as llama.cpp's
-    converter writes them (``kiln_np._convert.to_gguf``), and the notes; else
-    what the output says of it (``""``: nothing).  A ``quantize`` policy of a
+    """``(tensors, metadata, model, notes)`` of a conversion.  For a Hugging Face
+    checkpoint directory of an architecture of the model map written as GGUF
+    (``names="map"``): its tensors as llama.cpp's converter writes them
+    (``kiln_np._convert.to_gguf``), the converter's keys as both the metadata
+    and the model, and the notes; else the given ones, with what the output
+    says of it (no note: nothing).  A ``quantize`` policy of a
     llama-quantize file type takes the converter's f32 file (its mix then runs
     over these tensors and keys, as llama-quantize over that file).  Refusals of
     the options: ``outtype`` where no converter's file is written, or other than
@@ -454,9 +437,8 @@ def _gguf_tensors(
     if not applies:
         raw = row.name == "gguf" and names == "map" and isinstance(tensors, Weights)
         has_config = isinstance(tensors, Weights) and tensors.config is not None
-        return (
-            f"{why}: written under its own names, no llama.cpp keys" if raw and has_config else ""
-        )
+        note = f"{why}: written under its own names, no llama.cpp keys"
+        return tensors, metadata, model, (note,) if raw and has_config else ()
     mixed = policy is not None and policy.file_type is not None
     if (policy is not None and not mixed) or code is not None:
         option = spelling.quantize if policy is not None else spelling.dequantize
@@ -482,7 +464,8 @@ def _gguf_tensors(
     view = gguf_view(tensors, "f32" if mixed else "f16" if outtype is None else outtype, keys)
     values = {key: value for key, _, value in view.keys}
     types = {key: kind for key, kind, _ in view.keys}
-    return view.tensors, KeyValues(values, types), view.notes
+    made = KeyValues(values, types)
+    return view.tensors, made, made, view.notes
 
 
 class HfPlan(NamedTuple):
