@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 __all__ = [
+    "HF_MODELS",
     "OPTIONAL",
     "available",
     "bits",
@@ -41,6 +42,22 @@ __all__ = [
     "run_command",
     "skip_reason",
 ]
+
+HF_MODELS = (
+    "llama",
+    "llama_tied_f16",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma3",
+    "gemma3_f32",
+    "phi3",
+    "mixtral",
+    "gemma2",
+    "qwen2_moe",
+)
+"""The tiny random models of ``tests/fixtures/hf`` (``make_hf_models.py``), each a
+checkpoint directory and ``NAME.gguf``, the converter's file of it."""
 
 OPTIONAL = {
     "aiohttp": "the remote extra",

@@ -9,24 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import run_main
+from _helpers import HF_MODELS, run_main
 
 import kiln_np
 from kiln_np import KilnError
 
 HF = Path(__file__).parents[1] / "fixtures" / "hf"
-EXACT = [
-    "llama",
-    "llama_tied_f16",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "gemma3",
-    "phi3",
-    "mixtral",
-    "gemma2",
-    "qwen2_moe",
-]
+# gemma3 from f32 is not equal: the converter cuts its embedding's rows past the
+# tokenizer, and its norms come back within 2**-24 (docs/weights.md)
+EXACT = [n for n in HF_MODELS if n != "gemma3_f32"]
 
 
 @pytest.mark.parametrize("name", EXACT)

@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _helpers import run_main
-from test_model_map import FIXTURES  # the tiny models of tests/fixtures/hf
+from _helpers import HF_MODELS, run_main
 
 import kiln_np
 from kiln_np import KilnError
@@ -63,7 +62,7 @@ def _bits(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
         }
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", HF_MODELS)
 def test_every_parameter_comes_back_bit_for_bit(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

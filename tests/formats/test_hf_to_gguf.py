@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _helpers import run_main
-from test_model_map import FIXTURES
+from _helpers import HF_MODELS, run_main
 
 import kiln_np
 from kiln_np import KilnError
@@ -98,7 +97,7 @@ def _dtype(name: str) -> str:
     return DTYPES[config["dtype"]]
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", HF_MODELS)
 def test_the_converters_file_but_the_tokenizer(name: str, tmp_path: Path) -> None:
     out = _converted(name, _dtype(name), tmp_path)
     assert _float32_keys(_record(out)) == _float32_keys(_record(HF / f"{name}.gguf"))
@@ -140,7 +139,7 @@ def test_every_outtype_as_the_converter_writes_it(key: str, tmp_path: Path) -> N
 
 def test_the_records_cover_every_model_and_outtype() -> None:
     outtypes = ("f32", "f16", "bf16", "q8_0", "auto")
-    assert sorted(RECORDS) == sorted(f"{n}:{t}" for n in FIXTURES for t in outtypes)
+    assert sorted(RECORDS) == sorted(f"{n}:{t}" for n in HF_MODELS for t in outtypes)
 
 
 @pytest.mark.parametrize("key", sorted(QUANTIZED))
@@ -188,7 +187,7 @@ def _tokenizer_keys(path: Path) -> list[tuple[str, Any, str]]:
 
 
 @pytest.mark.parametrize(
-    ("name", "suffix"), [(n, "") for n in FIXTURES] + [(n, "-q8_0") for n in Q8_0]
+    ("name", "suffix"), [(n, "") for n in HF_MODELS] + [(n, "-q8_0") for n in Q8_0]
 )
 def test_with_the_tokenizer_keys_the_whole_file_is_the_converters(
     name: str, suffix: str, tmp_path: Path

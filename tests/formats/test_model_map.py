@@ -17,6 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import HF_MODELS
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,19 +39,6 @@ GENERATED = {  # the rope scaling, as the converter writes it
     "llama": ["rope_freqs.weight"],
     "phi3": ["rope_factors_long.weight", "rope_factors_short.weight"],
 }
-FIXTURES = [
-    "llama",
-    "llama_tied_f16",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "gemma3",
-    "gemma3_f32",
-    "phi3",
-    "mixtral",
-    "gemma2",
-    "qwen2_moe",
-]
 
 
 def _open(name: str) -> tuple[Any, Any, dict[str, Any]]:
@@ -61,16 +49,16 @@ def _open(name: str) -> tuple[Any, Any, dict[str, Any]]:
 
 def test_every_fixture_is_here_and_every_architecture_has_one() -> None:
     assert sorted(p.name for p in HF.glob("*.gguf") if "-" not in p.name) == sorted(
-        f"{n}.gguf" for n in FIXTURES
+        f"{n}.gguf" for n in HF_MODELS
     )
     archs = set()
-    for n in FIXTURES:
+    for n in HF_MODELS:
         with kiln_np.open_weights(HF / f"{n}.gguf") as w:
             archs.add(gguf_architecture(w.metadata, w).name)
     assert archs == {a.name for a in models.ARCHITECTURES}
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", HF_MODELS)
 def test_the_names_pair_every_checkpoint_tensor_with_a_gguf_tensor(name: str) -> None:
     checkpoint, gguf, meta = _open(name)
     with checkpoint, gguf:
@@ -86,7 +74,7 @@ def test_the_names_pair_every_checkpoint_tensor_with_a_gguf_tensor(name: str) ->
             assert {p.expert for p in made if p.expert is not None} == {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", HF_MODELS)
 def test_to_gguf_makes_the_converters_bytes_and_to_hf_undoes_it(name: str) -> None:
     checkpoint, gguf, meta = _open(name)
     with checkpoint, gguf:
@@ -158,7 +146,7 @@ def test_gemmas_offset_is_exact_from_bfloat16_down_to_about_2_to_the_minus_16() 
     assert err.max() > 0
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", HF_MODELS)
 def test_the_config_keys_are_the_converters_both_ways(name: str) -> None:
     _, gguf, meta = _open(name)
     gguf.close()
